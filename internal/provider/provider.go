@@ -1,0 +1,171 @@
+// Package provider defines the small interface every model backend implements
+// (the built-in simulator, Bedrock, Anthropic, OpenAI-compatible servers) and
+// the normalised errors the rest of the gateway branches on.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Role of a message in a conversation.
+type Role string
+
+// Roles a conversation message may carry.
+const (
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+)
+
+// Message is one entry of the conversation sent to a model.
+type Message struct {
+	Role    Role
+	Content string
+}
+
+// Request is a model call. Model is the gateway's model name (e.g. "sonnet");
+// the provider maps it to its own model id.
+type Request struct {
+	Model     string
+	System    string
+	Messages  []Message
+	MaxTokens int
+	// Locale is a hint ("ja", "en") a provider may use; real providers ignore it.
+	Locale string
+}
+
+// Usage is what the provider reports it billed for the call.
+type Usage struct {
+	InputTokens       int
+	OutputTokens      int
+	CachedInputTokens int
+}
+
+// Add returns the sum of two usages.
+func (u Usage) Add(o Usage) Usage {
+	return Usage{
+		InputTokens:       u.InputTokens + o.InputTokens,
+		OutputTokens:      u.OutputTokens + o.OutputTokens,
+		CachedInputTokens: u.CachedInputTokens + o.CachedInputTokens,
+	}
+}
+
+// Response is the result of a model call.
+type Response struct {
+	Text       string
+	Usage      Usage
+	StopReason string
+	// ModelID is the provider's own model identifier that served the call.
+	ModelID string
+	// TTFT is the time from the call until the first token arrived.
+	TTFT time.Duration
+}
+
+// Provider is a model backend.
+//
+// Stream calls emit for every text delta in order. If emit returns an error the
+// stream stops and Stream returns that error. On any error, Stream still
+// returns a non-nil *Response carrying the text and usage produced so far, so
+// cut and cancelled streams are billed correctly.
+type Provider interface {
+	Complete(ctx context.Context, req *Request) (*Response, error)
+	Stream(ctx context.Context, req *Request, emit func(text string) error) (*Response, error)
+}
+
+// Kind classifies a provider failure. Callers decide retries, breaker
+// bookkeeping and fallbacks on the kind alone.
+type Kind string
+
+// Error kinds, named after the Bedrock exceptions they normalise.
+const (
+	KindThrottled    Kind = "throttled"     // ThrottlingException, HTTP 429
+	KindUnavailable  Kind = "unavailable"   // ServiceUnavailable, InternalServer, HTTP 5xx
+	KindTimeout      Kind = "timeout"       // ModelTimeoutException, deadline exceeded
+	KindNotReady     Kind = "not_ready"     // ModelNotReadyException
+	KindValidation   Kind = "validation"    // ValidationException, HTTP 400
+	KindAccessDenied Kind = "access_denied" // AccessDeniedException, HTTP 401/403
+	KindNotFound     Kind = "not_found"     // ResourceNotFoundException, HTTP 404
+	KindGuardrail    Kind = "guardrail"     // content blocked by a guardrail
+	KindCanceled     Kind = "canceled"      // the caller went away
+	KindUnknown      Kind = "unknown"
+)
+
+// Retryable reports whether a failure of this kind may succeed when tried again.
+func (k Kind) Retryable() bool {
+	switch k {
+	case KindThrottled, KindUnavailable, KindTimeout, KindNotReady:
+		return true
+	}
+	return false
+}
+
+// Error is a normalised provider failure.
+type Error struct {
+	Kind  Kind
+	Model string
+	// RetryAfter is the provider's hint, zero when it gave none.
+	RetryAfter time.Duration
+	// Status is the HTTP status the provider answered, zero if none.
+	Status int
+	Err    error
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("provider %s: %s", e.Model, e.Kind)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// KindOf returns the kind of err: the kind of a wrapped *Error, KindCanceled
+// for context cancellation, KindTimeout for an expired deadline, and
+// KindUnknown otherwise.
+func KindOf(err error) Kind {
+	if err == nil {
+		return ""
+	}
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Kind
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return KindTimeout
+	case errors.Is(err, context.Canceled):
+		return KindCanceled
+	}
+	return KindUnknown
+}
+
+// KindFromStatus maps an HTTP status to a kind, for adapters of HTTP APIs.
+func KindFromStatus(status int) Kind {
+	switch {
+	case status == 429:
+		return KindThrottled
+	case status == 408 || status == 504:
+		return KindTimeout
+	case status == 401 || status == 403:
+		return KindAccessDenied
+	case status == 404:
+		return KindNotFound
+	case status >= 500:
+		return KindUnavailable
+	case status >= 400:
+		return KindValidation
+	}
+	return KindUnknown
+}
+
+// RetryAfterOf returns the provider's retry hint carried by err, if any.
+func RetryAfterOf(err error) time.Duration {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.RetryAfter
+	}
+	return 0
+}
