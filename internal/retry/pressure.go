@@ -1,0 +1,187 @@
+package retry
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Level is a model's pressure level. Levels are ordered from least to most
+// conservative, so the larger of two levels is the safer one to act on.
+type Level int
+
+// Pressure levels.
+const (
+	LevelNormal      Level = iota // the configured policy
+	LevelSlight                   // sporadic errors: longer waits, fewer retries
+	LevelRecovery                 // probing after an open circuit: one retry
+	LevelHigh                     // error rate above the high threshold: one retry
+	LevelCircuitOpen              // no calls: callers skip the model
+)
+
+var levelNames = [...]string{"NORMAL", "SLIGHT", "RECOVERY", "HIGH", "CIRCUIT_OPEN"}
+
+func (l Level) String() string {
+	if l < 0 || int(l) >= len(levelNames) {
+		return "UNKNOWN"
+	}
+	return levelNames[l]
+}
+
+// Pressure tracks each model's recent outcomes and the pressure level they
+// put it in.
+//
+// Transitions (error rate over the window; a rate must exceed a threshold):
+//
+//	NORMAL       → SLIGHT        on a failure with rate > slight
+//	SLIGHT       → NORMAL        after normalAfter consecutive successes
+//	SLIGHT       → HIGH          on a failure with rate > high
+//	HIGH         → SLIGHT        when rate < high
+//	HIGH         → CIRCUIT_OPEN  on a failure with rate > open and ≥ minSamples outcomes
+//	CIRCUIT_OPEN → RECOVERY      after cooldown (the window starts afresh)
+//	RECOVERY     → NORMAL        after recoveredAfter consecutive successes
+//	RECOVERY     → CIRCUIT_OPEN  on any failure (the probe failed)
+//
+// Escalation happens only on a failure, so a success never raises the level
+// just because older failures are still in the window.
+type Pressure interface {
+	Record(ctx context.Context, model string, ok bool)
+	Level(ctx context.Context, model string) Level
+}
+
+const pressureSlots = 60
+
+// MemoryPressure is the in-process Pressure.
+type MemoryPressure struct {
+	c    PressureConfig
+	slot time.Duration
+	now  func() time.Time
+
+	mu     sync.Mutex
+	models map[string]*modelPressure
+}
+
+type modelPressure struct {
+	level    Level
+	streak   int // consecutive successes
+	openedAt time.Time
+	slots    [pressureSlots]outcomeSlot
+}
+
+type outcomeSlot struct {
+	idx       int64
+	ok, fails int
+}
+
+// NewMemoryPressure returns pressure tracking for one process. c must be
+// valid; now is the clock.
+func NewMemoryPressure(c PressureConfig, now func() time.Time) *MemoryPressure {
+	return &MemoryPressure{c: c, slot: c.Window / pressureSlots, now: now, models: map[string]*modelPressure{}}
+}
+
+// Record implements Pressure.
+func (p *MemoryPressure) Record(_ context.Context, model string, ok bool) {
+	p.record(model, ok)
+}
+
+// Level implements Pressure.
+func (p *MemoryPressure) Level(_ context.Context, model string) Level {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st, found := p.models[model]
+	if !found {
+		return LevelNormal
+	}
+	p.cool(st, p.now())
+	return st.level
+}
+
+// record applies one outcome and returns the level before and after.
+func (p *MemoryPressure) record(model string, ok bool) (before, after Level) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st, found := p.models[model]
+	if !found {
+		st = &modelPressure{}
+		p.models[model] = st
+	}
+	now := p.now()
+	p.cool(st, now)
+	before = st.level
+
+	idx := now.UnixNano() / int64(p.slot)
+	s := &st.slots[idx%pressureSlots]
+	if s.idx != idx {
+		*s = outcomeSlot{idx: idx}
+	}
+	if ok {
+		s.ok++
+		st.streak++
+	} else {
+		s.fails++
+		st.streak = 0
+	}
+	rate, samples := st.rate(idx)
+
+	th := p.c.Thresholds
+	switch st.level {
+	case LevelNormal:
+		if !ok && rate > th.Slight {
+			st.level = LevelSlight
+		}
+	case LevelSlight:
+		switch {
+		case ok && st.streak >= p.c.NormalAfter:
+			st.level = LevelNormal
+		case !ok && rate > th.High:
+			st.level = LevelHigh
+		}
+	case LevelHigh:
+		switch {
+		case rate < th.High:
+			st.level = LevelSlight
+		case !ok && rate > th.Open && samples >= p.c.MinSamples:
+			st.level, st.openedAt = LevelCircuitOpen, now
+		}
+	case LevelRecovery:
+		switch {
+		case !ok:
+			st.level, st.openedAt = LevelCircuitOpen, now
+		case st.streak >= p.c.RecoveredAfter:
+			st.level = LevelNormal
+		}
+	}
+	return before, st.level
+}
+
+// cool moves an open circuit to RECOVERY once the cooldown has passed. The
+// outcomes that opened it are forgotten: recovery is judged on fresh ones.
+func (p *MemoryPressure) cool(st *modelPressure, now time.Time) {
+	if st.level == LevelCircuitOpen && now.Sub(st.openedAt) >= p.c.Cooldown {
+		st.level, st.streak, st.slots = LevelRecovery, 0, [pressureSlots]outcomeSlot{}
+	}
+}
+
+func (st *modelPressure) rate(cur int64) (float64, int) {
+	var ok, fails int
+	for _, s := range st.slots {
+		if s.idx > cur-pressureSlots {
+			ok += s.ok
+			fails += s.fails
+		}
+	}
+	if ok+fails == 0 {
+		return 0, 0
+	}
+	return float64(fails) / float64(ok+fails), ok + fails
+}
+
+// Steady is a Pressure that always reports NORMAL, for callers that want
+// the configured policy without adaptation.
+type Steady struct{}
+
+// Record implements Pressure.
+func (Steady) Record(context.Context, string, bool) {}
+
+// Level implements Pressure.
+func (Steady) Level(context.Context, string) Level { return LevelNormal }
