@@ -1,0 +1,398 @@
+// Package config holds fmgate's one typed configuration: the defaults that form
+// the MangaAssist profile, loading a YAML file over them, and validation that
+// lists every problem with its field path. A config that fails validation is
+// never applied, not even in part.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole gateway configuration. The zero value is not useful;
+// start from Default.
+type Config struct {
+	// Profile names the deployment profile; informational.
+	Profile string `yaml:"profile"`
+	Server  Server `yaml:"server"`
+	// Locales the assistant answers in; the first is the default.
+	Locales []string `yaml:"locales"`
+	Prompt  Prompt   `yaml:"prompt"`
+	// Models are the model tiers in order: the first is the primary.
+	Models   []Model  `yaml:"models"`
+	Deadline Deadline `yaml:"deadline"`
+	Session  Session  `yaml:"session"`
+	Auth     Auth     `yaml:"auth"`
+	Fleet    Fleet    `yaml:"fleet"`
+
+	Policies `yaml:",inline"`
+}
+
+// Server is the HTTP listener and its limits.
+type Server struct {
+	// Addr to listen on. Default 127.0.0.1:8080.
+	Addr string `yaml:"addr"`
+	// AdminToken guards /admin/ and /dashboard. FMGATE_ADMIN_TOKEN overrides
+	// it; with neither, a random token is generated at start and printed once.
+	AdminToken string `yaml:"adminToken"`
+	// MaxMessageBytes is the largest user message accepted, in bytes of UTF-8
+	// text. Default 8192.
+	MaxMessageBytes int `yaml:"maxMessageBytes"`
+	// DrainTimeout bounds how long in-flight streams may finish after SIGTERM.
+	// Default 30s.
+	DrainTimeout time.Duration `yaml:"drainTimeout"`
+	// OriginPatterns are extra origins allowed to open the WebSocket.
+	OriginPatterns []string `yaml:"originPatterns"`
+}
+
+// Prompt is the system prompt the models receive.
+type Prompt struct {
+	// Name of the prompt artifact, used in its version label.
+	Name string `yaml:"name"`
+	// System is the prompt text, used when File is empty.
+	System string `yaml:"system"`
+	// File, when set, holds the prompt text instead of System.
+	File string `yaml:"file"`
+}
+
+// Model is one model tier.
+type Model struct {
+	// Name is the gateway's name for the model, e.g. "sonnet".
+	Name string `yaml:"name"`
+	// Provider serving it: "sim" (the built-in simulator).
+	Provider string `yaml:"provider"`
+	// ModelID is the provider's model identifier.
+	ModelID string `yaml:"modelId"`
+	// Price per million tokens.
+	InputPerMTok       float64 `yaml:"inputPerMTok"`
+	OutputPerMTok      float64 `yaml:"outputPerMTok"`
+	CachedInputPerMTok float64 `yaml:"cachedInputPerMTok"`
+	// ContextWindow in tokens. Default 200,000.
+	ContextWindow int `yaml:"contextWindow"`
+	// MaxOutputTokens per answer. Default 1,024.
+	MaxOutputTokens int `yaml:"maxOutputTokens"`
+	// Confidence reported when this tier answers: 1.0 primary, 0.7 secondary.
+	Confidence float64 `yaml:"confidence"`
+}
+
+// Deadline is the timeout hierarchy of a turn: every inner deadline is
+// strictly inside its parent's.
+type Deadline struct {
+	// FirstByte is the budget to the first useful byte of a sync chat turn.
+	// Default 3s.
+	FirstByte time.Duration `yaml:"firstByte"`
+	// Attempt bounds one provider call until its first token. Default 2s.
+	Attempt time.Duration `yaml:"attempt"`
+	// MinAttempt is the least time worth starting a model tier with; with
+	// less left, the turn skips to the next fallback tier. Default 300ms.
+	MinAttempt time.Duration `yaml:"minAttempt"`
+	// Batch is the first-byte budget for batch turns. Default 60s.
+	Batch time.Duration `yaml:"batch"`
+}
+
+// Session bounds the conversation history kept per session.
+type Session struct {
+	// HistoryExchanges kept per session. Default 10.
+	HistoryExchanges int `yaml:"historyExchanges"`
+	// TTL of an idle session. Default 30m.
+	TTL time.Duration `yaml:"ttl"`
+	// MaxSessions held in memory. Default 100,000.
+	MaxSessions int `yaml:"maxSessions"`
+}
+
+// Auth maps API keys to callers.
+type Auth struct {
+	// Keys maps a bearer key to its caller.
+	Keys map[string]Caller `yaml:"keys"`
+	// TrustUserHeader accepts X-User-Id (and the WebSocket userId field) as
+	// the caller's identity, as behind an authenticating edge. Default true in
+	// the demo profile.
+	TrustUserHeader bool `yaml:"trustUserHeader"`
+}
+
+// Caller is an identity an API key maps to.
+type Caller struct {
+	UserID string `yaml:"userId"`
+	// Tier is "standard" or "premium".
+	Tier string `yaml:"tier"`
+	// Priority is P0..P3; default P0 for chat.
+	Priority string `yaml:"priority"`
+}
+
+// Fleet configures shared state for several gateway instances.
+type Fleet struct {
+	// Redis address; empty means the embedded in-memory state.
+	Redis string `yaml:"redis"`
+	// RedisPassword, if the server needs one. FMGATE_REDIS_PASSWORD overrides.
+	RedisPassword string `yaml:"redisPassword"`
+	// KeyPrefix for every Redis key. Default "fmgate:".
+	KeyPrefix string `yaml:"keyPrefix"`
+	// Size is the number of instances; local fallbacks take 1/Size of a limit.
+	Size int `yaml:"size"`
+}
+
+// Default returns the MangaAssist profile.
+func Default() Config {
+	return Config{
+		Profile: "MangaAssist",
+		Server: Server{
+			Addr:            "127.0.0.1:8080",
+			MaxMessageBytes: 8 << 10,
+			DrainTimeout:    30 * time.Second,
+		},
+		Locales: []string{"ja", "en"},
+		Prompt: Prompt{
+			Name: "mangaassist-system",
+			System: "You are MangaAssist, a helpful assistant for a Japanese manga store. " +
+				"Help customers find manga, answer questions about orders, shipping, returns and payment, " +
+				"and recommend series based on their preferences. Answer in the customer's language " +
+				"(Japanese or English), politely and concisely.",
+		},
+		Models: []Model{
+			{Name: "sonnet", Provider: "sim", ModelID: "anthropic.claude-3-sonnet-20240229-v1:0",
+				InputPerMTok: 3, OutputPerMTok: 15, ContextWindow: 200_000, MaxOutputTokens: 1024, Confidence: 1.0},
+			{Name: "haiku", Provider: "sim", ModelID: "anthropic.claude-3-haiku-20240307-v1:0",
+				InputPerMTok: 0.25, OutputPerMTok: 1.25, ContextWindow: 200_000, MaxOutputTokens: 1024, Confidence: 0.7},
+		},
+		Deadline: Deadline{
+			FirstByte:  3 * time.Second,
+			Attempt:    2 * time.Second,
+			MinAttempt: 300 * time.Millisecond,
+			Batch:      60 * time.Second,
+		},
+		Session: Session{HistoryExchanges: 10, TTL: 30 * time.Minute, MaxSessions: 100_000},
+		Auth:    Auth{TrustUserHeader: true},
+		Fleet:   Fleet{KeyPrefix: "fmgate:", Size: 1},
+
+		Policies: defaultPolicies(),
+	}
+}
+
+// Load reads a YAML file over the defaults. Unknown fields are errors. The
+// result is validated; on any problem Load returns them all and no config.
+func Load(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	return Parse(f)
+}
+
+// Parse reads YAML from r over the defaults and validates the result.
+func Parse(r io.Reader) (Config, error) {
+	cfg := Default()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: read: %w", err)
+	}
+	if len(bytes.TrimSpace(data)) > 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return Config{}, &Problems{List: yamlProblems(err)}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Problems lists every reason a config was refused.
+type Problems struct {
+	List []string
+}
+
+func (p *Problems) Error() string {
+	return "config has " + plural(len(p.List), "problem") + ":\n  " + strings.Join(p.List, "\n  ")
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+func yamlProblems(err error) []string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return te.Errors
+	}
+	return []string{err.Error()}
+}
+
+// Validate checks the whole config and returns a *Problems listing every
+// problem with its field path, or nil.
+func (c Config) Validate() error {
+	var v validator
+	if c.Server.Addr == "" {
+		v.add("server.addr", "must not be empty")
+	}
+	if c.Server.MaxMessageBytes <= 0 {
+		v.add("server.maxMessageBytes", "must be > 0")
+	}
+	if c.Server.DrainTimeout <= 0 {
+		v.add("server.drainTimeout", "must be > 0")
+	}
+	if len(c.Locales) == 0 {
+		v.add("locales", "must list at least one locale")
+	}
+	for i, l := range c.Locales {
+		if l != "ja" && l != "en" {
+			v.add(fmt.Sprintf("locales[%d]", i), fmt.Sprintf("unsupported locale %q (want ja or en)", l))
+		}
+	}
+	if c.Prompt.System == "" && c.Prompt.File == "" {
+		v.add("prompt", "set system or file")
+	}
+	if c.Prompt.File != "" {
+		if _, err := os.Stat(c.Prompt.File); err != nil {
+			v.add("prompt.file", err.Error())
+		}
+	}
+	if len(c.Models) == 0 {
+		v.add("models", "must list at least one model")
+	}
+	seen := map[string]bool{}
+	for i, m := range c.Models {
+		p := fmt.Sprintf("models[%d]", i)
+		switch {
+		case m.Name == "":
+			v.add(p+".name", "must not be empty")
+		case seen[m.Name]:
+			v.add(p+".name", fmt.Sprintf("duplicate model %q", m.Name))
+		}
+		seen[m.Name] = true
+		if m.Provider != "sim" {
+			v.add(p+".provider", fmt.Sprintf("unknown provider %q (want sim)", m.Provider))
+		}
+		if m.InputPerMTok < 0 || m.OutputPerMTok < 0 || m.CachedInputPerMTok < 0 {
+			v.add(p, "prices must be >= 0")
+		}
+		if m.ContextWindow <= 0 {
+			v.add(p+".contextWindow", "must be > 0")
+		}
+		if m.MaxOutputTokens <= 0 {
+			v.add(p+".maxOutputTokens", "must be > 0")
+		} else if m.ContextWindow > 0 && m.MaxOutputTokens >= m.ContextWindow {
+			v.add(p+".maxOutputTokens", "must be smaller than contextWindow")
+		}
+		if m.Confidence <= 0 || m.Confidence > 1 {
+			v.add(p+".confidence", "must be in (0, 1]")
+		}
+	}
+	d := c.Deadline
+	if d.FirstByte <= 0 {
+		v.add("deadline.firstByte", "must be > 0")
+	}
+	if d.Attempt <= 0 || d.Attempt >= d.FirstByte {
+		v.add("deadline.attempt", "must be > 0 and shorter than deadline.firstByte (provider call < retry loop < turn)")
+	}
+	if d.MinAttempt <= 0 || d.MinAttempt >= d.Attempt {
+		v.add("deadline.minAttempt", "must be > 0 and shorter than deadline.attempt")
+	}
+	if d.Batch <= 0 {
+		v.add("deadline.batch", "must be > 0")
+	}
+	if c.Session.HistoryExchanges < 0 {
+		v.add("session.historyExchanges", "must be >= 0")
+	}
+	if c.Session.TTL <= 0 {
+		v.add("session.ttl", "must be > 0")
+	}
+	if c.Session.MaxSessions <= 0 {
+		v.add("session.maxSessions", "must be > 0")
+	}
+	for k, caller := range c.Auth.Keys {
+		p := "auth.keys." + redactKey(k)
+		if caller.UserID == "" {
+			v.add(p+".userId", "must not be empty")
+		}
+		if caller.Tier != "" && caller.Tier != "standard" && caller.Tier != "premium" {
+			v.add(p+".tier", fmt.Sprintf("unknown tier %q (want standard or premium)", caller.Tier))
+		}
+		if caller.Priority != "" {
+			if _, ok := ParsePriority(caller.Priority); !ok {
+				v.add(p+".priority", fmt.Sprintf("unknown priority %q (want P0..P3)", caller.Priority))
+			}
+		}
+	}
+	if c.Fleet.Size < 1 {
+		v.add("fleet.size", "must be >= 1")
+	}
+	c.Policies.validate(&v)
+	return v.err()
+}
+
+// ParsePriority reads "P0".."P3".
+func ParsePriority(s string) (int, bool) {
+	if len(s) == 2 && (s[0] == 'P' || s[0] == 'p') && s[1] >= '0' && s[1] <= '3' {
+		return int(s[1] - '0'), true
+	}
+	return 0, false
+}
+
+// Model returns the named model tier.
+func (c Config) Model(name string) (Model, bool) {
+	for _, m := range c.Models {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Model{}, false
+}
+
+// SystemPrompt returns the prompt text, reading Prompt.File when set.
+func (c Config) SystemPrompt() (string, error) {
+	if c.Prompt.File == "" {
+		return c.Prompt.System, nil
+	}
+	b, err := os.ReadFile(c.Prompt.File)
+	if err != nil {
+		return "", fmt.Errorf("config: prompt.file: %w", err)
+	}
+	return string(b), nil
+}
+
+func redactKey(k string) string {
+	if len(k) <= 4 {
+		return "****"
+	}
+	return k[:4] + "…"
+}
+
+type validator struct{ list []string }
+
+func (v *validator) add(path, problem string) { v.list = append(v.list, path+": "+problem) }
+
+// sub records every problem in err (a package's Validate result, an
+// errors.Join of "field: problem" errors) under the section path.
+func (v *validator) sub(section string, err error) {
+	if err == nil {
+		return
+	}
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		for _, e := range joined.Unwrap() {
+			v.sub(section, e)
+		}
+		return
+	}
+	v.list = append(v.list, section+"."+err.Error())
+}
+
+func (v *validator) err() error {
+	if len(v.list) == 0 {
+		return nil
+	}
+	return &Problems{List: v.list}
+}

@@ -1,0 +1,328 @@
+// Package gateway wires fmgate together: the turn pipeline (pipeline.go, the
+// order of a turn), the front doors (WebSocket, HTTP/SSE chat) and the admin
+// API.
+package gateway
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/session"
+)
+
+type modelConfig = config.Model
+
+// Gateway is one fmgate instance.
+type Gateway struct {
+	cfg       config.Config
+	providers map[string]provider.Provider
+	sessions  session.Store
+	log       *slog.Logger
+	now       func() time.Time
+	prompt    string
+	userKey   []byte
+
+	admit    Admitter
+	budget   Budgeter
+	plan     Planner
+	reserve  Reserver
+	invoker  Invoker
+	fallback Fallback
+
+	draining atomic.Bool
+	inflight sync.WaitGroup
+	// turnsMu orders enter against Drain so no turn slips in after the wait.
+	turnsMu sync.RWMutex
+
+	requests inflightSet
+	connsMu  sync.Mutex
+	conns    map[*wsConn]struct{}
+	admin    http.Handler // extra admin routes (e.g. the simulator's)
+}
+
+// Deps are what a Gateway is built from. Nil policies are pass-throughs.
+type Deps struct {
+	Providers map[string]provider.Provider
+	Sessions  session.Store
+	Log       *slog.Logger
+	Now       func() time.Time
+	// UserHashKey keys the hash of user ids in logs and events.
+	UserHashKey []byte
+
+	Admitter Admitter
+	Budgeter Budgeter
+	Planner  Planner
+	Reserver Reserver
+	Invoker  Invoker
+	Fallback Fallback
+	// AdminRoutes are mounted under /admin/ behind the admin token.
+	AdminRoutes http.Handler
+}
+
+// New builds a gateway. Every configured model needs a provider.
+func New(cfg config.Config, d Deps) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	prompt, err := cfg.SystemPrompt()
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range cfg.Models {
+		if d.Providers[m.Name] == nil {
+			return nil, errors.New("gateway: no provider for model " + m.Name)
+		}
+	}
+	g := &Gateway{
+		cfg:       cfg,
+		providers: d.Providers,
+		sessions:  d.Sessions,
+		log:       d.Log,
+		now:       d.Now,
+		prompt:    prompt,
+		userKey:   d.UserHashKey,
+		admit:     d.Admitter,
+		budget:    d.Budgeter,
+		plan:      d.Planner,
+		reserve:   d.Reserver,
+		invoker:   d.Invoker,
+		fallback:  d.Fallback,
+		admin:     d.AdminRoutes,
+	}
+	if g.sessions == nil {
+		g.sessions = session.NewMemory(cfg.Session.HistoryExchanges, cfg.Session.MaxSessions, cfg.Session.TTL, nil)
+	}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	if g.admit == nil {
+		g.admit = passAdmitter{}
+	}
+	if g.budget == nil {
+		g.budget = passBudgeter{}
+	}
+	if g.plan == nil {
+		g.plan = passPlanner{}
+	}
+	if g.reserve == nil {
+		g.reserve = passReserver{}
+	}
+	if g.invoker == nil {
+		g.invoker = onceInvoker{}
+	}
+	if g.fallback == nil {
+		g.fallback = gracefulOnly{}
+	}
+	return g, nil
+}
+
+// enter registers a turn in flight, refusing new turns while draining.
+func (g *Gateway) enter() (func(), error) {
+	g.turnsMu.RLock()
+	defer g.turnsMu.RUnlock()
+	if g.draining.Load() {
+		return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown,
+			Message: "The assistant is restarting. Please reconnect in a few seconds.", RetryAfter: 5 * time.Second}
+	}
+	g.inflight.Add(1)
+	return g.inflight.Done, nil
+}
+
+// Drain stops accepting turns and waits for those in flight, up to ctx.
+func (g *Gateway) Drain(ctx context.Context) error {
+	g.turnsMu.Lock()
+	g.draining.Store(true)
+	g.turnsMu.Unlock()
+	done := make(chan struct{})
+	go func() { g.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Ready reports whether the gateway accepts new turns.
+func (g *Gateway) Ready() bool { return !g.draining.Load() }
+
+func (g *Gateway) primary() string { return g.cfg.Models[0].Name }
+
+func (g *Gateway) modelNames() []string {
+	names := make([]string, len(g.cfg.Models))
+	for i, m := range g.cfg.Models {
+		names[i] = m.Name
+	}
+	return names
+}
+
+func (g *Gateway) isModel(tier string) bool {
+	_, ok := g.cfg.Model(tier)
+	return ok
+}
+
+func (g *Gateway) systemPrompt() string { return g.prompt }
+
+func (g *Gateway) supportsLocale(l string) bool {
+	for _, s := range g.cfg.Locales {
+		if s == l {
+			return true
+		}
+	}
+	return false
+}
+
+// hashUser is a keyed hash of a user id, for logs and events.
+func (g *Gateway) hashUser(id string) string {
+	m := hmac.New(sha256.New, g.userKey)
+	m.Write([]byte(id))
+	return hex.EncodeToString(m.Sum(nil)[:12])
+}
+
+func (g *Gateway) traceID(_ context.Context, t *Turn) string { return t.RequestID }
+
+// streamError maps a failure to what the client sees.
+func (g *Gateway) streamError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return &Error{Status: 499, Code: CodeCanceled, Message: "The request was cancelled.", Err: err}
+	case errors.Is(err, errSlowClient):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeSlowClient,
+			Message: "The connection was too slow to receive the answer. Please check your network and ask again.", Err: err}
+	case errors.Is(err, errStreamTooLong):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeStreamTimeout,
+			Message: "The answer took too long and was stopped. Please ask again, perhaps more briefly.", Err: err}
+	}
+	return &Error{Status: http.StatusBadGateway, Code: CodeUpstream,
+		Message: "The answer was interrupted by a model failure. Please ask again.", Err: err}
+}
+
+// errSlowClient and errStreamTooLong are what outputs return when the client
+// cannot keep up or the stream hit its maximum duration.
+var (
+	errSlowClient    = errors.New("client too slow")
+	errStreamTooLong = errors.New("stream reached its maximum duration")
+)
+
+// isRefusal reports whether err is a deliberate refusal (429 and the like)
+// rather than a failure.
+func isRefusal(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusTooManyRequests
+}
+
+func cost(m modelConfig, u provider.Usage) float64 {
+	cachedPrice := m.CachedInputPerMTok
+	if cachedPrice == 0 {
+		cachedPrice = m.InputPerMTok
+	}
+	uncached := u.InputTokens - u.CachedInputTokens
+	return (float64(uncached)*m.InputPerMTok + float64(u.CachedInputTokens)*cachedPrice +
+		float64(u.OutputTokens)*m.OutputPerMTok) / 1e6
+}
+
+// detectLocale guesses ja when the text has kana or kanji.
+func detectLocale(text, fallback string) string {
+	for _, r := range text {
+		if unicode.In(r, unicode.Hiragana, unicode.Katakana, unicode.Han) {
+			return "ja"
+		}
+	}
+	if fallback == "ja" {
+		for _, r := range text {
+			if unicode.IsLetter(r) {
+				return "en"
+			}
+		}
+	}
+	return fallback
+}
+
+// final marks an error that must not be retried (text reached the client).
+type finalError struct{ err error }
+
+func (f finalError) Error() string { return f.err.Error() }
+func (f finalError) Unwrap() error { return f.err }
+
+func final(err error) error { return finalError{err} }
+
+// inflightSet tracks request ids in flight to refuse duplicates.
+type inflightSet struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+func (s *inflightSet) add(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ids == nil {
+		s.ids = make(map[string]struct{})
+	}
+	if _, dup := s.ids[id]; dup {
+		return false
+	}
+	s.ids[id] = struct{}{}
+	return true
+}
+
+func (s *inflightSet) remove(id string) {
+	s.mu.Lock()
+	delete(s.ids, id)
+	s.mu.Unlock()
+}
+
+const slogInfo = slog.LevelInfo
+
+func levelFor(e *Error) slog.Level {
+	if e.Status >= 500 && e.Code != CodeCanceled {
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+func attrString(k, v string) slog.Attr { return slog.String(k, v) }
+
+func turnAttrs(t *Turn, err error) []slog.Attr {
+	attrs := []slog.Attr{
+		slog.String("request_id", t.RequestID),
+		slog.String("user_id_hash", t.UserHash),
+		slog.String("surface", t.Surface),
+		slog.String("priority", t.Priority.String()),
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("err", err.Error()))
+	}
+	return attrs
+}
+
+// gracefulOnly is the fallback used until a cascade is configured: the
+// graceful message in the user's locale.
+type gracefulOnly struct{}
+
+func (gracefulOnly) Answer(_ context.Context, t *Turn, _ error) (*Result, error) {
+	text := "I'm having a bit of trouble right now, but I'm still here! Could you try asking again in a moment?"
+	if t.Locale == "ja" {
+		text = "ただいま少し調子が悪いようです。少し時間をおいて、もう一度お試しください。"
+	}
+	return &Result{Text: text, Tier: "graceful", Degraded: true, Confidence: 0.1}, nil
+}
+
+func (gracefulOnly) Remember(context.Context, *Turn, *Result) {}

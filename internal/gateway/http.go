@@ -1,0 +1,287 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Handler returns the gateway's HTTP routes. adminToken guards /admin/; ui
+// serves the embedded pages (may be nil).
+func (g *Gateway) Handler(adminToken string, ui http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !g.Ready() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": "draining"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+	})
+	mux.HandleFunc("POST /v1/chat", g.serveChat)
+	mux.HandleFunc("GET /ws", g.serveWS)
+	if g.admin != nil {
+		mux.Handle("/admin/", requireToken(adminToken, g.admin))
+	}
+	if ui != nil {
+		mux.Handle("/", ui)
+	}
+	return mux
+}
+
+// serveChat is POST /v1/chat: a JSON answer, or SSE frames with "stream":true.
+func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
+	body, err := decodeChatBody(r.Body, int64(g.cfg.Server.MaxMessageBytes)*2+4096)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	t := &Turn{
+		RequestID:   body.RequestID,
+		SessionID:   body.SessionID,
+		Message:     body.Message,
+		Locale:      body.Locale,
+		Route:       "sendMessage",
+		Surface:     "http",
+		TraceParent: r.Header.Get("traceparent"),
+	}
+	if err := g.authenticate(r, body.UserID, t); err != nil {
+		writeError(w, err)
+		return
+	}
+	if t.RequestID == "" {
+		t.RequestID = newID()
+	} else if !g.requests.add(t.UserID + "\x00" + t.RequestID) {
+		writeError(w, duplicate(t.RequestID))
+		return
+	} else {
+		defer g.requests.remove(t.UserID + "\x00" + t.RequestID)
+	}
+
+	if body.Stream {
+		t.Surface = "sse"
+		sse := newSSESender(w)
+		out := g.newStreamOutput(r.Context(), sse, t.RequestID)
+		defer out.Close()
+		if _, err := g.Run(r.Context(), t, out); err != nil && !sse.started() {
+			writeError(w, err)
+		}
+		return
+	}
+	out := &collector{}
+	res, err := g.Run(r.Context(), t, out)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, chatAnswer{
+		RequestID:  t.RequestID,
+		Text:       out.text(),
+		Tier:       res.Tier,
+		Degraded:   res.Degraded,
+		Confidence: res.Confidence,
+		Usage:      usageJSON{Input: res.Usage.InputTokens, Output: res.Usage.OutputTokens},
+		CostUSD:    res.CostUSD,
+		TraceID:    res.TraceID,
+	})
+}
+
+type chatAnswer struct {
+	RequestID  string    `json:"requestId"`
+	Text       string    `json:"text"`
+	Tier       string    `json:"tier"`
+	Degraded   bool      `json:"degraded"`
+	Confidence float64   `json:"confidence"`
+	Usage      usageJSON `json:"usage"`
+	CostUSD    float64   `json:"costUsd"`
+	TraceID    string    `json:"traceId"`
+}
+
+type usageJSON struct {
+	Input  int `json:"input"`
+	Output int `json:"output"`
+}
+
+// authenticate fills the caller from an API key, or from the trusted user
+// header (or WebSocket field) in the demo profile.
+func (g *Gateway) authenticate(r *http.Request, bodyUser string, t *Turn) error {
+	if key, ok := bearer(r); ok && len(g.cfg.Auth.Keys) > 0 {
+		c, found := g.cfg.Auth.Keys[key]
+		if !found {
+			return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "The API key is not valid."}
+		}
+		t.UserID = c.UserID
+		t.Premium = c.Tier == "premium"
+		if p, ok := parsePriority(c.Priority); ok {
+			t.Priority = p
+		}
+		return nil
+	}
+	if !g.cfg.Auth.TrustUserHeader {
+		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "Send Authorization: Bearer <API key>."}
+	}
+	user := r.Header.Get("X-User-Id")
+	if user == "" {
+		user = bodyUser
+	}
+	if user == "" {
+		user = "anon:" + clientIP(r)
+	}
+	if len(user) > 128 {
+		return invalid("user id must be at most 128 bytes")
+	}
+	t.UserID = user
+	t.Premium = r.Header.Get("X-User-Tier") == "premium"
+	return nil
+}
+
+func parsePriority(s string) (Priority, bool) {
+	if len(s) == 2 && (s[0] == 'P' || s[0] == 'p') && s[1] >= '0' && s[1] <= '3' {
+		return Priority(s[1] - '0'), true
+	}
+	return P0, false
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	const p = "Bearer "
+	if len(h) > len(p) && strings.EqualFold(h[:len(p)], p) {
+		return strings.TrimSpace(h[len(p):]), true
+	}
+	return "", false
+}
+
+func clientIP(r *http.Request) string {
+	host := r.RemoteAddr
+	if i := strings.LastIndexByte(host, ':'); i > 0 {
+		host = host[:i]
+	}
+	return host
+}
+
+// requireToken guards h with a bearer token compared in constant time.
+func requireToken(token string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := bearer(r)
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fmgate admin"`)
+			writeError(w, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
+				Message: "The admin API needs Authorization: Bearer <admin token>."})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func duplicate(id string) *Error {
+	return &Error{Status: http.StatusConflict, Code: CodeDuplicate,
+		Message: "requestId " + strconv.Quote(truncate(id, 40)) + " is already in flight; use a new requestId for a new message."}
+}
+
+type errorBody struct {
+	Error errorJSON `json:"error"`
+}
+
+type errorJSON struct {
+	Code              string `json:"code"`
+	Message           string `json:"message"`
+	RetryAfterSeconds int    `json:"retryAfterSeconds,omitempty"`
+}
+
+// writeError sends err as the JSON error shape with its status and headers.
+func writeError(w http.ResponseWriter, err error) {
+	e := asEdgeError(err)
+	for k, vs := range e.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	if s := e.RetryAfterSeconds(); s > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(s))
+	}
+	status := e.Status
+	if status == 499 {
+		status = http.StatusBadRequest
+	}
+	writeJSON(w, status, errorBody{Error: errorJSON{Code: e.Code, Message: e.Message, RetryAfterSeconds: e.RetryAfterSeconds()}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// collector is the Output of a JSON answer: it holds the text until the end.
+type collector struct {
+	buf     strings.Builder
+	settled bool
+}
+
+func (c *collector) Write(text string) error {
+	c.buf.WriteString(text)
+	return nil
+}
+func (c *collector) Started() bool        { return false }
+func (c *collector) Discard()             { c.buf.Reset() }
+func (c *collector) Finish(*Result) error { c.settled = true; return nil }
+func (c *collector) Fail(*Error) error    { c.settled = true; return nil }
+func (c *collector) text() string         { return c.buf.String() }
+
+// sseSender writes frames as Server-Sent Events. Headers go out with the
+// first frame, so a turn refused before any frame still gets a JSON error.
+type sseSender struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	wrote   bool
+	timeout time.Duration
+}
+
+func newSSESender(w http.ResponseWriter) *sseSender {
+	return &sseSender{w: w, rc: http.NewResponseController(w)}
+}
+
+func (s *sseSender) started() bool { return s.wrote }
+
+// Send implements stream.Sender.
+func (s *sseSender) Send(ctx context.Context, frame []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !s.wrote {
+		h := s.w.Header()
+		h.Set("Content-Type", "text/event-stream; charset=utf-8")
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Accel-Buffering", "no")
+		s.w.WriteHeader(http.StatusOK)
+		s.wrote = true
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = s.rc.SetWriteDeadline(dl)
+	}
+	if _, err := s.w.Write(append(append([]byte("data: "), frame...), '\n', '\n')); err != nil {
+		return err
+	}
+	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}

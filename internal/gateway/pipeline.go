@@ -1,0 +1,285 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// Run takes one turn through the pipeline. The steps below are the order of
+// a turn (DESIGN.md); each is one method, most of them a call into the
+// package that owns the policy.
+//
+// Run returns an *Error when the turn was refused before any answer (the
+// front door sends it with its status); otherwise the answer — a model's, or
+// a degraded one from the fallback cascade — went to out and Run returns it.
+func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (*Result, error) {
+	done, err := g.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+
+	// 1. Validate the request.
+	if err := g.validate(t); err != nil {
+		return nil, err
+	}
+	// 2. Identify the caller.
+	g.identify(t)
+	// 3. Admit: rate limits.
+	if err := g.admit.Admit(ctx, t); err != nil {
+		return nil, err
+	}
+	// 4. Budget: estimate tokens, enforce budgets, truncate history.
+	if err := g.budget.Check(ctx, t, g.primary()); err != nil {
+		return nil, err
+	}
+	// 5. Plan the route of model tiers.
+	route := g.plan.Plan(ctx, t, g.modelNames())
+
+	// 6–7. Reserve quota and invoke, tier by tier, until a model answers.
+	res, err := g.invokeRoute(ctx, t, route, out)
+
+	// 8. Fall back when no model answered and nothing reached the client.
+	if res == nil && !out.Started() {
+		res, err = g.fallBack(ctx, t, err, out)
+	}
+
+	// 9. Stream: finish the answer, or end it with an error frame.
+	if err != nil {
+		edge := g.streamError(err)
+		_ = out.Fail(edge)
+		g.log.LogAttrs(ctx, levelFor(edge), "turn failed mid-stream", turnAttrs(t, edge)...)
+		return nil, edge
+	}
+	res.TraceID = g.traceID(ctx, t)
+	if err := out.Finish(res); err != nil {
+		g.log.LogAttrs(ctx, slogInfo, "client gone before done", turnAttrs(t, err)...)
+	}
+
+	// 10. Record usage, history, cache.
+	g.record(ctx, t, res)
+	return res, nil
+}
+
+// validate enforces sizes and encoding; the decoders checked the shape.
+func (g *Gateway) validate(t *Turn) error {
+	msg := strings.TrimSpace(t.Message)
+	switch {
+	case msg == "":
+		return invalid("message must not be empty")
+	case !utf8.ValidString(t.Message):
+		return invalid("message must be valid UTF-8 text")
+	case len(t.Message) > g.cfg.Server.MaxMessageBytes:
+		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
+			Message: fmt.Sprintf("message is %d bytes; the limit is %d bytes", len(t.Message), g.cfg.Server.MaxMessageBytes)}
+	case t.SessionID == "":
+		return invalid("sessionId must not be empty")
+	case len(t.SessionID) > 128 || !utf8.ValidString(t.SessionID):
+		return invalid("sessionId must be at most 128 bytes of UTF-8")
+	}
+	if t.Locale == "" {
+		t.Locale = detectLocale(t.Message, g.cfg.Locales[0])
+	}
+	if !g.supportsLocale(t.Locale) {
+		return invalid("locale %q is not supported (use one of %s)", t.Locale, strings.Join(g.cfg.Locales, ", "))
+	}
+	return nil
+}
+
+// identify fills what the rest of the turn knows about the caller.
+func (g *Gateway) identify(t *Turn) {
+	t.Received = g.now()
+	t.UserHash = g.hashUser(t.UserID)
+	if t.Feature == "" {
+		t.Feature = "chat"
+	}
+	if h, err := g.sessions.History(context.Background(), t.SessionID); err == nil {
+		t.History = h
+	} else {
+		g.log.Warn("session history unavailable; answering without it", "err", err)
+	}
+}
+
+// invokeRoute tries the planned model tiers in order. It stops at the first
+// answer, or as soon as text reached the client (no fallback after that).
+func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out Output) (*Result, error) {
+	var last error = errNoModel
+	for _, model := range route {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if g.firstByteLeft(t) < g.cfg.Deadline.MinAttempt {
+			last = fmt.Errorf("%s: %w", model, errNoTime)
+			break
+		}
+		lease, err := g.reserve.Reserve(ctx, t, model)
+		if err != nil {
+			last = err
+			if isRefusal(err) && t.Priority != P0 {
+				return nil, err // queued classes get the refusal, not a degraded answer
+			}
+			continue
+		}
+		res, err := g.invoke(ctx, t, model, out)
+		if res != nil {
+			lease.Settle(ctx, res.Usage)
+		} else {
+			lease.Release(ctx)
+		}
+		if err == nil {
+			return res, nil
+		}
+		last = err
+		if out.Started() || ctx.Err() != nil {
+			return nil, err
+		}
+		out.Discard()
+	}
+	return nil, last
+}
+
+// invoke calls one model through the retry loop, streaming into out. Usage of
+// every attempt, failed ones included, is billed in the result.
+func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, out Output) (*Result, error) {
+	m, _ := g.cfg.Model(model)
+	req := g.request(t, m)
+	p := g.providers[model]
+	var (
+		usage provider.Usage
+		resp  *provider.Response
+		ttft  time.Duration
+	)
+	_, err := g.invoker.Invoke(ctx, model, func(ctx context.Context) error {
+		out.Discard()
+		actx, firstToken, stop := g.watchFirstToken(ctx, t)
+		defer stop()
+		start := g.now()
+		r, err := p.Stream(actx, req, func(text string) error {
+			if firstToken() {
+				ttft = g.now().Sub(start)
+			}
+			return out.Write(text)
+		})
+		if r != nil {
+			usage = usage.Add(r.Usage)
+		}
+		if err != nil {
+			if cause := context.Cause(actx); errors.Is(cause, errFirstTokenLate) && ctx.Err() == nil {
+				err = cause
+			}
+			if out.Started() {
+				return final(err)
+			}
+			return err
+		}
+		resp = r
+		return nil
+	})
+	if err != nil {
+		if usage != (provider.Usage{}) {
+			return &Result{Tier: model, ModelID: m.ModelID, Usage: usage, CostUSD: cost(m, usage)}, err
+		}
+		return nil, err
+	}
+	return &Result{
+		Text:       resp.Text,
+		Tier:       model,
+		ModelID:    resp.ModelID,
+		Degraded:   model != g.primary(),
+		Confidence: m.Confidence,
+		Usage:      usage,
+		CostUSD:    cost(m, usage),
+		TTFT:       ttft,
+	}, nil
+}
+
+// fallBack asks the cascade below the model tiers and writes its answer.
+func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output) (*Result, error) {
+	if isRefusal(cause) && t.Priority != P0 {
+		return nil, cause
+	}
+	if errors.Is(cause, context.Canceled) && ctx.Err() != nil {
+		return nil, cause
+	}
+	res, err := g.fallback.Answer(ctx, t, cause)
+	if err != nil {
+		return nil, err
+	}
+	if err := out.Write(res.Text); err != nil {
+		return nil, err
+	}
+	g.log.LogAttrs(ctx, slogInfo, "answered by fallback tier",
+		append(turnAttrs(t, cause), attrString("tier", res.Tier))...)
+	return res, nil
+}
+
+// record keeps the exchange in the session, remembers a model's answer for
+// later fallbacks and records usage against budgets.
+func (g *Gateway) record(ctx context.Context, t *Turn, res *Result) {
+	if err := g.sessions.Append(ctx, t.SessionID, t.Message, res.Text); err != nil {
+		g.log.Warn("session append failed", "err", err)
+	}
+	if !res.Degraded || g.isModel(res.Tier) {
+		g.fallback.Remember(ctx, t, res)
+	}
+	if err := g.budget.Record(ctx, t, res); err != nil {
+		g.log.Warn("budget record failed", "err", err)
+	}
+}
+
+// request builds the provider request for a model tier.
+func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
+	msgs := make([]provider.Message, 0, len(t.History)+1)
+	msgs = append(msgs, t.History...)
+	msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: t.Message})
+	maxOut := m.MaxOutputTokens
+	if t.MaxOutput > 0 && t.MaxOutput < maxOut {
+		maxOut = t.MaxOutput
+	}
+	return &provider.Request{Model: m.Name, System: g.systemPrompt(), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale}
+}
+
+// watchFirstToken returns a context that is cancelled when no token arrives
+// within the attempt's share of the first-byte budget, a function to call on
+// every token (true on the first), and a stop function.
+func (g *Gateway) watchFirstToken(ctx context.Context, t *Turn) (context.Context, func() bool, func()) {
+	budget := min(g.cfg.Deadline.Attempt, g.firstByteLeft(t))
+	actx, cancel := context.WithCancelCause(ctx)
+	var once sync.Once
+	seen := false
+	timer := time.AfterFunc(budget, func() {
+		cancel(&provider.Error{Kind: provider.KindTimeout, Err: errFirstTokenLate})
+	})
+	first := func() bool {
+		if seen {
+			return false
+		}
+		seen = true
+		once.Do(func() { timer.Stop() })
+		return true
+	}
+	return actx, first, func() { timer.Stop(); cancel(nil) }
+}
+
+// firstByteLeft is what remains of the turn's budget to the first byte.
+func (g *Gateway) firstByteLeft(t *Turn) time.Duration {
+	budget := g.cfg.Deadline.FirstByte
+	if t.Priority == P3 {
+		budget = g.cfg.Deadline.Batch
+	}
+	return budget - g.now().Sub(t.Received)
+}
+
+var (
+	errNoModel        = errors.New("no model tier available")
+	errNoTime         = errors.New("too little of the turn's deadline left to start a model call")
+	errFirstTokenLate = errors.New("no first token within the attempt deadline")
+)

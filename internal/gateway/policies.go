@@ -1,0 +1,87 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// The pipeline talks to each policy through the small interface below. A
+// policy that is switched off is a pass-through, so the order of a turn never
+// depends on what is enabled.
+
+// Admitter applies rate limits (step 3). It returns an *Error to refuse.
+type Admitter interface {
+	Admit(ctx context.Context, t *Turn) error
+}
+
+// Budgeter estimates tokens and enforces token and cost budgets (step 4),
+// truncating t.History when needed, and records actual usage afterwards.
+type Budgeter interface {
+	Check(ctx context.Context, t *Turn, model string) error
+	Record(ctx context.Context, t *Turn, res *Result) error
+}
+
+// Planner orders the model tiers for a turn (step 5).
+type Planner interface {
+	Plan(ctx context.Context, t *Turn, models []string) []string
+}
+
+// Reserver reserves provider quota before a model is called (step 6). It may
+// make the turn wait in the priority queue.
+type Reserver interface {
+	Reserve(ctx context.Context, t *Turn, model string) (Lease, error)
+}
+
+// Lease is a quota reservation, settled with the actual usage or released.
+type Lease interface {
+	Settle(ctx context.Context, used provider.Usage)
+	Release(ctx context.Context)
+}
+
+// Invoker runs one model call with retries and breaker bookkeeping (step 7).
+// call is one attempt; Invoker decides whether to try again.
+type Invoker interface {
+	Invoke(ctx context.Context, model string, call func(ctx context.Context) error) (InvokeReport, error)
+}
+
+// InvokeReport says how a model call went, for events and metrics.
+type InvokeReport struct {
+	Attempts int
+	Retries  int
+}
+
+// Fallback answers when no model tier did (step 8).
+type Fallback interface {
+	Answer(ctx context.Context, t *Turn, cause error) (*Result, error)
+	// Remember stores a model's answer for later fallbacks.
+	Remember(ctx context.Context, t *Turn, res *Result)
+}
+
+type passAdmitter struct{}
+
+func (passAdmitter) Admit(context.Context, *Turn) error { return nil }
+
+type passBudgeter struct{}
+
+func (passBudgeter) Check(context.Context, *Turn, string) error   { return nil }
+func (passBudgeter) Record(context.Context, *Turn, *Result) error { return nil }
+
+type passPlanner struct{}
+
+func (passPlanner) Plan(_ context.Context, _ *Turn, models []string) []string { return models }
+
+type passReserver struct{}
+
+func (passReserver) Reserve(context.Context, *Turn, string) (Lease, error) { return noLease{}, nil }
+
+type noLease struct{}
+
+func (noLease) Settle(context.Context, provider.Usage) {}
+func (noLease) Release(context.Context)               {}
+
+type onceInvoker struct{}
+
+func (onceInvoker) Invoke(ctx context.Context, _ string, call func(context.Context) error) (InvokeReport, error) {
+	return InvokeReport{Attempts: 1}, call(ctx)
+}

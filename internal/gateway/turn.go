@@ -1,0 +1,80 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// Priority classes of a turn: P0 sync chat, P1 async user-facing, P2
+// eval/judge, P3 batch.
+type Priority int
+
+// Priority classes.
+const (
+	P0 Priority = iota
+	P1
+	P2
+	P3
+)
+
+func (p Priority) String() string { return "P" + string(rune('0'+int(p))) }
+
+// Turn is one user message travelling through the pipeline. The front door
+// fills the request fields; the pipeline steps fill the rest.
+type Turn struct {
+	// Request, from the front door.
+	RequestID   string
+	SessionID   string
+	Message     string
+	Locale      string
+	Route       string // rate-limit route: "sendMessage", "chat", "batch"
+	Surface     string // "ws", "http", "sse", "batch"
+	TraceParent string // incoming W3C traceparent, if any
+	Feature     string // attribution: what product feature this turn serves
+
+	// Caller, from the front door's authentication.
+	UserID   string
+	Premium  bool
+	Priority Priority
+
+	// Filled by the pipeline.
+	Received  time.Time
+	UserHash  string
+	History   []provider.Message
+	MaxOutput int
+	// EstimatedInput is the token estimate of everything sent to the model.
+	EstimatedInput int
+}
+
+// Result is the answer the pipeline delivered.
+type Result struct {
+	Text       string
+	Tier       string // the tier that answered: a model name, "cache", "faq", "graceful"
+	ModelID    string // the provider's model id, for model tiers
+	Degraded   bool
+	Confidence float64
+	Usage      provider.Usage
+	CostUSD    float64
+	CacheHit   bool
+	TraceID    string
+	TTFT       time.Duration
+}
+
+// Output receives a turn's answer. The streaming front doors back it with a
+// chunk aggregator; the JSON front door collects the text.
+type Output interface {
+	// Write delivers a text delta. An error means the client can no longer
+	// receive; the model call stops.
+	Write(text string) error
+	// Started reports whether any text has reached the client. After that,
+	// the turn may not retry or fall back.
+	Started() bool
+	// Discard drops text written but not yet delivered, before a retry or a
+	// fallback tier writes its own answer.
+	Discard()
+	// Finish delivers the rest and the completion record.
+	Finish(res *Result) error
+	// Fail ends the answer with an error instead of a completion.
+	Fail(err *Error) error
+}

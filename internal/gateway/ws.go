@@ -1,0 +1,222 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// maxInFlightPerConn bounds concurrent turns on one WebSocket.
+const maxInFlightPerConn = 4
+
+// wsPingInterval is how often an idle connection is pinged to find dead peers.
+const wsPingInterval = 30 * time.Second
+
+// serveWS is GET /ws: the chat WebSocket of DESIGN.md's contract.
+func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
+	if !g.Ready() {
+		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown,
+			Message: "The assistant is restarting. Please reconnect in a few seconds.", RetryAfter: 5 * time.Second})
+		return
+	}
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.Server.OriginPatterns})
+	if err != nil {
+		return // Accept has answered the client
+	}
+	// A frame larger than this closes the connection (1009); anything up to it
+	// is read and refused with an error frame, keeping the connection.
+	c.SetReadLimit(int64(max(64<<10, 4*g.cfg.Server.MaxMessageBytes)))
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	conn := &wsConn{c: c, g: g, r: r, turns: make(map[string]context.CancelFunc)}
+	defer func() {
+		cancel()
+		conn.wg.Wait()
+		c.CloseNow()
+	}()
+	go conn.keepAlive(ctx)
+	g.trackConn(conn)
+	defer g.untrackConn(conn)
+
+	for {
+		typ, data, err := c.Read(ctx)
+		if err != nil {
+			return // client gone: cancel() stops every turn of this connection
+		}
+		if typ != websocket.MessageText {
+			conn.sendError(ctx, "", invalid("binary frames are not supported; send JSON text frames"))
+			continue
+		}
+		f, err := decodeClientFrame(data)
+		if err != nil {
+			conn.sendError(ctx, peekRequestID(data), err)
+			continue
+		}
+		switch f.Action {
+		case actionCancel:
+			conn.cancelTurn(f.RequestID)
+		case actionSend:
+			conn.startTurn(ctx, f)
+		}
+	}
+}
+
+// wsConn is one chat WebSocket.
+type wsConn struct {
+	c *websocket.Conn
+	g *Gateway
+	r *http.Request
+
+	mu    sync.Mutex
+	turns map[string]context.CancelFunc
+	wg    sync.WaitGroup
+}
+
+func (cn *wsConn) startTurn(ctx context.Context, f clientFrame) {
+	cn.mu.Lock()
+	if _, dup := cn.turns[f.RequestID]; dup {
+		cn.mu.Unlock()
+		cn.sendError(ctx, f.RequestID, duplicate(f.RequestID))
+		return
+	}
+	if len(cn.turns) >= maxInFlightPerConn {
+		cn.mu.Unlock()
+		cn.sendError(ctx, f.RequestID, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+			Message: "Too many messages in flight on this connection; wait for an answer first.", RetryAfter: time.Second})
+		return
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	cn.turns[f.RequestID] = cancel
+	cn.wg.Add(1)
+	cn.mu.Unlock()
+
+	go func() {
+		defer cn.wg.Done()
+		defer func() {
+			cn.mu.Lock()
+			delete(cn.turns, f.RequestID)
+			cn.mu.Unlock()
+			cancel()
+		}()
+		t := &Turn{
+			RequestID:   f.RequestID,
+			SessionID:   f.SessionID,
+			Message:     f.Message,
+			Locale:      f.Locale,
+			Route:       "sendMessage",
+			Surface:     "ws",
+			TraceParent: cn.r.Header.Get("traceparent"),
+		}
+		if err := cn.g.authenticate(cn.r, f.UserID, t); err != nil {
+			cn.sendError(tctx, f.RequestID, err)
+			return
+		}
+		out := cn.g.newStreamOutput(tctx, cn, f.RequestID)
+		defer out.Close()
+		if _, err := cn.g.Run(tctx, t, out); err != nil && !out.Settled() {
+			cn.sendError(tctx, f.RequestID, err)
+		}
+	}()
+}
+
+func (cn *wsConn) cancelTurn(id string) {
+	cn.mu.Lock()
+	cancel := cn.turns[id]
+	cn.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// Send implements stream.Sender.
+func (cn *wsConn) Send(ctx context.Context, frame []byte) error {
+	return cn.c.Write(ctx, websocket.MessageText, frame)
+}
+
+// sendError writes an error frame outside a stream (refusals, bad frames).
+func (cn *wsConn) sendError(ctx context.Context, requestID string, err error) {
+	e := asEdgeError(err)
+	if e.Code == CodeCanceled {
+		return
+	}
+	b, _ := json.Marshal(errorFrame{Type: "error", RequestID: requestID, Code: e.Code, Message: e.Message, RetryAfterSeconds: e.RetryAfterSeconds()})
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_ = cn.Send(wctx, b)
+}
+
+// keepAlive pings the peer so a dead connection is noticed and its turns stop.
+func (cn *wsConn) keepAlive(ctx context.Context) {
+	t := time.NewTicker(wsPingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := cn.c.Ping(pctx)
+			cancel()
+			if err != nil && !errors.Is(err, context.Canceled) {
+				cn.c.CloseNow()
+				return
+			}
+		}
+	}
+}
+
+// closeGoingAway tells the client the server is restarting.
+func (cn *wsConn) closeGoingAway() {
+	_ = cn.c.Close(websocket.StatusGoingAway, "server restarting")
+}
+
+type errorFrame struct {
+	Type              string `json:"type"`
+	RequestID         string `json:"requestId,omitempty"`
+	Code              string `json:"code"`
+	Message           string `json:"message"`
+	RetryAfterSeconds int    `json:"retryAfterSeconds,omitempty"`
+}
+
+// peekRequestID finds a requestId in a frame that failed to decode, so the
+// error frame can still name it.
+func peekRequestID(data []byte) string {
+	var v struct {
+		RequestID string `json:"requestId"`
+	}
+	if json.Unmarshal(data, &v) == nil && len(v.RequestID) <= 128 {
+		return v.RequestID
+	}
+	return ""
+}
+
+// trackConn and untrackConn keep the open connections, to close them when
+// the drain ends.
+func (g *Gateway) trackConn(c *wsConn) {
+	g.connsMu.Lock()
+	if g.conns == nil {
+		g.conns = make(map[*wsConn]struct{})
+	}
+	g.conns[c] = struct{}{}
+	g.connsMu.Unlock()
+}
+
+func (g *Gateway) untrackConn(c *wsConn) {
+	g.connsMu.Lock()
+	delete(g.conns, c)
+	g.connsMu.Unlock()
+}
+
+// CloseConnections closes every WebSocket with "going away"; call it after
+// Drain so clients reconnect to another instance.
+func (g *Gateway) CloseConnections() {
+	g.connsMu.Lock()
+	defer g.connsMu.Unlock()
+	for c := range g.conns {
+		c.closeGoingAway()
+	}
+}

@@ -1,0 +1,118 @@
+// Package session keeps the recent conversation of each chat session, so
+// every turn carries its context to the model. The in-memory store is the
+// embedded default; it bounds both the exchanges kept per session and the
+// number of sessions, evicting the least recently used.
+package session
+
+import (
+	"container/list"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// Store keeps conversation history per session.
+type Store interface {
+	// History returns the session's messages, oldest first.
+	History(ctx context.Context, sessionID string) ([]provider.Message, error)
+	// Append records one exchange: the user's message and the answer.
+	Append(ctx context.Context, sessionID, user, assistant string) error
+}
+
+// Memory is an in-memory Store.
+type Memory struct {
+	maxExchanges int
+	maxSessions  int
+	ttl          time.Duration
+	now          func() time.Time
+
+	mu       sync.Mutex
+	lru      *list.List // of *entry, front = most recent
+	sessions map[string]*list.Element
+}
+
+type entry struct {
+	id       string
+	messages []provider.Message
+	touched  time.Time
+}
+
+// NewMemory returns a store keeping maxExchanges exchanges (user message and
+// answer) per session, at most maxSessions sessions, each forgotten after ttl
+// without activity. now may be nil for time.Now.
+func NewMemory(maxExchanges, maxSessions int, ttl time.Duration, now func() time.Time) *Memory {
+	if now == nil {
+		now = time.Now
+	}
+	return &Memory{
+		maxExchanges: maxExchanges,
+		maxSessions:  maxSessions,
+		ttl:          ttl,
+		now:          now,
+		lru:          list.New(),
+		sessions:     make(map[string]*list.Element),
+	}
+}
+
+// History implements Store.
+func (m *Memory) History(_ context.Context, sessionID string) ([]provider.Message, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	el, ok := m.sessions[sessionID]
+	if !ok {
+		return nil, nil
+	}
+	e := el.Value.(*entry)
+	if m.now().Sub(e.touched) > m.ttl {
+		m.remove(el)
+		return nil, nil
+	}
+	out := make([]provider.Message, len(e.messages))
+	copy(out, e.messages)
+	return out, nil
+}
+
+// Append implements Store.
+func (m *Memory) Append(_ context.Context, sessionID, user, assistant string) error {
+	if m.maxExchanges == 0 {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	el, ok := m.sessions[sessionID]
+	if !ok {
+		el = m.lru.PushFront(&entry{id: sessionID})
+		m.sessions[sessionID] = el
+		for m.lru.Len() > m.maxSessions {
+			m.remove(m.lru.Back())
+		}
+	}
+	m.lru.MoveToFront(el)
+	e := el.Value.(*entry)
+	if now.Sub(e.touched) > m.ttl {
+		e.messages = e.messages[:0]
+	}
+	e.touched = now
+	e.messages = append(e.messages,
+		provider.Message{Role: provider.RoleUser, Content: user},
+		provider.Message{Role: provider.RoleAssistant, Content: assistant})
+	if extra := len(e.messages) - 2*m.maxExchanges; extra > 0 {
+		e.messages = append(e.messages[:0], e.messages[extra:]...)
+	}
+	return nil
+}
+
+// Len reports how many sessions are held.
+func (m *Memory) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lru.Len()
+}
+
+func (m *Memory) remove(el *list.Element) {
+	delete(m.sessions, el.Value.(*entry).id)
+	m.lru.Remove(el)
+}

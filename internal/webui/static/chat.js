@@ -1,0 +1,163 @@
+// MangaAssist chat page: one WebSocket to /ws, answers rendered chunk by
+// chunk, reconnection with exponential backoff and jitter.
+"use strict";
+
+const TEXT = {
+  ja: {
+    placeholder: "漫画について何でも聞いてください（例：おすすめの少年漫画は？）",
+    send: "送信", connecting: "接続中…", open: "接続済み", closed: "切断（再接続します）",
+    degraded: "簡易回答", tier: "回答元", reconnecting: (s) => `接続が切れました。${s}秒後に再接続します…`,
+    retryAfter: (s) => `${s}秒後にもう一度お試しください。`, notConnected: "接続されていません。再接続をお待ちください。",
+  },
+  en: {
+    placeholder: "Ask anything about manga (e.g. which shonen series do you recommend?)",
+    send: "Send", connecting: "Connecting…", open: "Connected", closed: "Disconnected (reconnecting)",
+    degraded: "degraded answer", tier: "answered by", reconnecting: (s) => `Connection lost. Reconnecting in ${s}s…`,
+    retryAfter: (s) => `Please try again in ${s}s.`, notConnected: "Not connected. Please wait for the reconnection.",
+  },
+};
+
+const state = {
+  locale: localStorage.getItem("locale") || ((navigator.language || "ja").startsWith("ja") ? "ja" : "en"),
+  ws: null, attempt: 0, pending: new Map(), seq: 0,
+  session: sessionStorage.getItem("session") || ("s-" + Math.random().toString(36).slice(2, 12)),
+};
+sessionStorage.setItem("session", state.session);
+
+const $ = (id) => document.getElementById(id);
+
+function t() { return TEXT[state.locale]; }
+
+function setLocale(l) {
+  state.locale = l;
+  localStorage.setItem("locale", l);
+  document.documentElement.lang = l;
+  for (const b of document.querySelectorAll("[data-locale]")) b.setAttribute("aria-pressed", String(b.dataset.locale === l));
+  $("message").placeholder = t().placeholder;
+  $("send").textContent = t().send;
+  setConn($("conn").dataset.state);
+}
+
+function setConn(s) {
+  const el = $("conn");
+  el.dataset.state = s;
+  el.textContent = t()[s] || s;
+}
+
+function banner(text) {
+  const b = $("banner");
+  b.textContent = text || "";
+  b.hidden = !text;
+}
+
+function addMessage(kind, text) {
+  const li = document.createElement("li");
+  li.className = "msg " + kind;
+  const body = document.createElement("div");
+  body.className = "text";
+  body.textContent = text;
+  li.appendChild(body);
+  $("log").appendChild(li);
+  li.scrollIntoView({ block: "end" });
+  return li;
+}
+
+function connect() {
+  setConn("connecting");
+  const proto = location.protocol === "https:" ? "wss:" : "ws:";
+  const ws = new WebSocket(`${proto}//${location.host}/ws`);
+  state.ws = ws;
+  ws.onopen = () => { state.attempt = 0; setConn("open"); banner(""); };
+  ws.onmessage = (ev) => {
+    let f;
+    try { f = JSON.parse(ev.data); } catch { return; }
+    onFrame(f);
+  };
+  ws.onclose = () => {
+    setConn("closed");
+    for (const [id, p] of state.pending) fail(p, { code: "disconnected", message: t().notConnected });
+    state.pending.clear();
+    const delay = Math.min(30, 2 ** state.attempt) * (0.5 + Math.random() / 2);
+    state.attempt++;
+    banner(t().reconnecting(Math.ceil(delay)));
+    setTimeout(connect, delay * 1000);
+  };
+}
+
+function onFrame(f) {
+  if (f.type === "heartbeat") return;
+  const p = state.pending.get(f.requestId);
+  if (f.type === "error" && !p) {
+    banner(f.message + (f.retryAfterSeconds ? " " + t().retryAfter(f.retryAfterSeconds) : ""));
+    return;
+  }
+  if (!p) return;
+  if (f.type === "chunk") {
+    p.text += f.text;
+    p.el.querySelector(".text").textContent = p.text;
+    p.el.scrollIntoView({ block: "end" });
+  } else if (f.type === "done") {
+    p.el.classList.remove("streaming");
+    const meta = document.createElement("div");
+    meta.className = "meta";
+    meta.dataset.testid = "meta";
+    const tier = document.createElement("span");
+    tier.className = "tier";
+    tier.dataset.tier = f.tier;
+    tier.textContent = `${t().tier}: ${f.tier}`;
+    meta.appendChild(tier);
+    if (f.degraded) {
+      const d = document.createElement("span");
+      d.className = "degraded";
+      d.textContent = t().degraded;
+      meta.appendChild(d);
+    }
+    const m = f.metrics || {};
+    const stats = document.createElement("span");
+    stats.textContent = `${(f.tokens || {}).output || 0} tok · ${m.total_ms || 0} ms · $${(f.costUsd || 0).toFixed(5)}`;
+    meta.appendChild(stats);
+    p.el.appendChild(meta);
+    p.el.dataset.done = "true";
+    state.pending.delete(f.requestId);
+  } else if (f.type === "error") {
+    fail(p, f);
+    state.pending.delete(f.requestId);
+  }
+}
+
+function fail(p, f) {
+  p.el.classList.remove("streaming");
+  p.el.classList.add("error");
+  const e = document.createElement("div");
+  e.className = "meta err";
+  e.dataset.testid = "error";
+  e.textContent = f.message + (f.retryAfterSeconds ? " " + t().retryAfter(f.retryAfterSeconds) : "");
+  p.el.appendChild(e);
+  p.el.dataset.done = "error";
+}
+
+function send(text) {
+  if (!state.ws || state.ws.readyState !== WebSocket.OPEN) { banner(t().notConnected); return; }
+  addMessage("user", text);
+  const id = `r${Date.now().toString(36)}-${++state.seq}`;
+  const el = addMessage("bot streaming", "");
+  el.dataset.requestId = id;
+  state.pending.set(id, { el, text: "" });
+  state.ws.send(JSON.stringify({ action: "sendMessage", requestId: id, sessionId: state.session, message: text, locale: state.locale }));
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  for (const b of document.querySelectorAll("[data-locale]")) b.addEventListener("click", () => setLocale(b.dataset.locale));
+  $("composer").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const text = $("message").value.trim();
+    if (!text) return;
+    $("message").value = "";
+    send(text);
+  });
+  $("message").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer").requestSubmit(); }
+  });
+  setLocale(state.locale);
+  connect();
+});
