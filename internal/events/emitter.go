@@ -1,0 +1,485 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Sink receives batches of finished events. Write is called from one
+// goroutine per sink, never concurrently, with a deadline of
+// Config.WriteTimeout. The batch slice is reused after Write returns and
+// its events are read-only.
+//
+// A sink may also implement:
+//   - Durable() bool: true for a store that must see every must-persist
+//     event exactly once (the event store). It then receives WAL replays at
+//     start and must deduplicate on Event.ID.
+//   - io.Closer: called once by Emitter.Close after the last Write.
+type Sink interface {
+	Name() string
+	Write(ctx context.Context, batch []Event) error
+}
+
+type durabler interface{ Durable() bool }
+
+type item struct {
+	ev  *Event
+	seq uint64 // WAL sequence number; 0 when not in the WAL
+}
+
+type sinkRunner struct {
+	sink    Sink
+	name    string
+	durable bool
+	q       chan item
+
+	written, dropped, failed atomic.Uint64
+	// acked is the highest WAL seq this durable sink has acknowledged with
+	// no gap below it; frozen stops it advancing after a must-persist event
+	// was lost for this sink, which then gets it again by replay at the
+	// next start.
+	acked  atomic.Uint64
+	frozen atomic.Bool
+}
+
+// Emitter fans finished events out to sinks in the background. Emit never
+// blocks and never fails: when a sink falls behind, its queue fills and
+// further events are dropped for that sink only, and counted.
+type Emitter struct {
+	cfg   Config
+	log   *slog.Logger
+	sinks []*sinkRunner
+
+	wal      *wal // nil when Config.WAL.Dir is empty
+	walq     chan *Event
+	walErrs  atomic.Uint64
+	walOver  atomic.Uint64
+	walAppnd atomic.Uint64
+	walSegs  atomic.Int64
+
+	emitted   atomic.Uint64
+	closed    atomic.Bool
+	walDone   chan struct{}
+	sinkDone  chan struct{}
+	walWG     sync.WaitGroup
+	sinkWG    sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New validates cfg, opens the WAL (when configured), replays the records
+// not yet acknowledged by each durable sink, and starts the dispatcher.
+// ctx bounds only the replay. log may be nil.
+func New(ctx context.Context, cfg Config, sinks []Sink, log *slog.Logger) (*Emitter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("events: config: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	e := &Emitter{
+		cfg:      cfg,
+		log:      log,
+		walDone:  make(chan struct{}),
+		sinkDone: make(chan struct{}),
+	}
+	seen := map[string]bool{}
+	for _, s := range sinks {
+		if seen[s.Name()] {
+			return nil, fmt.Errorf("events: two sinks named %q", s.Name())
+		}
+		seen[s.Name()] = true
+		r := &sinkRunner{sink: s, name: s.Name(), q: make(chan item, cfg.BufferSize)}
+		if d, ok := s.(durabler); ok && d.Durable() {
+			r.durable = true
+		}
+		e.sinks = append(e.sinks, r)
+	}
+	if cfg.WAL.Dir != "" {
+		w, recs, err := openWAL(cfg.WAL.Dir, cfg.WAL.SegmentBytes)
+		if err != nil {
+			return nil, err
+		}
+		e.wal = w
+		e.walq = make(chan *Event, cfg.BufferSize)
+		e.replay(ctx, recs)
+		if err := w.compact(e.minAck()); err != nil {
+			log.Warn("events: wal compaction", "err", err)
+		}
+		e.walSegs.Store(int64(w.segmentCount()))
+		e.walWG.Add(1)
+		go e.runWAL()
+	}
+	for _, r := range e.sinks {
+		e.sinkWG.Add(1)
+		go e.runSink(r)
+	}
+	return e, nil
+}
+
+// replay hands each durable sink the WAL records above its ack, in order.
+func (e *Emitter) replay(ctx context.Context, recs []walRecord) {
+	for _, r := range e.sinks {
+		if !r.durable {
+			continue
+		}
+		from := e.wal.acks[r.name]
+		r.acked.Store(from)
+		var batch []Event
+		var last uint64
+		flush := func() bool {
+			if len(batch) == 0 {
+				return true
+			}
+			wctx, cancel := context.WithTimeout(ctx, e.cfg.WriteTimeout)
+			err := r.sink.Write(wctx, batch)
+			cancel()
+			if err != nil {
+				e.log.Warn("events: wal replay failed; will retry at next start", "sink", r.name, "err", err)
+				r.failed.Add(1)
+				r.frozen.Store(true)
+				return false
+			}
+			r.written.Add(uint64(len(batch)))
+			r.acked.Store(last)
+			e.wal.setAck(r.name, last)
+			batch = batch[:0]
+			return true
+		}
+		ok := true
+		for _, rec := range recs {
+			if rec.seq <= from {
+				continue
+			}
+			batch = append(batch, rec.ev)
+			last = rec.seq
+			if len(batch) >= e.cfg.BatchSize {
+				if ok = flush(); !ok {
+					break
+				}
+			}
+		}
+		if ok {
+			flush()
+		}
+		// New records get numbers above everything on disk; acknowledging
+		// them must not skip a record another segment still holds.
+		if ok && r.acked.Load() < e.wal.next-1 {
+			r.acked.Store(e.wal.next - 1)
+			e.wal.setAck(r.name, e.wal.next-1)
+		}
+	}
+}
+
+// minAck is the lowest acknowledgement among durable sinks: everything at
+// or below it may be deleted. With no durable sink the WAL only bridges a
+// crash between append and hand-off, so every written record counts.
+func (e *Emitter) minAck() uint64 {
+	m := e.wal.next - 1
+	for _, r := range e.sinks {
+		if r.durable {
+			m = min(m, r.acked.Load())
+		}
+	}
+	return m
+}
+
+// Emit queues ev for every sink and returns at once. Must-persist events go
+// to the WAL first when one is configured. Emit after Close is a no-op.
+func (e *Emitter) Emit(ev Event) {
+	if e == nil || e.closed.Load() {
+		return
+	}
+	e.emitted.Add(1)
+	p := &ev
+	if p.MustPersist && e.wal != nil {
+		select {
+		case e.walq <- p:
+			return
+		default:
+			// The log cannot keep up; delivering without it beats losing
+			// the event outright.
+			e.walOver.Add(1)
+		}
+	}
+	e.fanout(p, 0)
+}
+
+func (e *Emitter) fanout(p *Event, seq uint64) {
+	for _, r := range e.sinks {
+		select {
+		case r.q <- item{ev: p, seq: seq}:
+		default:
+			r.dropped.Add(1)
+			if seq != 0 && r.durable {
+				r.frozen.Store(true)
+			}
+		}
+	}
+}
+
+func (e *Emitter) runWAL() {
+	defer e.walWG.Done()
+	t := time.NewTicker(e.cfg.WAL.FsyncInterval)
+	defer t.Stop()
+	pending := make([]*Event, 0, e.cfg.WAL.Batch)
+	seqs := make([]uint64, 0, e.cfg.WAL.Batch)
+	flush := func() {
+		if len(pending) == 0 {
+			return
+		}
+		seqs = seqs[:0]
+		ok := true
+		for _, p := range pending {
+			seq, err := e.wal.append(p)
+			if err != nil {
+				ok = false
+			}
+			seqs = append(seqs, seq)
+		}
+		if err := e.wal.sync(); err != nil || !ok {
+			e.walErrs.Add(1)
+			e.log.Error("events: wal write failed; must-persist events delivered without it", "err", err)
+			clear(seqs) // not on disk: nothing to acknowledge
+		} else {
+			e.walAppnd.Add(uint64(len(pending)))
+		}
+		for i, p := range pending {
+			e.fanout(p, seqs[i])
+		}
+		clear(pending)
+		pending = pending[:0]
+	}
+	compact := func() {
+		for _, r := range e.sinks {
+			if r.durable {
+				e.wal.setAck(r.name, r.acked.Load())
+			}
+		}
+		if err := e.wal.compact(e.minAck()); err != nil {
+			e.log.Warn("events: wal compaction", "err", err)
+		}
+		e.walSegs.Store(int64(e.wal.segmentCount()))
+	}
+	for {
+		select {
+		case p := <-e.walq:
+			pending = append(pending, p)
+			if len(pending) >= e.cfg.WAL.Batch {
+				flush()
+			}
+		case <-t.C:
+			flush()
+			compact()
+		case <-e.walDone:
+			for {
+				select {
+				case p := <-e.walq:
+					pending = append(pending, p)
+					if len(pending) >= e.cfg.WAL.Batch {
+						flush()
+					}
+					continue
+				default:
+				}
+				break
+			}
+			flush()
+			return
+		}
+	}
+}
+
+func (e *Emitter) runSink(r *sinkRunner) {
+	defer e.sinkWG.Done()
+	batch := make([]Event, 0, e.cfg.BatchSize)
+	var maxSeq uint64
+	take := func(it item) {
+		batch = append(batch, *it.ev)
+		maxSeq = max(maxSeq, it.seq)
+	}
+	for {
+		select {
+		case it := <-r.q:
+			take(it)
+		drain:
+			for len(batch) < e.cfg.BatchSize {
+				select {
+				case it := <-r.q:
+					take(it)
+				default:
+					break drain
+				}
+			}
+			e.write(r, batch, maxSeq)
+			clear(batch)
+			batch, maxSeq = batch[:0], 0
+		case <-e.sinkDone:
+			for {
+				select {
+				case it := <-r.q:
+					take(it)
+					if len(batch) < e.cfg.BatchSize {
+						continue
+					}
+				default:
+				}
+				if len(batch) == 0 {
+					return
+				}
+				e.write(r, batch, maxSeq)
+				clear(batch)
+				batch, maxSeq = batch[:0], 0
+			}
+		}
+	}
+}
+
+// write hands one batch to a sink. A failure is counted and logged, never
+// returned to a turn; durable sinks get a few retries first because the
+// batch may hold cost records.
+func (e *Emitter) write(r *sinkRunner, batch []Event, maxSeq uint64) {
+	attempts := 1
+	if r.durable {
+		attempts = 3
+	}
+	var err error
+	for i := range attempts {
+		if i > 0 {
+			select {
+			case <-time.After(time.Duration(i) * 100 * time.Millisecond):
+			case <-e.sinkDone:
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.WriteTimeout)
+		err = r.sink.Write(ctx, batch)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		r.failed.Add(1)
+		r.dropped.Add(uint64(len(batch)))
+		if maxSeq != 0 {
+			r.frozen.Store(true)
+		}
+		e.log.Warn("events: sink write failed", "sink", r.name, "events", len(batch), "err", err)
+		return
+	}
+	r.written.Add(uint64(len(batch)))
+	if maxSeq != 0 && r.durable && !r.frozen.Load() {
+		r.acked.Store(maxSeq)
+	}
+}
+
+// Stats is a snapshot of the Emitter's counters.
+type Stats struct {
+	// Emitted counts events accepted by Emit.
+	Emitted uint64
+	WAL     WALStats
+	// Sinks is keyed by Sink.Name.
+	Sinks map[string]SinkStats
+}
+
+// WALStats counts the write-ahead log's work.
+type WALStats struct {
+	Appended uint64 // records written and fsync'd
+	Errors   uint64 // failed write or fsync batches
+	Overflow uint64 // must-persist events sent past a full WAL queue
+	Segments int    // segment files on disk
+}
+
+// SinkStats counts one sink's work.
+type SinkStats struct {
+	Written uint64 // events accepted by Write
+	Dropped uint64 // events lost: queue full or Write failed
+	Failed  uint64 // failed Write calls
+	Queued  int    // events waiting now
+	Durable bool
+	// Behind is true for a durable sink that lost a must-persist event; it
+	// gets it back by replay at the next start.
+	Behind bool
+}
+
+// Stats returns the current counters.
+func (e *Emitter) Stats() Stats {
+	s := Stats{
+		Emitted: e.emitted.Load(),
+		WAL: WALStats{
+			Appended: e.walAppnd.Load(),
+			Errors:   e.walErrs.Load(),
+			Overflow: e.walOver.Load(),
+			Segments: int(e.walSegs.Load()),
+		},
+		Sinks: make(map[string]SinkStats, len(e.sinks)),
+	}
+	for _, r := range e.sinks {
+		s.Sinks[r.name] = SinkStats{
+			Written: r.written.Load(),
+			Dropped: r.dropped.Load(),
+			Failed:  r.failed.Load(),
+			Queued:  len(r.q),
+			Durable: r.durable,
+			Behind:  r.frozen.Load(),
+		}
+	}
+	return s
+}
+
+// Close stops accepting events, writes the WAL and drains every sink queue,
+// then closes the sinks. It returns ctx's error if draining outlasts ctx
+// (the drain then finishes in the background).
+func (e *Emitter) Close(ctx context.Context) error {
+	return e.shutdown(ctx, true)
+}
+
+// shutdown with ack=false leaves the acknowledgements and WAL files as a
+// crash would, which tests use to exercise replay.
+func (e *Emitter) shutdown(ctx context.Context, ack bool) error {
+	e.closeOnce.Do(func() {
+		e.closed.Store(true)
+		close(e.walDone)
+		done := make(chan struct{})
+		go func() {
+			e.walWG.Wait()
+			close(e.sinkDone)
+			e.sinkWG.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			e.closeErr = fmt.Errorf("events: close: %w", ctx.Err())
+			return
+		}
+		var errs []error
+		if e.wal != nil {
+			if ack {
+				for _, r := range e.sinks {
+					if r.durable {
+						e.wal.setAck(r.name, r.acked.Load())
+					}
+				}
+				errs = append(errs, e.wal.close(e.minAck()))
+			} else {
+				errs = append(errs, e.wal.sync(), e.wal.f.Close())
+			}
+		}
+		for _, r := range e.sinks {
+			if c, ok := r.sink.(io.Closer); ok {
+				if err := c.Close(); err != nil {
+					errs = append(errs, fmt.Errorf("events: close sink %s: %w", r.name, err))
+				}
+			}
+		}
+		e.closeErr = errors.Join(errs...)
+	})
+	return e.closeErr
+}

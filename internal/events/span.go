@@ -1,0 +1,313 @@
+package events
+
+import (
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Recorder receives finished events. *Emitter implements it; tests may use a
+// slice.
+type Recorder interface {
+	Emit(Event)
+}
+
+// TracerOptions configures a Tracer. The zero value is usable: real clock,
+// random ids, no graph version, a per-process hashing key and excerpts off.
+type TracerOptions struct {
+	// GraphVersion is stamped into node.graph_version of every span (e.g.
+	// "v17.4", a git tag of the pipeline).
+	GraphVersion string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Rand draws trace and span ids; nil means the runtime's fast random
+	// source. A supplied *rand.Rand is guarded by a mutex.
+	Rand *rand.Rand
+	// Hasher turns user ids into user_id_hash; nil means a Hasher with a
+	// random per-process key (hashes then do not join across restarts).
+	Hasher *Hasher
+	// Excerpt enables prompt_excerpt; ExcerptChars caps it in characters
+	// (default 200). The text is always passed through Redact first.
+	Excerpt      bool
+	ExcerptChars int
+}
+
+// Tracer starts spans. It is safe for concurrent use.
+type Tracer struct {
+	rec  Recorder
+	opts TracerOptions
+	mu   sync.Mutex // guards opts.Rand
+}
+
+// NewTracer returns a Tracer whose finished spans go to rec (nil discards
+// them, so tracing can be disabled without changing the pipeline).
+func NewTracer(rec Recorder, opts TracerOptions) *Tracer {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Hasher == nil {
+		opts.Hasher = NewHasher(nil)
+	}
+	if opts.ExcerptChars <= 0 {
+		opts.ExcerptChars = 200
+	}
+	return &Tracer{rec: rec, opts: opts}
+}
+
+func (t *Tracer) u64() uint64 {
+	if t.opts.Rand == nil {
+		return rand.Uint64()
+	}
+	t.mu.Lock()
+	v := t.opts.Rand.Uint64()
+	t.mu.Unlock()
+	return v
+}
+
+func (t *Tracer) newSpanID() [8]byte {
+	var s [8]byte
+	for s == [8]byte{} {
+		binary.BigEndian.PutUint64(s[:], t.u64())
+	}
+	return s
+}
+
+func (t *Tracer) newTraceID() [16]byte {
+	var id [16]byte
+	for id == [16]byte{} {
+		binary.BigEndian.PutUint64(id[:8], t.u64())
+		binary.BigEndian.PutUint64(id[8:], t.u64())
+	}
+	return id
+}
+
+// StartOption adjusts a span at Start.
+type StartOption func(*Span)
+
+// WithKind sets artifact.artifact_kind (default internal; not inherited,
+// since each span says what it did itself).
+func WithKind(k ArtifactKind) StartOption { return func(s *Span) { s.ev.Artifact.ArtifactKind = k } }
+
+// WithNodeID sets node.node_id (default: the span name).
+func WithNodeID(id string) StartOption { return func(s *Span) { s.ev.Node.NodeID = id } }
+
+// WithMustPersist marks the span's event must-persist (cost and quota
+// records): it is written to the WAL before any sink sees it.
+func WithMustPersist() StartOption { return func(s *Span) { s.ev.MustPersist = true } }
+
+// WithInvocationMode sets node.invocation_mode (default: the parent's, or
+// sync_streaming at a root span).
+func WithInvocationMode(m InvocationMode) StartOption {
+	return func(s *Span) { s.ev.Node.InvocationMode = m }
+}
+
+// Start opens a span named name. It continues the trace in ctx (a local
+// parent span or a remote traceparent) or starts a new trace, and returns a
+// ctx carrying the new span for its children. A child inherits the turn's
+// identity (workflow, session, user hash, attribution, invocation mode,
+// capability flags) from its parent as it is at the child's Start.
+// Start on a nil Tracer returns ctx and a nil *Span, whose methods no-op.
+func (t *Tracer) Start(ctx context.Context, name string, opts ...StartOption) (context.Context, *Span) {
+	if t == nil {
+		return ctx, nil
+	}
+	s := &Span{t: t}
+	s.ev.SchemaVersion = SchemaVersion
+	s.ev.Name = name
+	s.ev.Node.NodeID = name
+	s.ev.Node.GraphVersion = t.opts.GraphVersion
+	s.ev.Node.InvocationMode = ModeSyncStreaming
+	s.ev.Artifact.ArtifactKind = KindInternal
+	s.ev.Outcome.Status = StatusOK
+
+	v, _ := ctx.Value(ctxKey{}).(ctxValue)
+	switch {
+	case v.span != nil:
+		p := v.span
+		s.tc.TraceID = p.tc.TraceID
+		s.tc.Flags = p.tc.Flags
+		s.ev.ParentSpanID = p.ev.SpanID
+		p.mu.Lock()
+		s.ev.WorkflowID = p.ev.WorkflowID
+		s.ev.SessionID = p.ev.SessionID
+		s.ev.UserIDHash = p.ev.UserIDHash
+		s.ev.Attribution = p.ev.Attribution
+		s.ev.Node.InvocationMode = p.ev.Node.InvocationMode
+		s.ev.Resource.CapabilityFlagsActive = p.ev.Resource.CapabilityFlagsActive
+		p.mu.Unlock()
+	case v.remote.IsValid():
+		s.tc.TraceID = v.remote.TraceID
+		s.tc.Flags = v.remote.Flags
+		s.ev.ParentSpanID = v.remote.SpanHex()
+	default:
+		s.tc.TraceID = t.newTraceID()
+		s.tc.Flags = 1
+	}
+	s.tc.SpanID = t.newSpanID()
+	s.ev.TraceID = s.tc.TraceHex()
+	s.ev.SpanID = s.tc.SpanHex()
+	if s.ev.WorkflowID == "" {
+		// One turn is one workflow unless the caller names a longer one.
+		s.ev.WorkflowID = s.ev.TraceID
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	s.start = t.opts.Now()
+	return context.WithValue(ctx, ctxKey{}, ctxValue{span: s}), s
+}
+
+// Span is one unit of work of a turn. Its setters are safe for concurrent
+// use and no-ops on a nil *Span or after End.
+type Span struct {
+	t     *Tracer
+	tc    TraceContext
+	start time.Time
+
+	mu    sync.Mutex
+	ev    Event
+	ended bool
+}
+
+func (s *Span) set(f func(e *Event)) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if !s.ended {
+		f(&s.ev)
+	}
+	s.mu.Unlock()
+}
+
+// Context returns the span's trace context (for FormatTraceparent on
+// outgoing calls).
+func (s *Span) Context() TraceContext {
+	if s == nil {
+		return TraceContext{}
+	}
+	return s.tc
+}
+
+// TraceID returns the span's trace id as 32 hex ("" for a nil span).
+func (s *Span) TraceID() string {
+	if s == nil {
+		return ""
+	}
+	return s.ev.TraceID
+}
+
+// SetWorkflow sets workflow_id (default: the trace id).
+func (s *Span) SetWorkflow(id string) { s.set(func(e *Event) { e.WorkflowID = id }) }
+
+// SetSession sets session_id.
+func (s *Span) SetSession(id string) { s.set(func(e *Event) { e.SessionID = id }) }
+
+// SetUser sets user_id_hash to the keyed hash of userID; the raw id is
+// never stored.
+func (s *Span) SetUser(userID string) {
+	if s == nil {
+		return
+	}
+	h := s.t.opts.Hasher.Hash(userID)
+	s.set(func(e *Event) { e.UserIDHash = h })
+}
+
+// SetAttribution sets the attribution block.
+func (s *Span) SetAttribution(a Attribution) { s.set(func(e *Event) { e.Attribution = a }) }
+
+// SetInvocationMode sets node.invocation_mode.
+func (s *Span) SetInvocationMode(m InvocationMode) {
+	s.set(func(e *Event) { e.Node.InvocationMode = m })
+}
+
+// SetKind sets artifact.artifact_kind.
+func (s *Span) SetKind(k ArtifactKind) { s.set(func(e *Event) { e.Artifact.ArtifactKind = k }) }
+
+// SetModel sets artifact.model_id (the provider's model id that served).
+func (s *Span) SetModel(modelID string) { s.set(func(e *Event) { e.Artifact.ModelID = modelID }) }
+
+// SetPromptVersion sets artifact.prompt_version.
+func (s *Span) SetPromptVersion(v string) {
+	s.set(func(e *Event) { e.Artifact.PromptVersion = v })
+}
+
+// SetTool sets artifact.tool_id and tool_version.
+func (s *Span) SetTool(id, version string) {
+	s.set(func(e *Event) { e.Artifact.ToolID, e.Artifact.ToolVersion = id, version })
+}
+
+// SetSubAgent sets artifact.sub_agent_id and sub_agent_version.
+func (s *Span) SetSubAgent(id, version string) {
+	s.set(func(e *Event) { e.Artifact.SubAgentID, e.Artifact.SubAgentVersion = id, version })
+}
+
+// SetTokens sets resource.tokens_in and tokens_out.
+func (s *Span) SetTokens(in, out int) {
+	s.set(func(e *Event) { e.Resource.TokensIn, e.Resource.TokensOut = in, out })
+}
+
+// SetCost sets resource.cost_usd.
+func (s *Span) SetCost(usd float64) { s.set(func(e *Event) { e.Resource.CostUSD = usd }) }
+
+// SetCacheHit sets resource.cache_hit.
+func (s *Span) SetCacheHit(c CacheHit) { s.set(func(e *Event) { e.Resource.CacheHit = c }) }
+
+// SetCapabilityFlags sets resource.capability_flags_active; children started
+// afterwards inherit them.
+func (s *Span) SetCapabilityFlags(flags ...string) {
+	f := append([]string(nil), flags...)
+	s.set(func(e *Event) { e.Resource.CapabilityFlagsActive = f })
+}
+
+// SetStatus sets outcome.status (default ok).
+func (s *Span) SetStatus(st Status) { s.set(func(e *Event) { e.Outcome.Status = st }) }
+
+// SetErrorCode sets outcome.error_code (a stable code such as "throttled");
+// it does not change the status, since a fallback can still succeed.
+func (s *Span) SetErrorCode(code string) { s.set(func(e *Event) { e.Outcome.ErrorCode = code }) }
+
+// SetFallbackUsed sets outcome.fallback_used to the tier that served.
+func (s *Span) SetFallbackUsed(tier string) {
+	s.set(func(e *Event) { e.Outcome.FallbackUsed = tier })
+}
+
+// SetEvalScore sets outcome.eval_score.
+func (s *Span) SetEvalScore(v float64) { s.set(func(e *Event) { e.Outcome.EvalScore = &v }) }
+
+// SetMustPersist marks the event must-persist (see WithMustPersist).
+func (s *Span) SetMustPersist() { s.set(func(e *Event) { e.MustPersist = true }) }
+
+// SetExcerpt records a redacted excerpt of text when excerpts are enabled,
+// and does nothing otherwise: message text never enters an event by default.
+func (s *Span) SetExcerpt(text string) {
+	if s == nil || !s.t.opts.Excerpt {
+		return
+	}
+	x := Excerpt(text, s.t.opts.ExcerptChars)
+	s.set(func(e *Event) { e.PromptExcerpt = x })
+}
+
+// End finishes the span and emits its event. Only the first End counts.
+func (s *Span) End() {
+	if s == nil {
+		return
+	}
+	end := s.t.opts.Now()
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	s.ended = true
+	ev := s.ev
+	s.mu.Unlock()
+	ev.TSStart = s.start.UTC()
+	ev.TSEnd = end.UTC()
+	ev.DurationMS = end.Sub(s.start).Milliseconds()
+	if s.t.rec != nil {
+		s.t.rec.Emit(ev)
+	}
+}

@@ -1,0 +1,247 @@
+package events
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+)
+
+// The WAL is a directory of append-only JSONL segments
+// ("wal-<first seq>.jsonl", one {"seq":N,"event":{…}} per line) and
+// "acks.json", the highest sequence number each durable sink has
+// acknowledged. A sequence number is acknowledged only when every lower one
+// reached that sink too, so replaying everything above it is enough.
+
+const (
+	walPrefix = "wal-"
+	walSuffix = ".jsonl"
+	acksFile  = "acks.json"
+)
+
+type walSegment struct {
+	path string
+	last uint64 // highest seq in the segment; 0 when empty
+}
+
+type walRecord struct {
+	seq uint64
+	ev  Event
+}
+
+type wal struct {
+	dir      string
+	segBytes int64
+
+	closed []walSegment // older segments, oldest first
+	f      *os.File
+	w      *bufio.Writer
+	active walSegment
+	size   int64
+	next   uint64 // next sequence number to assign
+
+	acks      map[string]uint64
+	acksDirty bool
+	buf       []byte
+}
+
+// openWAL reads every segment in dir, returns the records found (a torn
+// last line from a crash is skipped) and starts a fresh active segment.
+func openWAL(dir string, segBytes int64) (*wal, []walRecord, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, nil, fmt.Errorf("events: wal: %w", err)
+	}
+	w := &wal{dir: dir, segBytes: segBytes, next: 1, acks: map[string]uint64{}}
+	if b, err := os.ReadFile(filepath.Join(dir, acksFile)); err == nil {
+		if err := json.Unmarshal(b, &w.acks); err != nil {
+			return nil, nil, fmt.Errorf("events: wal: %s: %w", acksFile, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("events: wal: %w", err)
+	}
+	names, err := filepath.Glob(filepath.Join(dir, walPrefix+"*"+walSuffix))
+	if err != nil {
+		return nil, nil, fmt.Errorf("events: wal: %w", err)
+	}
+	slices.Sort(names) // zero-padded sequence numbers sort numerically
+	var recs []walRecord
+	for _, name := range names {
+		seg, rs, err := readSegment(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		recs = append(recs, rs...)
+		w.closed = append(w.closed, seg)
+		if seg.last >= w.next {
+			w.next = seg.last + 1
+		}
+	}
+	if err := w.rotate(); err != nil {
+		return nil, nil, err
+	}
+	return w, recs, nil
+}
+
+func readSegment(name string) (walSegment, []walRecord, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return walSegment{}, nil, fmt.Errorf("events: wal: %w", err)
+	}
+	defer f.Close()
+	seg := walSegment{path: name}
+	var recs []walRecord
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var line struct {
+			Seq   uint64          `json:"seq"`
+			Event json.RawMessage `json:"event"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Seq == 0 {
+			continue // torn write at a crash
+		}
+		ev, err := Decode(line.Event)
+		if err != nil {
+			continue
+		}
+		recs = append(recs, walRecord{seq: line.Seq, ev: ev})
+		seg.last = max(seg.last, line.Seq)
+	}
+	if err := sc.Err(); err != nil {
+		return walSegment{}, nil, fmt.Errorf("events: wal: read %s: %w", name, err)
+	}
+	return seg, recs, nil
+}
+
+// rotate closes the active segment (if any) and opens a new one.
+func (w *wal) rotate() error {
+	if w.f != nil {
+		if err := w.sync(); err != nil {
+			return err
+		}
+		if err := w.f.Close(); err != nil {
+			return fmt.Errorf("events: wal: %w", err)
+		}
+		w.closed = append(w.closed, w.active)
+	}
+	path := filepath.Join(w.dir, fmt.Sprintf("%s%020d%s", walPrefix, w.next, walSuffix))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return fmt.Errorf("events: wal: %w", err)
+	}
+	w.f, w.w, w.size = f, bufio.NewWriterSize(f, 64<<10), 0
+	w.active = walSegment{path: path}
+	return nil
+}
+
+// append buffers one record and returns its sequence number. It is durable
+// only after sync.
+func (w *wal) append(e *Event) (uint64, error) {
+	seq := w.next
+	b := append(w.buf[:0], `{"seq":`...)
+	b = strconv.AppendUint(b, seq, 10)
+	b = append(b, `,"event":`...)
+	b = AppendJSON(b, e)
+	b = append(b, "}\n"...)
+	w.buf = b
+	if _, err := w.w.Write(b); err != nil {
+		return 0, fmt.Errorf("events: wal: %w", err)
+	}
+	w.next++
+	w.size += int64(len(b))
+	w.active.last = seq
+	return seq, nil
+}
+
+func (w *wal) sync() error {
+	if err := w.w.Flush(); err != nil {
+		return fmt.Errorf("events: wal: %w", err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("events: wal: fsync: %w", err)
+	}
+	return nil
+}
+
+// setAck records that sink acknowledged everything up to seq.
+func (w *wal) setAck(sink string, seq uint64) {
+	if seq > w.acks[sink] {
+		w.acks[sink] = seq
+		w.acksDirty = true
+	}
+}
+
+// compact persists the acks and deletes segments every durable sink has
+// acknowledged; minAck is the lowest ack among them. The active segment is
+// rotated once it exceeds segBytes.
+func (w *wal) compact(minAck uint64) error {
+	var errs []error
+	if w.acksDirty {
+		if err := w.writeAcks(); err != nil {
+			errs = append(errs, err)
+		} else {
+			w.acksDirty = false
+		}
+	}
+	if w.f != nil && w.size >= w.segBytes {
+		if err := w.rotate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	kept := w.closed[:0]
+	for _, s := range w.closed {
+		if s.last <= minAck {
+			if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("events: wal: %w", err))
+				kept = append(kept, s)
+			}
+			continue
+		}
+		kept = append(kept, s)
+	}
+	w.closed = kept
+	return errors.Join(errs...)
+}
+
+func (w *wal) writeAcks() error {
+	b, err := json.Marshal(w.acks)
+	if err != nil {
+		return fmt.Errorf("events: wal: %w", err)
+	}
+	tmp := filepath.Join(w.dir, acksFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o640); err != nil {
+		return fmt.Errorf("events: wal: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(w.dir, acksFile)); err != nil {
+		return fmt.Errorf("events: wal: %w", err)
+	}
+	return nil
+}
+
+// close syncs and closes the active segment, deleting it when everything in
+// it is acknowledged so a clean shutdown leaves an empty log.
+func (w *wal) close(minAck uint64) error {
+	err := w.sync()
+	if cerr := w.f.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("events: wal: %w", cerr)
+	}
+	w.f = nil
+	w.closed = append(w.closed, w.active)
+	if err != nil {
+		return err
+	}
+	return w.compact(minAck)
+}
+
+// segmentCount is the number of segment files the log holds.
+func (w *wal) segmentCount() int {
+	n := len(w.closed)
+	if w.f != nil {
+		n++
+	}
+	return n
+}
