@@ -1,0 +1,363 @@
+// Package sim is fmgate's built-in model simulator: a provider.Provider that
+// answers like the MangaAssist store assistant (Japanese or English, topic
+// aware), at a realistic time to first token and tokens per second, billing
+// usage counted with the cl100k_base tokenizer. It lets new users run the
+// gateway with no credentials, and lets load and scenario tests inject
+// faults per model at run time: outages, error rates by kind, latency,
+// stalls, dropped connections and tokens-per-minute ceilings (see Settings
+// and the admin Handler).
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// Tunables of the simulation that are not per-model settings.
+const (
+	// throttleRetryAfter is the hint an injected throttle carries, about
+	// what Bedrock suggests for a ThrottlingException.
+	throttleRetryAfter = time.Second
+	// faultTimeoutWait is how long an injected timeout hangs when the
+	// caller's context has no earlier deadline.
+	faultTimeoutWait = 3 * time.Second
+	// ttftJitter and paceJitter are the per-call spread around TTFTMs and
+	// TokensPerSecond: ±20% and ±1/3 (60 tok/s becomes 40–80).
+	ttftJitter = 0.2
+	paceJitter = 1.0 / 3
+)
+
+// Stop reasons reported in Response.StopReason, as Anthropic names them.
+const (
+	StopEndTurn   = "end_turn"
+	StopMaxTokens = "max_tokens"
+)
+
+// ErrUnknownModel is returned by SetSettings for a model the simulator was
+// not configured with.
+var ErrUnknownModel = errors.New("sim: unknown model")
+
+// Options are the simulator's clock, sleeper and randomness. Every nil field
+// means the real default, so tests can run without real sleeps.
+type Options struct {
+	// Now defaults to time.Now.
+	Now func() time.Time
+	// Sleep waits for d or until ctx ends, returning ctx.Err() in that case.
+	// The default uses a timer. A fake may advance a fake clock and return
+	// at once.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Rand drives fault draws, jitter and answer wording. The simulator
+	// guards it with a mutex. Defaults to a randomly seeded PCG.
+	Rand *rand.Rand
+}
+
+// Sim is the simulator. It is safe for concurrent use; settings changed
+// with SetSettings or the admin API apply from the next call.
+type Sim struct {
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+
+	mu     sync.Mutex
+	models map[string]*model
+}
+
+// model is the mutable state of one simulated model.
+type model struct {
+	settings Settings
+	usage    provider.Usage
+	tpm      tpmLedger
+}
+
+var _ provider.Provider = (*Sim)(nil)
+
+// New returns a simulator for cfg's models, or cfg's validation errors.
+func New(cfg Config, opts Options) (*Sim, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	s := &Sim{
+		now:    opts.Now,
+		sleep:  opts.Sleep,
+		rng:    opts.Rand,
+		models: make(map[string]*model, len(cfg.Models)),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.sleep == nil {
+		s.sleep = sleepCtx
+	}
+	if s.rng == nil {
+		s.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	for name, st := range cfg.Models {
+		s.models[name] = &model{settings: st.clone()}
+	}
+	return s, nil
+}
+
+// sleepCtx waits for d or until ctx ends, whichever comes first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Models returns the simulated model names, sorted.
+func (s *Sim) Models() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.models))
+}
+
+// Settings returns a copy of model's current settings.
+func (s *Sim) Settings(name string) (Settings, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.models[name]
+	if !ok {
+		return Settings{}, false
+	}
+	return m.settings.clone(), true
+}
+
+// SetSettings replaces model's settings from the next call on. It returns
+// the validation errors of st, or an error wrapping ErrUnknownModel.
+func (s *Sim) SetSettings(name string, st Settings) error {
+	if err := st.Validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.models[name]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownModel, name)
+	}
+	m.settings = st.clone()
+	return nil
+}
+
+// Usage returns the tokens the simulator has billed for model since it was
+// created, including the input and partial output of calls that were cut,
+// stalled or cancelled once admitted. Calls refused before admission (outage,
+// injected errors, TPM ceiling) bill nothing, as on Bedrock.
+func (s *Sim) Usage(name string) provider.Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.models[name]; ok {
+		return m.usage
+	}
+	return provider.Usage{}
+}
+
+// Complete answers req in one piece. It takes as long as the stream would.
+func (s *Sim) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
+	return s.Stream(ctx, req, func(string) error { return nil })
+}
+
+// plan is everything a call draws from the shared random source, drawn in
+// one go and in a fixed order so that a seeded simulator is reproducible
+// whatever the settings.
+type plan struct {
+	fault    provider.Kind // "" when the call is not to fail
+	ttft     time.Duration
+	interval time.Duration // between output tokens; 0 is as fast as possible
+	words    *rand.Rand    // the call's own source for composing the answer
+}
+
+func (s *Sim) draw(st Settings) plan {
+	s.rngMu.Lock()
+	u, ttftU, paceU := s.rng.Float64(), s.rng.Float64(), s.rng.Float64()
+	seed1, seed2 := s.rng.Uint64(), s.rng.Uint64()
+	s.rngMu.Unlock()
+
+	p := plan{words: rand.New(rand.NewPCG(seed1, seed2))}
+	cum := 0.0
+	for _, k := range faultKinds {
+		cum += st.ErrorRate[k]
+		if u < cum {
+			p.fault = k
+			break
+		}
+	}
+	ttft := float64(st.TTFTMs) * float64(time.Millisecond)
+	p.ttft = time.Duration(ttft * (1 - ttftJitter + 2*ttftJitter*ttftU))
+	if st.TokensPerSecond > 0 {
+		tps := st.TokensPerSecond * (1 - paceJitter + 2*paceJitter*paceU)
+		p.interval = time.Duration(float64(time.Second) / tps)
+	}
+	return p
+}
+
+// Stream answers req token by token at the model's pace. Each delta is
+// valid UTF-8 (a character split across two tokens is sent whole). Every
+// failure is a *provider.Error with Kind and Model set, except an error
+// returned by emit, which is returned as is; the Response is never nil and
+// carries the text and usage produced so far.
+func (s *Sim) Stream(ctx context.Context, req *provider.Request, emit func(text string) error) (*provider.Response, error) {
+	start := s.now()
+	st, ok := s.Settings(req.Model)
+	if !ok {
+		return &provider.Response{ModelID: req.Model}, &provider.Error{
+			Kind: provider.KindNotFound, Model: req.Model, Status: 404,
+			Err: fmt.Errorf("no simulated model %q", req.Model),
+		}
+	}
+	resp := &provider.Response{ModelID: st.ModelID}
+	if resp.ModelID == "" {
+		resp.ModelID = req.Model
+	}
+	p := s.draw(st)
+	fail := func(kind provider.Kind, status int, msg string) *provider.Error {
+		return &provider.Error{Kind: kind, Model: req.Model, Status: status, Err: errors.New(msg)}
+	}
+
+	if err := s.wait(ctx, time.Duration(st.LatencyMs)*time.Millisecond); err != nil {
+		return resp, ctxError(req.Model, err)
+	}
+	if st.Outage {
+		return resp, fail(provider.KindUnavailable, 503, "simulated outage")
+	}
+	switch p.fault {
+	case provider.KindThrottled:
+		err := fail(provider.KindThrottled, 429, "simulated throttling")
+		err.RetryAfter = throttleRetryAfter
+		return resp, err
+	case provider.KindUnavailable:
+		return resp, fail(provider.KindUnavailable, 503, "simulated service unavailable")
+	case provider.KindNotReady:
+		return resp, fail(provider.KindNotReady, 503, "simulated model not ready")
+	case provider.KindGuardrail:
+		return resp, fail(provider.KindGuardrail, 400, "simulated guardrail intervention")
+	case provider.KindTimeout:
+		if err := s.sleep(ctx, faultTimeoutWait); err != nil {
+			return resp, ctxError(req.Model, err)
+		}
+		return resp, fail(provider.KindTimeout, 408, "simulated model timeout")
+	}
+
+	input := InputTokens(req)
+	if retryAfter, ok := s.admit(req.Model, st.TPMCeiling, input); !ok {
+		err := fail(provider.KindThrottled, 429, fmt.Sprintf("simulated tokens-per-minute ceiling of %d reached", st.TPMCeiling))
+		err.RetryAfter = retryAfter
+		return resp, err
+	}
+	resp.Usage.InputTokens = input
+	err := s.generate(ctx, req, st, p, start, resp, emit)
+	s.bill(req.Model, resp.Usage.OutputTokens)
+	return resp, err
+}
+
+// generate produces the answer into resp, keeping resp.Text and
+// resp.Usage.OutputTokens current so that a failure leaves the partial
+// result in place.
+func (s *Sim) generate(ctx context.Context, req *provider.Request, st Settings, p plan, start time.Time, resp *provider.Response, emit func(string) error) error {
+	pieces := tokenPieces(composeAnswer(req, p.words))
+	stop := StopEndTurn
+	if req.MaxTokens > 0 && len(pieces) > req.MaxTokens {
+		pieces, stop = pieces[:req.MaxTokens], StopMaxTokens
+	}
+	if err := s.wait(ctx, p.ttft); err != nil {
+		return ctxError(req.Model, err)
+	}
+	var text strings.Builder
+	defer func() { resp.Text = text.String() }()
+	var joiner utf8Joiner
+	for i, piece := range pieces {
+		if st.StallAfterTokens > 0 && i == st.StallAfterTokens {
+			<-ctx.Done()
+			return ctxError(req.Model, ctx.Err())
+		}
+		if st.CutAfterTokens > 0 && i == st.CutAfterTokens {
+			return &provider.Error{
+				Kind: provider.KindUnavailable, Model: req.Model,
+				Err: fmt.Errorf("simulated connection dropped after %d output tokens", i),
+			}
+		}
+		if i > 0 {
+			if err := s.wait(ctx, p.interval); err != nil {
+				return ctxError(req.Model, err)
+			}
+		}
+		resp.Usage.OutputTokens++
+		delta := joiner.add(piece)
+		if delta == "" {
+			continue
+		}
+		if text.Len() == 0 {
+			resp.TTFT = s.now().Sub(start)
+		}
+		text.WriteString(delta)
+		if err := emit(delta); err != nil {
+			return err
+		}
+	}
+	resp.StopReason = stop
+	return nil
+}
+
+// wait sleeps for d, or only checks ctx when there is nothing to wait for,
+// so a zero-latency stream still stops when its caller goes away.
+func (s *Sim) wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	return s.sleep(ctx, d)
+}
+
+// admit checks the TPM ceiling (0 = none) and, when the call fits, records
+// and bills its input tokens.
+func (s *Sim) admit(name string, ceiling, input int) (retryAfter time.Duration, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.models[name] // models are never removed, so m is set
+	now := s.now()
+	if ceiling > 0 {
+		if ok, retryAfter := m.tpm.admit(now, input, ceiling); !ok {
+			return retryAfter, false
+		}
+	}
+	m.tpm.record(now, input)
+	m.usage.InputTokens += input
+	return 0, true
+}
+
+// bill records output tokens produced by an admitted call.
+func (s *Sim) bill(name string, output int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.models[name]
+	m.tpm.record(s.now(), output)
+	m.usage.OutputTokens += output
+}
+
+// ctxError normalises the end of the caller's context: an expired deadline
+// is a timeout, anything else a cancellation. The context error stays
+// wrapped for errors.Is.
+func ctxError(model string, err error) error {
+	kind := provider.KindCanceled
+	if errors.Is(err, context.DeadlineExceeded) {
+		kind = provider.KindTimeout
+	}
+	return &provider.Error{Kind: kind, Model: model, Err: err}
+}
