@@ -1,0 +1,199 @@
+package quota
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed ledger.lua
+var ledgerLua string
+
+var ledgerScript = redis.NewScript(ledgerLua)
+
+// Redis is the fleet Ledger: every instance sharing the client and key prefix
+// shares the same windows, holds and run-time ceilings. Each Reserve, Settle,
+// Release and Saturation is one Lua script (one round trip) using Redis TIME
+// as the clock, bounded by Config.StoreTimeout.
+//
+// When Redis fails, calls return the error (never a *SaturatedError): the
+// caller decides, and the gateway's documented choice is to go ahead with the
+// call, since the provider's own throttling still bounds the damage.
+type Redis struct {
+	c       redis.UniversalClient
+	prefix  string
+	cfg     Config
+	pol     policy
+	timeout time.Duration
+	// clock overrides Redis TIME in tests that move time; nil in production.
+	clock func() time.Time
+}
+
+// NewRedis returns a ledger keeping its state under prefix in c.
+func NewRedis(c redis.UniversalClient, prefix string, cfg Config) (*Redis, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("quota: %w", err)
+	}
+	return &Redis{c: c, prefix: prefix, cfg: cfg, pol: newPolicy(cfg), timeout: cfg.StoreTimeout}, nil
+}
+
+func (l *Redis) keys(model string) []string {
+	// The hash tag keeps one model's keys in one cluster slot.
+	base := l.prefix + "quota:{" + model + "}:"
+	return []string{base + "win", base + "held", base + "exp", base + "agg", base + "ceil"}
+}
+
+func (l *Redis) run(ctx context.Context, model, op, id string, p Priority, tokens int) ([]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	c := l.cfg.Models[model]
+	clock := ""
+	if l.clock != nil {
+		clock = strconv.FormatInt(l.clock().UnixMilli(), 10)
+	}
+	args := []any{
+		op, id, int(p), tokens, c.TPM, c.RPM, l.pol.margin,
+		l.pol.pauseAt[0], l.pol.pauseAt[1], l.pol.pauseAt[2], l.pol.pauseAt[3],
+		l.pol.guaranteed[0], l.pol.guaranteed[1], l.pol.guaranteed[2], l.pol.guaranteed[3],
+		l.cfg.MaxHold.Milliseconds(), clock,
+	}
+	res, err := ledgerScript.Run(ctx, l.c, l.keys(model), args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("quota: redis %s %s: %w", op, model, err)
+	}
+	if len(res) == 0 {
+		return nil, fmt.Errorf("quota: redis %s %s: empty reply", op, model)
+	}
+	if n, _ := res[0].(int64); n == -1 {
+		return nil, fmt.Errorf("%w %q", ErrUnknownModel, model)
+	}
+	return res, nil
+}
+
+// Reserve implements Ledger.
+func (l *Redis) Reserve(ctx context.Context, model string, p Priority, tokens int) (Reservation, error) {
+	if !p.Valid() {
+		return nil, fmt.Errorf("quota: reserve: invalid priority %d", int(p))
+	}
+	tokens = max(tokens, 0)
+	id := strconv.FormatUint(rand.Uint64(), 36)
+	res, err := l.run(ctx, model, "reserve", id, p, tokens)
+	if err != nil {
+		return nil, err
+	}
+	if n, _ := res[0].(int64); n == 1 {
+		return &redisReservation{l: l, model: model, id: id, tokens: tokens}, nil
+	}
+	if len(res) < 3 {
+		return nil, fmt.Errorf("quota: redis reserve %s: malformed reply", model)
+	}
+	sat, _ := strconv.ParseFloat(fmt.Sprint(res[1]), 64)
+	ms, _ := res[2].(int64)
+	return nil, &SaturatedError{Model: model, Priority: p, Saturation: sat, RetryAfter: time.Duration(ms) * time.Millisecond}
+}
+
+// Saturation implements Ledger.
+func (l *Redis) Saturation(ctx context.Context, model string) (Snapshot, error) {
+	res, err := l.run(ctx, model, "snap", "", P0, 0)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if len(res) < 5 {
+		return Snapshot{}, fmt.Errorf("quota: redis snap %s: malformed reply", model)
+	}
+	num := func(v any) int { n, _ := v.(int64); return int(n) }
+	sat, _ := strconv.ParseFloat(fmt.Sprint(res[4]), 64)
+	return Snapshot{
+		TokensUsed: num(res[0]), RequestsUsed: num(res[1]),
+		TPMLimit: num(res[2]), RPMLimit: num(res[3]),
+		Saturation: sat,
+	}, nil
+}
+
+// SetCeiling implements Ledger. The override is stored without expiry and is
+// seen by every instance from its next reservation.
+func (l *Redis) SetCeiling(ctx context.Context, model string, c Ceiling) error {
+	if c.TPM < 0 || c.RPM < 0 || (c != Ceiling{} && (c.TPM == 0 || c.RPM == 0)) {
+		return fmt.Errorf("quota: set ceiling %s: tpm and rpm must both be > 0 (or both 0 to restore)", model)
+	}
+	cmd := l.c
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	key := l.keys(model)[4]
+	var err error
+	if c == (Ceiling{}) {
+		err = cmd.Del(ctx, key).Err()
+	} else {
+		err = cmd.HSet(ctx, key, "tpm", c.TPM, "rpm", c.RPM).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("quota: set ceiling %s: %w", model, err)
+	}
+	return nil
+}
+
+// Ceilings implements Ledger: the configured models and their shared
+// overrides. Models that exist only as an override set by another instance
+// are not listed.
+func (l *Redis) Ceilings(ctx context.Context) (map[string]Ceiling, error) {
+	cmd := l.c
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	pipe := cmd.Pipeline()
+	cmds := map[string]*redis.SliceCmd{}
+	for name := range l.cfg.Models {
+		cmds[name] = pipe.HMGet(ctx, l.keys(name)[4], "tpm", "rpm")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("quota: ceilings: %w", err)
+	}
+	out := make(map[string]Ceiling, len(cmds))
+	for name, c := range cmds {
+		ceil := l.cfg.Models[name]
+		if v := c.Val(); len(v) == 2 && v[0] != nil && v[1] != nil {
+			tpm, err1 := strconv.Atoi(fmt.Sprint(v[0]))
+			rpm, err2 := strconv.Atoi(fmt.Sprint(v[1]))
+			if err1 == nil && err2 == nil {
+				ceil = Ceiling{TPM: tpm, RPM: rpm}
+			}
+		}
+		out[name] = ceil
+	}
+	return out, nil
+}
+
+type redisReservation struct {
+	l      *Redis
+	model  string
+	id     string
+	tokens int
+	done   atomic.Bool
+}
+
+func (r *redisReservation) Tokens() int { return r.tokens }
+
+// Settle implements Reservation. If Redis cannot be reached the error is
+// returned and the hold simply expires after MaxHold.
+func (r *redisReservation) Settle(ctx context.Context, actualTokens int) error {
+	if r.done.Swap(true) {
+		return nil
+	}
+	_, err := r.l.run(ctx, r.model, "settle", r.id, P0, max(actualTokens, 0))
+	return err
+}
+
+// Release implements Reservation.
+func (r *redisReservation) Release(ctx context.Context) error {
+	if r.done.Swap(true) {
+		return nil
+	}
+	_, err := r.l.run(ctx, r.model, "release", r.id, P0, 0)
+	return err
+}
