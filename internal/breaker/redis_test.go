@@ -1,0 +1,66 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestRedisConformance(t *testing.T) {
+	runConformance(t, func(t *testing.T) harness {
+		client, prefix := redistest.Client(t)
+		// The race test queues 1,000 scripts on a small pool; the timeout
+		// is about Redis health, not this test's throughput.
+		return harness{
+			factory: RedisFactory(client, prefix, 10*time.Second),
+			advance: func(d time.Duration) { time.Sleep(d + 2*time.Millisecond) },
+		}
+	})
+}
+
+func TestRedisUnreachableFailsOpen(t *testing.T) {
+	client := redis.NewClient(&redis.Options{
+		Addr:        "127.0.0.1:1", // nothing listens on port 1
+		DialTimeout: 100 * time.Millisecond,
+		MaxRetries:  -1,
+	})
+	defer client.Close()
+	b := NewRedis(client, "fmgate-test:unreachable:", "sonnet", DefaultConfig())
+
+	start := time.Now()
+	p, err := b.Allow(context.Background())
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOpen) {
+		t.Fatalf("Allow = %v, want ErrUnavailable and not ErrOpen", err)
+	}
+	if p == nil {
+		t.Fatal("Allow returned a nil Permit")
+	}
+	p.Done(context.Background(), false) // must not panic or block
+	if _, err := b.Snapshot(context.Background()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Snapshot = %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("calls against a dead Redis took %s", d)
+	}
+
+	s := NewSet(RedisFactory(client, "fmgate-test:unreachable:", 0), map[string]Config{"haiku": DefaultConfig()})
+	if snap := s.Snapshots(context.Background())["haiku"]; snap.Error == "" {
+		t.Errorf("Snapshots for an unreachable breaker = %+v, want Error set", snap)
+	}
+}
+
+func TestRedisSharesStateAcrossInstances(t *testing.T) {
+	client, prefix := redistest.Client(t)
+	cfg := suiteConfig()
+	a := NewRedis(client, prefix, "sonnet", cfg)
+	b := NewRedis(client, prefix, "sonnet", cfg)
+	record(t, a, "FFF")
+	record(t, b, "FF")
+	wantState(t, a, Open, "after five failures split between two instances")
+	other := NewRedis(client, prefix, "haiku", cfg)
+	wantState(t, other, Closed, "for a different name")
+}
