@@ -123,9 +123,7 @@ func (s *RedisStore) AllowAll(ctx context.Context, buckets []Bucket, n int, out 
 	if len(keys) == 0 {
 		return true, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	res, err := gcraScript.Run(ctx, s.client, keys, args...).Slice()
+	res, err := s.run(ctx, keys, args)
 	if err != nil {
 		return false, fmt.Errorf("ratelimit: redis: %w", err)
 	}
@@ -160,4 +158,29 @@ func (s *RedisStore) AllowAll(ctx context.Context, buckets []Bucket, n int, out 
 		out[i] = d
 	}
 	return num(res[0]) == 1, nil
+}
+
+// run calls the script within s.timeout. go-redis honours context deadlines
+// on the socket only when the client was built with ContextTimeoutEnabled;
+// so that a silent server cannot hold a turn whatever the client options,
+// the call runs aside and is abandoned at the deadline (it then ends at the
+// client's own read timeout).
+func (s *RedisStore) run(ctx context.Context, keys []string, args []any) ([]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	type reply struct {
+		v   []any
+		err error
+	}
+	ch := make(chan reply, 1)
+	go func() {
+		v, err := gcraScript.Run(ctx, s.client, keys, args...).Slice()
+		ch <- reply{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
