@@ -163,7 +163,7 @@ type Attribution struct {
 // ID is the key durable sinks deduplicate on: it is stable across WAL
 // replays. It is trace_id followed by span_id (48 hex) rather than span_id
 // alone, because 64-bit span ids collide at fleet volume.
-func (e *Event) ID() string { return e.TraceID + e.SpanID }
+func (e Event) ID() string { return e.TraceID + e.SpanID }
 
 // MarshalJSON encodes through Encode so that encoding/json users get the
 // same allow-listed shape as sinks.

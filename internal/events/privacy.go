@@ -66,17 +66,17 @@ const (
 
 var (
 	emailRe = regexp.MustCompile(`[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}`)
-	// 13–19 digits, optionally grouped by single spaces or dashes; Luhn
-	// decides whether it is a card.
-	cardRe   = regexp.MustCompile(dig + `(?:[ \-－]?` + dig + `){12,18}`)
-	phoneRes = []*regexp.Regexp{
+	// Digit groups joined by single spaces or dashes; redactCards looks
+	// inside for 13–19 digits that pass Luhn.
+	digitRunRe = regexp.MustCompile(dig + `+(?:[ \-－]` + dig + `+)*`)
+	phoneRes   = []*regexp.Regexp{
 		// International: +81 90-1234-5678, +1 (415) 555-2671, +442071838750.
 		regexp.MustCompile(`[+＋]` + dig + `{1,3}` + sep + `?(?:\(?` + dig + `{1,4}\)?` + sep + `?){1,4}` + dig + `{2,4}`),
 		// Japanese domestic: 090-1234-5678, 03-1234-5678, 0120-123-456,
 		// (03) 1234-5678.
-		regexp.MustCompile(`\(?0` + dig + `{1,4}\)?` + sep + `?` + dig + `{1,4}` + sep + dig + `{3,4}`),
+		regexp.MustCompile(`\(?[0０]` + dig + `{1,4}\)?` + sep + `?` + dig + `{1,4}` + sep + dig + `{3,4}`),
 		// Japanese mobile and landline without separators: 09012345678.
-		regexp.MustCompile(`0` + dig + `{9,10}`),
+		regexp.MustCompile(`[0０]` + dig + `{9,10}`),
 		// North American style: (415) 555-2671, 415-555-2671.
 		regexp.MustCompile(`\(?` + dig + `{3}\)?` + sep + `?` + dig + `{3}` + sep + dig + `{4}`),
 	}
@@ -92,8 +92,9 @@ func Redact(text string) string {
 		return text
 	}
 	text = emailRe.ReplaceAllLiteralString(text, RedactedEmail)
-	text = replaceBounded(text, cardRe, func(m string) (string, bool) {
-		return RedactedCard, luhn(m)
+	text = replaceBounded(text, digitRunRe, func(m string) (string, bool) {
+		r := redactCards(m)
+		return r, r != m
 	})
 	for _, re := range phoneRes {
 		text = replaceBounded(text, re, func(string) (string, bool) { return RedactedPhone, true })
@@ -127,6 +128,56 @@ func replaceBounded(s string, re *regexp.Regexp, f func(string) (string, bool)) 
 		return s
 	}
 	b.WriteString(s[last:])
+	return b.String()
+}
+
+// redactCards replaces, within one run of digit groups, every stretch of
+// whole groups holding 13–19 digits that passes Luhn. Looking at group
+// boundaries finds a card written next to another number ("090-1111-2222
+// 4111 1111 1111 1111"), which one leftmost regexp match would swallow.
+func redactCards(run string) string {
+	type group struct{ start, end, digits int }
+	var gs []group
+	for i := 0; i < len(run); {
+		r, n := utf8.DecodeRuneInString(run[i:])
+		if !isDigitRune(r) {
+			i += n
+			continue
+		}
+		g := group{start: i}
+		for i < len(run) {
+			r, n := utf8.DecodeRuneInString(run[i:])
+			if !isDigitRune(r) {
+				break
+			}
+			g.digits++
+			i += n
+		}
+		g.end = i
+		gs = append(gs, g)
+	}
+	var b strings.Builder
+	last := 0
+	for i := 0; i < len(gs); i++ {
+		total := 0
+		for j := i; j < len(gs); j++ {
+			total += gs[j].digits
+			if total > 19 {
+				break
+			}
+			if total >= 13 && luhn(run[gs[i].start:gs[j].end]) {
+				b.WriteString(run[last:gs[i].start])
+				b.WriteString(RedactedCard)
+				last = gs[j].end
+				i = j
+				break
+			}
+		}
+	}
+	if last == 0 {
+		return run
+	}
+	b.WriteString(run[last:])
 	return b.String()
 }
 

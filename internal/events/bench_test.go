@@ -1,0 +1,72 @@
+package events
+
+import (
+	"context"
+	"testing"
+)
+
+type discardSink struct{}
+
+func (discardSink) Name() string                         { return "discard" }
+func (discardSink) Write(context.Context, []Event) error { return nil }
+
+// BenchmarkSpanStartEnd is the hot-path cost a turn pays per span: Start,
+// a few setters, End and Emit into the emitter's queues.
+func BenchmarkSpanStartEnd(b *testing.B) {
+	cfg := DefaultConfig()
+	em, err := New(context.Background(), cfg, []Sink{discardSink{}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer em.Close(context.Background())
+	tr := NewTracer(em, cfg.TracerOptions())
+	ctx, root := tr.Start(context.Background(), "turn")
+	root.SetSession("s_abc123")
+	root.SetUser("user-42")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_, s := tr.Start(ctx, "model_attempt", WithKind(KindLLMCall))
+			s.SetModel("claude-sonnet-4-6")
+			s.SetTokens(4218, 312)
+			s.SetCost(0.00451)
+			s.End()
+		}
+	})
+	b.StopTimer()
+	st := em.Stats().Sinks["discard"]
+	b.ReportMetric(float64(st.Dropped)/float64(b.N), "dropped/op")
+}
+
+// BenchmarkEmit measures Emit alone with one sink.
+func BenchmarkEmit(b *testing.B) {
+	em, err := New(context.Background(), DefaultConfig(), []Sink{discardSink{}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer em.Close(context.Background())
+	ev := event(1, false)
+	b.ReportAllocs()
+	for b.Loop() {
+		em.Emit(ev)
+	}
+}
+
+// BenchmarkEncode measures the allow-listed encoder sinks use.
+func BenchmarkEncode(b *testing.B) {
+	ev := event(1, false)
+	ev.Resource.CapabilityFlagsActive = []string{"recommend_v2"}
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendJSON(buf[:0], &ev)
+	}
+}
+
+func BenchmarkRedact(b *testing.B) {
+	const text = "連絡先は taro@example.jp / 090-1234-5678、カード 4111 1111 1111 1111 で払います"
+	b.ReportAllocs()
+	for b.Loop() {
+		Redact(text)
+	}
+}
