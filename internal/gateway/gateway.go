@@ -19,6 +19,7 @@ import (
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/session"
+	"github.com/fmgate/fmgate/internal/stream"
 )
 
 type modelConfig = config.Model
@@ -31,6 +32,7 @@ type Gateway struct {
 	log       *slog.Logger
 	now       func() time.Time
 	prompt    string
+	streamCfg stream.Config
 	userKey   []byte
 
 	admit    Admitter
@@ -91,6 +93,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		log:       d.Log,
 		now:       d.Now,
 		prompt:    prompt,
+		streamCfg: cfg.Stream,
 		userKey:   d.UserHashKey,
 		admit:     d.Admitter,
 		budget:    d.Budgeter,

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime/debug"
+
+	"github.com/fmgate/fmgate/internal/config"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+const usage = `usage: fmgate [command] [flags]
+
+commands:
+  serve     run the gateway (the default)
+  validate  check a config file and list every problem
+  version   print the version
+
+Run "fmgate <command> -h" for the command's flags.
+`
+
+// run is the whole program; main only turns its error into an exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, stdout, stderr)
+	case "validate":
+		return validate(args, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "fmgate", buildVersion())
+		return nil
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+func validate(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file to check (YAML)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return errors.New("validate: -config FILE is required")
+	}
+	if _, err := config.Load(*path); err != nil {
+		var p *config.Problems
+		if errors.As(err, &p) {
+			for _, line := range p.List {
+				fmt.Fprintln(stdout, line)
+			}
+			return fmt.Errorf("%s: %d problem(s)", *path, len(p.List))
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", *path)
+	return nil
+}
+
+func buildVersion() string {
+	if version != "dev" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return version
+}

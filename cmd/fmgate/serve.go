@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/server"
+)
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file (YAML); default: the embedded MangaAssist profile")
+	addr := fs.String("addr", "", "listen address (overrides server.addr; default 127.0.0.1:8080)")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg := config.Default()
+	if *path != "" {
+		var err error
+		if cfg, err = config.Load(*path); err != nil {
+			return err
+		}
+	}
+	if *addr != "" {
+		cfg.Server.Addr = *addr
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	token, generated := adminToken(cfg)
+	app, err := server.New(ctx, cfg, server.Options{Log: log})
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+
+	ln, err := net.Listen("tcp", cfg.Server.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           app.Handler(token),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+	fmt.Fprintf(stdout, "fmgate %s serving %s on http://%s (models: %s)\n", buildVersion(), cfg.Profile, ln.Addr(), modelList(cfg))
+	if generated {
+		fmt.Fprintf(stdout, "admin token (generated for this run; set FMGATE_ADMIN_TOKEN to choose one): %s\n", token)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	// Drain: /readyz turns false, new turns are refused, in-flight ones finish.
+	log.Info("draining", "timeout", cfg.Server.DrainTimeout.String())
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.Server.DrainTimeout)
+	defer cancel()
+	if err := app.Gateway.Drain(dctx); err != nil {
+		log.Warn("drain timeout reached with turns still in flight")
+	}
+	app.Gateway.CloseConnections()
+	sctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("shutdown", "err", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// adminToken picks the admin token: config, then FMGATE_ADMIN_TOKEN, else a
+// random one (reported as generated so it is printed once).
+func adminToken(cfg config.Config) (string, bool) {
+	if v := os.Getenv("FMGATE_ADMIN_TOKEN"); v != "" {
+		return v, false
+	}
+	if cfg.Server.AdminToken != "" {
+		return cfg.Server.AdminToken, false
+	}
+	var b [18]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:]), true
+}
+
+func modelList(cfg config.Config) string {
+	s := ""
+	for i, m := range cfg.Models {
+		if i > 0 {
+			s += " → "
+		}
+		s += m.Name
+	}
+	return s
+}
+
