@@ -113,4 +113,3 @@ func modelList(cfg config.Config) string {
 	}
 	return s
 }
-

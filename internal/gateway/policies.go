@@ -78,7 +78,7 @@ func (passReserver) Reserve(context.Context, *Turn, string) (Lease, error) { ret
 type noLease struct{}
 
 func (noLease) Settle(context.Context, provider.Usage) {}
-func (noLease) Release(context.Context)               {}
+func (noLease) Release(context.Context)                {}
 
 type onceInvoker struct{}
 
