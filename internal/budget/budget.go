@@ -1,0 +1,402 @@
+// Package budget estimates the tokens a chat request will use and enforces
+// the token and cost budgets before the request reaches a model: per request
+// (input and output), the model's context window, per session, and per user
+// per day in dollars. Over the per-request input limit it truncates the
+// oldest history first, always keeping the latest exchange and the current
+// message.
+//
+// Estimation is language-aware (text is split by script: kana, kanji, Latin,
+// digits, punctuation, …) and calibrates itself per model from the usage the
+// providers report, so Japanese and mixed traffic is estimated as well as
+// English.
+package budget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// Config holds the budget limits. A zero session or daily limit disables
+// that budget.
+type Config struct {
+	// RequestInput is the most input tokens one request may carry after
+	// history truncation. Default 4,000.
+	RequestInput int `yaml:"requestInput"`
+	// RequestOutput caps the output tokens granted to one request; a request
+	// asking for more (or for nothing) gets this. Default 1,024.
+	RequestOutput int `yaml:"requestOutput"`
+	// ContextWindow is the model's window. The input may use the window
+	// minus PromptOverhead, SafetyTokens and the granted output. Default 200,000.
+	ContextWindow int `yaml:"contextWindow"`
+	// PromptOverhead is reserved for the provider's own framing. Default 300.
+	PromptOverhead int `yaml:"promptOverhead"`
+	// SafetyTokens absorbs estimation error. Default 500.
+	SafetyTokens int `yaml:"safetyTokens"`
+	// SessionInput and SessionOutput bound a conversation's cumulative
+	// tokens. Defaults 50,000 and 25,000.
+	SessionInput  int `yaml:"sessionInput"`
+	SessionOutput int `yaml:"sessionOutput"`
+	// DailyCostUSD bounds a user's spend per day. Default 5.00.
+	DailyCostUSD float64 `yaml:"dailyCostUsd"`
+	// Timezone is the IANA zone whose midnight starts a new day. Default "UTC".
+	Timezone string `yaml:"timezone"`
+	// SessionTTL is how long session counters live after their last update.
+	// Default 24h.
+	SessionTTL time.Duration `yaml:"sessionTtl"`
+	// StoreTimeout bounds every counter read or write. Default 100ms.
+	StoreTimeout time.Duration `yaml:"storeTimeout"`
+}
+
+// DefaultConfig returns the MangaAssist limits.
+func DefaultConfig() Config {
+	return Config{
+		RequestInput:   4_000,
+		RequestOutput:  1_024,
+		ContextWindow:  200_000,
+		PromptOverhead: 300,
+		SafetyTokens:   500,
+		SessionInput:   50_000,
+		SessionOutput:  25_000,
+		DailyCostUSD:   5.00,
+		Timezone:       "UTC",
+		SessionTTL:     24 * time.Hour,
+		StoreTimeout:   100 * time.Millisecond,
+	}
+}
+
+// Validate reports every problem in c, each as "field: problem".
+func (c Config) Validate() error {
+	var errs []error
+	positive := func(name string, v int) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s: must be > 0", name))
+		}
+	}
+	nonNegative := func(name string, v int) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s: must be >= 0", name))
+		}
+	}
+	positive("requestInput", c.RequestInput)
+	positive("requestOutput", c.RequestOutput)
+	positive("contextWindow", c.ContextWindow)
+	nonNegative("promptOverhead", c.PromptOverhead)
+	nonNegative("safetyTokens", c.SafetyTokens)
+	nonNegative("sessionInput", c.SessionInput)
+	nonNegative("sessionOutput", c.SessionOutput)
+	if c.DailyCostUSD < 0 {
+		errs = append(errs, errors.New("dailyCostUsd: must be >= 0"))
+	}
+	if c.ContextWindow > 0 && c.ContextWindow-c.PromptOverhead-c.SafetyTokens-c.RequestOutput <= 0 {
+		errs = append(errs, errors.New("contextWindow: leaves no room for input after overhead, safety and output"))
+	}
+	if _, err := time.LoadLocation(c.Timezone); err != nil || c.Timezone == "" {
+		errs = append(errs, fmt.Errorf("timezone: unknown zone %q", c.Timezone))
+	}
+	if c.SessionTTL <= 0 {
+		errs = append(errs, errors.New("sessionTtl: must be > 0"))
+	}
+	if c.StoreTimeout <= 0 {
+		errs = append(errs, errors.New("storeTimeout: must be > 0"))
+	}
+	return errors.Join(errs...)
+}
+
+// Message is one conversation turn.
+type Message = provider.Message
+
+// Parts are the pieces of a request's input.
+type Parts struct {
+	System string
+	// History is the conversation before the current message, oldest first.
+	History []Message
+	// Context is retrieved context; it travels inside the system prompt or
+	// the user turn, so it adds no message framing of its own.
+	Context string
+	// User is the current message.
+	User string
+}
+
+// Estimate is the estimated input tokens, by part.
+type Estimate struct {
+	System  int
+	History int
+	// HistoryEach is the estimate of each History message.
+	HistoryEach []int
+	Context     int
+	User        int
+	Total       int
+	// Counts is what the estimate was computed from; pass it to
+	// Estimator.Observe with the billed input tokens to calibrate.
+	Counts ScriptCounts
+}
+
+// Estimate estimates parts for model.
+func (e *Estimator) Estimate(model string, p Parts) Estimate {
+	var est Estimate
+	msg := func(text string, framed bool) (int, float64) {
+		c := Count(text)
+		if framed {
+			c.Messages = 1
+		}
+		est.Counts = est.Counts.Add(c)
+		f := e.Tokens(model, c)
+		return int(f + 0.5), f
+	}
+	var total, f float64
+	if p.System != "" {
+		est.System, f = msg(p.System, true)
+		total += f
+	}
+	est.HistoryEach = make([]int, len(p.History))
+	for i, m := range p.History {
+		est.HistoryEach[i], f = msg(m.Content, true)
+		est.History += est.HistoryEach[i]
+		total += f
+	}
+	if p.Context != "" {
+		est.Context, f = msg(p.Context, false)
+		total += f
+	}
+	est.User, f = msg(p.User, true)
+	total += f
+	est.Total = int(total + 0.5)
+	return est
+}
+
+// Budget names in ExceededError.
+const (
+	BudgetRequestInput  = "request_input"
+	BudgetContextWindow = "context_window"
+	BudgetSessionInput  = "session_input"
+	BudgetSessionOutput = "session_output"
+	BudgetDailyCost     = "daily_cost"
+)
+
+// ErrExceeded is matched (errors.Is) by every *ExceededError.
+var ErrExceeded = errors.New("budget: exceeded")
+
+// ExceededError says which budget refused a request.
+type ExceededError struct {
+	// Budget is one of the Budget* names.
+	Budget string
+	Limit  float64
+	Used   float64
+	// ResetAt is when the budget starts afresh, in the configured zone; zero
+	// when it never resets by itself (per request, per session).
+	ResetAt time.Time
+}
+
+func (e *ExceededError) Error() string {
+	s := fmt.Sprintf("budget: %s exceeded (%g of %g)", e.Budget, e.Used, e.Limit)
+	if !e.ResetAt.IsZero() {
+		s += ", resets at " + e.ResetAt.Format(time.RFC3339)
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrExceeded) true.
+func (e *ExceededError) Is(target error) bool { return target == ErrExceeded }
+
+// Message is a user-facing explanation in locale ("ja…" for Japanese,
+// anything else English).
+func (e *ExceededError) Message(locale string) string {
+	ja := len(locale) >= 2 && locale[:2] == "ja"
+	reset := e.ResetAt.Format("2006-01-02 15:04 MST")
+	switch e.Budget {
+	case BudgetRequestInput:
+		if ja {
+			return fmt.Sprintf("メッセージが長すぎます（1回のリクエストの上限は%sトークンです）。短くしてもう一度お試しください。", thousands(e.Limit))
+		}
+		return fmt.Sprintf("Your message is too long for one request (limit %s tokens). Please shorten it and try again.", thousands(e.Limit))
+	case BudgetContextWindow:
+		if ja {
+			return "リクエストがモデルの処理できる長さを超えています。メッセージを短くするか、新しい会話を始めてください。"
+		}
+		return "This request is longer than the model can read at once. Please shorten your message or start a new conversation."
+	case BudgetSessionInput, BudgetSessionOutput:
+		if ja {
+			return fmt.Sprintf("この会話はご利用上限（%sトークン）に達しました。新しい会話を始めてください。", thousands(e.Limit))
+		}
+		return fmt.Sprintf("This conversation has reached its limit (%s tokens). Please start a new conversation.", thousands(e.Limit))
+	case BudgetDailyCost:
+		if ja {
+			return fmt.Sprintf("本日のご利用上限（$%.2f）に達しました。%s にリセットされます。", e.Limit, reset)
+		}
+		return fmt.Sprintf("You have reached today's usage limit ($%.2f). It resets at %s.", e.Limit, reset)
+	}
+	if ja {
+		return "ご利用上限に達しました。"
+	}
+	return "A usage limit was reached."
+}
+
+func thousands(v float64) string {
+	s := fmt.Sprintf("%d", int64(v))
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// Request is what Check needs to know about a turn.
+type Request struct {
+	UserID    string
+	SessionID string
+	Model     string
+	Parts     Parts
+	// MaxOutput is the output the caller asks for; zero or more than
+	// Config.RequestOutput means Config.RequestOutput.
+	MaxOutput int
+}
+
+// Plan is an admitted request.
+type Plan struct {
+	// History is the history to send: the request's, possibly truncated.
+	History []Message
+	// Truncated reports that Dropped oldest history messages were removed.
+	Truncated bool
+	Dropped   int
+	// Estimate is for the parts as sent (after truncation).
+	Estimate Estimate
+	// InputTokens is Estimate.Total.
+	InputTokens int
+	// MaxOutput is the output granted: the request's ask, capped by
+	// Config.RequestOutput and by what is left of the session's output budget.
+	MaxOutput int
+	// CostUSD is the worst-case cost (input + MaxOutput) at the given price.
+	CostUSD float64
+	// Counts is Estimate.Counts, for Estimator.Observe once usage is known.
+	Counts ScriptCounts
+	// CountersErr is set when the session and daily counters could not be
+	// read: the request is admitted without those two checks (degrade, don't
+	// fail) and the caller should report it.
+	CountersErr error
+}
+
+// Enforcer checks requests against the budgets and records usage.
+type Enforcer struct {
+	cfg      Config
+	loc      *time.Location
+	est      *Estimator
+	counters Counters
+	now      func() time.Time
+}
+
+// New returns an Enforcer. now is the clock (time.Now when nil).
+func New(cfg Config, est *Estimator, counters Counters, now func() time.Time) (*Enforcer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("budget: %w", err)
+	}
+	if est == nil || counters == nil {
+		return nil, errors.New("budget: estimator and counters are required")
+	}
+	loc, _ := time.LoadLocation(cfg.Timezone)
+	if now == nil {
+		now = time.Now
+	}
+	return &Enforcer{cfg: cfg, loc: loc, est: est, counters: counters, now: now}, nil
+}
+
+// Estimator returns the estimator the enforcer uses, for Observe.
+func (b *Enforcer) Estimator() *Estimator { return b.est }
+
+// day returns the counter key of the day t falls in and when it ends.
+func (b *Enforcer) day(t time.Time) (string, time.Time) {
+	t = t.In(b.loc)
+	y, m, d := t.Date()
+	return t.Format("2006-01-02"), time.Date(y, m, d+1, 0, 0, 0, 0, b.loc)
+}
+
+// Check applies the budgets in order — per-request input and output, context
+// window, session input and output, daily cost — and returns the plan or an
+// *ExceededError. Counter store failures never refuse a request: see
+// Plan.CountersErr.
+func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, error) {
+	maxOut := req.MaxOutput
+	if maxOut <= 0 || maxOut > b.cfg.RequestOutput {
+		maxOut = b.cfg.RequestOutput
+	}
+	window := b.cfg.ContextWindow - b.cfg.PromptOverhead - b.cfg.SafetyTokens - maxOut
+	target := min(b.cfg.RequestInput, window)
+
+	parts := req.Parts
+	est := b.est.Estimate(req.Model, parts)
+	plan := Plan{History: parts.History}
+	if est.Total > target {
+		keep, dropped := truncate(parts.History, est.HistoryEach, est.Total-target)
+		if dropped > 0 {
+			parts.History = keep
+			est = b.est.Estimate(req.Model, parts)
+			plan.History, plan.Truncated, plan.Dropped = keep, true, dropped
+		}
+	}
+	if est.Total > b.cfg.RequestInput {
+		return Plan{}, &ExceededError{Budget: BudgetRequestInput, Limit: float64(b.cfg.RequestInput), Used: float64(est.Total)}
+	}
+	if est.Total > window {
+		return Plan{}, &ExceededError{Budget: BudgetContextWindow, Limit: float64(window), Used: float64(est.Total)}
+	}
+
+	now := b.now()
+	day, next := b.day(now)
+	tctx, cancel := context.WithTimeout(ctx, b.cfg.StoreTimeout)
+	tot, err := b.counters.Load(tctx, req.UserID, req.SessionID, day)
+	cancel()
+	if err != nil {
+		plan.CountersErr = fmt.Errorf("budget: load counters: %w", err)
+	} else {
+		if lim := b.cfg.SessionInput; lim > 0 && tot.SessionInput+est.Total > lim {
+			return Plan{}, &ExceededError{Budget: BudgetSessionInput, Limit: float64(lim), Used: float64(tot.SessionInput)}
+		}
+		if lim := b.cfg.SessionOutput; lim > 0 {
+			left := lim - tot.SessionOutput
+			if left <= 0 {
+				return Plan{}, &ExceededError{Budget: BudgetSessionOutput, Limit: float64(lim), Used: float64(tot.SessionOutput)}
+			}
+			maxOut = min(maxOut, left)
+		}
+	}
+	cost := price.Cost(provider.Usage{InputTokens: est.Total, OutputTokens: maxOut})
+	if lim := b.cfg.DailyCostUSD; err == nil && lim > 0 && tot.DayCostUSD+cost > lim {
+		return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next}
+	}
+	plan.Estimate = est
+	plan.InputTokens = est.Total
+	plan.MaxOutput = maxOut
+	plan.CostUSD = cost
+	plan.Counts = est.Counts
+	return plan, nil
+}
+
+// truncate drops the oldest history until excess tokens are gone, keeping
+// the latest exchange (the last two messages). It then also drops a leading
+// assistant message, since conversations must open with the user.
+func truncate(history []Message, each []int, excess int) ([]Message, int) {
+	i := 0
+	for excess > 0 && len(history)-i > 2 {
+		excess -= each[i]
+		i++
+	}
+	for i > 0 && len(history)-i > 2 && history[i].Role == provider.RoleAssistant {
+		i++
+	}
+	return history[i:], i
+}
+
+// Record adds a finished request's billed usage to the session and daily
+// counters. The error (store unreachable or slow) is for the caller to
+// report; the request has already been served.
+func (b *Enforcer) Record(ctx context.Context, userID, sessionID string, in, out int, costUSD float64) error {
+	day, _ := b.day(b.now())
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.StoreTimeout)
+	defer cancel()
+	if err := b.counters.Add(ctx, userID, sessionID, day, in, out, costUSD); err != nil {
+		return fmt.Errorf("budget: record: %w", err)
+	}
+	return nil
+}
