@@ -94,6 +94,7 @@ function onFrame(f) {
   if (!p) return;
   if (f.type === "chunk") {
     p.text += f.text;
+    p.el.dataset.chunks = String(Number(p.el.dataset.chunks || 0) + 1);
     p.el.querySelector(".text").textContent = p.text;
     p.el.scrollIntoView({ block: "end" });
   } else if (f.type === "done") {

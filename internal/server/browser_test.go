@@ -1,0 +1,158 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/fmgate/fmgate/internal/browsertest"
+	"github.com/fmgate/fmgate/internal/config"
+)
+
+const testAdminToken = "test-admin-token"
+
+// fastConfig is the MangaAssist profile with a quicker simulator, so tests
+// stream real answers in well under a second.
+func fastConfig() config.Config {
+	cfg := config.Default()
+	for name, st := range cfg.Sim.Models {
+		st.TTFTMs = 40
+		st.TokensPerSecond = 400
+		cfg.Sim.Models[name] = st
+	}
+	return cfg
+}
+
+func startServer(t *testing.T, cfg config.Config) (*Server, *httptest.Server) {
+	t.Helper()
+	s, err := New(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	srv := httptest.NewServer(s.Handler(testAdminToken))
+	t.Cleanup(srv.Close)
+	return s, srv
+}
+
+func adminPut(t *testing.T, srv *httptest.Server, path, body string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, srv.URL+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT %s: status %d", path, resp.StatusCode)
+	}
+}
+
+func hasJapanese(s string) bool {
+	for _, r := range s {
+		if unicode.In(r, unicode.Hiragana, unicode.Katakana, unicode.Han) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestChatPageInBrowser(t *testing.T) {
+	cfg := fastConfig()
+	cfg.Server.MaxMessageBytes = 200
+	s, srv := startServer(t, cfg)
+	ctx := browsertest.New(t, 60*time.Second)
+
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(`#conn[data-state="open"]`),
+		chromedp.Click(`#locale-ja`),
+	); err != nil {
+		t.Fatalf("open page: %v", err)
+	}
+
+	ask := func(question string) (text, tier string, chunks string, degraded bool) {
+		t.Helper()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll(".msg.bot").length`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bot := `document.querySelectorAll(".msg.bot")[` + strconv.Itoa(n) + `]`
+		if err := chromedp.Do(ctx,
+			chromedp.SendKeys(`#message`, question),
+			chromedp.Click(`#send`),
+		); err != nil {
+			t.Fatalf("ask %q: %v", question, err)
+		}
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!!(`+bot+` && `+bot+`.dataset.done)`)); err != nil {
+			t.Fatalf("no answer to %q: %v", question, err)
+		}
+		text, _ = chromedp.Run(ctx, chromedp.Evaluate[string](bot+`.querySelector(".text").textContent`))
+		tier, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`(`+bot+`.querySelector(".tier")||{dataset:{}}).dataset.tier || ""`))
+		chunks, _ = chromedp.Run(ctx, chromedp.Evaluate[string](bot+`.dataset.chunks || "0"`))
+		degraded, _ = chromedp.Run(ctx, chromedp.Evaluate[bool](`!!`+bot+`.querySelector(".degraded")`))
+		return text, tier, chunks, degraded
+	}
+
+	// A Japanese question streams back a Japanese answer from the primary model.
+	text, tier, chunks, degraded := ask("おすすめの少年漫画は？")
+	if !hasJapanese(text) || len([]rune(text)) < 20 {
+		t.Fatalf("answer %q is not a Japanese answer", text)
+	}
+	if tier != "sonnet" || degraded {
+		t.Fatalf("tier %q degraded %v, want sonnet, not degraded", tier, degraded)
+	}
+	if chunks == "0" || chunks == "1" {
+		t.Fatalf("answer rendered from %s chunk(s); want progressive chunks", chunks)
+	}
+
+	// Switch to English; with Sonnet down, Haiku answers and the page says degraded.
+	adminPut(t, srv, "/admin/sim/sonnet", `{"outage":true}`)
+	if err := chromedp.Do(ctx, chromedp.Click(`#locale-en`)); err != nil {
+		t.Fatal(err)
+	}
+	placeholder, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("message").placeholder`))
+	if !strings.HasPrefix(placeholder, "Ask anything") {
+		t.Fatalf("placeholder after switching to English: %q", placeholder)
+	}
+	text, tier, _, degraded = ask("How long does shipping take?")
+	if tier != "haiku" || !degraded || hasJapanese(text) {
+		t.Fatalf("with sonnet down: tier %q degraded %v text %q", tier, degraded, text)
+	}
+	adminPut(t, srv, "/admin/sim/sonnet", `{"outage":false}`)
+
+	// An error is shown, not swallowed.
+	long := strings.Repeat("manga ", 50)
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(`#message`, long),
+		chromedp.Click(`#send`),
+		chromedp.WaitVisible(`[data-testid="error"]`),
+	); err != nil {
+		t.Fatalf("error not shown: %v", err)
+	}
+	errText, _ := chromedp.Run(ctx, chromedp.TextContent(`[data-testid="error"]`))
+	if !strings.Contains(errText, "200") {
+		t.Fatalf("error text %q does not say the limit", errText)
+	}
+
+	// A dropped connection is noticed and re-established with backoff.
+	s.Gateway.CloseConnections()
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(`#conn[data-state="closed"]`)); err != nil {
+		t.Fatalf("disconnect not shown: %v", err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(`#conn[data-state="open"]`)); err != nil {
+		t.Fatalf("no reconnection: %v", err)
+	}
+	if _, tier, _, _ := ask("What manga do you recommend?"); tier != "sonnet" {
+		t.Fatalf("after reconnecting: tier %q", tier)
+	}
+}
+
