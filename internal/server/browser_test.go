@@ -155,4 +155,3 @@ func TestChatPageInBrowser(t *testing.T) {
 		t.Fatalf("after reconnecting: tier %q", tier)
 	}
 }
-
