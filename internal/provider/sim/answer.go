@@ -244,8 +244,9 @@ type answerParts struct {
 }
 
 // composeAnswer writes a store-assistant reply to req's last user message, in
-// its language, between minAnswerTokens and maxAnswerTokens tokens.
-func composeAnswer(req *provider.Request, rng *rand.Rand) string {
+// its language, between minAnswerTokens and maxAnswerTokens tokens. count
+// returns the tokens of one line.
+func composeAnswer(req *provider.Request, rng *rand.Rand, count func(string) int) string {
 	q := understand(req)
 	var p answerParts
 	if q.lang == japanese {
@@ -253,28 +254,28 @@ func composeAnswer(req *provider.Request, rng *rand.Rand) string {
 	} else {
 		p = answerEN(q, rng)
 	}
-	return fit(p)
+	return fit(p, count)
 }
 
 // fit joins parts line by line, adding extras up to minAnswerTokens and
 // dropping trailing lines above maxAnswerTokens. Counting each line apart is
 // within a token or two of counting the whole, which is all "roughly" needs.
-func fit(p answerParts) string {
+func fit(p answerParts, count func(string) int) string {
 	lines := append([]string{p.opener}, p.body...)
 	total := 0
 	for _, l := range lines {
-		total += CountTokens(l) + 1
+		total += count(l) + 1
 	}
-	closer := CountTokens(p.closer) + 1
+	closer := count(p.closer) + 1
 	for _, e := range p.extras {
 		if total+closer >= minAnswerTokens {
 			break
 		}
 		lines = append(lines, e)
-		total += CountTokens(e) + 1
+		total += count(e) + 1
 	}
 	for total > maxAnswerTokens && len(lines) > 1 {
-		total -= CountTokens(lines[len(lines)-1]) + 1
+		total -= count(lines[len(lines)-1]) + 1
 		lines = lines[:len(lines)-1]
 	}
 	if p.closer != "" && total+closer <= maxAnswerTokens {

@@ -71,6 +71,11 @@ type Sim struct {
 
 	mu     sync.Mutex
 	models map[string]*model
+
+	// lineTokens caches the token count of answer lines. Lines come from
+	// templates filled from the fixed catalogue, never from user text, so
+	// the cache stays bounded (a few hundred entries).
+	lineTokens sync.Map // string -> int
 }
 
 // model is the mutable state of one simulated model.
@@ -272,7 +277,7 @@ func (s *Sim) Stream(ctx context.Context, req *provider.Request, emit func(text 
 // resp.Usage.OutputTokens current so that a failure leaves the partial
 // result in place.
 func (s *Sim) generate(ctx context.Context, req *provider.Request, st Settings, p plan, start time.Time, resp *provider.Response, emit func(string) error) error {
-	pieces := tokenPieces(composeAnswer(req, p.words))
+	pieces := tokenPieces(composeAnswer(req, p.words, s.countLine))
 	stop := StopEndTurn
 	if req.MaxTokens > 0 && len(pieces) > req.MaxTokens {
 		pieces, stop = pieces[:req.MaxTokens], StopMaxTokens
@@ -314,6 +319,15 @@ func (s *Sim) generate(ctx context.Context, req *provider.Request, st Settings, 
 	}
 	resp.StopReason = stop
 	return nil
+}
+
+func (s *Sim) countLine(line string) int {
+	if n, ok := s.lineTokens.Load(line); ok {
+		return n.(int)
+	}
+	n := CountTokens(line)
+	s.lineTokens.Store(line, n)
+	return n
 }
 
 // wait sleeps for d, or only checks ctx when there is nothing to wait for,
