@@ -152,9 +152,12 @@ func (m *machine) done(now, gen int64, slot int, success bool, tr []transition) 
 		if !success {
 			b.failures++
 		}
+		if success {
+			return tr // a success can only lower the failure count and rate
+		}
 		calls, failures := m.window(now)
-		if !success && (failures >= m.cfg.FailureThreshold ||
-			(calls >= m.cfg.MinCalls && float64(failures)/float64(calls) >= m.cfg.FailureRate)) {
+		if failures >= m.cfg.FailureThreshold ||
+			(calls >= m.cfg.MinCalls && float64(failures)/float64(calls) >= m.cfg.FailureRate) {
 			tr = m.moveTo(Open, tr)
 			m.openedAt = now
 		}

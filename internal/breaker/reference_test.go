@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 )
@@ -207,7 +208,11 @@ func viewOf(s Snapshot) string {
 // requires identical decisions and state traces.
 func TestMemoryMatchesReferenceModel(t *testing.T) {
 	stageChoices := [][]int{{1}, {2}, {1, 3}, {1, 3, 10}, {2, 1, 2}}
-	for seed := range uint64(300) {
+	seeds := uint64(200)
+	if os.Getenv("FMGATE_LONG") != "" {
+		seeds = 20_000
+	}
+	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		cfg := Config{
 			FailureThreshold: 1 + rng.IntN(6),
