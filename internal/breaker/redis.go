@@ -33,6 +33,10 @@ const stateTTL = 24 * time.Hour
 // unknown" and log; Done drops the outcome; Snapshot returns the error. A
 // Redis outage therefore never blocks model calls, and a Redis dependency
 // breaker should guard the Redis client itself.
+//
+// The config travels with every call rather than living in Redis, so
+// instances sharing a name should share a config; during a rolling change
+// each instance applies its own thresholds to the shared counts.
 type Redis struct {
 	// OnTransition, if set before first use, is told of every state change
 	// this instance makes (another instance reports its own).
