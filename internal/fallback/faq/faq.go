@@ -46,6 +46,25 @@ const (
 	b  = 0.75
 )
 
+// background holds the document frequencies of the embedded FAQ, which every
+// index adds to its own when computing IDF. A FAQ is a tiny corpus: on its
+// own a one-entry file gives every term almost no weight, so a fixed
+// minScore would mean different things for different files. Against the
+// background, words every shop question uses stay cheap whatever the file.
+var background = sync.OnceValues(func() (map[string]int, int) {
+	var f file
+	if err := yaml.Unmarshal(defaultYAML, &f); err != nil {
+		return nil, 0 // the embedded file is tested; this cannot happen
+	}
+	df := map[string]int{}
+	for _, e := range f.Entries {
+		for t := range docTerms(e) {
+			df[t]++
+		}
+	}
+	return df, len(f.Entries)
+})
+
 // Index is a parsed FAQ ready for matching. It is immutable and safe for
 // concurrent use.
 type Index struct {
@@ -180,8 +199,10 @@ func build(entries []Entry) *Index {
 		total += n
 	}
 	x.avgLen = total / float64(len(entries))
-	N := float64(len(entries))
+	bg, bgN := background()
+	N := float64(len(entries) + bgN)
 	for t, n := range df {
+		n += bg[t]
 		x.idf[t] = math.Log(1 + (N-float64(n)+0.5)/(float64(n)+0.5))
 	}
 	return x

@@ -149,9 +149,13 @@ entries:
 			if err != nil {
 				t.Fatal(err)
 			}
-			h, ok := x.Match("ギフト包装はできますか？", 1)
+			// A one-entry file works at the default threshold.
+			h, ok := x.Match("ギフト包装はできますか？", DefaultMinScore)
 			if !ok || h.Answer("ja") != "ギフト包装は無料です。" {
 				t.Errorf("Match = %+v, %v; want the gift entry in Japanese", h, ok)
+			}
+			if h, ok := x.Match("how long does shipping take", DefaultMinScore); ok {
+				t.Errorf("unrelated question matched %q", h.ID)
 			}
 		})
 	}

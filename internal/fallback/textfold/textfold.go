@@ -8,6 +8,7 @@ package textfold
 import (
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // halfKana maps U+FF61..U+FF9F to their full-width forms.
@@ -63,10 +64,27 @@ func voice(base, mark rune) (rune, bool) {
 // what is asked.
 const trailing = "?!.,;:。、．，！？…‥・~〜 \t\r\n"
 
-// Question folds s, collapses runs of white space into one space and strips
+// Question folds s, collapses runs of white space into one space (none
+// between two Japanese characters, where a space is only layout) and strips
 // leading white space and trailing punctuation: the normal form of a question
 // for the response cache key.
 func Question(s string) string {
-	f := strings.Join(strings.Fields(Fold(s)), " ")
-	return strings.TrimRight(f, trailing)
+	fields := strings.Fields(Fold(s))
+	var b strings.Builder
+	for i, f := range fields {
+		if i > 0 {
+			prev, _ := utf8.DecodeLastRuneInString(fields[i-1])
+			next, _ := utf8.DecodeRuneInString(f)
+			if !japanese(prev) || !japanese(next) {
+				b.WriteByte(' ')
+			}
+		}
+		b.WriteString(f)
+	}
+	return strings.TrimRight(b.String(), trailing)
+}
+
+func japanese(r rune) bool {
+	return unicode.In(r, unicode.Han, unicode.Hiragana, unicode.Katakana) || r == 'ー' ||
+		(r >= 0x3000 && r <= 0x303F) // CJK punctuation: 。、「」
 }
