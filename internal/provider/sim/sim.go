@@ -177,7 +177,7 @@ func (s *Sim) Usage(name string) provider.Usage {
 
 // Complete answers req in one piece. It takes as long as the stream would.
 func (s *Sim) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
-	return s.Stream(ctx, req, func(string) error { return nil })
+	return s.Stream(ctx, req, nil)
 }
 
 // plan is everything a call draws from the shared random source, drawn in
@@ -218,9 +218,12 @@ func (s *Sim) draw(st Settings) plan {
 // valid UTF-8 (a character split across two tokens is sent whole). Every
 // failure is a *provider.Error with Kind and Model set, except an error
 // returned by emit, which is returned as is; the Response is never nil and
-// carries the text and usage produced so far.
+// carries the text and usage produced so far. A nil emit discards deltas.
 func (s *Sim) Stream(ctx context.Context, req *provider.Request, emit func(text string) error) (*provider.Response, error) {
 	start := s.now()
+	if emit == nil {
+		emit = func(string) error { return nil }
+	}
 	st, ok := s.Settings(req.Model)
 	if !ok {
 		return &provider.Response{ModelID: req.Model}, &provider.Error{
