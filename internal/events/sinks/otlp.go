@@ -1,0 +1,171 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fmgate/fmgate/internal/events"
+)
+
+// OTLP exports finished events as spans over OTLP/HTTP. Each event becomes a
+// read-only span snapshot with the event's own trace id, span id, parent
+// and timestamps, handed straight to the SDK's exporter: the spans are
+// already finished, so there is nothing for a live SDK tracer to do.
+type OTLP struct {
+	exp   sdktrace.SpanExporter
+	res   *resource.Resource
+	scope instrumentation.Scope
+	buf   []sdktrace.ReadOnlySpan
+}
+
+// NewOTLP builds the exporter for cfg.Endpoint (host:port or a full URL).
+func NewOTLP(ctx context.Context, cfg events.OTLPConfig) (*OTLP, error) {
+	var opts []otlptracehttp.Option
+	if strings.Contains(cfg.Endpoint, "://") {
+		opts = append(opts, otlptracehttp.WithEndpointURL(cfg.Endpoint))
+	} else {
+		opts = append(opts, otlptracehttp.WithEndpoint(cfg.Endpoint))
+		if cfg.Insecure {
+			opts = append(opts, otlptracehttp.WithInsecure())
+		}
+	}
+	// The emitter retries and bounds each Write; the exporter's own
+	// minutes-long retry loop would only hold the sink's queue.
+	opts = append(opts, otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: false}))
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("sinks: otlp: %w", err)
+	}
+	return &OTLP{
+		exp: exp,
+		res: resource.NewSchemaless(attribute.String("service.name", "fmgate")),
+		scope: instrumentation.Scope{
+			Name:    "github.com/fmgate/fmgate/internal/events",
+			Version: fmt.Sprintf("schema-v%d", events.SchemaVersion),
+		},
+	}, nil
+}
+
+// Name is "otlp".
+func (o *OTLP) Name() string { return "otlp" }
+
+// Write exports the batch as one OTLP request.
+func (o *OTLP) Write(ctx context.Context, batch []events.Event) error {
+	spans := o.buf[:0]
+	for i := range batch {
+		s, ok := o.snapshot(&batch[i])
+		if ok {
+			spans = append(spans, s)
+		}
+	}
+	o.buf = spans
+	if len(spans) == 0 {
+		return nil
+	}
+	if err := o.exp.ExportSpans(ctx, spans); err != nil {
+		return fmt.Errorf("sinks: otlp: %w", err)
+	}
+	return nil
+}
+
+// snapshot maps one event to a span; events with unparseable ids (which
+// the Tracer never produces) are skipped.
+func (o *OTLP) snapshot(e *events.Event) (sdktrace.ReadOnlySpan, bool) {
+	tid, err1 := trace.TraceIDFromHex(e.TraceID)
+	sid, err2 := trace.SpanIDFromHex(e.SpanID)
+	if errors.Join(err1, err2) != nil {
+		return nil, false
+	}
+	stub := tracetest.SpanStub{
+		Name: e.Name,
+		SpanContext: trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled,
+		}),
+		SpanKind:             trace.SpanKindInternal,
+		StartTime:            e.TSStart,
+		EndTime:              e.TSEnd,
+		Attributes:           Attributes(e),
+		Resource:             o.res,
+		InstrumentationScope: o.scope,
+	}
+	if e.ParentSpanID != "" {
+		if pid, err := trace.SpanIDFromHex(e.ParentSpanID); err == nil {
+			stub.Parent = trace.NewSpanContext(trace.SpanContextConfig{
+				TraceID: tid, SpanID: pid, TraceFlags: trace.FlagsSampled,
+			})
+		}
+	}
+	if e.Outcome.Status == events.StatusFailed {
+		stub.Status = sdktrace.Status{Code: codes.Error, Description: e.Outcome.ErrorCode}
+	} else {
+		stub.Status = sdktrace.Status{Code: codes.Ok}
+	}
+	return stub.Snapshot(), true
+}
+
+// Attributes maps the event's schema fields to span attributes named
+// "fmgate.<block>.<field>"; empty optional fields are left out.
+func Attributes(e *events.Event) []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, 0, 24)
+	str := func(k, v string) {
+		if v != "" {
+			kv = append(kv, attribute.String(k, v))
+		}
+	}
+	kv = append(kv, attribute.Int("fmgate.schema_version", e.SchemaVersion))
+	str("fmgate.workflow_id", e.WorkflowID)
+	str("fmgate.user_id_hash", e.UserIDHash)
+	str("fmgate.session_id", e.SessionID)
+	kv = append(kv, attribute.Bool("fmgate.must_persist", e.MustPersist))
+	str("fmgate.prompt_excerpt", e.PromptExcerpt)
+	str("fmgate.node.graph_version", e.Node.GraphVersion)
+	str("fmgate.node.node_id", e.Node.NodeID)
+	str("fmgate.node.invocation_mode", string(e.Node.InvocationMode))
+	str("fmgate.artifact.artifact_kind", string(e.Artifact.ArtifactKind))
+	str("fmgate.artifact.model_id", e.Artifact.ModelID)
+	str("fmgate.artifact.prompt_version", e.Artifact.PromptVersion)
+	str("fmgate.artifact.tool_id", e.Artifact.ToolID)
+	str("fmgate.artifact.tool_version", e.Artifact.ToolVersion)
+	str("fmgate.artifact.sub_agent_id", e.Artifact.SubAgentID)
+	str("fmgate.artifact.sub_agent_version", e.Artifact.SubAgentVersion)
+	kv = append(kv,
+		attribute.Int("fmgate.resource.tokens_in", e.Resource.TokensIn),
+		attribute.Int("fmgate.resource.tokens_out", e.Resource.TokensOut),
+		attribute.Float64("fmgate.resource.cost_usd", e.Resource.CostUSD),
+	)
+	str("fmgate.resource.cache_hit", string(e.Resource.CacheHit))
+	if len(e.Resource.CapabilityFlagsActive) > 0 {
+		kv = append(kv, attribute.StringSlice("fmgate.resource.capability_flags_active", e.Resource.CapabilityFlagsActive))
+	}
+	str("fmgate.outcome.status", string(e.Outcome.Status))
+	str("fmgate.outcome.error_code", e.Outcome.ErrorCode)
+	str("fmgate.outcome.fallback_used", e.Outcome.FallbackUsed)
+	if e.Outcome.EvalScore != nil {
+		kv = append(kv, attribute.Float64("fmgate.outcome.eval_score", *e.Outcome.EvalScore))
+	}
+	str("fmgate.attribution.feature", e.Attribution.Feature)
+	str("fmgate.attribution.surface", e.Attribution.Surface)
+	str("fmgate.attribution.locale", e.Attribution.Locale)
+	str("fmgate.attribution.user_tier", e.Attribution.UserTier)
+	str("fmgate.attribution.priority", e.Attribution.Priority)
+	return kv
+}
+
+// Close shuts the exporter down.
+func (o *OTLP) Close() error {
+	if err := o.exp.Shutdown(context.Background()); err != nil {
+		return fmt.Errorf("sinks: otlp: %w", err)
+	}
+	return nil
+}

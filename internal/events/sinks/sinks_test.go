@@ -1,0 +1,272 @@
+package sinks
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fmgate/fmgate/internal/events"
+)
+
+func batch(n, from int) []events.Event {
+	out := make([]events.Event, n)
+	for i := range out {
+		k := from + i
+		out[i] = events.Event{
+			SchemaVersion: events.SchemaVersion,
+			TraceID:       fmt.Sprintf("%032x", 0xabc),
+			SpanID:        fmt.Sprintf("%016x", k+1),
+			Name:          "model_attempt",
+			TSStart:       time.Date(2026, 4, 29, 14, 2, 13, 418e6, time.UTC),
+			TSEnd:         time.Date(2026, 4, 29, 14, 2, 13, 802e6, time.UTC),
+			DurationMS:    384,
+			Artifact:      events.Artifact{ArtifactKind: events.KindLLMCall, ModelID: "claude-sonnet-4-6"},
+			Resource:      events.Resource{TokensIn: 4218, TokensOut: 312, CostUSD: 0.00451},
+			Outcome:       events.Outcome{Status: events.StatusOK},
+		}
+		if k > 0 {
+			out[i].ParentSpanID = fmt.Sprintf("%016x", 1)
+		}
+	}
+	return out
+}
+
+func TestJSONLRotation(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "events.jsonl")
+	line := len(events.Encode(&batch(1, 1)[0])) + 1
+	s, err := NewJSONL(events.JSONLConfig{Path: path, MaxBytes: int64(3 * line), MaxFiles: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := s.Write(context.Background(), batch(1, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// 10 lines, 3 per file: live holds 1, .1 and .2 hold 3 each, the
+	// oldest 3 rotated away.
+	wantLines := map[string]int{path: 1, path + ".1": 3, path + ".2": 3}
+	for p, want := range wantLines {
+		if got := countLines(t, p); got != want {
+			t.Errorf("%s: %d lines, want %d", filepath.Base(p), got, want)
+		}
+	}
+	if _, err := os.Stat(path + ".3"); !os.IsNotExist(err) {
+		t.Errorf("maxFiles exceeded: %v", err)
+	}
+	f, _ := os.ReadFile(path)
+	ev, err := events.Decode([]byte(strings.TrimSpace(string(f))))
+	if err != nil || ev.SpanID != fmt.Sprintf("%016x", 10) {
+		t.Errorf("live file holds %+v (%v), want the newest event", ev.SpanID, err)
+	}
+}
+
+func countLines(t *testing.T, p string) int {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	for sc := bufio.NewScanner(f); sc.Scan(); n++ {
+	}
+	return n
+}
+
+// otlpReceiver is an OTLP/HTTP trace endpoint that counts spans.
+type otlpReceiver struct {
+	mu     sync.Mutex
+	spans  int
+	names  map[string]bool
+	parent map[string]string
+}
+
+func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.URL.Path != "/v1/traces" || req.Header.Get("Content-Type") != "application/x-protobuf" {
+		http.Error(w, "unexpected request", http.StatusBadRequest)
+		return
+	}
+	body, _ := io.ReadAll(req.Body)
+	var msg coltracepb.ExportTraceServiceRequest
+	if err := proto.Unmarshal(body, &msg); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	for _, rs := range msg.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			for _, sp := range ss.Spans {
+				r.spans++
+				r.names[sp.Name] = true
+				r.parent[fmt.Sprintf("%x", sp.SpanId)] = fmt.Sprintf("%x", sp.ParentSpanId)
+			}
+		}
+	}
+	r.mu.Unlock()
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	_, _ = w.Write(out)
+}
+
+func TestOTLPExportsEverySpan(t *testing.T) {
+	rcv := &otlpReceiver{names: map[string]bool{}, parent: map[string]string{}}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+
+	s, err := NewOTLP(context.Background(), events.OTLPConfig{Endpoint: strings.TrimPrefix(srv.URL, "http://"), Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Write(ctx, batch(7, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, batch(5, 7)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	if rcv.spans != 12 {
+		t.Errorf("receiver got %d spans, want 12", rcv.spans)
+	}
+	if got := rcv.parent[fmt.Sprintf("%016x", 5)]; got != fmt.Sprintf("%016x", 1) {
+		t.Errorf("parent of span 5 = %q, want our parent id", got)
+	}
+	if got := rcv.parent[fmt.Sprintf("%016x", 1)]; got != "" {
+		t.Errorf("root has parent %q", got)
+	}
+}
+
+func TestOTLPWriteFailsWhenCollectorDown(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "overloaded", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	s, err := NewOTLP(context.Background(), events.OTLPConfig{Endpoint: srv.URL + "/v1/traces"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Write(ctx, batch(1, 0)); err == nil {
+		t.Error("want an error from a 503 collector")
+	}
+}
+
+func TestNATSPublishesToStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	uniq := fmt.Sprintf("%d", time.Now().UnixNano())
+	cfg := events.NATSConfig{
+		URL:     "nats://127.0.0.1:4222",
+		Subject: "fmgate.test." + uniq + ".events",
+		Stream:  "FMGATE_TEST_" + uniq,
+	}
+	s, err := NewNATS(ctx, cfg, nil)
+	if err != nil {
+		t.Fatalf("NATS must be running at %s: %v", cfg.URL, err)
+	}
+	nc, err := nats.Connect(cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	defer js.DeleteStream(context.Background(), cfg.Stream)
+
+	if err := s.Write(ctx, batch(20, 0)); err != nil {
+		t.Fatal(err)
+	}
+	// A replay of the same events is dropped by the duplicate window.
+	if err := s.Write(ctx, batch(5, 0)); err != nil {
+		t.Fatal(err)
+	}
+	// A second sink finds the stream already there.
+	s2, err := NewNATS(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Write(ctx, batch(5, 20)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*NATS{s, s2} {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 25 {
+		t.Errorf("stream holds %d messages, want 25", info.State.Msgs)
+	}
+	msg, err := st.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := events.Decode(msg.Data)
+	if err != nil || ev.SpanID != fmt.Sprintf("%016x", 1) || msg.Subject != cfg.Subject {
+		t.Errorf("first message %s on %s (%v)", msg.Data, msg.Subject, err)
+	}
+}
+
+func TestEmitterWithSinksEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	cfg := events.DefaultConfig()
+	cfg.Sinks.JSONL.Path = filepath.Join(dir, "events.jsonl")
+	cfg.WAL.Dir = filepath.Join(dir, "wal")
+	sinks, err := FromConfig(context.Background(), cfg.Sinks, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	em, err := events.New(context.Background(), cfg, sinks, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := events.NewTracer(em, cfg.TracerOptions())
+	ctx, turn := tr.Start(context.Background(), "turn")
+	turn.SetUser("taro@example.jp")
+	turn.SetExcerpt("taro@example.jp") // excerpts are off by default
+	_, m := tr.Start(ctx, "model_attempt", events.WithMustPersist())
+	m.End()
+	turn.End()
+	if err := em.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(cfg.Sinks.JSONL.Path)
+	if n := strings.Count(string(b), "\n"); n != 2 {
+		t.Errorf("jsonl has %d lines, want 2", n)
+	}
+	if strings.Contains(string(b), "taro") {
+		t.Errorf("raw user id reached the file: %s", b)
+	}
+}
