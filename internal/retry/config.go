@@ -201,7 +201,7 @@ func (c Config) Validate() error {
 		if p.MaxRetries != nil {
 			if *p.MaxRetries < 0 || *p.MaxRetries > maxRetriesLimit {
 				bad(f+".maxRetries", "must be in [0,%d]", maxRetriesLimit)
-			} else if *p.MaxRetries > 0 && !kind.Retryable() && kind != provider.KindUnknown {
+			} else if *p.MaxRetries > 0 && !kind.Retryable() {
 				bad(f+".maxRetries", "must be 0: %s errors are never retried", kind)
 			}
 		}

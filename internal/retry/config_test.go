@@ -31,6 +31,7 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown class", func(c *Config) { c.Classes["teapot"] = ClassPolicy{} }, []string{"classes.teapot: unknown error class"}},
 		{"retrying guardrail", func(c *Config) { c.Classes[provider.KindGuardrail] = ClassPolicy{MaxRetries: intp(2)} }, []string{"classes.guardrail.maxRetries: must be 0"}},
 		{"retrying validation", func(c *Config) { c.Classes[provider.KindValidation] = ClassPolicy{MaxRetries: intp(1)} }, []string{"classes.validation.maxRetries: must be 0"}},
+		{"retrying unknown", func(c *Config) { c.Classes[provider.KindUnknown] = ClassPolicy{MaxRetries: intp(1)} }, []string{"classes.unknown.maxRetries: must be 0"}},
 		{"class base above cap", func(c *Config) {
 			c.Classes[provider.KindThrottled] = ClassPolicy{Base: time.Minute}
 		}, []string{"classes.throttled.base: must be <= cap"}},
