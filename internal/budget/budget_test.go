@@ -1,0 +1,270 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/provider"
+	"gopkg.in/yaml.v3"
+)
+
+var sonnet = Price{InputPerMTok: 3, OutputPerMTok: 15}
+
+func newEnforcer(t *testing.T, cfg Config, clk *fakeClock, c Counters) *Enforcer {
+	t.Helper()
+	if c == nil {
+		c = NewMemoryCounters(cfg.SessionTTL, clk.Now)
+	}
+	e, err := New(cfg, NewEstimator(), c, clk.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func noon() *fakeClock { return &fakeClock{t: time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)} }
+
+// words returns about n prior-estimated tokens of English.
+func words(n int) string { return strings.Repeat("abc ", n*4/3) }
+
+func TestCheckTruncatesOldestHistoryFirst(t *testing.T) {
+	e := newEnforcer(t, DefaultConfig(), noon(), nil)
+	var hist []Message
+	for i := range 10 {
+		role := provider.RoleUser
+		if i%2 == 1 {
+			role = provider.RoleAssistant
+		}
+		hist = append(hist, Message{Role: role, Content: words(600)})
+	}
+	req := Request{UserID: "u", SessionID: "s", Model: "sonnet", Parts: Parts{System: "You are MangaAssist.", History: hist, User: "おすすめは？"}}
+	plan, err := e.Check(context.Background(), req, sonnet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !plan.Truncated || plan.Dropped != 4 || len(plan.History) != 6 {
+		t.Fatalf("truncated=%v dropped=%d kept=%d, want the 4 oldest dropped", plan.Truncated, plan.Dropped, len(plan.History))
+	}
+	if &plan.History[5] != &hist[9] || plan.History[0].Role != provider.RoleUser {
+		t.Fatal("did not keep the newest messages, opening with the user")
+	}
+	if plan.InputTokens > 4000 || plan.InputTokens != plan.Estimate.Total || plan.Estimate.User == 0 {
+		t.Fatalf("plan input %d, estimate %+v", plan.InputTokens, plan.Estimate)
+	}
+	if len(hist) != 10 {
+		t.Fatal("caller's history modified")
+	}
+}
+
+func TestCheckRefusals(t *testing.T) {
+	big := words(5000)
+	tests := []struct {
+		name    string
+		cfg     func(*Config)
+		history []Message
+		user    string
+		before  func(*Enforcer)
+		want    string
+		wantMax int
+	}{
+		{name: "message alone over the request limit", user: big, want: BudgetRequestInput},
+		{
+			name: "latest exchange is kept even when over the limit",
+			history: []Message{
+				{Role: provider.RoleUser, Content: "q"},
+				{Role: provider.RoleAssistant, Content: big},
+			},
+			user: "and?", want: BudgetRequestInput,
+		},
+		{
+			name: "context window",
+			cfg:  func(c *Config) { c.ContextWindow = 3000; c.RequestInput = 10000 },
+			user: words(2000), want: BudgetContextWindow,
+		},
+		{
+			name:   "session input",
+			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", 49_990, 0, 0) },
+			user:   words(100), want: BudgetSessionInput,
+		},
+		{
+			name:   "session output spent",
+			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", 0, 25_000, 0) },
+			user:   "hi", want: BudgetSessionOutput,
+		},
+		{
+			name:   "session output nearly spent shrinks max output",
+			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", 0, 24_900, 0) },
+			user:   "hi", wantMax: 100,
+		},
+		{
+			name:   "daily cost",
+			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "other", 0, 0, 4.99) },
+			user:   words(500), want: BudgetDailyCost,
+		},
+		{name: "within every budget", user: "hi", wantMax: 1024},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			e := newEnforcer(t, cfg, noon(), nil)
+			if tt.before != nil {
+				tt.before(e)
+			}
+			req := Request{UserID: "u", SessionID: "s", Model: "sonnet", Parts: Parts{History: tt.history, User: tt.user}}
+			plan, err := e.Check(context.Background(), req, sonnet)
+			if tt.want == "" {
+				if err != nil || plan.MaxOutput != tt.wantMax {
+					t.Fatalf("plan %+v, err %v; want max output %d", plan.MaxOutput, err, tt.wantMax)
+				}
+				return
+			}
+			var ee *ExceededError
+			if !errors.As(err, &ee) || !errors.Is(err, ErrExceeded) || ee.Budget != tt.want {
+				t.Fatalf("err = %v, want %s", err, tt.want)
+			}
+			if (tt.want == BudgetDailyCost) == ee.ResetAt.IsZero() {
+				t.Fatalf("ResetAt = %v", ee.ResetAt)
+			}
+		})
+	}
+}
+
+func TestCheckMaxOutput(t *testing.T) {
+	tests := []struct{ give, want int }{{0, 1024}, {5000, 1024}, {200, 200}}
+	e := newEnforcer(t, DefaultConfig(), noon(), nil)
+	for _, tt := range tests {
+		plan, err := e.Check(context.Background(), Request{UserID: "u", SessionID: "s", Parts: Parts{User: "hi"}, MaxOutput: tt.give}, sonnet)
+		if err != nil || plan.MaxOutput != tt.want {
+			t.Errorf("MaxOutput %d → %d (%v), want %d", tt.give, plan.MaxOutput, err, tt.want)
+		}
+	}
+}
+
+func TestDailyBudgetResetsAtLocalMidnight(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.Timezone = "Asia/Tokyo"
+	clk := noon() // 21:00 in Tokyo
+	e := newEnforcer(t, cfg, clk, nil)
+	if err := e.Record(ctx, "u", "s", 1000, 1000, 5.00); err != nil {
+		t.Fatal(err)
+	}
+	req := Request{UserID: "u", SessionID: "s2", Parts: Parts{User: "hi"}}
+	_, err := e.Check(ctx, req, sonnet)
+	var ee *ExceededError
+	if !errors.As(err, &ee) || ee.Budget != BudgetDailyCost {
+		t.Fatalf("err = %v", err)
+	}
+	if want := time.Date(2026, 3, 11, 0, 0, 0, 0, e.loc); !ee.ResetAt.Equal(want) {
+		t.Fatalf("ResetAt = %v, want %v", ee.ResetAt, want)
+	}
+	if m := ee.Message("ja"); !strings.Contains(m, "本日のご利用上限") || !strings.Contains(m, "2026-03-11 00:00 JST") {
+		t.Fatalf("ja message %q", m)
+	}
+	if m := ee.Message("en-US"); !strings.Contains(m, "$5.00") || !strings.Contains(m, "2026-03-11 00:00 JST") {
+		t.Fatalf("en message %q", m)
+	}
+	clk.Advance(3 * time.Hour) // past midnight in Tokyo, still the 10th in UTC
+	if _, err := e.Check(ctx, req, sonnet); err != nil {
+		t.Fatalf("new day still refused: %v", err)
+	}
+}
+
+func TestExceededMessages(t *testing.T) {
+	tests := []struct {
+		budget   string
+		locale   string
+		contains string
+	}{
+		{BudgetRequestInput, "en", "4,000 tokens"},
+		{BudgetRequestInput, "ja", "4,000トークン"},
+		{BudgetSessionInput, "en", "start a new conversation"},
+		{BudgetSessionOutput, "ja-JP", "新しい会話"},
+		{BudgetContextWindow, "en", "longer than the model"},
+	}
+	for _, tt := range tests {
+		e := &ExceededError{Budget: tt.budget, Limit: 4000}
+		if m := e.Message(tt.locale); !strings.Contains(m, tt.contains) {
+			t.Errorf("%s/%s: %q lacks %q", tt.budget, tt.locale, m, tt.contains)
+		}
+	}
+}
+
+type brokenCounters struct{ hang bool }
+
+func (b brokenCounters) Load(ctx context.Context, _, _, _ string) (Totals, error) {
+	if b.hang {
+		<-ctx.Done()
+		return Totals{}, ctx.Err()
+	}
+	return Totals{}, errors.New("connection refused")
+}
+
+func (b brokenCounters) Add(ctx context.Context, _, _, _ string, _, _ int, _ float64) error {
+	_, err := b.Load(ctx, "", "", "")
+	return err
+}
+
+func TestStoreFailureAdmitsAndReports(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.StoreTimeout = 20 * time.Millisecond
+		e := newEnforcer(t, cfg, noon(), brokenCounters{hang: hang})
+		start := time.Now()
+		plan, err := e.Check(context.Background(), Request{UserID: "u", SessionID: "s", Parts: Parts{User: "hi"}}, sonnet)
+		if err != nil || plan.CountersErr == nil || plan.MaxOutput != 1024 {
+			t.Fatalf("hang=%v: plan %+v, err %v; want admitted with CountersErr", hang, plan, err)
+		}
+		if err := e.Record(context.Background(), "u", "s", 1, 1, 0); err == nil {
+			t.Fatalf("hang=%v: Record hid the store error", hang)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("hang=%v: took %s", hang, d)
+		}
+	}
+}
+
+func TestPriceCost(t *testing.T) {
+	tests := []struct {
+		name  string
+		price Price
+		usage provider.Usage
+		want  float64
+	}{
+		{"sonnet", sonnet, provider.Usage{InputTokens: 1_000_000, OutputTokens: 100_000}, 3 + 1.5},
+		{"haiku", Price{InputPerMTok: 0.25, OutputPerMTok: 1.25}, provider.Usage{InputTokens: 4000, OutputTokens: 1000}, 0.001 + 0.00125},
+		{"cached at own rate", Price{InputPerMTok: 3, OutputPerMTok: 15, CachedInputPerMTok: 0.3}, provider.Usage{InputTokens: 1000, CachedInputTokens: 10_000}, 0.003 + 0.003},
+		{"cached as input when unpriced", sonnet, provider.Usage{CachedInputTokens: 10_000}, 0.03},
+	}
+	for _, tt := range tests {
+		if got := tt.price.Cost(tt.usage); got < tt.want-1e-12 || got > tt.want+1e-12 {
+			t.Errorf("%s: Cost = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestConfig(t *testing.T) {
+	cfg := DefaultConfig()
+	if err := yaml.Unmarshal([]byte("requestInput: 8000\ntimezone: Asia/Tokyo\nstoreTimeout: 50ms\n"), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil || cfg.RequestInput != 8000 || cfg.StoreTimeout != 50*time.Millisecond {
+		t.Fatalf("cfg %+v, %v", cfg, err)
+	}
+	bad := DefaultConfig()
+	bad.RequestOutput = 0
+	bad.Timezone = "Mars/Olympus"
+	bad.DailyCostUSD = -1
+	err := bad.Validate()
+	for _, want := range []string{"requestOutput: must be > 0", `timezone: unknown zone "Mars/Olympus"`, "dailyCostUsd: must be >= 0"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want %q", err, want)
+		}
+	}
+}

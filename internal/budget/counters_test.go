@@ -1,0 +1,144 @@
+package budget
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/redistest"
+)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func runCountersConformance(t *testing.T, newCounters func(t *testing.T) Counters) {
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		adds []struct {
+			user, session, day string
+			in, out            int
+			cost               float64
+		}
+		user, session, day string
+		want               Totals
+	}{
+		{name: "empty", user: "u", session: "s", day: "2026-01-01"},
+		{
+			name: "sums",
+			adds: []struct {
+				user, session, day string
+				in, out            int
+				cost               float64
+			}{{"u", "s", "2026-01-01", 100, 20, 0.0006}, {"u", "s", "2026-01-01", 50, 10, 0.0000125}},
+			user: "u", session: "s", day: "2026-01-01",
+			want: Totals{SessionInput: 150, SessionOutput: 30, DayCostUSD: 0.0006125},
+		},
+		{
+			name: "day is per user and per day, session is per user",
+			adds: []struct {
+				user, session, day string
+				in, out            int
+				cost               float64
+			}{
+				{"u", "s", "2026-01-01", 100, 20, 1},
+				{"other", "s", "2026-01-02", 7, 3, 2},
+				{"u", "s2", "2026-01-02", 5, 5, 0.5},
+			},
+			user: "u", session: "s", day: "2026-01-02",
+			want: Totals{SessionInput: 100, SessionOutput: 20, DayCostUSD: 0.5},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCounters(t)
+			for _, a := range tt.adds {
+				if err := c.Add(ctx, a.user, a.session, a.day, a.in, a.out, a.cost); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := c.Load(ctx, tt.user, tt.session, tt.day)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Fatalf("Load = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+	t.Run("concurrent adds are not lost", func(t *testing.T) {
+		c := newCounters(t)
+		var wg sync.WaitGroup
+		for range 50 {
+			wg.Go(func() { _ = c.Add(ctx, "u", "s", "d", 10, 1, 0.01) })
+		}
+		wg.Wait()
+		got, _ := c.Load(ctx, "u", "s", "d")
+		if got.SessionInput != 500 || got.SessionOutput != 50 || got.DayCostUSD != 0.5 {
+			t.Fatalf("Load = %+v", got)
+		}
+	})
+}
+
+func TestMemoryCountersConformance(t *testing.T) {
+	runCountersConformance(t, func(t *testing.T) Counters { return NewMemoryCounters(time.Hour, nil) })
+}
+
+func TestRedisCountersConformance(t *testing.T) {
+	runCountersConformance(t, func(t *testing.T) Counters {
+		c, prefix := redistest.Client(t)
+		return NewRedisCounters(c, prefix, time.Hour)
+	})
+}
+
+func TestMemoryCountersForgetIdleSessions(t *testing.T) {
+	ctx := context.Background()
+	clk := &fakeClock{t: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+	c := NewMemoryCounters(time.Hour, clk.Now)
+	_ = c.Add(ctx, "u", "s", "2026-01-01", 100, 10, 1)
+	clk.Advance(59 * time.Minute)
+	if got, _ := c.Load(ctx, "u", "s", "2026-01-01"); got.SessionInput != 100 {
+		t.Fatalf("session forgotten early: %+v", got)
+	}
+	clk.Advance(2 * time.Minute)
+	got, _ := c.Load(ctx, "u", "s", "2026-01-01")
+	if got.SessionInput != 0 || got.DayCostUSD != 1 {
+		t.Fatalf("after the session TTL: %+v, want session gone and day kept", got)
+	}
+	clk.Advance(dayTTL)
+	_ = c.Add(ctx, "x", "y", "2026-01-03", 1, 1, 0) // sweeps
+	if len(c.days) != 1 || len(c.sessions) != 1 {
+		t.Fatalf("expired entries kept: %d days, %d sessions", len(c.days), len(c.sessions))
+	}
+}
+
+func TestRedisCountersExpire(t *testing.T) {
+	ctx := context.Background()
+	c, prefix := redistest.Client(t)
+	rc := NewRedisCounters(c, prefix, time.Hour)
+	if err := rc.Add(ctx, "u", "s", "2026-01-01", 1, 1, 0.1); err != nil {
+		t.Fatal(err)
+	}
+	sk, dk := rc.keys("u", "s", "2026-01-01")
+	for key, want := range map[string]time.Duration{sk: time.Hour, dk: dayTTL} {
+		ttl, err := c.PTTL(ctx, key).Result()
+		if err != nil || ttl <= want-time.Minute || ttl > want {
+			t.Errorf("TTL of %s = %s, %v; want about %s", key, ttl, err, want)
+		}
+	}
+}
