@@ -91,6 +91,20 @@ func Redact(text string) string {
 	if !strings.ContainsAny(text, "@0123456789０１２３４５６７８９") {
 		return text
 	}
+	// A match rejected because it runs into more digits can hide a shorter
+	// number at the same place; each pass removes digits, so repeating
+	// until nothing changes finds those too, and usually stops at pass two.
+	for range 8 {
+		next := redactOnce(text)
+		if next == text {
+			break
+		}
+		text = next
+	}
+	return text
+}
+
+func redactOnce(text string) string {
 	text = emailRe.ReplaceAllLiteralString(text, RedactedEmail)
 	text = replaceBounded(text, digitRunRe, func(m string) (string, bool) {
 		r := redactCards(m)
