@@ -23,6 +23,7 @@ import (
 	"github.com/fmgate/fmgate/internal/fallback/faq"
 	"github.com/fmgate/fmgate/internal/fallback/textfold"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/redis/go-redis/v9"
 )
 
 // Reason is why the model tiers did not answer; it picks the first
@@ -179,6 +180,20 @@ func LoadFAQ(path string) (*faq.Index, error) {
 
 // DefaultKeyPrefix is the Redis key prefix of the response cache.
 const DefaultKeyPrefix = "fmgate:cache:"
+
+// NewCache returns the response cache for c: the Redis store under prefix
+// (DefaultKeyPrefix when empty) when client is not nil, else the in-memory
+// LRU on the clock now (time.Now when nil). Pass a nil interface, not a nil
+// *redis.Client, for the memory store.
+func NewCache(c Config, client redis.Scripter, prefix string, now func() time.Time) cache.Cache {
+	if client == nil {
+		return cache.NewMemory(c.Cache, now)
+	}
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	return cache.NewRedis(client, prefix, c.Cache)
+}
 
 // CacheKey is the cache key of q: the first 32 hex digits of the SHA-256 of
 // its language, prompt version and normalised text (width and case folded,
