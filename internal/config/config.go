@@ -329,7 +329,7 @@ func (c Config) Validate() error {
 	if c.Fleet.Size < 1 {
 		v.add("fleet.size", "must be >= 1")
 	}
-	c.Policies.validate(&v)
+	c.validatePolicies(&v)
 	return v.err()
 }
 

@@ -1,27 +1,84 @@
 package config
 
 import (
+	"fmt"
+
+	"github.com/fmgate/fmgate/internal/breaker"
+	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/fallback"
 	"github.com/fmgate/fmgate/internal/provider/sim"
+	"github.com/fmgate/fmgate/internal/queue"
+	"github.com/fmgate/fmgate/internal/quota"
+	"github.com/fmgate/fmgate/internal/ratelimit"
+	"github.com/fmgate/fmgate/internal/retry"
 	"github.com/fmgate/fmgate/internal/stream"
 )
 
 // Policies holds the configuration of each pipeline policy, defined in the
 // package that implements it.
 type Policies struct {
+	// RateLimit is step 3: global, per-route and per-user limits.
+	RateLimit ratelimit.Config `yaml:"rateLimit"`
+	// Budget is step 4: token and cost budgets.
+	Budget budget.Config `yaml:"budget"`
+	// Quota is step 6: TPM/RPM ceilings per model and priority classes.
+	Quota quota.Config `yaml:"quota"`
+	// Queue holds turns waiting for quota.
+	Queue queue.Config `yaml:"queue"`
+	// Retry is step 7: backoff, retry budget and adaptive pressure.
+	Retry retry.Config `yaml:"retry"`
+	// Breakers by model or dependency name.
+	Breakers map[string]breaker.Config `yaml:"breakers"`
+	// Fallback is step 8: the cascade's tiers, response cache and FAQ.
+	Fallback fallback.Config `yaml:"fallback"`
+	// Stream is step 9: chunk aggregation, heartbeats and backpressure.
+	Stream stream.Config `yaml:"stream"`
 	// Sim configures the built-in model simulator per model.
 	Sim sim.Config `yaml:"sim"`
-	// Stream configures chunk aggregation, heartbeats and backpressure.
-	Stream stream.Config `yaml:"stream"`
 }
 
 func defaultPolicies() Policies {
 	return Policies{
-		Sim:    sim.DefaultConfig(),
-		Stream: stream.DefaultConfig(),
+		RateLimit: ratelimit.DefaultConfig(),
+		Budget:    budget.DefaultConfig(),
+		Quota:     quota.DefaultConfig(),
+		Queue:     queue.DefaultConfig(),
+		Retry:     retry.DefaultConfig(),
+		Breakers:  breaker.Defaults(),
+		Fallback:  fallback.DefaultConfig(),
+		Stream:    stream.DefaultConfig(),
+		Sim:       sim.DefaultConfig(),
 	}
 }
 
-func (p Policies) validate(v *validator) {
-	v.sub("sim", p.Sim.Validate())
+func (c Config) validatePolicies(v *validator) {
+	p := c.Policies
+	v.sub("rateLimit", p.RateLimit.Validate())
+	v.sub("budget", p.Budget.Validate())
+	v.sub("quota", p.Quota.Validate())
+	v.sub("queue", p.Queue.Validate())
+	v.sub("retry", p.Retry.Validate())
+	v.sub("breakers", breaker.ValidateAll(p.Breakers))
+	v.sub("fallback", p.Fallback.Validate())
 	v.sub("stream", p.Stream.Validate())
+	v.sub("sim", p.Sim.Validate())
+
+	// The policies must know every model tier.
+	tiers := p.Fallback.ModelTiers()
+	for i, m := range c.Models {
+		if i >= len(tiers) || tiers[i].Name != m.Name {
+			v.add("fallback.tiers", fmt.Sprintf("model tiers must be the models in order (models[%d] is %q)", i, m.Name))
+			break
+		}
+	}
+	for i, m := range c.Models {
+		if _, ok := p.Quota.Models[m.Name]; !ok {
+			v.add(fmt.Sprintf("models[%d]", i), fmt.Sprintf("quota.models has no ceiling for %q", m.Name))
+		}
+		if m.Provider == "sim" {
+			if _, ok := p.Sim.Models[m.Name]; !ok {
+				v.add(fmt.Sprintf("models[%d]", i), fmt.Sprintf("sim.models has no settings for %q", m.Name))
+			}
+		}
+	}
 }

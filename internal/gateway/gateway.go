@@ -267,6 +267,13 @@ func (f finalError) Unwrap() error { return f.err }
 
 func final(err error) error { return finalError{err} }
 
+// IsFinal reports whether err must not be retried because part of the
+// answer already reached the client.
+func IsFinal(err error) bool {
+	var f finalError
+	return errors.As(err, &f)
+}
+
 // inflightSet tracks request ids in flight to refuse duplicates.
 type inflightSet struct {
 	mu  sync.Mutex
@@ -329,3 +336,5 @@ func (gracefulOnly) Answer(_ context.Context, t *Turn, _ error) (*Result, error)
 }
 
 func (gracefulOnly) Remember(context.Context, *Turn, *Result) {}
+
+func (gracefulOnly) Simplify(req *provider.Request, _ string) *provider.Request { return req }

@@ -128,7 +128,7 @@ func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out 
 			}
 			continue
 		}
-		res, err := g.invoke(ctx, t, model, out)
+		res, err := g.invoke(ctx, t, model, provider.KindOf(last) == provider.KindTimeout, out)
 		if res != nil {
 			lease.Settle(ctx, res.Usage)
 		} else {
@@ -148,16 +148,27 @@ func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out 
 
 // invoke calls one model through the retry loop, streaming into out. Usage of
 // every attempt, failed ones included, is billed in the result.
-func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, out Output) (*Result, error) {
+//
+// After the primary timed out, a cheaper tier is asked for a brief answer
+// (simplified), which is quicker to produce.
+func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified bool, out Output) (*Result, error) {
 	m, _ := g.cfg.Model(model)
 	req := g.request(t, m)
+	if simplified {
+		req = g.fallback.Simplify(req, model)
+	}
 	p := g.providers[model]
+	// The retry loop sees the first-byte deadline so it never starts doomed
+	// work; each attempt streams under ctx, because the deadline bounds the
+	// wait for the first token (watchFirstToken), not the whole answer.
+	dctx, cancel := context.WithDeadline(ctx, t.Received.Add(g.firstByteBudget(t)))
+	defer cancel()
 	var (
 		usage provider.Usage
 		resp  *provider.Response
 		ttft  time.Duration
 	)
-	_, err := g.invoker.Invoke(ctx, model, func(ctx context.Context) error {
+	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
 		out.Discard()
 		actx, firstToken, stop := g.watchFirstToken(ctx, t)
 		defer stop()
@@ -198,6 +209,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, out Output)
 		Usage:      usage,
 		CostUSD:    cost(m, usage),
 		TTFT:       ttft,
+		Simplified: simplified,
 	}, nil
 }
 
@@ -271,11 +283,16 @@ func (g *Gateway) watchFirstToken(ctx context.Context, t *Turn) (context.Context
 
 // firstByteLeft is what remains of the turn's budget to the first byte.
 func (g *Gateway) firstByteLeft(t *Turn) time.Duration {
-	budget := g.cfg.Deadline.FirstByte
+	return g.firstByteBudget(t) - g.now().Sub(t.Received)
+}
+
+// firstByteBudget is the turn's deadline to the first useful byte: the sync
+// chat budget, or the longer batch budget for P3.
+func (g *Gateway) firstByteBudget(t *Turn) time.Duration {
 	if t.Priority == P3 {
-		budget = g.cfg.Deadline.Batch
+		return g.cfg.Deadline.Batch
 	}
-	return budget - g.now().Sub(t.Received)
+	return g.cfg.Deadline.FirstByte
 }
 
 var (

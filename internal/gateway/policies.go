@@ -56,6 +56,9 @@ type Fallback interface {
 	Answer(ctx context.Context, t *Turn, cause error) (*Result, error)
 	// Remember stores a model's answer for later fallbacks.
 	Remember(ctx context.Context, t *Turn, res *Result)
+	// Simplify rewrites a request for a brief answer from a cheaper model,
+	// used after the primary timed out.
+	Simplify(req *provider.Request, model string) *provider.Request
 }
 
 type passAdmitter struct{}

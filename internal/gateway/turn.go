@@ -45,6 +45,9 @@ type Turn struct {
 	MaxOutput int
 	// EstimatedInput is the token estimate of everything sent to the model.
 	EstimatedInput int
+	// Calibration is opaque to the pipeline: the budget policy keeps what it
+	// needs here to calibrate its estimate once the provider reports usage.
+	Calibration any
 }
 
 // Result is the answer the pipeline delivered.
@@ -59,6 +62,9 @@ type Result struct {
 	CacheHit   bool
 	TraceID    string
 	TTFT       time.Duration
+	// Simplified is set when the answer came from the cheaper model's brief
+	// mode after the primary timed out.
+	Simplified bool
 }
 
 // Output receives a turn's answer. The streaming front doors back it with a

@@ -7,15 +7,24 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fmgate/fmgate/internal/breaker"
+	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
+	"github.com/fmgate/fmgate/internal/queue"
+	"github.com/fmgate/fmgate/internal/quota"
+	"github.com/fmgate/fmgate/internal/retry"
 	"github.com/fmgate/fmgate/internal/webui"
 )
 
@@ -32,6 +41,15 @@ type Options struct {
 type Server struct {
 	Gateway *gateway.Gateway
 	Sim     *sim.Sim
+	// The policies' state, for the admin API and tests.
+	Breakers  *breaker.Set
+	Quota     quota.Ledger
+	Queue     *queue.Queue
+	Retrier   *retry.Retrier
+	Estimator *budget.Estimator
+	// Redis is the fleet-mode client, nil on the embedded default.
+	Redis *redis.Client
+
 	cfg     config.Config
 	log     *slog.Logger
 	admin   *http.ServeMux
@@ -78,16 +96,19 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 		providers[m.Name] = sm
 	}
 
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	gw, err := gateway.New(cfg, gateway.Deps{
-		Providers:   providers,
-		Log:         log,
-		Now:         opts.Now,
-		UserHashKey: key,
-		AdminRoutes: s.admin,
-	})
+	deps, err := s.policies(cfg, opts.Now)
 	if err != nil {
+		return nil, err
+	}
+	deps.Providers = providers
+	deps.Log = log
+	deps.Now = opts.Now
+	deps.AdminRoutes = s.admin
+	deps.UserHashKey = make([]byte, 32)
+	_, _ = rand.Read(deps.UserHashKey)
+	gw, err := gateway.New(cfg, deps)
+	if err != nil {
+		s.Close()
 		return nil, err
 	}
 	s.Gateway = gw
@@ -104,4 +125,9 @@ func (s *Server) Close() {
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		s.closers[i]()
 	}
+}
+
+func sha12(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:6])
 }

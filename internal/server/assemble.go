@@ -1,0 +1,202 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fmgate/fmgate/internal/breaker"
+	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/fallback"
+	"github.com/fmgate/fmgate/internal/fallback/cache"
+	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/queue"
+	"github.com/fmgate/fmgate/internal/quota"
+	"github.com/fmgate/fmgate/internal/ratelimit"
+	"github.com/fmgate/fmgate/internal/retry"
+)
+
+// policies builds every pipeline policy: in memory (the embedded default), or
+// with shared state in Redis when fleet.redis is set.
+func (s *Server) policies(cfg config.Config, now func() time.Time) (gateway.Deps, error) {
+	if now == nil {
+		now = time.Now
+	}
+	var rdb *redis.Client
+	prefix := cfg.Fleet.KeyPrefix
+	if cfg.Fleet.Redis != "" {
+		pw := cfg.Fleet.RedisPassword
+		if v := os.Getenv("FMGATE_REDIS_PASSWORD"); v != "" {
+			pw = v
+		}
+		rdb = redis.NewClient(&redis.Options{
+			Addr: cfg.Fleet.Redis, Password: pw,
+			DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
+			ContextTimeoutEnabled: true, PoolSize: 64,
+		})
+		s.closers = append(s.closers, func() { _ = rdb.Close() })
+		s.Redis = rdb
+	}
+
+	// Step 3: rate limits.
+	rlCfg := cfg.RateLimit
+	rlCfg.FleetSize = cfg.Fleet.Size
+	var rlStore ratelimit.Store
+	if rdb != nil {
+		rlStore = ratelimit.NewRedisStore(rdb, prefix+"rl:", rlCfg.RedisTimeout)
+	}
+	limiter, err := ratelimit.New(rlCfg, rlStore, now)
+	if err != nil {
+		return gateway.Deps{}, fmt.Errorf("rateLimit: %w", err)
+	}
+
+	// Step 4: budgets.
+	var counters budget.Counters = budget.NewMemoryCounters(cfg.Budget.SessionTTL, now)
+	if rdb != nil {
+		counters = budget.NewRedisCounters(rdb, prefix+"budget:", cfg.Budget.SessionTTL)
+	}
+	enf, err := budget.New(cfg.Budget, budget.NewEstimator(), counters, now)
+	if err != nil {
+		return gateway.Deps{}, fmt.Errorf("budget: %w", err)
+	}
+	s.Estimator = enf.Estimator()
+
+	// Step 6: quota ledger and the priority queue.
+	var ledger quota.Ledger
+	var q *queue.Queue
+	if rdb != nil {
+		if ledger, err = quota.NewRedis(rdb, prefix+"quota:", cfg.Quota); err != nil {
+			return gateway.Deps{}, fmt.Errorf("quota: %w", err)
+		}
+		q = queue.NewRedis(rdb, cfg.Queue, queue.RedisOptions{Prefix: prefix + "queue:"})
+	} else {
+		if ledger, err = quota.NewMemory(cfg.Quota, now); err != nil {
+			return gateway.Deps{}, fmt.Errorf("quota: %w", err)
+		}
+		q = queue.NewMemory(cfg.Queue, now)
+	}
+	s.Quota, s.Queue = ledger, q
+
+	// Step 7: retries, breakers.
+	retrier, err := retry.New(cfg.Retry, nil)
+	if err != nil {
+		return gateway.Deps{}, fmt.Errorf("retry: %w", err)
+	}
+	factory := breaker.MemoryFactory(now)
+	if rdb != nil {
+		retrier.Budget = retry.NewRedisBudget(rdb, prefix, cfg.Retry.Budget)
+		retrier.Pressure = retry.NewRedisPressure(rdb, prefix, "", cfg.Retry.Pressure, now)
+		factory = breaker.RedisFactory(rdb, prefix, 0)
+	}
+	s.Retrier = retrier
+	s.Breakers = breaker.NewSet(factory, cfg.Breakers, breaker.WithTransitionHook(func(name string, from, to breaker.State) {
+		s.log.Warn("breaker transition", "breaker", name, "from", from.String(), "to", to.String())
+	}))
+
+	// Step 8: the cascade below the models.
+	var respCache cache.Cache = cache.NewMemory(cfg.Fallback.Cache, now)
+	if rdb != nil {
+		respCache = cache.NewRedis(rdb, prefix+"cache:", cfg.Fallback.Cache)
+	}
+	resolver, err := fallback.New(cfg.Fallback, fallback.Deps{Cache: respCache, Logger: s.log, Now: now})
+	if err != nil {
+		return gateway.Deps{}, fmt.Errorf("fallback: %w", err)
+	}
+
+	system, err := cfg.SystemPrompt()
+	if err != nil {
+		return gateway.Deps{}, err
+	}
+	models := map[string]bool{}
+	maxOut := map[string]int{}
+	for _, m := range cfg.Models {
+		models[m.Name] = true
+		maxOut[m.Name] = m.MaxOutputTokens
+	}
+	s.mountAdmin()
+	return gateway.Deps{
+		Admitter: admitter{l: limiter},
+		Budgeter: budgeter{enf: enf, prices: prices(cfg), system: system},
+		Planner:  planner{breakers: s.Breakers, ledger: ledger},
+		Reserver: reserver{ledger: ledger, queue: q, maxOut: maxOut},
+		Invoker:  invoker{retrier: retrier, breakers: s.Breakers},
+		Fallback: cascade{r: resolver, promptVersion: promptVersion(cfg.Prompt.Name, system), models: models},
+	}, nil
+}
+
+// mountAdmin adds the policies' admin routes.
+func (s *Server) mountAdmin() {
+	s.admin.HandleFunc("GET /admin/breakers", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.Breakers.Snapshots(r.Context()))
+	})
+	s.admin.HandleFunc("GET /admin/quota", func(w http.ResponseWriter, r *http.Request) {
+		out := map[string]any{}
+		for _, m := range s.cfg.Models {
+			snap, err := s.Quota.Saturation(r.Context(), m.Name)
+			if err != nil {
+				out[m.Name] = map[string]string{"error": err.Error()}
+				continue
+			}
+			out[m.Name] = snap
+		}
+		qs, err := s.Queue.Stats(r.Context())
+		if err == nil {
+			out["queue"] = map[string]any{"depth": qs.Depth, "byPriority": qs.ByPriority, "oldestWaitMs": qs.OldestWait.Milliseconds()}
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	// PUT /admin/quota/{model} {"tpm":N,"rpm":N} changes a provider ceiling at
+	// run time (e.g. the provider cut our TPM); {} restores the configured one.
+	s.admin.HandleFunc("PUT /admin/quota/{model}", func(w http.ResponseWriter, r *http.Request) {
+		model := r.PathValue("model")
+		if _, ok := s.cfg.Model(model); !ok {
+			writeAdminError(w, http.StatusNotFound, "unknown model "+model)
+			return
+		}
+		var c struct {
+			TPM int `json:"tpm"`
+			RPM int `json:"rpm"`
+		}
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil || c.TPM < 0 || c.RPM < 0 {
+			writeAdminError(w, http.StatusBadRequest, `body must be {"tpm":N,"rpm":N} with N >= 0`)
+			return
+		}
+		if err := s.Quota.SetCeiling(r.Context(), model, quota.Ceiling{TPM: c.TPM, RPM: c.RPM}); err != nil {
+			writeAdminError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		snap, _ := s.Quota.Saturation(r.Context(), model)
+		writeJSON(w, http.StatusOK, snap)
+	})
+	s.admin.HandleFunc("GET /admin/budget/accuracy", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, s.Estimator.Accuracy())
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeAdminError(w http.ResponseWriter, status int, msg string) {
+	code := "invalid_request"
+	if status == http.StatusNotFound {
+		code = "not_found"
+	}
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
+
+// promptVersion labels the prompt by its content: name@sha12.
+func promptVersion(name, text string) string {
+	return name + "@" + sha12(text)
+}

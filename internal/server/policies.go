@@ -1,0 +1,254 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/breaker"
+	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/fallback"
+	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/queue"
+	"github.com/fmgate/fmgate/internal/quota"
+	"github.com/fmgate/fmgate/internal/ratelimit"
+	"github.com/fmgate/fmgate/internal/retry"
+)
+
+// This file adapts each policy package to the small interface the pipeline
+// consumes (internal/gateway/policies.go).
+
+// admitter is step 3: the multi-scope rate limiter.
+type admitter struct{ l *ratelimit.Limiter }
+
+func (a admitter) Admit(ctx context.Context, t *gateway.Turn) error {
+	res, err := a.l.Check(ctx, ratelimit.Request{UserID: t.UserID, Route: t.Route, Premium: t.Premium, Cost: 1})
+	if err != nil {
+		return err
+	}
+	if res.Allowed {
+		return nil
+	}
+	return &gateway.Error{Status: http.StatusTooManyRequests, Code: gateway.CodeRateLimited,
+		Message: res.Message(t.Locale), RetryAfter: res.RetryAfter, Header: res.Headers(),
+		Err: fmt.Errorf("rate limit %s", res.Limit)}
+}
+
+// budgeter is step 4: estimate, enforce budgets, truncate history; and the
+// usage record that calibrates the estimator.
+type budgeter struct {
+	enf    *budget.Enforcer
+	prices map[string]budget.Price
+	system string
+}
+
+func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) error {
+	plan, err := b.enf.Check(ctx, budget.Request{
+		UserID: t.UserID, SessionID: t.SessionID, Model: model,
+		Parts: budget.Parts{System: b.system, History: t.History, User: t.Message},
+	}, b.prices[model])
+	var ex *budget.ExceededError
+	if errors.As(err, &ex) {
+		e := &gateway.Error{Status: http.StatusPaymentRequired, Code: gateway.CodeBudgetExceeded, Message: ex.Message(t.Locale), Err: err}
+		if !ex.ResetAt.IsZero() {
+			e.RetryAfter = time.Until(ex.ResetAt)
+		}
+		return e
+	}
+	if err != nil {
+		return err
+	}
+	t.History = plan.History
+	t.MaxOutput = plan.MaxOutput
+	t.EstimatedInput = plan.InputTokens
+	t.Calibration = plan.Counts
+	return nil
+}
+
+func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Result) error {
+	if _, isModel := b.prices[res.Tier]; !isModel {
+		return nil
+	}
+	if counts, ok := t.Calibration.(budget.ScriptCounts); ok && res.Usage.InputTokens > 0 {
+		b.enf.Estimator().Observe(res.Tier, counts, res.Usage.InputTokens)
+	}
+	return b.enf.Record(ctx, t.UserID, t.SessionID, res.Usage.InputTokens, res.Usage.OutputTokens, res.CostUSD)
+}
+
+// planner is step 5: the configured tiers minus models whose breaker is
+// open, and for P0 minus a primary whose quota is saturated.
+type planner struct {
+	breakers *breaker.Set
+	ledger   quota.Ledger
+}
+
+func (p planner) Plan(ctx context.Context, t *gateway.Turn, models []string) []string {
+	route := make([]string, 0, len(models))
+	for i, m := range models {
+		if snap, err := p.breakers.Get(m).Snapshot(ctx); err == nil && snap.State == breaker.Open && snap.RetryAfter > 0 {
+			continue
+		}
+		if t.Priority == gateway.P0 && i < len(models)-1 {
+			if snap, err := p.ledger.Saturation(ctx, m); err == nil && snap.Saturation >= 1 {
+				continue // downshift: the cheaper tier answers instead
+			}
+		}
+		route = append(route, m)
+	}
+	return route
+}
+
+// reserver is step 6: quota reservations, with the priority queue for the
+// classes that wait.
+type reserver struct {
+	ledger quota.Ledger
+	queue  *queue.Queue
+	maxOut map[string]int
+}
+
+func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (gateway.Lease, error) {
+	tokens := t.EstimatedInput + min(t.MaxOutput, r.maxOut[model])
+	if t.MaxOutput == 0 {
+		tokens = t.EstimatedInput + r.maxOut[model]
+	}
+	prio := quota.Priority(t.Priority)
+	if t.Priority == gateway.P0 {
+		res, err := r.ledger.Reserve(ctx, model, prio, tokens)
+		if err != nil {
+			return nil, quotaRefusal(t, err)
+		}
+		return lease{res: res, q: r.queue}, nil
+	}
+	var got quota.Reservation
+	err := r.queue.Wait(ctx, queue.Ticket{ID: t.RequestID, Priority: queue.Priority(t.Priority)}, func(ctx context.Context) (bool, error) {
+		res, err := r.ledger.Reserve(ctx, model, prio, tokens)
+		if errors.Is(err, quota.ErrSaturated) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		got = res
+		return true, nil
+	})
+	var full *queue.FullError
+	switch {
+	case err == nil:
+		return lease{res: got, q: r.queue}, nil
+	case errors.As(err, &full):
+		return nil, &gateway.Error{Status: http.StatusTooManyRequests, Code: gateway.CodeQueueFull,
+			Message: localize(t.Locale, "We're very busy right now and the waiting line is full. Please try again shortly.",
+				"ただいま大変混み合っており、待ち行列がいっぱいです。しばらくしてからもう一度お試しください。"),
+			RetryAfter: full.RetryAfter, Err: err}
+	case errors.Is(err, queue.ErrExpired):
+		return nil, &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeQueueTimeout,
+			Message: localize(t.Locale, "Your request timed out in the queue while the models were at capacity. Please try again.",
+				"モデルが混み合っていたため、待ち行列でタイムアウトしました。もう一度お試しください。"),
+			RetryAfter: 5 * time.Second, Err: err}
+	}
+	return nil, err
+}
+
+func quotaRefusal(t *gateway.Turn, err error) error {
+	var sat *quota.SaturatedError
+	if !errors.As(err, &sat) {
+		return err
+	}
+	return &gateway.Error{Status: http.StatusTooManyRequests, Code: gateway.CodeQuotaExhausted,
+		Message: localize(t.Locale, "The assistant is at capacity right now. Please try again shortly.",
+			"ただいまアシスタントが混み合っています。しばらくしてからもう一度お試しください。"),
+		RetryAfter: sat.RetryAfter, Err: err}
+}
+
+type lease struct {
+	res quota.Reservation
+	q   *queue.Queue
+}
+
+func (l lease) Settle(ctx context.Context, u provider.Usage) {
+	_ = l.res.Settle(context.WithoutCancel(ctx), u.InputTokens+u.OutputTokens)
+	l.q.Notify()
+}
+
+func (l lease) Release(ctx context.Context) {
+	_ = l.res.Release(context.WithoutCancel(ctx))
+	l.q.Notify()
+}
+
+// invoker is step 7: the retry loop, with the model's breaker consulted on
+// every attempt.
+type invoker struct {
+	retrier  *retry.Retrier
+	breakers *breaker.Set
+}
+
+func (iv invoker) Invoke(ctx context.Context, model string, call func(context.Context) error) (gateway.InvokeReport, error) {
+	br := iv.breakers.Get(model)
+	rep, err := iv.retrier.Do(ctx, model, func(ctx context.Context, _ int) error {
+		permit, err := br.Allow(ctx)
+		if errors.Is(err, breaker.ErrOpen) {
+			return retry.Final(err) // fall to the next tier at once, no tokens burnt
+		}
+		err = call(ctx)
+		switch kind := provider.KindOf(err); {
+		case err == nil:
+			permit.Done(ctx, true)
+		case kind == provider.KindCanceled:
+			// The client left: says nothing about the model.
+		case kind == provider.KindValidation, kind == provider.KindGuardrail, kind == provider.KindAccessDenied, kind == provider.KindNotFound:
+			permit.Done(ctx, true) // the model answered; the request was the problem
+		default:
+			permit.Done(ctx, false)
+		}
+		if gateway.IsFinal(err) {
+			return retry.Final(err)
+		}
+		return err
+	})
+	return gateway.InvokeReport{Attempts: rep.Attempts, Retries: rep.Retries}, err
+}
+
+// cascade is step 8 below the model tiers: cache, FAQ, graceful message.
+type cascade struct {
+	r             *fallback.Resolver
+	promptVersion string
+	models        map[string]bool
+}
+
+func (c cascade) Answer(ctx context.Context, t *gateway.Turn, cause error) (*gateway.Result, error) {
+	a := c.r.Answer(ctx, c.question(t), fallback.ReasonFor(cause))
+	return &gateway.Result{Text: a.Text, Tier: a.Tier, Degraded: a.Degraded, Confidence: a.Confidence, CacheHit: a.CacheHit}, nil
+}
+
+func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Result) {
+	if c.models[res.Tier] && !res.Simplified {
+		c.r.Store(ctx, c.question(t), res.Text)
+	}
+}
+
+func (c cascade) Simplify(req *provider.Request, model string) *provider.Request {
+	return c.r.Simplified(req, model)
+}
+
+func (c cascade) question(t *gateway.Turn) fallback.Question {
+	return fallback.Question{Text: t.Message, Locale: t.Locale, PromptVersion: c.promptVersion}
+}
+
+func localize(locale, en, ja string) string {
+	if locale == "ja" {
+		return ja
+	}
+	return en
+}
+
+func prices(cfg config.Config) map[string]budget.Price {
+	p := make(map[string]budget.Price, len(cfg.Models))
+	for _, m := range cfg.Models {
+		p[m.Name] = budget.Price{InputPerMTok: m.InputPerMTok, OutputPerMTok: m.OutputPerMTok, CachedInputPerMTok: m.CachedInputPerMTok}
+	}
+	return p
+}
