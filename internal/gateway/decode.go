@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"unicode/utf8"
 )
@@ -80,6 +81,18 @@ func decodeChatBody(r io.Reader, limit int64) (chatBody, error) {
 		return b, invalid("requestId must be at most 128 bytes")
 	}
 	return b, nil
+}
+
+// readLimited reads a request body of at most limit bytes.
+func readLimited(r *http.Request, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, invalid("could not read the request body: %v", err)
+	}
+	if int64(len(data)) > limit {
+		return nil, &Error{Status: 413, Code: CodeTooLarge, Message: fmt.Sprintf("request body is larger than %d bytes", limit)}
+	}
+	return data, nil
 }
 
 // decodeStrict decodes one JSON object, refusing invalid UTF-8, unknown

@@ -48,6 +48,7 @@ type Gateway struct {
 	turnsMu sync.RWMutex
 
 	requests inflightSet
+	batches  batchJobs
 	connsMu  sync.Mutex
 	conns    map[*wsConn]struct{}
 	admin    http.Handler // extra admin routes (e.g. the simulator's)

@@ -29,6 +29,8 @@ func (g *Gateway) Handler(adminToken string, ui http.Handler) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/chat", g.serveChat)
 	mux.HandleFunc("GET /ws", g.serveWS)
+	mux.HandleFunc("POST /v1/batch", g.serveBatch)
+	mux.HandleFunc("GET /v1/batch/{id}", g.serveBatchStatus)
 	if g.admin != nil {
 		mux.Handle("/admin/", requireToken(adminToken, g.admin))
 	}

@@ -118,8 +118,13 @@ func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (g
 	prio := quota.Priority(t.Priority)
 	if t.Priority == gateway.P0 {
 		res, err := r.ledger.Reserve(ctx, model, prio, tokens)
-		if err != nil {
+		switch {
+		case errors.Is(err, quota.ErrSaturated):
 			return nil, quotaRefusal(t, err)
+		case err != nil:
+			// The shared ledger is unreachable: serve the turn rather than
+			// fail it; the provider's own throttling still protects it.
+			return lease{q: r.queue}, nil
 		}
 		return lease{res: res, q: r.queue}, nil
 	}
@@ -170,12 +175,16 @@ type lease struct {
 }
 
 func (l lease) Settle(ctx context.Context, u provider.Usage) {
-	_ = l.res.Settle(context.WithoutCancel(ctx), u.InputTokens+u.OutputTokens)
+	if l.res != nil {
+		_ = l.res.Settle(context.WithoutCancel(ctx), u.InputTokens+u.OutputTokens)
+	}
 	l.q.Notify()
 }
 
 func (l lease) Release(ctx context.Context) {
-	_ = l.res.Release(context.WithoutCancel(ctx))
+	if l.res != nil {
+		_ = l.res.Release(context.WithoutCancel(ctx))
+	}
 	l.q.Notify()
 }
 
@@ -197,8 +206,12 @@ func (iv invoker) Invoke(ctx context.Context, model string, call func(context.Co
 		switch kind := provider.KindOf(err); {
 		case err == nil:
 			permit.Done(ctx, true)
-		case kind == provider.KindCanceled:
-			// The client left: says nothing about the model.
+		case kind == provider.KindCanceled, kind == provider.KindThrottled:
+			// The client left, or the provider asked us to slow down: neither
+			// says the model is unhealthy. Throttling is for the retry
+			// budget, adaptive pressure and the quota ledger to absorb; a
+			// breaker opened by it would shift all traffic away for a whole
+			// open period.
 		case kind == provider.KindValidation, kind == provider.KindGuardrail, kind == provider.KindAccessDenied, kind == provider.KindNotFound:
 			permit.Done(ctx, true) // the model answered; the request was the problem
 		default:

@@ -35,6 +35,9 @@ type Options struct {
 	Now func() time.Time
 	// SimOptions lets tests pace the simulator.
 	SimOptions sim.Options
+	// WrapProvider, when set, wraps each model's provider (e.g. to count
+	// upstream attempts in load runs).
+	WrapProvider func(model string, p provider.Provider) provider.Provider
 }
 
 // Server is an assembled gateway.
@@ -94,6 +97,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	providers := make(map[string]provider.Provider, len(cfg.Models))
 	for _, m := range cfg.Models {
 		providers[m.Name] = sm
+		if opts.WrapProvider != nil {
+			providers[m.Name] = opts.WrapProvider(m.Name, sm)
+		}
 	}
 
 	deps, err := s.policies(cfg, opts.Now)
