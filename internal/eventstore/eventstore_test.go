@@ -43,7 +43,7 @@ type turnSpec struct {
 	spans   []span
 }
 
-func traceID(n int) string { return fmt.Sprintf("%032x", n+1) }
+func traceID(n int) string   { return fmt.Sprintf("%032x", n+1) }
 func spanID(n, i int) string { return fmt.Sprintf("%08x%08x", n+1, i+1) }
 
 // build returns the turn's events: its children, then the root "turn" span
@@ -287,7 +287,7 @@ func TestTopUsers(t *testing.T) {
 	for u := 1; u <= 120; u++ {
 		for k := 0; k < u%7+1; k++ {
 			turns = append(turns, turnSpec{n: len(turns), user: fmt.Sprintf("u%03d", u), feature: "recommend",
-				at: time.Duration(len(turns)) * time.Millisecond,
+				at:    time.Duration(len(turns)) * time.Millisecond,
 				spans: []span{{name: "plan", model: "sonnet", cost: float64(u) * 0.001 / float64(u%7+1)}}})
 		}
 	}
@@ -341,7 +341,7 @@ func TestRisingFeatures(t *testing.T) {
 	add := func(feature string, period, uses int, cost float64) {
 		for k := range uses {
 			turns = append(turns, turnSpec{n: len(turns), user: "u", feature: feature,
-				at: time.Duration(period)*time.Hour + time.Duration(k)*time.Second,
+				at:    time.Duration(period)*time.Hour + time.Duration(k)*time.Second,
 				spans: []span{{name: "plan", model: "sonnet", cost: cost}}})
 		}
 	}
