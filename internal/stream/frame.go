@@ -1,0 +1,324 @@
+package stream
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Type names a server-to-client frame.
+type Type string
+
+// The frame types of the external contract.
+const (
+	TypeChunk     Type = "chunk"
+	TypeDone      Type = "done"
+	TypeError     Type = "error"
+	TypeHeartbeat Type = "heartbeat"
+)
+
+// Chunk is a piece of answer text:
+// {"type":"chunk","requestId":"r1","index":0,"text":"…"}.
+type Chunk struct {
+	RequestID string
+	// Index numbers the chunks of a request from 0.
+	Index int
+	// Split marks the pieces of a chunk too large for one frame; only then is
+	// SubIndex (from 0) encoded, and all pieces share Index.
+	Split    bool
+	SubIndex int
+	Text     string
+}
+
+// Tokens is the token usage reported in a done frame.
+type Tokens struct {
+	Input  int `json:"input"`
+	Output int `json:"output"`
+}
+
+// DoneMetrics are the stream timings of a done frame, computed by the stream.
+type DoneMetrics struct {
+	// TTFTms is from the start of the stream to the first chunk frame sent.
+	TTFTms int64 `json:"ttft_ms"`
+	// TotalMs is from the start of the stream to the done frame.
+	TotalMs int64 `json:"total_ms"`
+	// TPS is output tokens per second of generation, rounded to 0.1.
+	TPS float64 `json:"tps"`
+	// Chunks counts chunk frames sent, each piece of a split chunk included.
+	Chunks int `json:"chunks"`
+}
+
+// Done ends a successful answer. Stream.Finish fills RequestID and Metrics.
+type Done struct {
+	RequestID  string      `json:"requestId"`
+	Tier       string      `json:"tier"`
+	Degraded   bool        `json:"degraded"`
+	Confidence float64     `json:"confidence"`
+	Tokens     Tokens      `json:"tokens"`
+	CostUSD    float64     `json:"costUsd"`
+	Metrics    DoneMetrics `json:"metrics"`
+	TraceID    string      `json:"traceId"`
+	// CacheHit is encoded only when true.
+	CacheHit bool `json:"cacheHit,omitempty"`
+}
+
+// ErrorFrame ends a failed answer, also after chunks were sent.
+type ErrorFrame struct {
+	RequestID string
+	// Code is stable and machine-readable, e.g. "rate_limited".
+	Code string
+	// Message is safe to show to users.
+	Message string
+	// RetryAfterSeconds is encoded only when positive.
+	RetryAfterSeconds int
+}
+
+// Frame is any server frame; the field named by Type is set.
+type Frame struct {
+	Type  Type
+	Chunk Chunk
+	Done  Done
+	Error ErrorFrame
+}
+
+var heartbeatJSON = []byte(`{"type":"heartbeat"}`)
+
+// AppendJSON appends the wire form of c to dst.
+func (c Chunk) AppendJSON(dst []byte) []byte {
+	return appendChunk(dst, c, c.Text)
+}
+
+// appendChunk encodes c with text in place of c.Text, so the stream can encode
+// its byte buffer without converting it to a string.
+func appendChunk[T ~string | ~[]byte](dst []byte, c Chunk, text T) []byte {
+	dst = append(dst, `{"type":"chunk","requestId":`...)
+	dst = appendJSONString(dst, c.RequestID)
+	dst = append(dst, `,"index":`...)
+	dst = strconv.AppendInt(dst, int64(c.Index), 10)
+	if c.Split {
+		dst = append(dst, `,"subIndex":`...)
+		dst = strconv.AppendInt(dst, int64(c.SubIndex), 10)
+	}
+	dst = append(dst, `,"text":`...)
+	dst = appendJSONString(dst, text)
+	return append(dst, '}')
+}
+
+// AppendJSON appends the wire form of e to dst.
+func (e ErrorFrame) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"type":"error","requestId":`...)
+	dst = appendJSONString(dst, e.RequestID)
+	dst = append(dst, `,"code":`...)
+	dst = appendJSONString(dst, e.Code)
+	dst = append(dst, `,"message":`...)
+	dst = appendJSONString(dst, e.Message)
+	if e.RetryAfterSeconds > 0 {
+		dst = append(dst, `,"retryAfterSeconds":`...)
+		dst = strconv.AppendInt(dst, int64(e.RetryAfterSeconds), 10)
+	}
+	return append(dst, '}')
+}
+
+// errNotFinite is returned for a done frame JSON cannot carry.
+var errNotFinite = errors.New("stream: done frame: confidence, costUsd and tps must be finite")
+
+// AppendJSON appends the wire form of d to dst. It fails only when a float
+// field is NaN or infinite.
+func (d Done) AppendJSON(dst []byte) ([]byte, error) {
+	for _, f := range []float64{d.Confidence, d.CostUSD, d.Metrics.TPS} {
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return dst, errNotFinite
+		}
+	}
+	buf := bytes.NewBuffer(dst)
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	wire := struct {
+		Type Type `json:"type"`
+		Done
+	}{TypeDone, d}
+	if err := enc.Encode(wire); err != nil {
+		return dst, fmt.Errorf("stream: done frame: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// AppendHeartbeat appends a heartbeat frame to dst.
+func AppendHeartbeat(dst []byte) []byte { return append(dst, heartbeatJSON...) }
+
+// AppendJSON appends the wire form of f to dst.
+func (f Frame) AppendJSON(dst []byte) ([]byte, error) {
+	switch f.Type {
+	case TypeChunk:
+		return f.Chunk.AppendJSON(dst), nil
+	case TypeDone:
+		return f.Done.AppendJSON(dst)
+	case TypeError:
+		return f.Error.AppendJSON(dst), nil
+	case TypeHeartbeat:
+		return AppendHeartbeat(dst), nil
+	}
+	return dst, fmt.Errorf("stream: unknown frame type %q", f.Type)
+}
+
+// wireFrame accepts every field of every frame type; pointers tell a
+// missing field from a zero one.
+type wireFrame struct {
+	Type              Type        `json:"type"`
+	RequestID         string      `json:"requestId"`
+	Index             *int        `json:"index"`
+	SubIndex          *int        `json:"subIndex"`
+	Text              *string     `json:"text"`
+	Tier              string      `json:"tier"`
+	Degraded          bool        `json:"degraded"`
+	Confidence        float64     `json:"confidence"`
+	Tokens            Tokens      `json:"tokens"`
+	CostUSD           float64     `json:"costUsd"`
+	Metrics           DoneMetrics `json:"metrics"`
+	TraceID           string      `json:"traceId"`
+	CacheHit          bool        `json:"cacheHit"`
+	Code              string      `json:"code"`
+	Message           string      `json:"message"`
+	RetryAfterSeconds int         `json:"retryAfterSeconds"`
+}
+
+// DecodeFrame parses one server frame. Unknown fields are ignored; a missing
+// chunk index or text, a negative index, an error frame without a code or an
+// unknown type is an error.
+func DecodeFrame(b []byte) (Frame, error) {
+	var w wireFrame
+	if err := json.Unmarshal(b, &w); err != nil {
+		return Frame{}, fmt.Errorf("stream: decode frame: %w", err)
+	}
+	switch w.Type {
+	case TypeChunk:
+		if w.Index == nil || w.Text == nil {
+			return Frame{}, errors.New("stream: decode frame: chunk needs index and text")
+		}
+		c := Chunk{RequestID: w.RequestID, Index: *w.Index, Text: *w.Text}
+		if w.SubIndex != nil {
+			c.Split, c.SubIndex = true, *w.SubIndex
+		}
+		if c.Index < 0 || c.SubIndex < 0 {
+			return Frame{}, errors.New("stream: decode frame: negative chunk index")
+		}
+		return Frame{Type: TypeChunk, Chunk: c}, nil
+	case TypeDone:
+		return Frame{Type: TypeDone, Done: Done{
+			RequestID: w.RequestID, Tier: w.Tier, Degraded: w.Degraded, Confidence: w.Confidence,
+			Tokens: w.Tokens, CostUSD: w.CostUSD, Metrics: w.Metrics, TraceID: w.TraceID, CacheHit: w.CacheHit,
+		}}, nil
+	case TypeError:
+		if w.Code == "" {
+			return Frame{}, errors.New("stream: decode frame: error frame needs a code")
+		}
+		e := ErrorFrame{RequestID: w.RequestID, Code: w.Code, Message: w.Message}
+		if w.RetryAfterSeconds > 0 {
+			e.RetryAfterSeconds = w.RetryAfterSeconds
+		}
+		return Frame{Type: TypeError, Error: e}, nil
+	case TypeHeartbeat:
+		return Frame{Type: TypeHeartbeat}, nil
+	}
+	return Frame{}, fmt.Errorf("stream: decode frame: unknown type %q", w.Type)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString quotes s as encoding/json does with HTML escaping off:
+// non-ASCII stays UTF-8, each invalid byte becomes \ufffd, and U+2028/U+2029
+// are escaped because JavaScript source cannot hold them raw.
+func appendJSONString[T ~string | ~[]byte](dst []byte, s T) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := decodeRune(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// escapedLen is how many bytes the first character of s takes once quoted by
+// appendJSONString, and how many bytes of s it consumes.
+func escapedLen(s []byte) (out, size int) {
+	b := s[0]
+	if b < utf8.RuneSelf {
+		switch {
+		case b == '"' || b == '\\' || b == '\n' || b == '\r' || b == '\t':
+			return 2, 1
+		case b < 0x20:
+			return 6, 1
+		}
+		return 1, 1
+	}
+	r, size := utf8.DecodeRune(s)
+	switch {
+	case r == utf8.RuneError && size == 1:
+		return 6, 1
+	case r == '\u2028' || r == '\u2029':
+		return 6, size
+	}
+	return size, size
+}
+
+// fitPrefix returns the length of the longest prefix of text whose quoted
+// form fits in budget bytes (quotes included), never ending inside a
+// character, and at least one character so a split always progresses.
+func fitPrefix(text []byte, budget int) int {
+	used, n := 2, 0
+	for n < len(text) {
+		out, size := escapedLen(text[n:])
+		if used+out > budget && n > 0 {
+			break
+		}
+		used += out
+		n += size
+	}
+	return n
+}
+
+func decodeRune[T ~string | ~[]byte](s T) (rune, int) {
+	var buf [utf8.UTFMax]byte
+	n := copy(buf[:], s[:min(len(s), utf8.UTFMax)])
+	return utf8.DecodeRune(buf[:n])
+}
