@@ -435,11 +435,11 @@ func TestContextCancelUnblocksWrite(t *testing.T) {
 
 func TestFinishOrFailExactlyOnce(t *testing.T) {
 	tests := []struct {
-		name      string
-		writes    []string
-		fail      bool
-		wantText  string
-		wantLast  Type
+		name     string
+		writes   []string
+		fail     bool
+		wantText string
+		wantLast Type
 	}{
 		{name: "finish after text", writes: []string{"一", "二"}, wantText: "一二", wantLast: TypeDone},
 		{name: "fail after text flushes then errors", writes: []string{"一", "二"}, fail: true, wantText: "一二", wantLast: TypeError},
