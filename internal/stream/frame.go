@@ -318,6 +318,12 @@ func fitPrefix(text []byte, budget int) int {
 }
 
 func decodeRune[T ~string | ~[]byte](s T) (rune, int) {
+	switch v := any(s).(type) {
+	case string:
+		return utf8.DecodeRuneInString(v)
+	case []byte:
+		return utf8.DecodeRune(v)
+	}
 	var buf [utf8.UTFMax]byte
 	n := copy(buf[:], s[:min(len(s), utf8.UTFMax)])
 	return utf8.DecodeRune(buf[:n])
