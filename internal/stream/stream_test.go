@@ -587,3 +587,28 @@ func TestNoGoroutineLeaks(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+func TestSlowButSuccessfulSendIsNotResent(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.BackpressurePause = 700 * time.Millisecond
+	s, r, c := newTestStream(t, cfg)
+	r.behave = func(_ context.Context, call int) error {
+		if call == 1 {
+			c.Advance(600 * time.Millisecond) // the client took longer than SendTimeout
+		}
+		return nil
+	}
+	mustWrite(t, s, "遅い")
+	c.waitArmed(t, cfg.BackpressurePause)
+	c.Advance(cfg.BackpressurePause)
+	if err := s.Finish(Done{}); err != nil {
+		t.Fatal(err)
+	}
+	chunks, others := texts(r.decoded(t))
+	if !slices.Equal(chunks, []string{"遅い"}) || !slices.Equal(others, []Type{TypeDone}) {
+		t.Fatalf("chunks %q others %v, want the slow chunk once", chunks, others)
+	}
+	if m := s.Metrics(); m.SlowSends != 1 || m.BackpressurePauses != 1 || m.PauseTime != cfg.BackpressurePause {
+		t.Fatalf("metrics = %+v", m)
+	}
+}
