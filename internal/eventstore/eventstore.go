@@ -89,7 +89,8 @@ type Store struct {
 	w *sql.DB // one connection: SQLite has one writer
 	r *sql.DB // readers; the same pool as w for ":memory:"
 
-	ins *sql.Stmt
+	ins  *sql.Stmt // one span
+	insN *sql.Stmt // insertRows spans
 
 	stop      context.CancelFunc
 	done      chan struct{}
@@ -173,8 +174,10 @@ func (s *Store) init(ctx context.Context) error {
 		}
 	}
 	var err error
-	s.ins, err = s.w.PrepareContext(ctx, insertEvent)
-	if err != nil {
+	if s.ins, err = s.w.PrepareContext(ctx, insertSQL(1)); err != nil {
+		return fmt.Errorf("eventstore: prepare: %w", err)
+	}
+	if s.insN, err = s.w.PrepareContext(ctx, insertSQL(insertRows)); err != nil {
 		return fmt.Errorf("eventstore: prepare: %w", err)
 	}
 	return nil
@@ -222,25 +225,37 @@ func (s *Store) writeTx(ctx context.Context, batch []events.Event) (err error) {
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM events`).Scan(&last); err != nil {
 		return fmt.Errorf("eventstore: write: %w", err)
 	}
-	ins := tx.StmtContext(ctx, s.ins)
-	args := make([]any, insertColumns)
-	inserted := 0
+	ins, insN := tx.StmtContext(ctx, s.ins), tx.StmtContext(ctx, s.insN)
+	args := make([]any, 0, insertColumns*insertRows)
+	flush := func(stmt *sql.Stmt) error {
+		_, err := stmt.ExecContext(ctx, args...)
+		args = args[:0]
+		return err
+	}
+	kept := 0
 	for i := range batch {
 		e := &batch[i]
 		ts := unixMilli(e.TSStart)
 		if s.cfg.Retention > 0 && ts < cutoff {
 			continue
 		}
-		fillArgs(args, e, ts)
-		res, err := ins.ExecContext(ctx, args...)
-		if err != nil {
-			return fmt.Errorf("eventstore: insert: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n > 0 {
-			inserted++
+		kept++
+		args = appendArgs(args, e, ts)
+		if len(args) == cap(args) {
+			if err := flush(insN); err != nil {
+				return fmt.Errorf("eventstore: insert: %w", err)
+			}
 		}
 	}
-	if inserted > 0 {
+	for len(args) > 0 {
+		rest := args[insertColumns:]
+		args = args[:insertColumns]
+		if err := flush(ins); err != nil {
+			return fmt.Errorf("eventstore: insert: %w", err)
+		}
+		args = append(args, rest...)
+	}
+	if kept > 0 {
 		for _, q := range rollups {
 			if _, err := tx.ExecContext(ctx, q, last); err != nil {
 				return fmt.Errorf("eventstore: roll-up: %w", err)
@@ -260,11 +275,13 @@ func unixMilli(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-func fillArgs(a []any, e *events.Event, ts int64) {
+func appendArgs(args []any, e *events.Event, ts int64) []any {
 	var eval any
 	if e.Outcome.EvalScore != nil {
 		eval = *e.Outcome.EvalScore
 	}
+	args = args[:len(args)+insertColumns]
+	a := args[len(args)-insertColumns:]
 	a[0] = e.TraceID
 	a[1] = e.SpanID
 	a[2] = e.ParentSpanID
@@ -300,6 +317,7 @@ func fillArgs(a []any, e *events.Event, ts int64) {
 	a[32] = e.Attribution.Locale
 	a[33] = e.Attribution.UserTier
 	a[34] = e.Attribution.Priority
+	return args
 }
 
 // Prune deletes spans that started before before, with their per-minute
@@ -358,8 +376,10 @@ func (s *Store) Close() error {
 
 func (s *Store) closeDBs() error {
 	var errs []error
-	if s.ins != nil {
-		errs = append(errs, s.ins.Close())
+	for _, st := range []*sql.Stmt{s.ins, s.insN} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
 	}
 	if s.r != nil && s.r != s.w {
 		errs = append(errs, s.r.Close())

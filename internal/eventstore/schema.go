@@ -1,5 +1,7 @@
 package eventstore
 
+import "strings"
+
 // schema creates the tables. Text columns hold "" rather than NULL for an
 // absent value so that roll-up keys compare equal; only eval_score is
 // nullable, because "not scored" differs from a score of 0.
@@ -112,8 +114,18 @@ const insertEvent = `INSERT INTO events (
 	tokens_in, tokens_out, cost_usd, cache_hit, capability_flags,
 	status, error_code, fallback_used, eval_score,
 	feature, surface, locale, user_tier, priority
-) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
-ON CONFLICT (trace_id, span_id) DO NOTHING`
+) VALUES `
+
+// insertSQL inserts rows spans per statement: one call into the driver per
+// rows spans instead of per span is most of the ingest rate.
+func insertSQL(rows int) string {
+	one := "(" + strings.Repeat("?,", insertColumns-1) + "?)"
+	return insertEvent + strings.Repeat(one+",", rows-1) + one + ` ON CONFLICT (trace_id, span_id) DO NOTHING`
+}
+
+// insertRows is the number of spans per multi-row insert; 35 columns × 64
+// stays far below SQLite's 32766 bound on parameters.
+const insertRows = 64
 
 // Expressions shared by roll-ups and raw-span queries, so that both sides
 // of a time range's edges count the same way.

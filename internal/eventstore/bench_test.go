@@ -1,0 +1,208 @@
+package eventstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/events"
+)
+
+// synth generates MangaAssist-shaped traffic: turns of spansPerTurn spans
+// (a root, a planner call, sub-agent and tool calls), spread evenly over
+// span from start, across users, features, locales, prompt, model and
+// graph versions.
+type synth struct {
+	rng   *rand.Rand
+	start time.Time
+	step  time.Duration // between turns
+	n     int           // turns generated
+	users int
+}
+
+const spansPerTurn = 14
+
+var (
+	synthFeatures = []string{"discovery_recommend", "faq", "order_status", "cross_title_link", "search", "summary", "character_qa", "release_alerts"}
+	synthLocales  = []string{"ja-JP", "en-US", "ko-KR", "fr-FR", "zh-TW"}
+	synthTiers    = []string{"prime", "free", "staff"}
+	synthModels   = []string{"claude-sonnet-4-6", "claude-haiku-4-5", "in-house-7b"}
+	synthPrompts  = []string{"planner-prompt-v22", "planner-prompt-v23", "subagent-prompt-v7", "subagent-prompt-v8"}
+	synthTools    = []string{"catalog_search", "order_lookup", "embedding"}
+	synthGraphs   = []string{"v17.4", "v17.5"}
+)
+
+func (g *synth) turn(dst []events.Event) []events.Event {
+	n := g.n
+	g.n++
+	at := g.start.Add(time.Duration(n) * g.step)
+	trace := fmt.Sprintf("%016x%016x", g.rng.Uint64(), uint64(n))
+	attr := events.Attribution{
+		Feature:  synthFeatures[g.rng.IntN(len(synthFeatures))],
+		Surface:  "chat",
+		Locale:   synthLocales[g.rng.IntN(len(synthLocales))],
+		UserTier: synthTiers[g.rng.IntN(len(synthTiers))],
+	}
+	user := fmt.Sprintf("u%015x", g.rng.IntN(g.users))
+	graph := synthGraphs[g.rng.IntN(len(synthGraphs))]
+	root := fmt.Sprintf("%016x", g.rng.Uint64())
+	for i := 1; i < spansPerTurn; i++ {
+		e := events.Event{
+			SchemaVersion: 3, TraceID: trace, SpanID: fmt.Sprintf("%016x", g.rng.Uint64()), ParentSpanID: root,
+			WorkflowID: trace, UserIDHash: user, SessionID: "s_" + user[:8],
+			TSStart: at.Add(time.Duration(i) * time.Millisecond), Name: "model_attempt",
+			Node:        events.Node{GraphVersion: graph, NodeID: "Plan", InvocationMode: events.ModeSyncStreaming},
+			Attribution: attr, Outcome: events.Outcome{Status: events.StatusOK},
+		}
+		e.TSEnd, e.DurationMS = e.TSStart.Add(200*time.Millisecond), 200
+		if i%3 == 0 {
+			e.Name = "tool"
+			e.Artifact = events.Artifact{ArtifactKind: events.KindToolCall, ToolID: synthTools[g.rng.IntN(len(synthTools))], ToolVersion: "1.0.0"}
+			e.Resource.CostUSD = 0.0007
+		} else {
+			e.Artifact = events.Artifact{ArtifactKind: events.KindLLMCall, ModelID: synthModels[g.rng.IntN(len(synthModels))],
+				PromptVersion: synthPrompts[g.rng.IntN(len(synthPrompts))]}
+			e.Resource = events.Resource{TokensIn: 1000 + g.rng.IntN(4000), TokensOut: 50 + g.rng.IntN(400), CostUSD: 0.001 + g.rng.Float64()*0.003}
+		}
+		dst = append(dst, e)
+	}
+	r := events.Event{
+		SchemaVersion: 3, TraceID: trace, SpanID: root, WorkflowID: trace, UserIDHash: user, SessionID: "s_" + user[:8],
+		TSStart: at, TSEnd: at.Add(800 * time.Millisecond), DurationMS: 800, Name: "turn",
+		Node:        events.Node{GraphVersion: graph, NodeID: "turn", InvocationMode: events.ModeSyncStreaming},
+		Attribution: attr, Outcome: events.Outcome{Status: events.StatusOK},
+	}
+	if g.rng.IntN(100) == 0 { // the judge samples 1%
+		v := g.rng.Float64()
+		r.Outcome.EvalScore = &v
+	}
+	return append(dst, r)
+}
+
+// BenchmarkIngest writes batches of 1000 spans into a file database and
+// reports spans/s. Run: go test -run=^$ -bench=Ingest -benchmem ./internal/eventstore
+func BenchmarkIngest(b *testing.B) {
+	s := openTest(b, filepath.Join(b.TempDir(), "events.db"))
+	g := &synth{rng: rand.New(rand.NewPCG(1, 2)), start: t0, step: 10 * time.Millisecond, users: 50000}
+	ctx := context.Background()
+	const batch = 1000
+	var buf []events.Event
+	// Pre-generate so the benchmark measures the store, not fmt.Sprintf.
+	var batches [][]events.Event
+	for range 64 {
+		buf = buf[:0]
+		for len(buf) < batch {
+			buf = g.turn(buf)
+		}
+		batches = append(batches, append([]events.Event(nil), buf[:batch]...))
+	}
+	b.ResetTimer()
+	spans := 0
+	for i := 0; i < b.N; i++ {
+		bt := batches[i%len(batches)]
+		if i >= len(batches) {
+			// Fresh ids each round so every span is a real insert.
+			for j := range bt {
+				bt[j].SpanID = fmt.Sprintf("%016x", uint64(i)<<20|uint64(j))
+			}
+		}
+		if err := s.Write(ctx, bt); err != nil {
+			b.Fatal(err)
+		}
+		spans += len(bt)
+	}
+	b.ReportMetric(float64(spans)/b.Elapsed().Seconds(), "spans/s")
+}
+
+// BenchmarkDrillDown10M builds a file database of 10 million spans (about
+// 714k turns over 24 h) and times each view of the cost dashboard. Opt in
+// with FMGATE_BENCH_10M=1; FMGATE_BENCH_DB=path keeps (and reuses) the
+// database between runs. Run:
+//
+//	FMGATE_BENCH_10M=1 go test -run=^$ -bench=DrillDown10M -benchtime=5x -timeout=60m ./internal/eventstore
+func BenchmarkDrillDown10M(b *testing.B) {
+	if os.Getenv("FMGATE_BENCH_10M") != "1" {
+		b.Skip("set FMGATE_BENCH_10M=1 to build and query 10 million spans")
+	}
+	path := os.Getenv("FMGATE_BENCH_DB")
+	if path == "" {
+		path = filepath.Join(b.TempDir(), "events.db")
+	}
+	s := openTest(b, path)
+	ctx := context.Background()
+	const total = 10_000_000
+	var have int64
+	if err := s.r.QueryRow(`SELECT COUNT(*) FROM events`).Scan(&have); err != nil {
+		b.Fatal(err)
+	}
+	g := &synth{rng: rand.New(rand.NewPCG(7, 8)), start: t0, users: 50000}
+	g.step = 24 * time.Hour / (total / spansPerTurn)
+	if have < total-spansPerTurn {
+		g.n = int(have) / spansPerTurn
+		began := time.Now()
+		var buf []events.Event
+		for written := int(have); written < total; {
+			buf = buf[:0]
+			for len(buf) < 1000 {
+				buf = g.turn(buf)
+			}
+			if err := s.Write(ctx, buf); err != nil {
+				b.Fatal(err)
+			}
+			written += len(buf)
+		}
+		took := time.Since(began)
+		b.Logf("built %d spans in %v (%.0f spans/s, including generation)", total-int(have), took.Round(time.Second), float64(total-int(have))/took.Seconds())
+	}
+	from, to := t0, t0.Add(24*time.Hour)
+	// Pick a real user and trace to drill into.
+	var user, trace string
+	if err := s.r.QueryRow(`SELECT user_id_hash, trace_id FROM turns WHERE feature = ? LIMIT 1 OFFSET 1000`, synthFeatures[0]).Scan(&user, &trace); err != nil {
+		b.Fatal(err)
+	}
+	views := []struct {
+		name string
+		run  func() error
+	}{
+		{"total", func() error { _, err := s.Cost(ctx, Query{From: from, To: to}); return err }},
+		{"per_feature", func() error { _, err := s.Cost(ctx, Query{By: ByFeature, From: from, To: to}); return err }},
+		{"per_feature_unaligned", func() error {
+			_, err := s.Cost(ctx, Query{By: ByFeature, From: from.Add(90 * time.Second), To: to.Add(-30 * time.Second)})
+			return err
+		}},
+		{"per_user_in_feature", func() error {
+			_, err := s.Cost(ctx, Query{By: ByUser, Feature: synthFeatures[0], From: from, To: to})
+			return err
+		}},
+		{"per_turn_of_user", func() error { _, err := s.Cost(ctx, Query{By: ByTurn, User: user, From: from, To: to}); return err }},
+		{"per_node_of_turn", func() error { _, err := s.Cost(ctx, Query{By: ByNode, Trace: trace}); return err }},
+		{"versions_combined_by_locale", func() error {
+			_, err := s.Cost(ctx, Query{By: ByLocale, GraphVersion: "v17.4", PromptVersion: "planner-prompt-v23", ModelID: "claude-sonnet-4-6", From: from, To: to})
+			return err
+		}},
+		{"per_user_model_filter_1h", func() error {
+			_, err := s.Cost(ctx, Query{By: ByUser, ModelID: "claude-sonnet-4-6", From: from, To: from.Add(time.Hour)})
+			return err
+		}},
+		{"top_users", func() error { _, err := s.TopUsers(ctx, from, to, 100); return err }},
+		{"anomalous_turns", func() error { _, err := s.AnomalousTurns(ctx, from, to); return err }},
+		{"rising_features", func() error { _, err := s.RisingFeatures(ctx, from, to, 4); return err }},
+		{"eval_versions_combined", func() error {
+			_, err := s.Eval(ctx, Query{By: ByPrompt, GraphVersion: "v17.4", ModelID: "claude-sonnet-4-6", From: from, To: to})
+			return err
+		}},
+	}
+	for _, v := range views {
+		b.Run(v.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if err := v.run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
