@@ -5,6 +5,8 @@ import (
 
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/eventstore"
 	"github.com/fmgate/fmgate/internal/fallback"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/queue"
@@ -35,6 +37,11 @@ type Policies struct {
 	Stream stream.Config `yaml:"stream"`
 	// Sim configures the built-in model simulator per model.
 	Sim sim.Config `yaml:"sim"`
+	// Events is step 10's event stream: buffer, write-ahead log, sinks, privacy.
+	Events events.Config `yaml:"events"`
+	// EventStore is the embedded SQLite store behind /admin/cost; an empty
+	// path switches it off.
+	EventStore eventstore.Config `yaml:"eventStore"`
 }
 
 func defaultPolicies() Policies {
@@ -48,6 +55,12 @@ func defaultPolicies() Policies {
 		Fallback:  fallback.DefaultConfig(),
 		Stream:    stream.DefaultConfig(),
 		Sim:       sim.DefaultConfig(),
+		Events:    events.DefaultConfig(),
+		EventStore: func() eventstore.Config {
+			c := eventstore.DefaultConfig()
+			c.Path = "" // opt-in: the embedded default writes no files
+			return c
+		}(),
 	}
 }
 
@@ -62,6 +75,10 @@ func (c Config) validatePolicies(v *validator) {
 	v.sub("fallback", p.Fallback.Validate())
 	v.sub("stream", p.Stream.Validate())
 	v.sub("sim", p.Sim.Validate())
+	v.sub("events", p.Events.Validate())
+	if p.EventStore.Path != "" {
+		v.sub("eventStore", p.EventStore.Validate())
+	}
 
 	// The policies must know every model tier.
 	tiers := p.Fallback.ModelTiers()

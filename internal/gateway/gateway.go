@@ -17,6 +17,7 @@ import (
 	"unicode"
 
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/session"
 	"github.com/fmgate/fmgate/internal/stream"
@@ -33,7 +34,10 @@ type Gateway struct {
 	now       func() time.Time
 	prompt    string
 	streamCfg stream.Config
-	userKey   []byte
+	tracer    *events.Tracer
+	// promptVersion labels the system prompt by content (name@sha12).
+	promptVersion string
+	userKey       []byte
 
 	admit    Admitter
 	budget   Budgeter
@@ -71,6 +75,10 @@ type Deps struct {
 	Fallback Fallback
 	// AdminRoutes are mounted under /admin/ behind the admin token.
 	AdminRoutes http.Handler
+	// Tracer emits one event per span; nil switches events off.
+	Tracer *events.Tracer
+	// PromptVersion is stamped on every event.
+	PromptVersion string
 }
 
 // New builds a gateway. Every configured model needs a provider.
@@ -103,6 +111,9 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		invoker:   d.Invoker,
 		fallback:  d.Fallback,
 		admin:     d.AdminRoutes,
+		tracer:    d.Tracer,
+
+		promptVersion: d.PromptVersion,
 	}
 	if g.sessions == nil {
 		g.sessions = session.NewMemory(cfg.Session.HistoryExchanges, cfg.Session.MaxSessions, cfg.Session.TTL, nil)
@@ -196,8 +207,6 @@ func (g *Gateway) hashUser(id string) string {
 	m.Write([]byte(id))
 	return hex.EncodeToString(m.Sum(nil)[:12])
 }
-
-func (g *Gateway) traceID(_ context.Context, t *Turn) string { return t.RequestID }
 
 // streamError maps a failure to what the client sees.
 func (g *Gateway) streamError(err error) *Error {

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/provider"
 )
 
@@ -20,32 +21,34 @@ import (
 // Run returns an *Error when the turn was refused before any answer (the
 // front door sends it with its status); otherwise the answer — a model's, or
 // a degraded one from the fallback cascade — went to out and Run returns it.
-func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (*Result, error) {
+func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, err error) {
 	done, err := g.enter()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	ctx, span := g.startTurn(ctx, t)
+	defer func() { endTurn(span, res, err) }()
 
 	// 1. Validate the request.
 	if err := g.validate(t); err != nil {
 		return nil, err
 	}
 	// 2. Identify the caller.
-	g.identify(t)
+	g.identify(ctx, t)
 	// 3. Admit: rate limits.
-	if err := g.admit.Admit(ctx, t); err != nil {
+	if err := g.step(ctx, "admit", func(ctx context.Context) error { return g.admit.Admit(ctx, t) }); err != nil {
 		return nil, err
 	}
 	// 4. Budget: estimate tokens, enforce budgets, truncate history.
-	if err := g.budget.Check(ctx, t, g.primary()); err != nil {
+	if err := g.step(ctx, "budget", func(ctx context.Context) error { return g.budget.Check(ctx, t, g.primary()) }); err != nil {
 		return nil, err
 	}
 	// 5. Plan the route of model tiers.
 	route := g.plan.Plan(ctx, t, g.modelNames())
 
 	// 6–7. Reserve quota and invoke, tier by tier, until a model answers.
-	res, err := g.invokeRoute(ctx, t, route, out)
+	res, err = g.invokeRoute(ctx, t, route, out)
 
 	// 8. Fall back when no model answered and nothing reached the client.
 	if res == nil && !out.Started() {
@@ -95,13 +98,14 @@ func (g *Gateway) validate(t *Turn) error {
 }
 
 // identify fills what the rest of the turn knows about the caller.
-func (g *Gateway) identify(t *Turn) {
+func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	t.Received = g.now()
 	t.UserHash = g.hashUser(t.UserID)
 	if t.Feature == "" {
 		t.Feature = "chat"
 	}
-	if h, err := g.sessions.History(context.Background(), t.SessionID); err == nil {
+	attribute(events.SpanFromContext(ctx), t)
+	if h, err := g.sessions.History(ctx, t.SessionID); err == nil {
 		t.History = h
 	} else {
 		g.log.Warn("session history unavailable; answering without it", "err", err)
@@ -120,7 +124,11 @@ func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out 
 			last = fmt.Errorf("%s: %w", model, errNoTime)
 			break
 		}
-		lease, err := g.reserve.Reserve(ctx, t, model)
+		var lease Lease
+		err := g.step(ctx, "quota", func(ctx context.Context) (err error) {
+			lease, err = g.reserve.Reserve(ctx, t, model)
+			return err
+		})
 		if err != nil {
 			last = err
 			if isRefusal(err) && t.Priority != P0 {
@@ -170,6 +178,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 	)
 	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
 		out.Discard()
+		span := g.attemptSpan(ctx, model, m.ModelID)
 		actx, firstToken, stop := g.watchFirstToken(ctx, t)
 		defer stop()
 		start := g.now()
@@ -179,9 +188,12 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 			}
 			return out.Write(text)
 		})
+		var attempt provider.Usage
 		if r != nil {
+			attempt = r.Usage
 			usage = usage.Add(r.Usage)
 		}
+		defer func() { endAttempt(span, m, attempt, err) }()
 		if err != nil {
 			if cause := context.Cause(actx); errors.Is(cause, errFirstTokenLate) && ctx.Err() == nil {
 				err = cause
@@ -221,7 +233,14 @@ func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output
 	if errors.Is(cause, context.Canceled) && ctx.Err() != nil {
 		return nil, cause
 	}
-	res, err := g.fallback.Answer(ctx, t, cause)
+	var res *Result
+	err := g.step(ctx, "fallback", func(ctx context.Context) (err error) {
+		res, err = g.fallback.Answer(ctx, t, cause)
+		if err == nil {
+			events.SpanFromContext(ctx).SetFallbackUsed(res.Tier)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

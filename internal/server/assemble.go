@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,6 +13,9 @@ import (
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/events/sinks"
+	"github.com/fmgate/fmgate/internal/eventstore"
 	"github.com/fmgate/fmgate/internal/fallback"
 	"github.com/fmgate/fmgate/internal/fallback/cache"
 	"github.com/fmgate/fmgate/internal/gateway"
@@ -118,15 +122,53 @@ func (s *Server) policies(cfg config.Config, now func() time.Time) (gateway.Deps
 		models[m.Name] = true
 		maxOut[m.Name] = m.MaxOutputTokens
 	}
+	tracer, err := s.events(cfg)
+	if err != nil {
+		return gateway.Deps{}, err
+	}
 	s.mountAdmin()
 	return gateway.Deps{
-		Admitter: admitter{l: limiter},
-		Budgeter: budgeter{enf: enf, prices: prices(cfg), system: system},
-		Planner:  planner{breakers: s.Breakers, ledger: ledger},
-		Reserver: reserver{ledger: ledger, queue: q, maxOut: maxOut},
-		Invoker:  invoker{retrier: retrier, breakers: s.Breakers},
-		Fallback: cascade{r: resolver, promptVersion: promptVersion(cfg.Prompt.Name, system), models: models},
+		Tracer:        tracer,
+		PromptVersion: promptVersion(cfg.Prompt.Name, system),
+		Admitter:      admitter{l: limiter},
+		Budgeter:      budgeter{enf: enf, prices: prices(cfg), system: system},
+		Planner:       planner{breakers: s.Breakers, ledger: ledger},
+		Reserver:      reserver{ledger: ledger, queue: q, maxOut: maxOut},
+		Invoker:       invoker{retrier: retrier, breakers: s.Breakers},
+		Fallback:      cascade{r: resolver, promptVersion: promptVersion(cfg.Prompt.Name, system), models: models},
 	}, nil
+}
+
+// events opens the sinks, the embedded event store and the emitter, and
+// returns the tracer the pipeline emits spans through.
+func (s *Server) events(cfg config.Config) (*events.Tracer, error) {
+	ctx := context.Background()
+	sinkList, err := sinks.FromConfig(ctx, cfg.Events.Sinks, s.log)
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	if cfg.EventStore.Path != "" {
+		st, err := eventstore.Open(ctx, cfg.EventStore, nil)
+		if err != nil {
+			return nil, fmt.Errorf("eventStore: %w", err)
+		}
+		sinkList = append(sinkList, st)
+		s.admin.Handle("/admin/cost", st.Handler())
+		s.admin.Handle("/admin/cost/", st.Handler())
+		s.admin.Handle("/admin/eval", st.Handler())
+	}
+	em, err := events.New(ctx, cfg.Events, sinkList, s.log)
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	s.Events = em
+	s.closers = append(s.closers, func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = em.Close(cctx)
+	})
+	opts := cfg.Events.TracerOptions()
+	return events.NewTracer(em, opts), nil
 }
 
 // mountAdmin adds the policies' admin routes.

@@ -75,6 +75,7 @@ type answer struct {
 	Degraded   bool    `json:"degraded"`
 	Confidence float64 `json:"confidence"`
 	CostUSD    float64 `json:"costUsd"`
+	TraceID    string  `json:"traceId"`
 	Error      struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`

@@ -19,6 +19,7 @@ import (
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
@@ -52,6 +53,8 @@ type Server struct {
 	Estimator *budget.Estimator
 	// Redis is the fleet-mode client, nil on the embedded default.
 	Redis *redis.Client
+	// Events is the span event emitter.
+	Events *events.Emitter
 
 	cfg     config.Config
 	log     *slog.Logger

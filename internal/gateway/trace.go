@@ -1,0 +1,109 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// Every step of a turn is a span: one schema-v3 event each, nested under the
+// turn's span. A nil tracer makes all of this a no-op.
+
+// startTurn opens the turn's span, continuing an incoming traceparent.
+func (g *Gateway) startTurn(ctx context.Context, t *Turn) (context.Context, *events.Span) {
+	if tc, ok := events.ParseTraceparent(t.TraceParent); ok {
+		ctx = events.ContextWithRemote(ctx, tc)
+	}
+	ctx, span := g.tracer.Start(ctx, "turn", events.WithKind(events.KindInternal), events.WithNodeID("turn"),
+		events.WithInvocationMode(invocationMode(t)), events.WithMustPersist())
+	span.SetSession(t.SessionID)
+	span.SetUser(t.UserID)
+	span.SetWorkflow(t.RequestID)
+	span.SetPromptVersion(g.promptVersion)
+	attribute(span, t)
+	return ctx, span
+}
+
+// attribute charges the span to the turn's feature, surface, locale and tier.
+func attribute(span *events.Span, t *Turn) {
+	tier := "standard"
+	if t.Premium {
+		tier = "premium"
+	}
+	span.SetAttribution(events.Attribution{Feature: t.Feature, Surface: t.Surface, Locale: t.Locale, UserTier: tier, Priority: t.Priority.String()})
+}
+
+// endTurn records the turn's outcome on its span.
+func endTurn(span *events.Span, res *Result, err error) {
+	switch {
+	case err != nil:
+		span.SetStatus(events.StatusFailed)
+		span.SetErrorCode(asEdgeError(err).Code)
+	case res.Degraded:
+		span.SetStatus(events.StatusFallback)
+		span.SetFallbackUsed(res.Tier)
+	default:
+		span.SetStatus(events.StatusOK)
+	}
+	if res != nil {
+		span.SetModel(res.ModelID)
+		if res.CacheHit {
+			span.SetCacheHit(events.CacheFull)
+		}
+	}
+	span.End()
+}
+
+// step runs one pipeline step in a child span named name.
+func (g *Gateway) step(ctx context.Context, name string, fn func(context.Context) error) error {
+	ctx, span := g.tracer.Start(ctx, name, events.WithKind(events.KindInternal), events.WithNodeID(name))
+	err := fn(ctx)
+	if err != nil {
+		span.SetStatus(events.StatusFailed)
+		span.SetErrorCode(asEdgeError(err).Code)
+	} else {
+		span.SetStatus(events.StatusOK)
+	}
+	span.End()
+	return err
+}
+
+// attemptSpan opens the span of one model attempt; cost and quota records
+// are must-persist.
+func (g *Gateway) attemptSpan(ctx context.Context, model, modelID string) *events.Span {
+	_, span := g.tracer.Start(ctx, "model_attempt", events.WithKind(events.KindLLMCall), events.WithNodeID(model), events.WithMustPersist())
+	span.SetModel(modelID)
+	return span
+}
+
+func endAttempt(span *events.Span, m modelConfig, u provider.Usage, err error) {
+	span.SetTokens(u.InputTokens, u.OutputTokens)
+	span.SetCost(cost(m, u))
+	if err != nil {
+		span.SetStatus(events.StatusFailed)
+		span.SetErrorCode(string(provider.KindOf(err)))
+	} else {
+		span.SetStatus(events.StatusOK)
+	}
+	span.End()
+}
+
+func invocationMode(t *Turn) events.InvocationMode {
+	switch t.Surface {
+	case "batch":
+		return events.ModeBatch
+	case "http":
+		return events.ModeSync
+	}
+	return events.ModeSyncStreaming
+}
+
+// traceID is the id clients quote: the turn's trace id, or the request id
+// when tracing is off.
+func (g *Gateway) traceID(ctx context.Context, t *Turn) string {
+	if id := events.TraceID(ctx); id != "" {
+		return id
+	}
+	return t.RequestID
+}
