@@ -65,7 +65,10 @@ func (b *batchJobs) put(j *batchJob, now time.Time) {
 		b.jobs = make(map[string]*batchJob)
 	}
 	for id, old := range b.jobs {
-		if old.Finished != nil && now.Sub(*old.Finished) > batchKeep {
+		old.mu.Lock()
+		expired := old.Finished != nil && now.Sub(*old.Finished) > batchKeep
+		old.mu.Unlock()
+		if expired {
 			delete(b.jobs, id)
 		}
 	}
@@ -116,9 +119,10 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request) {
 		job.Results[i] = batchResult{Index: i, Status: "pending"}
 	}
 	g.batches.put(job, g.now())
+	accepted := map[string]any{"jobId": job.ID, "status": job.Status, "total": job.Total, "statusUrl": "/v1/batch/" + job.ID}
 	go g.runBatch(job, body, caller)
 	w.Header().Set("Location", "/v1/batch/"+job.ID)
-	writeJSON(w, http.StatusAccepted, map[string]any{"jobId": job.ID, "status": job.Status, "total": job.Total, "statusUrl": "/v1/batch/" + job.ID})
+	writeJSON(w, http.StatusAccepted, accepted)
 }
 
 // serveBatchStatus is GET /v1/batch/{id}.
