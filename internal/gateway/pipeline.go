@@ -150,6 +150,9 @@ func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out 
 			return nil, err
 		}
 		out.Discard()
+		if provider.KindOf(err) == provider.KindGuardrail {
+			break // blocked content: another model would block it too (or should not answer it)
+		}
 	}
 	return nil, last
 }
