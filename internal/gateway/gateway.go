@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/provider"
@@ -242,14 +243,9 @@ func isRefusal(err error) bool {
 	return errors.As(err, &e) && e.Status == http.StatusTooManyRequests
 }
 
+// cost prices usage with the model's price table (one definition, in budget).
 func cost(m modelConfig, u provider.Usage) float64 {
-	cachedPrice := m.CachedInputPerMTok
-	if cachedPrice == 0 {
-		cachedPrice = m.InputPerMTok
-	}
-	uncached := u.InputTokens - u.CachedInputTokens
-	return (float64(uncached)*m.InputPerMTok + float64(u.CachedInputTokens)*cachedPrice +
-		float64(u.OutputTokens)*m.OutputPerMTok) / 1e6
+	return budget.Price{InputPerMTok: m.InputPerMTok, OutputPerMTok: m.OutputPerMTok, CachedInputPerMTok: m.CachedInputPerMTok}.Cost(u)
 }
 
 // detectLocale guesses ja when the text has kana or kanji.

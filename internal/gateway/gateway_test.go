@@ -211,11 +211,11 @@ func TestWebSocketBadInputKeepsConnection(t *testing.T) {
 	}{
 		{name: "malformed json", give: []byte(`{"action":`), wantCode: CodeInvalidRequest},
 		{name: "unknown action", give: []byte(`{"action":"fly","requestId":"x"}`), wantCode: CodeInvalidRequest},
-		{name: "missing message", give: []byte(`{"action":"sendMessage","requestId":"x","sessionId":"s"}`), wantCode: CodeInvalidRequest},
-		{name: "oversized message", give: []byte(`{"action":"sendMessage","requestId":"x","sessionId":"s","message":"` + strings.Repeat("あ", 30) + `"}`), wantCode: CodeTooLarge},
-		{name: "invalid utf8", give: []byte("{\"action\":\"sendMessage\",\"requestId\":\"x\",\"sessionId\":\"s\",\"message\":\"\xc3\x28\"}"), wantCode: CodeInvalidRequest},
+		{name: "missing message", give: []byte(`{"action":"sendMessage","requestId":"x1","sessionId":"s"}`), wantCode: CodeInvalidRequest},
+		{name: "oversized message", give: []byte(`{"action":"sendMessage","requestId":"x2","sessionId":"s","message":"` + strings.Repeat("あ", 30) + `"}`), wantCode: CodeTooLarge},
+		{name: "invalid utf8", give: []byte("{\"action\":\"sendMessage\",\"requestId\":\"x3\",\"sessionId\":\"s\",\"message\":\"\xc3\x28\"}"), wantCode: CodeInvalidRequest},
 		{name: "binary frame", give: []byte{1, 2, 3}, binary: true, wantCode: CodeInvalidRequest},
-		{name: "unsupported locale", give: []byte(`{"action":"sendMessage","requestId":"x","sessionId":"s","message":"hi","locale":"fr"}`), wantCode: CodeInvalidRequest},
+		{name: "unsupported locale", give: []byte(`{"action":"sendMessage","requestId":"x4","sessionId":"s","message":"hi","locale":"fr"}`), wantCode: CodeInvalidRequest},
 	}
 	for _, tt := range tests {
 		typ := websocket.MessageText

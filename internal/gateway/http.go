@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fmgate/fmgate/internal/config"
 )
 
 // Handler returns the gateway's HTTP routes. adminToken guards /admin/; ui
@@ -123,8 +125,8 @@ func (g *Gateway) authenticate(r *http.Request, bodyUser string, t *Turn) error 
 		}
 		t.UserID = c.UserID
 		t.Premium = c.Tier == "premium"
-		if p, ok := parsePriority(c.Priority); ok {
-			t.Priority = p
+		if p, ok := config.ParsePriority(c.Priority); ok {
+			t.Priority = Priority(p)
 		}
 		return nil
 	}
@@ -144,13 +146,6 @@ func (g *Gateway) authenticate(r *http.Request, bodyUser string, t *Turn) error 
 	t.UserID = user
 	t.Premium = r.Header.Get("X-User-Tier") == "premium"
 	return nil
-}
-
-func parsePriority(s string) (Priority, bool) {
-	if len(s) == 2 && (s[0] == 'P' || s[0] == 'p') && s[1] >= '0' && s[1] <= '3' {
-		return Priority(s[1] - '0'), true
-	}
-	return P0, false
 }
 
 func bearer(r *http.Request) (string, bool) {
