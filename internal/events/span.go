@@ -97,6 +97,11 @@ func WithNodeID(id string) StartOption { return func(s *Span) { s.ev.Node.NodeID
 // records): it is written to the WAL before any sink sees it.
 func WithMustPersist() StartOption { return func(s *Span) { s.ev.MustPersist = true } }
 
+// WithStartTime backdates the span's start to at, for work whose beginning
+// is only known once it is over (e.g. a stream that started at its first
+// token).
+func WithStartTime(at time.Time) StartOption { return func(s *Span) { s.start = at } }
+
 // WithInvocationMode sets node.invocation_mode (default: the parent's, or
 // sync_streaming at a root span).
 func WithInvocationMode(m InvocationMode) StartOption {
@@ -155,8 +160,21 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...StartOption) (c
 	for _, o := range opts {
 		o(s)
 	}
-	s.start = t.opts.Now()
+	if s.start.IsZero() {
+		s.start = t.opts.Now()
+	}
 	return context.WithValue(ctx, ctxKey{}, ctxValue{span: s}), s
+}
+
+// StartChild opens a child of the span in ctx with that span's Tracer, for
+// code that is handed a context but not the Tracer. Without a local span in
+// ctx it returns ctx and a nil *Span, whose methods no-op.
+func StartChild(ctx context.Context, name string, opts ...StartOption) (context.Context, *Span) {
+	v, _ := ctx.Value(ctxKey{}).(ctxValue)
+	if v.span == nil {
+		return ctx, nil
+	}
+	return v.span.t.Start(ctx, name, opts...)
 }
 
 // Span is one unit of work of a turn. Its setters are safe for concurrent
