@@ -12,9 +12,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/server"
 )
 
@@ -41,10 +44,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("-log-level: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// JSON logs; a line written during a turn carries its trace_id and span_id.
+	log := slog.New(events.NewLogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})))
 
 	token, generated := adminToken(cfg)
-	app, err := server.New(ctx, cfg, server.Options{Log: log})
+	app, err := server.New(ctx, cfg, server.Options{Log: log, ConfigPath: *path})
 	if err != nil {
 		return err
 	}
@@ -65,6 +69,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	go reloadOnHangup(ctx, app, log)
 
 	select {
 	case err := <-errc:
@@ -87,6 +92,28 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// reloadOnHangup re-reads the prompt on SIGHUP, switching its version
+// without a restart.
+func reloadOnHangup(ctx context.Context, app *server.Server, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		changed, err := app.Ledger.Reload()
+		if err != nil {
+			log.Warn("reload on SIGHUP failed; keeping the prompt in force", "err", err)
+			continue
+		}
+		_, v := app.Ledger.Active()
+		log.Info("reloaded on SIGHUP", "prompt", v, "changed", changed)
+	}
 }
 
 // adminToken picks the admin token: config, then FMGATE_ADMIN_TOKEN, else a

@@ -31,8 +31,25 @@ type Config struct {
 	Session  Session  `yaml:"session"`
 	Auth     Auth     `yaml:"auth"`
 	Fleet    Fleet    `yaml:"fleet"`
+	// UnitCosts price what a turn consumes besides model tokens.
+	UnitCosts UnitCosts `yaml:"unitCosts"`
 
 	Policies `yaml:",inline"`
+}
+
+// UnitCosts are the prices of a turn's non-model resources, so that the
+// cost_usd of its spans adds up to the whole cost of the turn, not only its
+// tokens. The defaults follow the MangaAssist cost decomposition: state
+// writes about $0.0009 per turn (two writes), compute about $0.0028 for a
+// turn of about two seconds.
+type UnitCosts struct {
+	// StorageWriteUSD per session-state write (step 10). Default 0.00045.
+	StorageWriteUSD float64 `yaml:"storageWriteUSD"`
+	// CacheCallUSD per response-cache read or write. Default 0.00001.
+	CacheCallUSD float64 `yaml:"cacheCallUSD"`
+	// ComputePerSecondUSD amortises the gateway's compute over a turn's wall
+	// time. Default 0.0014.
+	ComputePerSecondUSD float64 `yaml:"computePerSecondUSD"`
 }
 
 // Server is the HTTP listener and its limits.
@@ -60,6 +77,11 @@ type Prompt struct {
 	System string `yaml:"system"`
 	// File, when set, holds the prompt text instead of System.
 	File string `yaml:"file"`
+	// ReloadInterval is how often the running gateway re-reads the config
+	// file and the prompt file, switching to a new prompt version without a
+	// restart (SIGHUP and POST /admin/versions/reload switch at once). Zero
+	// disables the polling. Default 2s.
+	ReloadInterval time.Duration `yaml:"reloadInterval"`
 }
 
 // Model is one model tier.
@@ -147,9 +169,11 @@ func Default() Config {
 			MaxMessageBytes: 8 << 10,
 			DrainTimeout:    30 * time.Second,
 		},
-		Locales: []string{"ja", "en"},
+		Locales:   []string{"ja", "en"},
+		UnitCosts: UnitCosts{StorageWriteUSD: 0.00045, CacheCallUSD: 0.00001, ComputePerSecondUSD: 0.0014},
 		Prompt: Prompt{
-			Name: "mangaassist-system",
+			ReloadInterval: 2 * time.Second,
+			Name:           "mangaassist-system",
 			System: "You are MangaAssist, a helpful assistant for a Japanese manga store. " +
 				"Help customers find manga, answer questions about orders, shipping, returns and payment, " +
 				"and recommend series based on their preferences. Answer in the customer's language " +
@@ -251,8 +275,14 @@ func (c Config) Validate() error {
 			v.add(fmt.Sprintf("locales[%d]", i), fmt.Sprintf("unsupported locale %q (want ja or en)", l))
 		}
 	}
+	if u := c.UnitCosts; u.StorageWriteUSD < 0 || u.CacheCallUSD < 0 || u.ComputePerSecondUSD < 0 {
+		v.add("unitCosts", "costs must be >= 0")
+	}
 	if c.Prompt.System == "" && c.Prompt.File == "" {
 		v.add("prompt", "set system or file")
+	}
+	if c.Prompt.ReloadInterval < 0 {
+		v.add("prompt.reloadInterval", "must be >= 0")
 	}
 	if c.Prompt.File != "" {
 		if _, err := os.Stat(c.Prompt.File); err != nil {

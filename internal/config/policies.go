@@ -55,12 +55,14 @@ func defaultPolicies() Policies {
 		Fallback:  fallback.DefaultConfig(),
 		Stream:    stream.DefaultConfig(),
 		Sim:       sim.DefaultConfig(),
-		Events:    events.DefaultConfig(),
-		EventStore: func() eventstore.Config {
-			c := eventstore.DefaultConfig()
-			c.Path = "" // opt-in: the embedded default writes no files
+		// The embedded event store (behind /admin/cost and the dashboards)
+		// and the write-ahead log of must-persist events live under var/.
+		Events: func() events.Config {
+			c := events.DefaultConfig()
+			c.WAL.Dir = "var/wal"
 			return c
 		}(),
+		EventStore: eventstore.DefaultConfig(),
 	}
 }
 

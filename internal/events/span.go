@@ -209,6 +209,14 @@ func (s *Span) Context() TraceContext {
 	return s.tc
 }
 
+// Started returns when the span started (zero for a nil span).
+func (s *Span) Started() time.Time {
+	if s == nil {
+		return time.Time{}
+	}
+	return s.start
+}
+
 // TraceID returns the span's trace id as 32 hex ("" for a nil span).
 func (s *Span) TraceID() string {
 	if s == nil {

@@ -128,6 +128,10 @@ type Deps struct {
 	Logger *slog.Logger
 	// Now is the clock that ages cache entries; nil is time.Now.
 	Now func() time.Time
+	// Trace, when set, is called as the cache or FAQ step starts ("cache",
+	// "faq") and returns the function to call with whether it answered, so
+	// each step can be a span of the turn.
+	Trace func(ctx context.Context, step string) (done func(hit bool))
 }
 
 // Resolver serves the non-model tiers. It is safe for concurrent use.
@@ -137,6 +141,7 @@ type Resolver struct {
 	faq   *faq.Index
 	log   *slog.Logger
 	now   func() time.Time
+	trace func(ctx context.Context, step string) func(hit bool)
 }
 
 // New validates cfg and returns a Resolver.
@@ -144,7 +149,10 @@ func New(cfg Config, d Deps) (*Resolver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("fallback: %w", err)
 	}
-	r := &Resolver{cfg: cfg, cache: d.Cache, faq: d.FAQ, log: d.Logger, now: d.Now}
+	r := &Resolver{cfg: cfg, cache: d.Cache, faq: d.FAQ, log: d.Logger, now: d.Now, trace: d.Trace}
+	if r.trace == nil {
+		r.trace = func(context.Context, string) func(bool) { return func(bool) {} }
+	}
 	if r.faq == nil {
 		x, err := LoadFAQ(cfg.FAQ.Path)
 		if err != nil {
@@ -217,11 +225,20 @@ func (r *Resolver) Answer(ctx context.Context, q Question, reason Reason) Answer
 	for _, step := range r.cfg.Plan(reason) {
 		switch step {
 		case StepCache:
-			if a, ok := r.fromCache(ctx, q); ok {
+			if r.cache == nil {
+				continue
+			}
+			done := r.trace(ctx, "cache")
+			a, ok := r.fromCache(ctx, q)
+			done(ok)
+			if ok {
 				return a
 			}
 		case StepFAQ:
-			if hit, ok := r.faq.Match(q.Text, r.cfg.FAQ.MinScore); ok {
+			done := r.trace(ctx, "faq")
+			hit, ok := r.faq.Match(q.Text, r.cfg.FAQ.MinScore)
+			done(ok)
+			if ok {
 				a := r.answer(TierFAQ, hit.Answer(lang))
 				a.FAQID = hit.ID
 				return a
@@ -264,15 +281,17 @@ func (r *Resolver) fromCache(ctx context.Context, q Question) (Answer, bool) {
 
 // Store caches a model's answer to q. Only full answers from a model tier
 // belong here, never degraded text or a blocked request's redirect. Failures
-// are logged, not returned: the cache must never fail a turn.
-func (r *Resolver) Store(ctx context.Context, q Question, text string) {
+// are logged, not returned: the cache must never fail a turn. It reports
+// whether it called the cache.
+func (r *Resolver) Store(ctx context.Context, q Question, text string) bool {
 	if r.cache == nil || !r.cfg.has(TierCache) || text == "" {
-		return
+		return false
 	}
 	key := CacheKey(q)
 	if err := r.cache.Set(ctx, key, text); err != nil {
 		r.logCacheError(ctx, "set", key, err)
 	}
+	return true
 }
 
 func (r *Resolver) logCacheError(ctx context.Context, op, key string, err error) {

@@ -5,9 +5,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -17,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/artifacts"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/provider"
@@ -33,12 +31,11 @@ type Gateway struct {
 	sessions  session.Store
 	log       *slog.Logger
 	now       func() time.Time
-	prompt    string
+	prompts   Prompts
+	hasher    UserHasher
 	streamCfg stream.Config
 	tracer    *events.Tracer
-	// promptVersion labels the system prompt by content (name@sha12).
-	promptVersion string
-	userKey       []byte
+	units     config.UnitCosts
 
 	admit    Admitter
 	budget   Budgeter
@@ -65,8 +62,9 @@ type Deps struct {
 	Sessions  session.Store
 	Log       *slog.Logger
 	Now       func() time.Time
-	// UserHashKey keys the hash of user ids in logs and events.
-	UserHashKey []byte
+	// UserHasher hashes user ids for logs and events; it should be the
+	// tracer's, so both join. Nil draws a per-process key.
+	UserHasher UserHasher
 
 	Admitter Admitter
 	Budgeter Budgeter
@@ -78,17 +76,13 @@ type Deps struct {
 	AdminRoutes http.Handler
 	// Tracer emits one event per span; nil switches events off.
 	Tracer *events.Tracer
-	// PromptVersion is stamped on every event.
-	PromptVersion string
+	// Prompts is the prompt in force; nil uses the config's prompt, fixed.
+	Prompts Prompts
 }
 
 // New builds a gateway. Every configured model needs a provider.
 func New(cfg config.Config, d Deps) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	prompt, err := cfg.SystemPrompt()
-	if err != nil {
 		return nil, err
 	}
 	for _, m := range cfg.Models {
@@ -102,9 +96,10 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		sessions:  d.Sessions,
 		log:       d.Log,
 		now:       d.Now,
-		prompt:    prompt,
+		prompts:   d.Prompts,
+		hasher:    d.UserHasher,
 		streamCfg: cfg.Stream,
-		userKey:   d.UserHashKey,
+		units:     cfg.UnitCosts,
 		admit:     d.Admitter,
 		budget:    d.Budgeter,
 		plan:      d.Planner,
@@ -113,8 +108,16 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		fallback:  d.Fallback,
 		admin:     d.AdminRoutes,
 		tracer:    d.Tracer,
-
-		promptVersion: d.PromptVersion,
+	}
+	if g.prompts == nil {
+		text, err := cfg.SystemPrompt()
+		if err != nil {
+			return nil, err
+		}
+		g.prompts = staticPrompt{text: text, version: artifacts.Version(cfg.Prompt.Name, text)}
+	}
+	if g.hasher == nil {
+		g.hasher = events.NewHasher(nil)
 	}
 	if g.sessions == nil {
 		g.sessions = session.NewMemory(cfg.Session.HistoryExchanges, cfg.Session.MaxSessions, cfg.Session.TTL, nil)
@@ -191,8 +194,6 @@ func (g *Gateway) isModel(tier string) bool {
 	return ok
 }
 
-func (g *Gateway) systemPrompt() string { return g.prompt }
-
 func (g *Gateway) supportsLocale(l string) bool {
 	for _, s := range g.cfg.Locales {
 		if s == l {
@@ -202,12 +203,6 @@ func (g *Gateway) supportsLocale(l string) bool {
 	return false
 }
 
-// hashUser is a keyed hash of a user id, for logs and events.
-func (g *Gateway) hashUser(id string) string {
-	m := hmac.New(sha256.New, g.userKey)
-	m.Write([]byte(id))
-	return hex.EncodeToString(m.Sum(nil)[:12])
-}
 
 // streamError maps a failure to what the client sees.
 func (g *Gateway) streamError(err error) *Error {
@@ -341,6 +336,6 @@ func (gracefulOnly) Answer(_ context.Context, t *Turn, _ error) (*Result, error)
 	return &Result{Text: text, Tier: "graceful", Degraded: true, Confidence: 0.1}, nil
 }
 
-func (gracefulOnly) Remember(context.Context, *Turn, *Result) {}
+func (gracefulOnly) Remember(context.Context, *Turn, *Result) bool { return false }
 
 func (gracefulOnly) Simplify(req *provider.Request, _ string) *provider.Request { return req }

@@ -28,7 +28,8 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	}
 	defer done()
 	ctx, span := g.startTurn(ctx, t)
-	defer func() { endTurn(span, res, err) }()
+	defer func() { g.endTurn(span, res, err) }()
+	out = g.traceStream(ctx, out)
 
 	// 1. Validate the request.
 	if err := g.validate(t); err != nil {
@@ -100,7 +101,9 @@ func (g *Gateway) validate(t *Turn) error {
 // identify fills what the rest of the turn knows about the caller.
 func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	t.Received = g.now()
-	t.UserHash = g.hashUser(t.UserID)
+	t.UserHash = g.hasher.Hash(t.UserID)
+	t.System, t.PromptVersion = g.prompts.Active()
+	events.SpanFromContext(ctx).SetPromptVersion(t.PromptVersion)
 	if t.Feature == "" {
 		t.Feature = "chat"
 	}
@@ -181,7 +184,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 	)
 	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
 		out.Discard()
-		span := g.attemptSpan(ctx, model, m.ModelID)
+		span := g.attemptSpan(ctx, t, model, m.ModelID)
 		actx, firstToken, stop := g.watchFirstToken(ctx, t)
 		defer stop()
 		start := g.now()
@@ -256,17 +259,25 @@ func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output
 }
 
 // record keeps the exchange in the session, remembers a model's answer for
-// later fallbacks and records usage against budgets.
+// later fallbacks and records usage against budgets. Its span carries the
+// cost of the writes.
 func (g *Gateway) record(ctx context.Context, t *Turn, res *Result) {
+	ctx, span := g.tracer.Start(ctx, "record", events.WithKind(events.KindInternal))
+	defer span.End()
+	usd := 0.0
 	if err := g.sessions.Append(ctx, t.SessionID, t.Message, res.Text); err != nil {
-		g.log.Warn("session append failed", "err", err)
+		g.log.WarnContext(ctx, "session append failed", "err", err)
+		span.SetErrorCode("session_write_failed")
+	} else {
+		usd += g.units.StorageWriteUSD
 	}
-	if !res.Degraded || g.isModel(res.Tier) {
-		g.fallback.Remember(ctx, t, res)
+	if (!res.Degraded || g.isModel(res.Tier)) && g.fallback.Remember(ctx, t, res) {
+		usd += g.units.CacheCallUSD
 	}
 	if err := g.budget.Record(ctx, t, res); err != nil {
-		g.log.Warn("budget record failed", "err", err)
+		g.log.WarnContext(ctx, "budget record failed", "err", err)
 	}
+	span.SetCost(usd)
 }
 
 // request builds the provider request for a model tier.
@@ -278,7 +289,7 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 	if t.MaxOutput > 0 && t.MaxOutput < maxOut {
 		maxOut = t.MaxOutput
 	}
-	return &provider.Request{Model: m.Name, System: g.systemPrompt(), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale}
+	return &provider.Request{Model: m.Name, System: t.System, Messages: msgs, MaxTokens: maxOut, Locale: t.Locale}
 }
 
 // watchFirstToken returns a context that is cancelled when no token arrives

@@ -54,12 +54,29 @@ type InvokeReport struct {
 // Fallback answers when no model tier did (step 8).
 type Fallback interface {
 	Answer(ctx context.Context, t *Turn, cause error) (*Result, error)
-	// Remember stores a model's answer for later fallbacks.
-	Remember(ctx context.Context, t *Turn, res *Result)
+	// Remember stores a model's answer for later fallbacks and reports
+	// whether it wrote to the cache.
+	Remember(ctx context.Context, t *Turn, res *Result) bool
 	// Simplify rewrites a request for a brief answer from a cheaper model,
 	// used after the primary timed out.
 	Simplify(req *provider.Request, model string) *provider.Request
 }
+
+// Prompts gives the system prompt in force when a turn starts, with its
+// version label (name@sha12). It may change between turns without a restart.
+type Prompts interface {
+	Active() (text, version string)
+}
+
+// UserHasher turns a user id into the keyed hash that logs and events carry.
+type UserHasher interface {
+	Hash(userID string) string
+}
+
+// staticPrompt is the config's prompt, for a gateway built without a ledger.
+type staticPrompt struct{ text, version string }
+
+func (p staticPrompt) Active() (string, string) { return p.text, p.version }
 
 type passAdmitter struct{}
 

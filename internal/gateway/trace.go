@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/provider"
@@ -20,7 +22,6 @@ func (g *Gateway) startTurn(ctx context.Context, t *Turn) (context.Context, *eve
 	span.SetSession(t.SessionID)
 	span.SetUser(t.UserID)
 	span.SetWorkflow(t.RequestID)
-	span.SetPromptVersion(g.promptVersion)
 	attribute(span, t)
 	return ctx, span
 }
@@ -34,8 +35,10 @@ func attribute(span *events.Span, t *Turn) {
 	span.SetAttribution(events.Attribution{Feature: t.Feature, Surface: t.Surface, Locale: t.Locale, UserTier: tier, Priority: t.Priority.String()})
 }
 
-// endTurn records the turn's outcome on its span.
-func endTurn(span *events.Span, res *Result, err error) {
+// endTurn records the turn's outcome on its span. The turn's own cost is
+// its compute time; its spans carry the rest.
+func (g *Gateway) endTurn(span *events.Span, res *Result, err error) {
+	span.SetCost(g.units.ComputePerSecondUSD * g.now().Sub(span.Started()).Seconds())
 	switch {
 	case err != nil:
 		span.SetStatus(events.StatusFailed)
@@ -71,10 +74,81 @@ func (g *Gateway) step(ctx context.Context, name string, fn func(context.Context
 
 // attemptSpan opens the span of one model attempt; cost and quota records
 // are must-persist.
-func (g *Gateway) attemptSpan(ctx context.Context, model, modelID string) *events.Span {
+func (g *Gateway) attemptSpan(ctx context.Context, t *Turn, model, modelID string) *events.Span {
 	_, span := g.tracer.Start(ctx, "model_attempt", events.WithKind(events.KindLLMCall), events.WithNodeID(model), events.WithMustPersist())
 	span.SetModel(modelID)
+	span.SetPromptVersion(t.PromptVersion)
 	return span
+}
+
+// traceStream wraps out so that the answer's delivery is a "stream" span:
+// from the first text written (the time to first token, measured from the
+// turn's start) to the done or error frame.
+func (g *Gateway) traceStream(ctx context.Context, out Output) Output {
+	if g.tracer == nil {
+		return out
+	}
+	return &tracedOutput{Output: out, g: g, ctx: ctx}
+}
+
+type tracedOutput struct {
+	Output
+	g   *Gateway
+	ctx context.Context
+
+	mu    sync.Mutex
+	first time.Time // zero until text is written, again after a Discard before delivery
+}
+
+func (o *tracedOutput) Write(text string) error {
+	o.mu.Lock()
+	if o.first.IsZero() {
+		o.first = o.g.now()
+	}
+	o.mu.Unlock()
+	return o.Output.Write(text)
+}
+
+func (o *tracedOutput) Discard() {
+	o.Output.Discard()
+	if !o.Output.Started() {
+		o.mu.Lock()
+		o.first = time.Time{}
+		o.mu.Unlock()
+	}
+}
+
+func (o *tracedOutput) Finish(res *Result) error {
+	err := o.Output.Finish(res)
+	o.end(res, "")
+	return err
+}
+
+func (o *tracedOutput) Fail(e *Error) error {
+	err := o.Output.Fail(e)
+	o.end(nil, e.Code)
+	return err
+}
+
+func (o *tracedOutput) end(res *Result, code string) {
+	o.mu.Lock()
+	first := o.first
+	o.mu.Unlock()
+	if first.IsZero() {
+		return // nothing was written: no stream to record
+	}
+	_, span := o.g.tracer.Start(o.ctx, "stream", events.WithStartTime(first))
+	if res != nil {
+		span.SetModel(res.ModelID)
+		if res.Degraded {
+			span.SetFallbackUsed(res.Tier)
+		}
+	}
+	if code != "" {
+		span.SetStatus(events.StatusFailed)
+		span.SetErrorCode(code)
+	}
+	span.End()
 }
 
 func endAttempt(span *events.Span, m modelConfig, u provider.Usage, err error) {

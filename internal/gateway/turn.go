@@ -39,8 +39,12 @@ type Turn struct {
 	Priority Priority
 
 	// Filled by the pipeline.
-	Received  time.Time
-	UserHash  string
+	Received time.Time
+	UserHash string
+	// System and PromptVersion are the prompt in force when the turn
+	// started; the whole turn uses them even if the prompt switches.
+	System        string
+	PromptVersion string
 	History   []provider.Message
 	MaxOutput int
 	// EstimatedInput is the token estimate of everything sent to the model.

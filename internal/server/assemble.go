@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fmgate/fmgate/internal/artifacts"
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
@@ -27,7 +28,7 @@ import (
 
 // policies builds every pipeline policy: in memory (the embedded default), or
 // with shared state in Redis when fleet.redis is set.
-func (s *Server) policies(cfg config.Config, now func() time.Time) (gateway.Deps, error) {
+func (s *Server) policies(cfg config.Config, configPath string, now func() time.Time) (gateway.Deps, error) {
 	if now == nil {
 		now = time.Now
 	}
@@ -107,12 +108,13 @@ func (s *Server) policies(cfg config.Config, now func() time.Time) (gateway.Deps
 	if rdb != nil {
 		respCache = cache.NewRedis(rdb, prefix+"cache:", cfg.Fallback.Cache)
 	}
-	resolver, err := fallback.New(cfg.Fallback, fallback.Deps{Cache: respCache, Logger: s.log, Now: now})
+	resolver, err := fallback.New(cfg.Fallback, fallback.Deps{Cache: respCache, Logger: s.log, Now: now,
+		Trace: fallbackSpans(cfg.UnitCosts)})
 	if err != nil {
 		return gateway.Deps{}, fmt.Errorf("fallback: %w", err)
 	}
 
-	system, err := cfg.SystemPrompt()
+	versions, err := s.artifacts(cfg, configPath, now)
 	if err != nil {
 		return gateway.Deps{}, err
 	}
@@ -122,26 +124,27 @@ func (s *Server) policies(cfg config.Config, now func() time.Time) (gateway.Deps
 		models[m.Name] = true
 		maxOut[m.Name] = m.MaxOutputTokens
 	}
-	tracer, err := s.events(cfg)
+	tracer, err := s.events(cfg, versions.Graph().Version)
 	if err != nil {
 		return gateway.Deps{}, err
 	}
 	s.mountAdmin()
 	return gateway.Deps{
 		Tracer:        tracer,
-		PromptVersion: promptVersion(cfg.Prompt.Name, system),
+		UserHasher:    s.hasher,
+		Prompts:       versions,
 		Admitter:      admitter{l: limiter},
-		Budgeter:      budgeter{enf: enf, prices: prices(cfg), system: system},
+		Budgeter:      budgeter{enf: enf, prices: prices(cfg)},
 		Planner:       planner{breakers: s.Breakers, ledger: ledger},
 		Reserver:      reserver{ledger: ledger, queue: q, maxOut: maxOut},
 		Invoker:       invoker{retrier: retrier, breakers: s.Breakers},
-		Fallback:      cascade{r: resolver, promptVersion: promptVersion(cfg.Prompt.Name, system), models: models},
+		Fallback:      cascade{r: resolver, models: models},
 	}, nil
 }
 
 // events opens the sinks, the embedded event store and the emitter, and
 // returns the tracer the pipeline emits spans through.
-func (s *Server) events(cfg config.Config) (*events.Tracer, error) {
+func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer, error) {
 	ctx := context.Background()
 	sinkList, err := sinks.FromConfig(ctx, cfg.Events.Sinks, s.log)
 	if err != nil {
@@ -168,6 +171,8 @@ func (s *Server) events(cfg config.Config) (*events.Tracer, error) {
 		_ = em.Close(cctx)
 	})
 	opts := cfg.Events.TracerOptions()
+	opts.GraphVersion = graphVersion
+	opts.Hasher = s.hasher
 	return events.NewTracer(em, opts), nil
 }
 
@@ -238,7 +243,74 @@ func writeAdminError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
 }
 
-// promptVersion labels the prompt by its content: name@sha12.
-func promptVersion(name, text string) string {
-	return name + "@" + sha12(text)
+// artifacts builds the ledger of live versions. The prompt is re-read from
+// the config file at configPath (when the gateway was started from one) and
+// from the prompt file it names, so editing either switches the prompt
+// version without a restart.
+func (s *Server) artifacts(cfg config.Config, configPath string, now func() time.Time) (*artifacts.Ledger, error) {
+	source := func() (string, string, string, error) {
+		c := cfg
+		if configPath != "" {
+			var err error
+			if c, err = config.Load(configPath); err != nil {
+				return "", "", "", err
+			}
+		}
+		text, err := c.SystemPrompt()
+		return c.Prompt.Name, text, c.Prompt.File, err
+	}
+	models := make([]artifacts.Model, len(cfg.Models))
+	for i, m := range cfg.Models {
+		models[i] = artifacts.Model{Name: m.Name, ModelID: m.ModelID, Provider: m.Provider}
+	}
+	graph := artifacts.Graph{Version: cfg.Events.GraphVersion, ConfigHash: configHash(cfg)}
+	l, err := artifacts.New(graph, models, nil, source, now, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.Ledger = l
+	s.admin.Handle("/admin/versions", l.Handler())
+	s.admin.Handle("/admin/versions/", l.Handler())
+	if cfg.Prompt.ReloadInterval > 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.closers = append(s.closers, cancel)
+		go l.Watch(ctx, cfg.Prompt.ReloadInterval)
+	}
+	return l, nil
+}
+
+// configHash is sha12 of the effective configuration with its secrets and
+// the prompt (versioned on its own) left out.
+func configHash(cfg config.Config) string {
+	c := cfg
+	c.Server.AdminToken = ""
+	c.Auth.Keys = nil
+	c.Fleet.RedisPassword = ""
+	c.Events.Privacy.HashSecret = ""
+	c.Prompt = config.Prompt{}
+	b, _ := json.Marshal(c)
+	return artifacts.Hash12(b)
+}
+
+// fallbackSpans makes each cache and FAQ lookup of the fallback cascade a
+// span of the turn; a cache call carries its unit cost.
+func fallbackSpans(units config.UnitCosts) func(context.Context, string) func(bool) {
+	return func(ctx context.Context, step string) func(bool) {
+		_, span := events.StartChild(ctx, step)
+		if step == "cache" {
+			span.SetCost(units.CacheCallUSD)
+		}
+		return func(hit bool) {
+			switch {
+			case step == "cache" && hit:
+				span.SetCacheHit(events.CacheFull)
+			case step == "cache":
+				span.SetCacheHit(events.CacheMiss)
+			}
+			if !hit {
+				span.SetErrorCode("no_match")
+			}
+			span.End()
+		}
+	}
 }

@@ -38,7 +38,7 @@ func BenchmarkTurn(b *testing.B) {
 		c.TPM, c.RPM = 1<<40, 1<<40
 		cfg.Quota.Models[m] = c
 	}
-	s, err := New(context.Background(), cfg, Options{})
+	s, err := New(context.Background(), isolate(b, cfg), Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func fastConfig() config.Config {
 
 func startServer(t *testing.T, cfg config.Config) (*Server, *httptest.Server) {
 	t.Helper()
-	s, err := New(context.Background(), cfg, Options{})
+	s, err := New(context.Background(), isolate(t, cfg), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,13 +43,12 @@ func (a admitter) Admit(ctx context.Context, t *gateway.Turn) error {
 type budgeter struct {
 	enf    *budget.Enforcer
 	prices map[string]budget.Price
-	system string
 }
 
 func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) error {
 	plan, err := b.enf.Check(ctx, budget.Request{
 		UserID: t.UserID, SessionID: t.SessionID, Model: model,
-		Parts: budget.Parts{System: b.system, History: t.History, User: t.Message},
+		Parts: budget.Parts{System: t.System, History: t.History, User: t.Message},
 	}, b.prices[model])
 	var ex *budget.ExceededError
 	if errors.As(err, &ex) {
@@ -227,9 +226,8 @@ func (iv invoker) Invoke(ctx context.Context, model string, call func(context.Co
 
 // cascade is step 8 below the model tiers: cache, FAQ, graceful message.
 type cascade struct {
-	r             *fallback.Resolver
-	promptVersion string
-	models        map[string]bool
+	r      *fallback.Resolver
+	models map[string]bool
 }
 
 func (c cascade) Answer(ctx context.Context, t *gateway.Turn, cause error) (*gateway.Result, error) {
@@ -237,10 +235,11 @@ func (c cascade) Answer(ctx context.Context, t *gateway.Turn, cause error) (*gat
 	return &gateway.Result{Text: a.Text, Tier: a.Tier, Degraded: a.Degraded, Confidence: a.Confidence, CacheHit: a.CacheHit}, nil
 }
 
-func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Result) {
+func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Result) bool {
 	if c.models[res.Tier] && !res.Simplified {
-		c.r.Store(ctx, c.question(t), res.Text)
+		return c.r.Store(ctx, c.question(t), res.Text)
 	}
+	return false
 }
 
 func (c cascade) Simplify(req *provider.Request, model string) *provider.Request {
@@ -248,7 +247,7 @@ func (c cascade) Simplify(req *provider.Request, model string) *provider.Request
 }
 
 func (c cascade) question(t *gateway.Turn) fallback.Question {
-	return fallback.Question{Text: t.Message, Locale: t.Locale, PromptVersion: c.promptVersion}
+	return fallback.Question{Text: t.Message, Locale: t.Locale, PromptVersion: t.PromptVersion}
 }
 
 func localize(locale, en, ja string) string {

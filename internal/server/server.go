@@ -6,16 +6,15 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fmgate/fmgate/internal/artifacts"
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
@@ -39,6 +38,9 @@ type Options struct {
 	// WrapProvider, when set, wraps each model's provider (e.g. to count
 	// upstream attempts in load runs).
 	WrapProvider func(model string, p provider.Provider) provider.Provider
+	// ConfigPath is the file cfg was loaded from; the prompt section is
+	// re-read from it while running. Empty: the prompt is fixed.
+	ConfigPath string
 }
 
 // Server is an assembled gateway.
@@ -55,9 +57,12 @@ type Server struct {
 	Redis *redis.Client
 	// Events is the span event emitter.
 	Events *events.Emitter
+	// Ledger holds the live artifact versions (prompt, graph, models).
+	Ledger *artifacts.Ledger
 
 	cfg     config.Config
 	log     *slog.Logger
+	hasher  *events.Hasher
 	admin   *http.ServeMux
 	closers []func()
 }
@@ -71,7 +76,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, admin: http.NewServeMux()}
+	s := &Server{cfg: cfg, log: log, admin: http.NewServeMux(), hasher: userHasher(cfg)}
 
 	simCfg := sim.Config{Models: make(map[string]sim.Settings, len(cfg.Sim.Models))}
 	for name, st := range cfg.Sim.Models {
@@ -105,7 +110,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 		}
 	}
 
-	deps, err := s.policies(cfg, opts.Now)
+	deps, err := s.policies(cfg, opts.ConfigPath, opts.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -113,8 +118,6 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	deps.Log = log
 	deps.Now = opts.Now
 	deps.AdminRoutes = s.admin
-	deps.UserHashKey = make([]byte, 32)
-	_, _ = rand.Read(deps.UserHashKey)
 	gw, err := gateway.New(cfg, deps)
 	if err != nil {
 		s.Close()
@@ -136,7 +139,14 @@ func (s *Server) Close() {
 	}
 }
 
-func sha12(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:6])
+// userHasher keys the user id hash of logs and events with
+// events.privacy.hashSecret, or FMGATE_HASH_SECRET which overrides it, so
+// that hashes join across restarts and instances; with neither, the key is
+// drawn at random for this process.
+func userHasher(cfg config.Config) *events.Hasher {
+	secret := cfg.Events.Privacy.HashSecret
+	if v := os.Getenv("FMGATE_HASH_SECRET"); v != "" {
+		secret = v
+	}
+	return events.NewHasher([]byte(secret))
 }
