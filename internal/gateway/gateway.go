@@ -13,8 +13,8 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/artifacts"
+	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/provider"
@@ -202,7 +202,6 @@ func (g *Gateway) supportsLocale(l string) bool {
 	}
 	return false
 }
-
 
 // streamError maps a failure to what the client sees.
 func (g *Gateway) streamError(err error) *Error {

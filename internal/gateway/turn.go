@@ -45,8 +45,8 @@ type Turn struct {
 	// started; the whole turn uses them even if the prompt switches.
 	System        string
 	PromptVersion string
-	History   []provider.Message
-	MaxOutput int
+	History       []provider.Message
+	MaxOutput     int
 	// EstimatedInput is the token estimate of everything sent to the model.
 	EstimatedInput int
 	// Calibration is opaque to the pipeline: the budget policy keeps what it

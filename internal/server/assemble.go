@@ -130,15 +130,15 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	}
 	s.mountAdmin()
 	return gateway.Deps{
-		Tracer:        tracer,
-		UserHasher:    s.hasher,
-		Prompts:       versions,
-		Admitter:      admitter{l: limiter},
-		Budgeter:      budgeter{enf: enf, prices: prices(cfg)},
-		Planner:       planner{breakers: s.Breakers, ledger: ledger},
-		Reserver:      reserver{ledger: ledger, queue: q, maxOut: maxOut},
-		Invoker:       invoker{retrier: retrier, breakers: s.Breakers},
-		Fallback:      cascade{r: resolver, models: models},
+		Tracer:     tracer,
+		UserHasher: s.hasher,
+		Prompts:    versions,
+		Admitter:   admitter{l: limiter},
+		Budgeter:   budgeter{enf: enf, prices: prices(cfg)},
+		Planner:    planner{breakers: s.Breakers, ledger: ledger},
+		Reserver:   reserver{ledger: ledger, queue: q, maxOut: maxOut},
+		Invoker:    invoker{retrier: retrier, breakers: s.Breakers},
+		Fallback:   cascade{r: resolver, models: models},
 	}, nil
 }
 
