@@ -18,6 +18,7 @@ import (
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/dashboard"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/provider"
@@ -127,9 +128,15 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	return s, nil
 }
 
-// Handler is the gateway's HTTP routes with the embedded pages.
+// Handler is the gateway's HTTP routes with the embedded pages; /dashboard
+// is the operator dashboards, behind the admin token.
 func (s *Server) Handler(adminToken string) http.Handler {
-	return s.Gateway.Handler(adminToken, webui.Handler())
+	mux := http.NewServeMux()
+	dash := dashboard.Handler(adminToken)
+	mux.Handle("/dashboard", dash)
+	mux.Handle("/dashboard/", dash)
+	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
+	return mux
 }
 
 // Close releases what New opened.

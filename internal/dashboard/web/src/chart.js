@@ -1,0 +1,58 @@
+// Time-series charts drawn with uPlot: one small wrapper so every view
+// draws its lines the same way and charts follow their container's width.
+
+import uPlot from "uplot";
+
+export const COLORS = ["#1f6feb", "#d9480f", "#2f9e44", "#ae3ec9", "#e8590c", "#1098ad", "#5c940d", "#c2255c"];
+
+/**
+ * timeChart(container, {series: [{label, color, dash}], fmt, height})
+ * returns {set(xsSeconds, ...ys), destroy()}. fmt formats the y axis and
+ * the legend values.
+ */
+export function timeChart(container, { series, fmt = (v) => String(v), height = 170, min }) {
+  const opts = {
+    width: Math.max(200, container.clientWidth || 600),
+    height,
+    scales: { x: { time: true }, y: { range: (u, lo, hi) => [min ?? Math.min(0, lo), hi > lo ? hi * 1.08 : (hi || 1)] } },
+    series: [
+      { value: (u, v) => (v == null ? "—" : new Date(v * 1000).toLocaleTimeString("en-GB", { hour12: false })) },
+      ...series.map((s, i) => ({
+        label: s.label,
+        stroke: s.color || COLORS[i % COLORS.length],
+        width: 1.6,
+        dash: s.dash,
+        points: { show: false },
+        spanGaps: false,
+        value: (u, v) => (v == null ? "—" : fmt(v)),
+      })),
+    ],
+    axes: [
+      { stroke: "#555", grid: { stroke: "#eee" } },
+      { stroke: "#555", grid: { stroke: "#eee" }, size: 78, values: (u, vals) => vals.map((v) => fmt(v)) },
+    ],
+    legend: { live: true },
+    cursor: { drag: { x: false, y: false } },
+  };
+  const empty = [[], ...series.map(() => [])];
+  const plot = new uPlot(opts, empty, container);
+  const ro = new ResizeObserver(() => {
+    const w = container.clientWidth;
+    if (w > 0 && Math.abs(w - plot.width) > 1) plot.setSize({ width: w, height });
+  });
+  ro.observe(container);
+  return {
+    set(xs, ...ys) {
+      plot.setData([xs, ...ys]);
+    },
+    destroy() {
+      ro.disconnect();
+      plot.destroy();
+    },
+  };
+}
+
+/** Seconds since the epoch for an RFC 3339 time. */
+export function secs(t) {
+  return Date.parse(t) / 1000;
+}

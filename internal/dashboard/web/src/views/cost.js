@@ -1,0 +1,271 @@
+// Cost: the total, cost per turn, per feature, per user segment and per
+// locale for the range and versions chosen; the cost over time; a
+// drill-down feature → users → turns → one turn's span waterfall; and the
+// anomaly lists (top users, turns beyond 5σ, features getting dearer).
+
+import { get, message } from "../api.js";
+import { h, panel, table, tile, bar, MAX_ROWS } from "../dom.js";
+import { timeChart, secs } from "../chart.js";
+import { int, usd, usdTurn, ms, pct, datetime, short, score, seconds } from "../format.js";
+import { waterfall } from "./waterfall.js";
+
+/** The seed's anomaly ceiling: $0.18 per user per month. */
+const USER_CEILING_PER_MONTH = 0.18;
+const MONTH_MS = 30 * 24 * 3600e3;
+
+export default {
+  id: "cost",
+  title: "Cost",
+  filters: ["graph", "prompt", "model", "tool"],
+  filterNote: "With a prompt, model or tool filter, costs are those of the matching spans. The anomaly lists cover the range only.",
+  refreshMs: 15 * 60e3,
+  render(root, ctx) {
+    const st = ctx.state;
+    const tiles = panel("Totals", { testid: "cost-totals", wide: true });
+    const series = panel("Cost over time", { testid: "cost-series", wide: true });
+    const seriesBox = h("div", { class: "chart" });
+    let chart = null;
+    const drill = panel("Per feature, drill-down", { testid: "drill", wide: true, note: "(click a row to go one level down: feature → users → turns → spans)" });
+    const breakdowns = [
+      ["tier", "Per user segment (tier)", "by-tier"],
+      ["locale", "Per locale", "by-locale"],
+      ["model", "Per model", "by-model"],
+    ].map(([by, title, testid]) => ({ by, p: panel(title, { testid }) }));
+    const topUsers = panel("Top 100 users by cost", { testid: "top-users" });
+    const anomalies = panel("Turns beyond 5σ of the median cost", { testid: "anomalies" });
+    const rising = panel("Features getting dearer per turn", { testid: "rising" });
+
+    root.append(
+      tiles.el,
+      series.el,
+      drill.el,
+      h("div", { class: "panels" }, breakdowns.map((b) => b.p.el)),
+      h("div", { class: "section-head" }, h("h2", null, "Anomalies")),
+      h("div", { class: "panels" }, topUsers.el, anomalies.el, rising.el),
+    );
+
+    const drillTo = (patch) => ctx.navigate({ feature: "", user: "", trace: "", ...patch });
+
+    const costCols = (keyLabel, keyCell) => [
+      { label: keyLabel, cell: keyCell, title: (r) => r.key },
+      { label: "cost", num: true, cell: (r) => usd(r.costUsd) },
+      { label: "turns", num: true, cell: (r) => int(r.turns) },
+      { label: "$/turn", num: true, cell: (r) => usdTurn(r.costPerTurn) },
+    ];
+
+    async function loadTotals(signal, q) {
+      try {
+        const r = await get("/admin/cost", { by: "total", ...q }, signal);
+        const t = r.total || {};
+        tiles.show(h("div", { class: "tiles" },
+          tile("Total cost", usd(t.costUsd), { testid: "cost-total", raw: t.costUsd }),
+          tile("Turns", int(t.turns), { testid: "cost-turns", raw: t.turns }),
+          tile("Cost per turn", usdTurn(t.costPerTurn), { testid: "cost-per-turn", raw: t.costPerTurn }),
+          tile("Tokens", `${int(t.tokensIn)} in`, { testid: "cost-tokens", raw: (t.tokensIn || 0) + (t.tokensOut || 0), sub: `${int(t.tokensOut)} out` }),
+          tile("Spans", int(t.spans), { testid: "cost-spans", raw: t.spans, sub: `${int(t.errors)} failed · ${int(t.fallbacks)} fallback` }),
+        ));
+      } catch (e) {
+        if (e.name === "AbortError") throw e;
+        tiles.error(message(e));
+      }
+    }
+
+    async function loadSeries(signal, q) {
+      try {
+        const r = await get("/admin/cost/series", q, signal);
+        const pts = r.points || [];
+        if (!chart) {
+          series.show(h("p", { class: "note" }), seriesBox);
+          chart = timeChart(seriesBox, { series: [{ label: "cost per step" }], fmt: (v) => usd(v, 4), min: 0 });
+        }
+        series.el.dataset.state = "ready";
+        series.body.querySelector(".note").textContent = `${int(pts.length)} steps of ${seconds(r.stepSeconds)}`;
+        chart.set(pts.map((p) => secs(p.t)), pts.map((p) => p.costUsd));
+      } catch (e) {
+        if (e.name === "AbortError") throw e;
+        if (chart) { chart.destroy(); chart = null; }
+        series.error(message(e));
+      }
+    }
+
+    async function loadBreakdown(signal, q, b) {
+      try {
+        const r = await get("/admin/cost", { by: b.by, limit: MAX_ROWS + 1, ...q }, signal);
+        const total = r.total?.costUsd || 0;
+        b.p.show(table({
+          testid: b.p.el.dataset.testid + "-table",
+          columns: [
+            ...costCols(b.by, (x) => x.key || "(none)"),
+            { label: "share", cell: (x) => bar(total ? x.costUsd / total : 0) },
+          ],
+          rows: r.rows || [],
+        }));
+      } catch (e) {
+        if (e.name === "AbortError") throw e;
+        b.p.error(message(e));
+      }
+    }
+
+    function crumbs() {
+      const items = [["All features", { feature: "", user: "", trace: "" }]];
+      if (st.feature) items.push([`feature ${st.feature}`, { feature: st.feature, user: "", trace: "" }]);
+      if (st.user) items.push([`user ${short(st.user)}`, { feature: st.feature || "", user: st.user, trace: "" }]);
+      if (st.trace) items.push([`turn ${short(st.trace)}`, null]);
+      return h("nav", { class: "crumbs", "aria-label": "Drill-down", dataset: { testid: "crumbs" } },
+        items.map(([label, patch], i) => [
+          i ? h("span", { class: "sep" }, " › ") : null,
+          patch && i < items.length - 1
+            ? h("a", { href: "#", dataset: { level: String(i) }, on: { click: (e) => { e.preventDefault(); drillTo(patch); } } }, label)
+            : h("span", { class: "here", dataset: { level: String(i) } }, label),
+        ]));
+    }
+
+    async function loadDrill(signal, q) {
+      const feature = st.feature === "(none)" ? "" : st.feature;
+      try {
+        if (st.trace) {
+          const r = await get(`/admin/cost/trace/${encodeURIComponent(st.trace)}`, {}, signal);
+          const spans = r.spans || [];
+          drill.show(crumbs(), spans.length ? waterfall(spans) : h("p", { class: "empty" }, "This trace has no spans (it may have been pruned)."));
+          drill.el.dataset.level = "turn";
+        } else if (st.user) {
+          const r = await get("/admin/cost", { by: "turn", user: st.user, feature, limit: MAX_ROWS + 1, ...q }, signal);
+          drill.show(crumbs(), table({
+            testid: "drill-turns",
+            columns: [
+              { label: "started", cell: (x) => datetime(x.turn?.start) },
+              { label: "turn", cell: (x) => short(x.key, 16), title: (x) => x.key },
+              { label: "feature", cell: (x) => x.turn?.feature || "—" },
+              { label: "locale", cell: (x) => x.turn?.locale || "—" },
+              { label: "duration", num: true, cell: (x) => ms(x.turn?.durationMs) },
+              { label: "spans", num: true, cell: (x) => int(x.spans) },
+              { label: "cost", num: true, cell: (x) => usdTurn(x.costUsd) },
+              { label: "eval", num: true, cell: (x) => score(x.turn?.evalScore) },
+            ],
+            rows: r.rows || [],
+            onRow: (x) => drillTo({ feature: st.feature, user: st.user, trace: x.turn?.traceId || x.key }),
+            rowLabel: (x) => `Show the spans of turn ${x.key}`,
+          }));
+          drill.el.dataset.level = "user";
+        } else if (st.feature) {
+          const r = await get("/admin/cost", { by: "user", feature, limit: MAX_ROWS + 1, ...q }, signal);
+          drill.show(crumbs(), table({
+            testid: "drill-users",
+            columns: costCols("user (hash)", (x) => short(x.key, 16)),
+            rows: r.rows || [],
+            onRow: (x) => drillTo({ feature: st.feature, user: x.key }),
+            rowLabel: (x) => `Show the turns of user ${x.key}`,
+          }));
+          drill.el.dataset.level = "feature";
+        } else {
+          const r = await get("/admin/cost", { by: "feature", limit: MAX_ROWS + 1, ...q }, signal);
+          const total = r.total?.costUsd || 0;
+          drill.show(crumbs(), table({
+            testid: "drill-features",
+            columns: [...costCols("feature", (x) => x.key || "(none)"), { label: "share", cell: (x) => bar(total ? x.costUsd / total : 0) }],
+            rows: r.rows || [],
+            onRow: (x) => drillTo({ feature: x.key || "(none)" }),
+            rowLabel: (x) => `Show the users of feature ${x.key}`,
+          }));
+          drill.el.dataset.level = "all";
+        }
+      } catch (e) {
+        if (e.name === "AbortError") throw e;
+        drill.show(crumbs(), h("p", { class: "error", role: "alert", dataset: { testid: "error" } }, message(e)));
+        drill.el.dataset.state = "error";
+      }
+    }
+
+    async function loadTopUsers(signal, r) {
+      try {
+        const rep = await get("/admin/cost/top-users", { ...r, limit: 100 }, signal);
+        const span = Date.parse(r.to) - Date.parse(r.from);
+        const ceiling = USER_CEILING_PER_MONTH * (span / MONTH_MS);
+        topUsers.show(
+          h("p", { class: "note" }, `Ceiling $${USER_CEILING_PER_MONTH.toFixed(2)} per user per month, ${usdTurn(ceiling)} over this range.`),
+          table({
+            testid: "top-users-table",
+            columns: [
+              { label: "user (hash)", cell: (x) => h("span", null, short(x.key, 16), x.costUsd > ceiling ? h("span", { class: "badge bad" }, "over ceiling") : null), title: (x) => x.key },
+              { label: "cost", num: true, cell: (x) => usd(x.costUsd, 6) },
+              { label: "turns", num: true, cell: (x) => int(x.turns) },
+              { label: "$/turn", num: true, cell: (x) => usdTurn(x.costPerTurn) },
+            ],
+            rows: rep.rows || [],
+            onRow: (x) => drillTo({ user: x.key }),
+            rowLabel: (x) => `Show the turns of user ${x.key}`,
+          }));
+      } catch (e) {
+        if (e.name === "AbortError") throw e;
+        topUsers.error(message(e));
+      }
+    }
+
+    async function loadAnomalies(signal, r) {
+      try {
+        const rep = await get("/admin/cost/anomalies", r, signal);
+        anomalies.show(
+          h("p", { class: "note", dataset: { testid: "anomaly-stats" } },
+            `${int(rep.turns)} turns · median ${usdTurn(rep.medianUsd)} · σ ${usdTurn(rep.stdDevUsd)} · threshold ${usdTurn(rep.thresholdUsd)}`),
+          table({
+            testid: "anomaly-table",
+            empty: "No turn beyond the threshold.",
+            columns: [
+              { label: "turn", cell: (x) => short(x.key, 16), title: (x) => x.key },
+              { label: "feature", cell: (x) => x.turn?.feature || "—" },
+              { label: "cost", num: true, cell: (x) => usdTurn(x.costUsd) },
+              { label: "× median", num: true, cell: (x) => (rep.medianUsd > 0 ? (x.costUsd / rep.medianUsd).toFixed(1) + "×" : "—") },
+            ],
+            rows: rep.rows || [],
+            onRow: (x) => drillTo({ feature: x.turn?.feature || "", user: x.turn?.userIdHash || "", trace: x.turn?.traceId || x.key }),
+            rowLabel: (x) => `Show the spans of turn ${x.key}`,
+          }));
+      } catch (e) {
+        if (e.name === "AbortError") throw e;
+        anomalies.error(message(e));
+      }
+    }
+
+    async function loadRising(signal, r) {
+      try {
+        const rep = await get("/admin/cost/rising", r, signal);
+        const rows = rep.features || [];
+        rising.show(table({
+          testid: "rising-table",
+          empty: "No feature's cost per turn is climbing in this range.",
+          columns: [
+            { label: "feature", cell: (x) => x.feature },
+            { label: "rise", num: true, cell: (x) => "+" + pct(x.rise) },
+            { label: "$/turn first → last", num: true, cell: (x) => `${usdTurn(x.periods?.[0]?.costPerTurn)} → ${usdTurn(x.periods?.[x.periods.length - 1]?.costPerTurn)}` },
+            { label: "turns first → last", num: true, cell: (x) => `${int(x.periods?.[0]?.turns)} → ${int(x.periods?.[x.periods.length - 1]?.turns)}` },
+          ],
+          rows,
+          onRow: (x) => drillTo({ feature: x.feature }),
+          rowLabel: (x) => `Show the users of feature ${x.feature}`,
+        }));
+      } catch (e) {
+        if (e.name === "AbortError") throw e;
+        rising.error(message(e));
+      }
+    }
+
+    return {
+      async load(signal) {
+        const r = ctx.range();
+        const q = { ...r, ...ctx.filters() };
+        await Promise.all([
+          loadTotals(signal, q),
+          loadSeries(signal, q),
+          loadDrill(signal, q),
+          ...breakdowns.map((b) => loadBreakdown(signal, q, b)),
+          loadTopUsers(signal, r),
+          loadAnomalies(signal, r),
+          loadRising(signal, r),
+        ]);
+      },
+      dispose() {
+        if (chart) chart.destroy();
+      },
+    };
+  },
+};
