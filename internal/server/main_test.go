@@ -9,10 +9,18 @@ import (
 	"github.com/fmgate/fmgate/internal/config"
 )
 
+// testdata is the absolute path of the package's testdata directory.
+var testdata string
+
 // TestMain runs the package's tests in a scratch directory, so that the
 // default relative paths (var/events.db, var/wal) never land in the source
 // tree; isolate gives each server its own.
 func TestMain(m *testing.M) {
+	var err error
+	if testdata, err = filepath.Abs("testdata"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	dir, err := os.MkdirTemp("", "fmgate-server-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
