@@ -1,0 +1,360 @@
+// Package metrics exports fmgate's Prometheus metrics: turn latency, time to
+// first token, outcomes, errors, fallbacks, model attempts, tokens and cost
+// (all derived from the schema-v3 spans of the event stream), throttles and
+// retries (observed directly by the pipeline), and breaker, quota and queue
+// gauges (read from a state callback at scrape time).
+//
+// A *Metrics is an events.Sink: give it to the event emitter and it derives
+// the span metrics in the emitter's background goroutine, never in a turn.
+// It owns its prometheus.Registry (with the Go and process collectors); serve
+// it with Handler.
+//
+// Every label value is bounded: it is taken from a fixed list in this
+// package or from the configured model names and ids (Options.Models), and
+// anything else is reported as "other". No user id, request id, trace id or
+// free text ever becomes a label value.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fmgate/fmgate/internal/events"
+)
+
+// Defaults of Options.
+const (
+	DefaultTTFTPending  = 4096
+	DefaultTTFTMaxAge   = 10 * time.Minute
+	DefaultStateTimeout = 500 * time.Millisecond
+)
+
+// LatencyBuckets are the turn-duration histogram's upper bounds in seconds,
+// dense around the 3 s "useful answer" objective.
+var LatencyBuckets = []float64{0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10}
+
+// TTFTBuckets are the time-to-first-token histogram's upper bounds in
+// seconds.
+var TTFTBuckets = []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10}
+
+// Options configures New. The zero value is usable: no model names (every
+// model label is "other"), the real clock and the defaults above.
+type Options struct {
+	// Models are the configured model names and provider model ids
+	// ("sonnet", "claude-sonnet-4-6", …): the only values, besides "other"
+	// and "none", that a model, tier or breaker label may take.
+	Models []string
+	// Now is the clock; nil means time.Now. It ages the stream spans that
+	// wait for their turn span.
+	Now func() time.Time
+	// TTFTPending is the most stream spans held while waiting for their turn
+	// span (default 4096); beyond it the oldest is evicted and counted.
+	TTFTPending int
+	// TTFTMaxAge is how long a stream span waits for its turn span (default
+	// 10 min); an older one is dropped and counted.
+	TTFTMaxAge time.Duration
+	// StateTimeout bounds the state callback at each scrape (default 500 ms).
+	StateTimeout time.Duration
+}
+
+// Validate reports the first invalid field as "field: problem".
+func (o Options) Validate() error {
+	for i, m := range o.Models {
+		switch {
+		case m == "":
+			return fmt.Errorf("models[%d]: empty", i)
+		case !utf8.ValidString(m):
+			return fmt.Errorf("models[%d]: not valid UTF-8", i)
+		case m == LabelOther || m == LabelNone || m == TierPrimary:
+			return fmt.Errorf("models[%d]: %q is a reserved label value", i, m)
+		}
+	}
+	switch {
+	case o.TTFTPending < 0:
+		return errors.New("ttftPending: must not be negative")
+	case o.TTFTMaxAge < 0:
+		return errors.New("ttftMaxAge: must not be negative")
+	case o.StateTimeout < 0:
+		return errors.New("stateTimeout: must not be negative")
+	}
+	return nil
+}
+
+// Metrics derives Prometheus metrics from spans and direct observations.
+// Its methods are safe for concurrent use.
+type Metrics struct {
+	reg     *prometheus.Registry
+	handler http.Handler
+	now     func() time.Time
+
+	models set // Options.Models
+	tiers  set // TierPrimary, FallbackTiers and Options.Models
+
+	mu      sync.Mutex // guards pending
+	pending *pending
+
+	turnDuration *prometheus.HistogramVec
+	ttft         *prometheus.HistogramVec
+	turns        *prometheus.CounterVec
+	errors       *prometheus.CounterVec
+	fallbacks    *prometheus.CounterVec
+	attempts     *prometheus.CounterVec
+	tokens       *prometheus.CounterVec
+	cost         *prometheus.CounterVec
+	spans        *prometheus.CounterVec
+	ttftDropped  *prometheus.CounterVec
+	throttles    *prometheus.CounterVec
+	retries      *prometheus.CounterVec
+	stateCollect *stateCollector
+	dropped      *droppedCollector
+}
+
+// New returns Metrics with its own registry, or an error for invalid opts.
+func New(opts Options) (*Metrics, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.TTFTPending == 0 {
+		opts.TTFTPending = DefaultTTFTPending
+	}
+	if opts.TTFTMaxAge == 0 {
+		opts.TTFTMaxAge = DefaultTTFTMaxAge
+	}
+	if opts.StateTimeout == 0 {
+		opts.StateTimeout = DefaultStateTimeout
+	}
+	m := &Metrics{
+		reg:     prometheus.NewRegistry(),
+		now:     opts.Now,
+		models:  newSet(opts.Models),
+		tiers:   newSet([]string{TierPrimary}, FallbackTiers, opts.Models),
+		pending: newPending(opts.TTFTPending, opts.TTFTMaxAge),
+	}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
+	m.turnDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fmgate_turn_duration_seconds",
+		Help:    "Whole-turn latency from the turn span, by route (ws, sse, http, batch), model that answered and tier (primary or the fallback tier that served).",
+		Buckets: LatencyBuckets,
+	}, []string{"route", "model", "tier"})
+	m.ttft = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fmgate_turn_ttft_seconds",
+		Help:    "Time from the start of the turn to the first text reaching the client (stream span start minus turn span start).",
+		Buckets: TTFTBuckets,
+	}, []string{"route", "model", "tier"})
+	m.turns = counter("fmgate_turns_total", "Finished turns by route and status (ok, fallback, retry_succeeded, failed).", "route", "status")
+	m.errors = counter("fmgate_errors_total", "Turns that ended with an edge error, by error code.", "code")
+	m.fallbacks = counter("fmgate_fallback_total", "Degraded turns by the tier that served them.", "tier")
+	m.attempts = counter("fmgate_model_attempts_total", "Upstream model calls by model and outcome (ok or the provider error kind).", "model", "outcome")
+	m.tokens = counter("fmgate_tokens_total", "Tokens billed by model and direction (in, out).", "model", "direction")
+	m.cost = counter("fmgate_cost_usd_total", "Cost in US dollars by model (none when no model was involved) and component (the span that incurred it).", "model", "component")
+	m.spans = counter("fmgate_spans_total", "Spans received from the event stream, by span name.", "span")
+	m.ttftDropped = counter("fmgate_ttft_pending_dropped_total", "Stream spans dropped before their turn span arrived: evicted (too many waiting) or expired (waited too long).", "reason")
+	m.throttles = counter("fmgate_throttles_total", "Turns refused or held by a limiter, by scope.", "scope")
+	m.retries = counter("fmgate_retries_total", "Retries of a model call, by model and the error kind that caused them.", "model", "reason")
+	m.stateCollect = &stateCollector{m: m, timeout: opts.StateTimeout,
+		errors: counter("fmgate_state_errors_total", "Scrapes that exported no breaker, quota or queue gauges, by reason (error, timeout, busy, panic).", "reason")}
+	m.dropped = &droppedCollector{}
+	pendingGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fmgate_ttft_pending",
+		Help: "Stream spans waiting for their turn span.",
+	}, func() float64 {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return float64(m.pending.len())
+	})
+
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.turnDuration, m.ttft, m.turns, m.errors, m.fallbacks, m.attempts,
+		m.tokens, m.cost, m.spans, m.ttftDropped, m.throttles, m.retries,
+		m.stateCollect, m.dropped, pendingGauge,
+	} {
+		if err := m.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: register: %w", err)
+		}
+	}
+	m.preset()
+	m.handler = promhttp.InstrumentMetricHandler(m.reg, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		Registry:            m.reg,
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+	}))
+	return m, nil
+}
+
+// preset creates the series of the fixed lists at zero, so that rates and
+// ratios are defined from the first scrape instead of appearing with the
+// first event.
+func (m *Metrics) preset() {
+	for _, r := range append(Routes, LabelOther) {
+		for _, s := range append(Statuses, LabelOther) {
+			m.turns.WithLabelValues(r, s)
+		}
+	}
+	for _, c := range append(ErrorCodes, LabelOther) {
+		m.errors.WithLabelValues(c)
+	}
+	for _, s := range append(ThrottleScopes, LabelOther) {
+		m.throttles.WithLabelValues(s)
+	}
+	for _, r := range []string{dropEvicted, dropExpired} {
+		m.ttftDropped.WithLabelValues(r)
+	}
+	for _, r := range []string{stateError, stateTimeout, stateBusy, statePanic} {
+		m.stateCollect.errors.WithLabelValues(r)
+	}
+}
+
+// Name is the sink name, "metrics".
+func (m *Metrics) Name() string { return "metrics" }
+
+// Handler serves the registry in the Prometheus exposition formats (mount
+// it at GET /metrics). At most 4 scrapes run at once; more get 503.
+func (m *Metrics) Handler() http.Handler { return m.handler }
+
+// Registry is the registry Handler serves, for collectors of other packages.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Throttle counts one refusal (or hold) by a limiter in
+// fmgate_throttles_total{scope}. scope is one of ThrottleScopes or a name
+// starting with one followed by '_' or ':' ("user_per_minute" is "user",
+// "route_chat" is "route"); anything else counts as "other".
+func (m *Metrics) Throttle(scope string) {
+	m.throttles.WithLabelValues(boundScope(scope)).Inc()
+}
+
+// Retry counts one retry of a model call in fmgate_retries_total{model,reason}.
+// model is a configured model name or id (else "other"); reason is the
+// provider error kind that caused the retry (ProviderErrorKinds, else
+// "other").
+func (m *Metrics) Retry(model, reason string) {
+	m.retries.WithLabelValues(m.model(model), kindSet.bound(reason)).Inc()
+}
+
+// model bounds a model name or id; "" is LabelNone.
+func (m *Metrics) model(v string) string {
+	if v == "" {
+		return LabelNone
+	}
+	return m.models.bound(v)
+}
+
+// tier bounds outcome.fallback_used; "" is TierPrimary.
+func (m *Metrics) tier(v string) string {
+	if v == "" {
+		return TierPrimary
+	}
+	return m.tiers.bound(v)
+}
+
+// Write derives the span metrics from batch. It never fails. The events
+// sink calls it from one goroutine; concurrent calls are safe but a stream
+// span must be written before its turn span for time to first token.
+func (m *Metrics) Write(_ context.Context, batch []events.Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range batch {
+		m.observe(&batch[i])
+	}
+	return nil
+}
+
+// observe derives the metrics of one span. Called with m.mu held.
+func (m *Metrics) observe(e *events.Event) {
+	name := spanSet.bound(e.Name)
+	m.spans.WithLabelValues(name).Inc()
+	switch e.Name {
+	case "turn":
+		m.observeTurn(e)
+		// The turn span summarises its children; counting its tokens or
+		// cost as well would count them twice.
+		return
+	case "stream":
+		if e.ParentSpanID != "" && !e.TSStart.IsZero() {
+			ev, ex := m.pending.put(spanKey{e.TraceID, e.ParentSpanID}, e.TSStart, m.now())
+			m.countDropped(ev, ex)
+		}
+	case "model_attempt":
+		outcome := OutcomeOK
+		if e.Outcome.ErrorCode != "" {
+			outcome = kindSet.bound(e.Outcome.ErrorCode)
+		}
+		m.attempts.WithLabelValues(m.model(e.Artifact.ModelID), outcome).Inc()
+	}
+	r := &e.Resource
+	if r.TokensIn <= 0 && r.TokensOut <= 0 && !(r.CostUSD > 0) {
+		return
+	}
+	model := m.model(e.Artifact.ModelID)
+	if r.TokensIn > 0 {
+		m.tokens.WithLabelValues(model, DirectionIn).Add(float64(r.TokensIn))
+	}
+	if r.TokensOut > 0 {
+		m.tokens.WithLabelValues(model, DirectionOut).Add(float64(r.TokensOut))
+	}
+	if r.CostUSD > 0 && r.CostUSD < maxSpanCost {
+		m.cost.WithLabelValues(model, name).Add(r.CostUSD)
+	}
+}
+
+// maxSpanCost rejects absurd (or infinite) costs so one bad span cannot
+// poison a counter forever.
+const maxSpanCost = 1e6
+
+func (m *Metrics) observeTurn(e *events.Event) {
+	route := routeSet.bound(e.Attribution.Surface)
+	model := m.model(e.Artifact.ModelID)
+	tier := m.tier(e.Outcome.FallbackUsed)
+
+	d := time.Duration(e.DurationMS) * time.Millisecond
+	if !e.TSStart.IsZero() && !e.TSEnd.IsZero() && !e.TSEnd.Before(e.TSStart) {
+		d = e.TSEnd.Sub(e.TSStart)
+	}
+	if d >= 0 {
+		m.turnDuration.WithLabelValues(route, model, tier).Observe(d.Seconds())
+	}
+	if first, ok, expired := m.pending.take(spanKey{e.TraceID, e.SpanID}, m.now()); ok {
+		if t := first.Sub(e.TSStart); t >= 0 && !e.TSStart.IsZero() {
+			m.ttft.WithLabelValues(route, model, tier).Observe(t.Seconds())
+		}
+	} else if expired {
+		m.countDropped(0, 1)
+	}
+
+	m.turns.WithLabelValues(route, statusSet.bound(string(e.Outcome.Status))).Inc()
+	if e.Outcome.ErrorCode != "" {
+		m.errors.WithLabelValues(codeSet.bound(e.Outcome.ErrorCode)).Inc()
+	}
+	if e.Outcome.FallbackUsed != "" {
+		m.fallbacks.WithLabelValues(tier).Inc()
+	}
+}
+
+const (
+	dropEvicted = "evicted"
+	dropExpired = "expired"
+)
+
+func (m *Metrics) countDropped(evicted, expired int) {
+	if evicted > 0 {
+		m.ttftDropped.WithLabelValues(dropEvicted).Add(float64(evicted))
+	}
+	if expired > 0 {
+		m.ttftDropped.WithLabelValues(dropExpired).Add(float64(expired))
+	}
+}
