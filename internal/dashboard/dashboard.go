@@ -165,7 +165,7 @@ button{font:inherit;padding:.5rem;background:#1f2a44;color:#fff;border:0;border-
 
 var loginCSP = func() string {
 	sum := sha256.Sum256([]byte(loginCSS))
-	return "default-src 'none'; style-src 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+	return "default-src 'none'; img-src data:; style-src 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 }()
 
 var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
@@ -174,6 +174,7 @@ var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>fmgate · sign in</title>
+<link rel="icon" href="data:,">
 <style>{{.CSS}}</style>
 </head>
 <body>
@@ -181,7 +182,7 @@ var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
   <h1>fmgate dashboards</h1>
   {{if .Error}}<div class="err" role="alert" data-testid="login-error">{{.Error}}</div>{{end}}
   <label for="token">Admin token</label>
-  <input id="token" name="token" type="password" required autofocus>
+  <input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
   <button type="submit" id="signin">Sign in</button>
 </form>
 </body>

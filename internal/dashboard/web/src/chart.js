@@ -28,7 +28,7 @@ export function timeChart(container, { series, fmt = (v) => String(v), height = 
       })),
     ],
     axes: [
-      { stroke: "#555", grid: { stroke: "#eee" } },
+      { stroke: "#555", grid: { stroke: "#eee" }, space: 70, values: (u, splits) => tickLabels(u, splits) },
       { stroke: "#555", grid: { stroke: "#eee" }, size: 78, values: (u, vals) => vals.map((v) => fmt(v)) },
     ],
     legend: { live: true },
@@ -50,6 +50,19 @@ export function timeChart(container, { series, fmt = (v) => String(v), height = 
       plot.destroy();
     },
   };
+}
+
+/** Local time tick labels: hh:mm(:ss) within a day, MM-DD hh:mm beyond. */
+function tickLabels(u, splits) {
+  const span = (u.scales.x.max ?? 0) - (u.scales.x.min ?? 0);
+  const p = (n) => String(n).padStart(2, "0");
+  return splits.map((s) => {
+    const d = new Date(s * 1000);
+    const hm = `${p(d.getHours())}:${p(d.getMinutes())}`;
+    if (span <= 600) return `${hm}:${p(d.getSeconds())}`;
+    if (span <= 86400) return hm;
+    return `${p(d.getMonth() + 1)}-${p(d.getDate())} ${hm}`;
+  });
 }
 
 /** Seconds since the epoch for an RFC 3339 time. */

@@ -186,7 +186,7 @@ export default {
           table({
             testid: "top-users-table",
             columns: [
-              { label: "user (hash)", cell: (x) => h("span", null, short(x.key, 16), x.costUsd > ceiling ? h("span", { class: "badge bad" }, "over ceiling") : null), title: (x) => x.key },
+              { label: "user (hash)", cell: (x) => h("span", null, short(x.key, 10), x.costUsd > ceiling ? h("span", { class: "badge bad" }, "over ceiling") : null), title: (x) => x.key },
               { label: "cost", num: true, cell: (x) => usd(x.costUsd, 6) },
               { label: "turns", num: true, cell: (x) => int(x.turns) },
               { label: "$/turn", num: true, cell: (x) => usdTurn(x.costPerTurn) },

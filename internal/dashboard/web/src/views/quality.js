@@ -58,7 +58,7 @@ export default {
     const formPanel = panel("Record an eval score", { testid: "eval-post" });
     formPanel.show(h("p", { class: "note" }, "POST /admin/eval: a judge's score for a whole turn (trace id) or one span (span id)."), form);
 
-    root.append(totals.el, h("div", { class: "panels" }, splits.map((s) => s.p.el)), formPanel.el);
+    root.append(totals.el, h("div", { class: "panels two" }, splits.map((s) => s.p.el)), formPanel.el);
 
     async function loadTotal(signal, q) {
       try {

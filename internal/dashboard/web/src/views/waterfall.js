@@ -58,9 +58,9 @@ export function waterfall(spans) {
     const model = s.artifact?.model_id;
     const label = h("div", { class: "wf-label" },
       h("span", { class: "wf-name" }, s.name || s.node?.node_id || "span"),
-      model ? h("span", { class: "wf-model" }, model) : null,
       s.outcome?.fallback_used ? h("span", { class: "badge warn" }, s.outcome.fallback_used) : null,
-      status === "failed" ? h("span", { class: "badge bad" }, s.outcome?.error_code || "failed") : null);
+      status === "failed" ? h("span", { class: "badge bad" }, s.outcome?.error_code || "failed") : null,
+      model ? h("span", { class: "wf-model" }, model) : null);
     label.style.paddingLeft = 0.4 + depth * 1.1 + "rem";
     const row = h("div", {
       class: "wf-row", tabindex: "0",
