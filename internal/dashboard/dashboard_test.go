@@ -1,0 +1,195 @@
+package dashboard
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+const token = "s3cret-admin-token"
+
+func do(t *testing.T, h http.Handler, req *http.Request) *http.Response {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Result()
+}
+
+func body(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestRoutesNeedTheAdminToken(t *testing.T) {
+	h := Handler(token)
+	tests := []struct {
+		name         string
+		path         string
+		cookie       string
+		bearer       string
+		wantStatus   int
+		wantLocation string
+		wantBody     string
+	}{
+		{name: "bare prefix", path: "/dashboard", wantStatus: http.StatusMovedPermanently, wantLocation: "/dashboard/"},
+		{name: "page without login", path: "/dashboard/", wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
+		{name: "bundle without login", path: "/dashboard/app.js", wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
+		{name: "wrong cookie", path: "/dashboard/", cookie: "nope", wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
+		{name: "token prefix is not the token", path: "/dashboard/", cookie: token[:5], wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
+		{name: "login form is public", path: "/dashboard/login", wantStatus: http.StatusOK, wantBody: `name="token"`},
+		{name: "page with cookie", path: "/dashboard/", cookie: token, wantStatus: http.StatusOK, wantBody: `src="app.js"`},
+		{name: "bundle with cookie", path: "/dashboard/app.js", cookie: token, wantStatus: http.StatusOK, wantBody: "/admin/live"},
+		{name: "styles with cookie", path: "/dashboard/app.css", cookie: token, wantStatus: http.StatusOK, wantBody: ".waterfall"},
+		{name: "page with bearer", path: "/dashboard/", bearer: token, wantStatus: http.StatusOK, wantBody: `id="tab-canary"`},
+		{name: "wrong bearer", path: "/dashboard/", bearer: "nope", wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
+		{name: "unknown file", path: "/dashboard/nope.js", cookie: token, wantStatus: http.StatusNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, tt.path, nil)
+			if tt.cookie != "" {
+				req.AddCookie(&http.Cookie{Name: CookieName, Value: tt.cookie})
+			}
+			if tt.bearer != "" {
+				req.Header.Set("Authorization", "Bearer "+tt.bearer)
+			}
+			resp := do(t, h, req)
+			if resp.StatusCode != tt.wantStatus {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tt.wantStatus)
+			}
+			if got := resp.Header.Get("Location"); got != tt.wantLocation {
+				t.Fatalf("Location %q, want %q", got, tt.wantLocation)
+			}
+			if b := body(t, resp); !strings.Contains(b, tt.wantBody) {
+				t.Fatalf("body lacks %q:\n%.300s", tt.wantBody, b)
+			}
+			if resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("Content-Security-Policy") == "" {
+				t.Fatalf("security headers missing: %v", resp.Header)
+			}
+		})
+	}
+}
+
+func postLogin(t *testing.T, h http.Handler, value string, tls bool) *http.Response {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/dashboard/login", strings.NewReader(url.Values{"token": {value}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if tls {
+		req = httptest.NewRequest(http.MethodPost, "https://gw.example/dashboard/login", strings.NewReader(url.Values{"token": {value}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	return do(t, h, req)
+}
+
+func TestLogin(t *testing.T) {
+	tests := []struct {
+		name       string
+		adminToken string
+		give       string
+		tls        bool
+		wantStatus int
+		wantCookie bool
+		wantError  string
+	}{
+		{name: "right token", adminToken: token, give: token, wantStatus: http.StatusSeeOther, wantCookie: true},
+		{name: "right token over TLS", adminToken: token, give: token, tls: true, wantStatus: http.StatusSeeOther, wantCookie: true},
+		{name: "surrounding spaces are ignored", adminToken: token, give: "  " + token + "\n", wantStatus: http.StatusSeeOther, wantCookie: true},
+		{name: "wrong token", adminToken: token, give: "guess", wantStatus: http.StatusUnauthorized, wantError: "not the admin token"},
+		{name: "longer token", adminToken: token, give: token + "x", wantStatus: http.StatusUnauthorized, wantError: "not the admin token"},
+		{name: "empty", adminToken: token, give: "", wantStatus: http.StatusBadRequest, wantError: "Enter the admin token"},
+		{name: "no admin token configured", adminToken: "", give: "anything", wantStatus: http.StatusUnauthorized, wantError: "No admin token is configured"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := postLogin(t, Handler(tt.adminToken), tt.give, tt.tls)
+			if resp.StatusCode != tt.wantStatus {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tt.wantStatus)
+			}
+			b := body(t, resp)
+			if !strings.Contains(b, tt.wantError) {
+				t.Fatalf("page lacks %q:\n%s", tt.wantError, b)
+			}
+			cookies := resp.Cookies()
+			if !tt.wantCookie {
+				if len(cookies) != 0 {
+					t.Fatalf("a failed login set cookies %v", cookies)
+				}
+				return
+			}
+			if resp.Header.Get("Location") != "/dashboard/" {
+				t.Fatalf("redirect to %q", resp.Header.Get("Location"))
+			}
+			if len(cookies) != 1 {
+				t.Fatalf("cookies %v", cookies)
+			}
+			c := cookies[0]
+			if c.Name != CookieName || c.Value != token || c.Path != "/" || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Secure != tt.tls {
+				t.Fatalf("cookie %+v: want %s=<token>; Path=/; HttpOnly; SameSite=Strict; Secure only over TLS", c, CookieName)
+			}
+		})
+	}
+}
+
+func TestLogoutClearsTheCookie(t *testing.T) {
+	req := httptest.NewRequest(http.MethodPost, "/dashboard/logout", nil)
+	req.AddCookie(&http.Cookie{Name: CookieName, Value: token})
+	resp := do(t, Handler(token), req)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/dashboard/login" {
+		t.Fatalf("status %d location %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	cs := resp.Cookies()
+	if len(cs) != 1 || cs[0].Name != CookieName || cs[0].MaxAge >= 0 || cs[0].Value != "" {
+		t.Fatalf("cookies %v: want %s expired", cs, CookieName)
+	}
+}
+
+func TestLoginBodyIsBounded(t *testing.T) {
+	big := strings.Repeat("a", maxLoginBody+10)
+	req := httptest.NewRequest(http.MethodPost, "/dashboard/login", strings.NewReader("token="+big))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp := do(t, Handler(token), req)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("status %d for a %d-byte form", resp.StatusCode, len(big))
+	}
+}
+
+// The login page's inline style is allowed by its hash only; a style that
+// drifts from the hash would be blocked and the form shown unstyled.
+func TestLoginStyleMatchesItsCSPHash(t *testing.T) {
+	resp := do(t, Handler(token), httptest.NewRequest(http.MethodGet, "/dashboard/login", nil))
+	b := body(t, resp)
+	m := regexp.MustCompile(`(?s)<style>(.*?)</style>`).FindStringSubmatch(b)
+	if m == nil {
+		t.Fatal("no inline style")
+	}
+	sum := sha256.Sum256([]byte(m[1]))
+	want := "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, want) {
+		t.Fatalf("CSP %q does not allow the page's style %s", csp, want)
+	}
+}
+
+// The page must not load anything from another origin: no CDN at run time.
+func TestBundleIsSelfContained(t *testing.T) {
+	for _, name := range []string{"index.html", "app.js", "app.css"} {
+		b, err := dist.ReadFile("dist/" + name)
+		if err != nil {
+			t.Fatalf("%s not embedded (run go generate ./internal/dashboard): %v", name, err)
+		}
+		for _, bad := range []string{"https://cdn", "//unpkg.com", "//cdn.jsdelivr", "fonts.googleapis"} {
+			if strings.Contains(string(b), bad) {
+				t.Fatalf("%s refers to %s", name, bad)
+			}
+		}
+	}
+}
