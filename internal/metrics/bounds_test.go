@@ -42,6 +42,19 @@ func feedAll(t testing.TB, m *Metrics) {
 	m.RegisterDropped(func() map[string]uint64 { return map[string]uint64{"jsonl": 0, "nats": 2} })
 }
 
+// set is a set of label values.
+type set map[string]struct{}
+
+func newSet(lists ...[]string) set {
+	s := set{}
+	for _, l := range lists {
+		for _, v := range l {
+			s[v] = struct{}{}
+		}
+	}
+	return s
+}
+
 // allowed lists, per fmgate family and label, the values a label may take.
 func allowed(models []string) map[string]map[string]set {
 	route := newSet(Routes, []string{LabelOther})

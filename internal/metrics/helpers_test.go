@@ -158,7 +158,7 @@ func bucket(fams map[string]*dto.MetricFamily, le float64, name string, kv ...st
 	return -1
 }
 
-func label(kv ...string) string { return fmt.Sprint(kv) }
+func fmtLabels(kv ...string) string { return fmt.Sprint(kv) }
 
 // want is one expected series value (-1 for "absent").
 type want struct {
@@ -172,7 +172,7 @@ func check(t *testing.T, fams map[string]*dto.MetricFamily, ws []want) {
 	for _, w := range ws {
 		got := value(fams, w.name, w.kv...)
 		if diff := got - w.v; diff > 1e-12 || diff < -1e-12 {
-			t.Errorf("%s%s = %v, want %v", w.name, label(w.kv...), got, w.v)
+			t.Errorf("%s%s = %v, want %v", w.name, fmtLabels(w.kv...), got, w.v)
 		}
 	}
 }

@@ -70,36 +70,58 @@ const (
 	DirectionOut = "out"
 )
 
-// set is a fixed set of allowed label values.
-type set map[string]struct{}
+// label is a bounded label: its allowed values, each with a small index,
+// and the index that anything else maps to. Indexes let the span path find
+// a metric's series in a flat slice instead of hashing label values.
+type label struct {
+	vals  []string
+	idx   map[string]int
+	other int
+}
 
-func newSet(lists ...[]string) set {
-	s := set{}
-	for _, l := range lists {
-		for _, v := range l {
-			s[v] = struct{}{}
+// newLabel returns a label allowing the values of lists, plus LabelOther.
+func newLabel(lists ...[]string) *label {
+	l := &label{idx: map[string]int{}}
+	for _, list := range lists {
+		for _, v := range list {
+			l.add(v)
 		}
 	}
-	return s
+	l.other = l.add(LabelOther)
+	return l
+}
+
+func (l *label) add(v string) int {
+	if i, ok := l.idx[v]; ok {
+		return i
+	}
+	l.idx[v] = len(l.vals)
+	l.vals = append(l.vals, v)
+	return len(l.vals) - 1
+}
+
+// index returns the index of v, or of LabelOther when v is not allowed.
+func (l *label) index(v string) int {
+	if i, ok := l.idx[v]; ok {
+		return i
+	}
+	return l.other
 }
 
 // bound returns v when it is allowed and LabelOther otherwise.
-func (s set) bound(v string) string {
-	if _, ok := s[v]; ok {
-		return v
-	}
-	return LabelOther
-}
+func (l *label) bound(v string) string { return l.vals[l.index(v)] }
 
 var (
-	routeSet    = newSet(Routes)
-	statusSet   = newSet(Statuses)
-	codeSet     = newSet(ErrorCodes)
-	kindSet     = newSet(ProviderErrorKinds)
-	scopeSet    = newSet(ThrottleScopes)
-	spanSet     = newSet(SpanNames)
-	prioritySet = newSet(Priorities)
-	sinkSet     = newSet(SinkNames)
+	routeLabel     = newLabel(Routes)
+	statusLabel    = newLabel(Statuses)
+	codeLabel      = newLabel(ErrorCodes)
+	outcomeLabel   = newLabel([]string{OutcomeOK}, ProviderErrorKinds)
+	kindLabel      = newLabel(ProviderErrorKinds)
+	scopeLabel     = newLabel(ThrottleScopes)
+	spanLabel      = newLabel(SpanNames)
+	directionLabel = newLabel([]string{DirectionIn, DirectionOut})
+	priorityLabel  = newLabel(Priorities)
+	sinkLabel      = newLabel(SinkNames)
 )
 
 // boundScope maps a limiter's scope name to its family: "user_per_minute"
@@ -109,5 +131,5 @@ func boundScope(s string) string {
 	if i := strings.IndexAny(s, "_:"); i >= 0 {
 		s = s[:i]
 	}
-	return scopeSet.bound(s)
+	return scopeLabel.bound(s)
 }

@@ -96,11 +96,13 @@ type Metrics struct {
 	handler http.Handler
 	now     func() time.Time
 
-	models set // Options.Models
-	tiers  set // TierPrimary, FallbackTiers and Options.Models
+	models *label // Options.Models and LabelNone
+	tiers  *label // TierPrimary, FallbackTiers and Options.Models
+	none   int    // index of LabelNone in models
 
-	mu      sync.Mutex // guards pending
+	mu      sync.Mutex // guards pending and the span path's cells
 	pending *pending
+	c       spanCells
 
 	turnDuration *prometheus.HistogramVec
 	ttft         *prometheus.HistogramVec
@@ -138,10 +140,11 @@ func New(opts Options) (*Metrics, error) {
 	m := &Metrics{
 		reg:     prometheus.NewRegistry(),
 		now:     opts.Now,
-		models:  newSet(opts.Models),
-		tiers:   newSet([]string{TierPrimary}, FallbackTiers, opts.Models),
+		models:  newLabel(opts.Models, []string{LabelNone}),
+		tiers:   newLabel([]string{TierPrimary}, FallbackTiers, opts.Models),
 		pending: newPending(opts.TTFTPending, opts.TTFTMaxAge),
 	}
+	m.none = m.models.index(LabelNone)
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
@@ -187,6 +190,17 @@ func New(opts Options) (*Metrics, error) {
 		if err := m.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
+	}
+	m.c = spanCells{
+		turnDuration: newCells(m.turnDuration.WithLabelValues, routeLabel, m.models, m.tiers),
+		ttft:         newCells(m.ttft.WithLabelValues, routeLabel, m.models, m.tiers),
+		turns:        newCells(m.turns.WithLabelValues, routeLabel, statusLabel),
+		errors:       newCells(m.errors.WithLabelValues, codeLabel),
+		fallbacks:    newCells(m.fallbacks.WithLabelValues, m.tiers),
+		attempts:     newCells(m.attempts.WithLabelValues, m.models, outcomeLabel),
+		tokens:       newCells(m.tokens.WithLabelValues, m.models, directionLabel),
+		cost:         newCells(m.cost.WithLabelValues, m.models, spanLabel),
+		spans:        newCells(m.spans.WithLabelValues, spanLabel),
 	}
 	m.preset()
 	m.handler = promhttp.InstrumentMetricHandler(m.reg, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
@@ -243,23 +257,24 @@ func (m *Metrics) Throttle(scope string) {
 // provider error kind that caused the retry (ProviderErrorKinds, else
 // "other").
 func (m *Metrics) Retry(model, reason string) {
-	m.retries.WithLabelValues(m.model(model), kindSet.bound(reason)).Inc()
+	m.retries.WithLabelValues(m.models.vals[m.model(model)], kindLabel.bound(reason)).Inc()
 }
 
-// model bounds a model name or id; "" is LabelNone.
-func (m *Metrics) model(v string) string {
+// model returns the label index of a model name or id; "" is LabelNone.
+func (m *Metrics) model(v string) int {
 	if v == "" {
-		return LabelNone
+		return m.none
 	}
-	return m.models.bound(v)
+	return m.models.index(v)
 }
 
-// tier bounds outcome.fallback_used; "" is TierPrimary.
-func (m *Metrics) tier(v string) string {
-	if v == "" {
-		return TierPrimary
-	}
-	return m.tiers.bound(v)
+// modelName bounds a model name or id for a label value.
+func (m *Metrics) modelName(v string) string { return m.models.vals[m.model(v)] }
+
+// spanCells are the span path's series, by label indexes.
+type spanCells struct {
+	turnDuration, ttft                                      *cells[prometheus.Observer]
+	turns, errors, fallbacks, attempts, tokens, cost, spans *cells[prometheus.Counter]
 }
 
 // Write derives the span metrics from batch. It never fails. The events
@@ -276,8 +291,8 @@ func (m *Metrics) Write(_ context.Context, batch []events.Event) error {
 
 // observe derives the metrics of one span. Called with m.mu held.
 func (m *Metrics) observe(e *events.Event) {
-	name := spanSet.bound(e.Name)
-	m.spans.WithLabelValues(name).Inc()
+	span := spanLabel.index(e.Name)
+	m.c.spans.at(span).Inc()
 	switch e.Name {
 	case "turn":
 		m.observeTurn(e)
@@ -290,11 +305,11 @@ func (m *Metrics) observe(e *events.Event) {
 			m.countDropped(ev, ex)
 		}
 	case "model_attempt":
-		outcome := OutcomeOK
+		outcome := attemptOK
 		if e.Outcome.ErrorCode != "" {
-			outcome = kindSet.bound(e.Outcome.ErrorCode)
+			outcome = outcomeLabel.index(e.Outcome.ErrorCode)
 		}
-		m.attempts.WithLabelValues(m.model(e.Artifact.ModelID), outcome).Inc()
+		m.c.attempts.at(m.model(e.Artifact.ModelID), outcome).Inc()
 	}
 	r := &e.Resource
 	if r.TokensIn <= 0 && r.TokensOut <= 0 && !(r.CostUSD > 0) {
@@ -302,46 +317,55 @@ func (m *Metrics) observe(e *events.Event) {
 	}
 	model := m.model(e.Artifact.ModelID)
 	if r.TokensIn > 0 {
-		m.tokens.WithLabelValues(model, DirectionIn).Add(float64(r.TokensIn))
+		m.c.tokens.at(model, dirIn).Add(float64(r.TokensIn))
 	}
 	if r.TokensOut > 0 {
-		m.tokens.WithLabelValues(model, DirectionOut).Add(float64(r.TokensOut))
+		m.c.tokens.at(model, dirOut).Add(float64(r.TokensOut))
 	}
 	if r.CostUSD > 0 && r.CostUSD < maxSpanCost {
-		m.cost.WithLabelValues(model, name).Add(r.CostUSD)
+		m.c.cost.at(model, span).Add(r.CostUSD)
 	}
 }
+
+var (
+	attemptOK = outcomeLabel.index(OutcomeOK)
+	dirIn     = directionLabel.index(DirectionIn)
+	dirOut    = directionLabel.index(DirectionOut)
+)
 
 // maxSpanCost rejects absurd (or infinite) costs so one bad span cannot
 // poison a counter forever.
 const maxSpanCost = 1e6
 
 func (m *Metrics) observeTurn(e *events.Event) {
-	route := routeSet.bound(e.Attribution.Surface)
+	route := routeLabel.index(e.Attribution.Surface)
 	model := m.model(e.Artifact.ModelID)
-	tier := m.tier(e.Outcome.FallbackUsed)
+	tier := m.tiers.index(TierPrimary)
+	if e.Outcome.FallbackUsed != "" {
+		tier = m.tiers.index(e.Outcome.FallbackUsed)
+	}
 
 	d := time.Duration(e.DurationMS) * time.Millisecond
 	if !e.TSStart.IsZero() && !e.TSEnd.IsZero() && !e.TSEnd.Before(e.TSStart) {
 		d = e.TSEnd.Sub(e.TSStart)
 	}
 	if d >= 0 {
-		m.turnDuration.WithLabelValues(route, model, tier).Observe(d.Seconds())
+		m.c.turnDuration.at(route, model, tier).Observe(d.Seconds())
 	}
 	if first, ok, expired := m.pending.take(spanKey{e.TraceID, e.SpanID}, m.now()); ok {
 		if t := first.Sub(e.TSStart); t >= 0 && !e.TSStart.IsZero() {
-			m.ttft.WithLabelValues(route, model, tier).Observe(t.Seconds())
+			m.c.ttft.at(route, model, tier).Observe(t.Seconds())
 		}
 	} else if expired {
 		m.countDropped(0, 1)
 	}
 
-	m.turns.WithLabelValues(route, statusSet.bound(string(e.Outcome.Status))).Inc()
+	m.c.turns.at(route, statusLabel.index(string(e.Outcome.Status))).Inc()
 	if e.Outcome.ErrorCode != "" {
-		m.errors.WithLabelValues(codeSet.bound(e.Outcome.ErrorCode)).Inc()
+		m.c.errors.at(codeLabel.index(e.Outcome.ErrorCode)).Inc()
 	}
 	if e.Outcome.FallbackUsed != "" {
-		m.fallbacks.WithLabelValues(tier).Inc()
+		m.c.fallbacks.at(tier).Inc()
 	}
 }
 

@@ -213,7 +213,7 @@ func (c *stateCollector) collectBreakers(ch chan<- prometheus.Metric, bs []Break
 	}
 	byName := make(map[string]string, len(bs))
 	for _, b := range bs {
-		name := c.m.model(b.Name)
+		name := c.m.modelName(b.Name)
 		if cur, ok := byName[name]; !ok || breakerRank(b.State) > breakerRank(cur) {
 			byName[name] = b.State
 		}
@@ -237,7 +237,7 @@ func (c *stateCollector) collectQuota(ch chan<- prometheus.Metric, qs []QuotaSta
 	// Models outside Options.Models are summed under "other".
 	byModel := make(map[string]QuotaState, len(qs))
 	for _, q := range qs {
-		name := c.m.model(q.Model)
+		name := c.m.modelName(q.Model)
 		s := byModel[name]
 		s.TPMUsed += q.TPMUsed
 		s.TPMCeiling += q.TPMCeiling
@@ -267,7 +267,7 @@ func (c *stateCollector) collectQueue(ch chan<- prometheus.Metric, qs []QueueDep
 	}
 	byPrio := make(map[string]int, len(qs))
 	for _, q := range qs {
-		byPrio[prioritySet.bound(q.Priority)] += q.Depth
+		byPrio[priorityLabel.bound(q.Priority)] += q.Depth
 	}
 	for _, p := range sortedKeys(byPrio) {
 		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(byPrio[p]), p)
@@ -289,7 +289,7 @@ func (c *droppedCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := (*f)()
 	bySink := make(map[string]uint64, len(counts))
 	for name, n := range counts {
-		bySink[sinkSet.bound(name)] += n
+		bySink[sinkLabel.bound(name)] += n
 	}
 	for _, name := range sortedKeys(bySink) {
 		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(bySink[name]), name)
