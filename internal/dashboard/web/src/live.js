@@ -7,7 +7,10 @@ import { get, message } from "./api.js";
 /** Most snapshots kept: 15 minutes at the default 1 s interval. */
 export const MAX_HISTORY = 900;
 const HISTORY_SPAN_MS = 15 * 60 * 1000;
-/** No snapshot for this long while "live" means the stream is stuck. */
+/**
+ * No snapshot for this long (or three snapshot intervals, if longer) while
+ * "live" means the stream is stuck.
+ */
 const QUIET_MS = 5000;
 
 export class Live extends EventTarget {
@@ -22,6 +25,7 @@ export class Live extends EventTarget {
     this.es = null;
     this.timer = 0;
     this.lastBeat = 0;
+    this.gapMs = 1000;
     this.watchdog = setInterval(() => this.check(), 1000);
   }
 
@@ -50,6 +54,9 @@ export class Live extends EventTarget {
     es.addEventListener("snapshot", (ev) => {
       const snap = parse(ev.data);
       if (!snap) return;
+      const prev = this.history[this.history.length - 1];
+      const gap = prev ? Date.parse(snap.t) - Date.parse(prev.t) : NaN;
+      if (gap > 0) this.gapMs = gap;
       this.history.push(snap);
       const cutoff = Date.parse(snap.t) - HISTORY_SPAN_MS;
       let drop = Math.max(0, this.history.length - MAX_HISTORY);
@@ -78,8 +85,9 @@ export class Live extends EventTarget {
   }
 
   check() {
-    if (this.status === "live" && Date.now() - this.lastBeat > QUIET_MS) {
-      this.error = "No live figures for 5 s.";
+    const quiet = Math.max(QUIET_MS, 3 * this.gapMs);
+    if (this.status === "live" && Date.now() - this.lastBeat > quiet) {
+      this.error = `No live figures for ${Math.round(quiet / 1000)} s.`;
       this.retry();
     }
   }

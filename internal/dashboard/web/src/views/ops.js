@@ -31,6 +31,7 @@ export default {
       cost: liveTile("Cost per minute", "live-cost"),
     };
     const asOf = h("span", { class: "note", dataset: { testid: "live-asof" } }, "waiting for the live stream…");
+    const stateNote = h("p", { class: "error", role: "alert", hidden: true, dataset: { testid: "state-error" } });
     const tierPanel = panel("Tier mix (last 60 s)", { testid: "tier-mix" });
     const breakerPanel = panel("Breakers", { testid: "breakers" });
     const quotaPanel = panel("Quota saturation (fleet)", { testid: "quota" });
@@ -61,6 +62,7 @@ export default {
 
     root.append(
       h("div", { class: "section-head" }, h("h2", null, "Live"), asOf),
+      stateNote,
       h("div", { class: "tiles" }, Object.values(tiles).map((t) => t.el)),
       h("div", { class: "panels" }, tierPanel.el, breakerPanel.el, quotaPanel.el, codePanel.el),
       h("div", { class: "panels charts" }, charts.map((c) => c.p.el), satPanel.el),
@@ -75,6 +77,8 @@ export default {
       const s = live.latest;
       if (!s) return;
       asOf.textContent = `as of ${clock(s.t)} · window ${s.windowSeconds || 60} s · ${live.history.length} snapshots kept`;
+      stateNote.textContent = s.stateError ? `Some figures could not be read: ${s.stateError}` : "";
+      stateNote.hidden = !s.stateError;
       tiles.turns.set(int(s.turns), s.turns, `${(s.turnsPerSecond || 0).toFixed(2)} per second`);
       tiles.p50.set(ms(s.latencyMs?.p50), s.latencyMs?.p50);
       tiles.p95.set(ms(s.latencyMs?.p95), s.latencyMs?.p95);

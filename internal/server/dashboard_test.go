@@ -1,0 +1,523 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/fmgate/fmgate/internal/browsertest"
+)
+
+// dashboardScenario is a gateway with the event store that has served a
+// scripted mix of turns: normal answers, a primary-model outage (Haiku,
+// cache and FAQ answer), and a TPM cut on the primary.
+type dashboardScenario struct {
+	*scenario
+	turns  int      // turns answered (each leaves one turn span)
+	traces []string // their trace ids
+}
+
+func newDashboardScenario(t *testing.T) *dashboardScenario {
+	t.Helper()
+	cfg := quickConfig()
+	cfg.EventStore.Path = filepath.Join(t.TempDir(), "events.db")
+	ds := &dashboardScenario{scenario: newScenario(t, cfg)}
+
+	var mu sync.Mutex
+	ask := func(user, message, locale string) {
+		a := ds.chat(user, message, locale)
+		if a.Status != http.StatusOK || a.TraceID == "" {
+			t.Fatalf("turn for %s: status %d %+v", user, a.Status, a.Error)
+		}
+		mu.Lock()
+		ds.turns++
+		ds.traces = append(ds.traces, a.TraceID)
+		mu.Unlock()
+	}
+	// Normal answers from eight users in two locales; the first question is
+	// asked again during the outage and served from the response cache.
+	cached := "What is a good manga for someone who likes cooking?"
+	ask("dash-u0", cached, "en")
+	parallel(16, 4, func(i int) {
+		locale, msg := "en", fmt.Sprintf("Recommend a fantasy manga like series %d", i)
+		if i%3 == 0 {
+			locale, msg = "ja", fmt.Sprintf("おすすめの少年漫画を教えてください（%d）", i)
+		}
+		ask(fmt.Sprintf("dash-u%d", i%8), msg, locale)
+	})
+
+	// The primary is down: Haiku answers; with Haiku down too, the cache
+	// and the FAQ do.
+	adminPut(t, ds.srv, "/admin/sim/sonnet", `{"outage":true}`)
+	parallel(8, 4, func(i int) {
+		ask(fmt.Sprintf("dash-o%d", i%4), fmt.Sprintf("Which manga should I read next, take %d?", i), "en")
+	})
+	adminPut(t, ds.srv, "/admin/sim/haiku", `{"outage":true}`)
+	ask("dash-c0", cached, "en")
+	ask("dash-c1", "How long does shipping take?", "en")
+	adminPut(t, ds.srv, "/admin/sim/haiku", `{"outage":false}`)
+	adminPut(t, ds.srv, "/admin/sim/sonnet", `{"outage":false}`)
+
+	// The provider cuts Sonnet's TPM: live chat downshifts to Haiku.
+	adminPut(t, ds.srv, "/admin/sim/sonnet", `{"tpmCeiling":8000}`)
+	adminPut(t, ds.srv, "/admin/quota/sonnet", `{"tpm":8000,"rpm":1000}`)
+	parallel(16, 4, func(i int) {
+		ask(fmt.Sprintf("dash-q%d", i%8), "What should I read after Frieren?", "en")
+	})
+	adminPut(t, ds.srv, "/admin/quota/sonnet", `{}`)
+	adminPut(t, ds.srv, "/admin/sim/sonnet", `{"tpmCeiling":0}`)
+
+	// The emitter writes in batches: wait until the store has every turn.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var rep struct {
+			Total struct {
+				Turns int `json:"turns"`
+			} `json:"total"`
+		}
+		ds.getJSON("/admin/cost?by=total", &rep)
+		if rep.Total.Turns == ds.turns {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("event store has %d turns, %d were answered", rep.Total.Turns, ds.turns)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return ds
+}
+
+// parallel runs f(0..n-1), conc at a time.
+func parallel(n, conc int, f func(i int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, conc)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			f(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// getJSON reads an admin endpoint with the bearer token into v.
+func (sc *scenario) getJSON(path string, v any) {
+	sc.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, sc.srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		json.NewDecoder(resp.Body).Decode(&e)
+		sc.t.Fatalf("GET %s: status %d %s", path, resp.StatusCode, e.Error.Message)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		sc.t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
+// page drives the dashboard in one browser tab.
+type page struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+func (p page) eval(expr string) string {
+	p.t.Helper()
+	v, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		p.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+func (p page) num(expr string) float64 {
+	p.t.Helper()
+	s := p.eval(expr)
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		p.t.Fatalf("%s = %q, not a number", expr, s)
+	}
+	return f
+}
+
+// wait polls a JavaScript condition; on timeout it fails with what the page
+// shows in its banner and error boxes.
+func (p page) wait(what, cond string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 15*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond)); err != nil {
+		shown, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](
+			`[document.getElementById("banner").textContent, ...[...document.querySelectorAll(".error")].map(e => e.textContent)].filter(Boolean).join(" | ")`))
+		p.t.Fatalf("%s: %v (page shows: %q)", what, err, shown)
+	}
+}
+
+// open shows a view (by its hash route) and waits for it to finish loading.
+func (p page) open(hash string) {
+	p.t.Helper()
+	p.eval(`document.getElementById("view").dataset.state = "stale"; location.hash = ` + strconv.Quote(hash) + `; ""`)
+	p.wait("open "+hash, `document.getElementById("view").dataset.state === "ready"`)
+}
+
+func (p page) text(sel string) string {
+	p.t.Helper()
+	return strings.TrimSpace(p.eval(`(document.querySelector(` + strconv.Quote(sel) + `) || {textContent: "<missing>"}).textContent`))
+}
+
+// screenshot saves the page under docs/screenshots when FMGATE_SCREENSHOTS=1.
+func (p page) screenshot(name string) {
+	p.t.Helper()
+	if os.Getenv("FMGATE_SCREENSHOTS") != "1" {
+		return
+	}
+	p.eval(`document.getElementById("tooltip").hidden = true; ""`)
+	buf, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		p.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "docs", "screenshots")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), buf, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Logf("saved %s", filepath.Join(dir, name))
+}
+
+func TestDashboardAuth(t *testing.T) {
+	sc := newScenario(t, quickConfig())
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	tests := []struct {
+		name         string
+		method, path string
+		header       string
+		wantStatus   int
+		wantLocation string
+	}{
+		{name: "dashboard without login", method: http.MethodGet, path: "/dashboard/", wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
+		{name: "a view's bundle without login", method: http.MethodGet, path: "/dashboard/app.js", wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
+		{name: "login form", method: http.MethodGet, path: "/dashboard/login", wantStatus: http.StatusOK},
+		{name: "live stream without token", method: http.MethodGet, path: "/admin/live", wantStatus: http.StatusUnauthorized},
+		{name: "cost without token", method: http.MethodGet, path: "/admin/cost", wantStatus: http.StatusUnauthorized},
+		{name: "dashboard with bearer", method: http.MethodGet, path: "/dashboard/", header: "Bearer " + testAdminToken, wantStatus: http.StatusOK},
+		{name: "chat page is still served", method: http.MethodGet, path: "/", wantStatus: http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, sc.srv.URL+tt.path, nil)
+			if tt.header != "" {
+				req.Header.Set("Authorization", tt.header)
+			}
+			resp, err := noRedirect.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.wantStatus || resp.Header.Get("Location") != tt.wantLocation {
+				t.Fatalf("status %d Location %q, want %d %q", resp.StatusCode, resp.Header.Get("Location"), tt.wantStatus, tt.wantLocation)
+			}
+		})
+	}
+
+	// The cookie set by the login form opens the admin API too.
+	form := url.Values{"token": {testAdminToken}}
+	resp, err := noRedirect.PostForm(sc.srv.URL+"/dashboard/login", form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "fmgate_admin" {
+			cookie = c
+		}
+	}
+	if resp.StatusCode != http.StatusSeeOther || cookie == nil {
+		t.Fatalf("login: status %d cookies %v", resp.StatusCode, resp.Cookies())
+	}
+	req, _ := http.NewRequest(http.MethodGet, sc.srv.URL+"/admin/cost?by=total", nil)
+	req.AddCookie(cookie)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("admin API with the login cookie: status %d", resp.StatusCode)
+	}
+}
+
+func TestDashboardInBrowser(t *testing.T) {
+	if _, err := os.Stat(browsertest.Path()); err != nil {
+		t.Skipf("headless Chromium not installed at %s: %v", browsertest.Path(), err)
+	}
+	ds := newDashboardScenario(t)
+	ctx := browsertest.New(t, 80*time.Second)
+	p := page{t: t, ctx: ctx}
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1400, 1000)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Not signed in: the dashboard sends the browser to the login form.
+	if err := chromedp.Do(ctx, chromedp.Navigate(ds.srv.URL+"/dashboard/")); err != nil {
+		t.Fatal(err)
+	}
+	if loc := p.eval(`location.pathname`); loc != "/dashboard/login" {
+		t.Fatalf("unauthenticated /dashboard/ shows %s, want the login page", loc)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(`#token`, "wrong-token"),
+		chromedp.Click(`#signin`),
+		chromedp.WaitVisible(`[data-testid="login-error"]`),
+		chromedp.SendKeys(`#token`, testAdminToken),
+		chromedp.Click(`#signin`),
+		chromedp.WaitVisible(`#view`),
+	); err != nil {
+		t.Fatalf("log in: %v", err)
+	}
+	if loc := p.eval(`location.pathname`); loc != "/dashboard/" {
+		t.Fatalf("after login the browser is at %s", loc)
+	}
+	p.wait("live indicator", `document.getElementById("live").dataset.state === "live"`)
+
+	t.Run("live ops", func(t *testing.T) {
+		p := page{t: t, ctx: ctx}
+		p.open("#/ops")
+		p.wait("live figures", `+document.querySelector('[data-testid="live-turns"] .tile-value').dataset.value > 0`)
+		if fb := p.num(`document.querySelector('[data-testid="live-fallbacks"] .tile-value').dataset.value`); fb <= 0 {
+			t.Fatalf("tier mix shows %v turns served by a fallback; the outage and the TPM cut made some", fb)
+		}
+		badges := p.num(`String(document.querySelectorAll('[data-testid="tiers"] .badge').length)`)
+		if badges == 0 {
+			t.Fatalf("no tier is marked as a fallback in the tier mix: %s", p.text(`[data-testid="tier-mix"]`))
+		}
+		for _, id := range []string{"live-p50", "live-p95", "live-p99", "live-ttft"} {
+			if v := p.text(`[data-testid="` + id + `"] .tile-value`); !strings.HasSuffix(v, " ms") {
+				t.Errorf("%s shows %q, want milliseconds", id, v)
+			}
+		}
+		if v := p.text(`[data-testid="live-error-rate"] .tile-value`); !strings.HasSuffix(v, "%") {
+			t.Errorf("error rate shows %q, want a percentage", v)
+		}
+		p.wait("stored history", `document.querySelector('[data-testid="series"]').dataset.state === "ready"`)
+		p.screenshot("dashboard-ops.png")
+
+		// A later turn shows up without reloading the page.
+		before := p.num(`document.querySelector('[data-testid="live-turns"] .tile-value').dataset.value`)
+		p.eval(`window.__sameDocument = true; ""`)
+		if a := ds.chat("dash-late", "Any new isekai this month?", "en"); a.Status != http.StatusOK {
+			t.Fatalf("late turn: %d", a.Status)
+		}
+		ds.turns++
+		p.wait("turn count to rise", fmt.Sprintf(`+document.querySelector('[data-testid="live-turns"] .tile-value').dataset.value > %v && window.__sameDocument === true`, before))
+
+		// A dropped stream is shown and re-established.
+		p.eval(`window.__liveStates = []; new MutationObserver(() => window.__liveStates.push(document.getElementById("live").dataset.state)).observe(document.getElementById("live"), {attributes: true}); ""`)
+		ds.srv.CloseClientConnections()
+		p.wait("disconnected indicator", `window.__liveStates.some(s => s !== "live")`)
+		p.wait("reconnection", `document.getElementById("live").dataset.state === "live"`)
+	})
+
+	var clickedTrace string
+	t.Run("cost", func(t *testing.T) {
+		p := page{t: t, ctx: ctx}
+		p.open("#/cost?range=1h")
+		var total struct {
+			Total struct {
+				CostUSD float64 `json:"costUsd"`
+				Turns   int     `json:"turns"`
+			} `json:"total"`
+		}
+		ds.getJSON("/admin/cost?by=total&from=-1h", &total)
+		if got, want := p.text(`[data-testid="cost-total"] .tile-value`), fmt.Sprintf("$%.4f", total.Total.CostUSD); got != want {
+			t.Fatalf("total cost shows %s, the API says %s", got, want)
+		}
+		if got := p.text(`[data-testid="cost-turns"] .tile-value`); got != strconv.Itoa(total.Total.Turns) || total.Total.Turns != ds.turns {
+			t.Fatalf("turns shows %s, the API says %d, %d were served", got, total.Total.Turns, ds.turns)
+		}
+		if got := p.text(`[data-testid="cost-per-turn"] .tile-value`); len(got) != len("$0.000000") || got[0] != '$' {
+			t.Fatalf("cost per turn shows %q, want $ with 6 decimals", got)
+		}
+		for _, id := range []string{"by-tier", "by-locale", "by-model", "top-users", "anomalies", "rising"} {
+			if st := p.eval(`document.querySelector('[data-testid="` + id + `"]').dataset.state`); st != "ready" {
+				t.Errorf("panel %s is %s: %s", id, st, p.text(`[data-testid="`+id+`"]`))
+			}
+		}
+		if n := p.num(`document.querySelector('[data-testid="by-locale-table"]').dataset.rows`); n != 2 {
+			t.Errorf("per-locale table has %v rows, want en and ja", n)
+		}
+		if n := p.num(`document.querySelector('[data-testid="top-users-table"]').dataset.rows`); n < 8 {
+			t.Errorf("top users lists %v users", n)
+		}
+		if s := p.text(`[data-testid="anomaly-stats"]`); !strings.Contains(s, "median $") {
+			t.Errorf("anomaly statistics: %q", s)
+		}
+
+		// Drill down: feature → its users → a user's turns → a turn's spans.
+		p.eval(`document.querySelector('[data-testid="drill-features"] tbody tr').click(); ""`)
+		p.wait("a feature's users", `document.querySelector('[data-testid="drill"]').dataset.level === "feature" && document.getElementById("view").dataset.state === "ready"`)
+		p.eval(`document.querySelector('[data-testid="drill-users"] tbody tr').click(); ""`)
+		p.wait("a user's turns", `document.querySelector('[data-testid="drill"]').dataset.level === "user" && document.getElementById("view").dataset.state === "ready"`)
+		clickedTrace = p.eval(`document.querySelector('[data-testid="drill-turns"] tbody tr td:nth-child(2)').title`)
+		p.eval(`document.querySelector('[data-testid="drill-turns"] tbody tr').click(); ""`)
+		p.wait("the turn's waterfall", `document.querySelector('[data-testid="drill"]').dataset.level === "turn" && !!document.querySelector('[data-testid="waterfall"]')`)
+		var trace struct {
+			Spans []struct {
+				SpanID string `json:"span_id"`
+				Name   string `json:"name"`
+			} `json:"spans"`
+		}
+		ds.getJSON("/admin/cost/trace/"+clickedTrace, &trace)
+		rows := p.num(`String(document.querySelectorAll('[data-testid="waterfall"] [data-testid="span"]').length)`)
+		if len(trace.Spans) < 4 || int(rows) != len(trace.Spans) {
+			t.Fatalf("waterfall of %s draws %v spans, the trace has %d", clickedTrace, rows, len(trace.Spans))
+		}
+		if root := p.eval(`document.querySelector('[data-testid="span"]').dataset.name`); root != "turn" {
+			t.Errorf("first waterfall row is %q, want the turn span", root)
+		}
+		// Hovering a model attempt shows its model, tokens, cost and versions.
+		p.eval(`document.querySelector('[data-testid="span"][data-name="model_attempt"]').dispatchEvent(new MouseEvent("mouseenter", {clientX: 600, clientY: 400})); ""`)
+		tip := p.text(`#tooltip`)
+		for _, want := range []string{"model:", "tokens:", "cost: $", "prompt:", "graph:"} {
+			if !strings.Contains(tip, want) {
+				t.Errorf("span tooltip %q lacks %q", tip, want)
+			}
+		}
+		p.screenshot("dashboard-cost.png")
+		// Breadcrumbs lead back up.
+		p.eval(`document.querySelector('[data-testid="crumbs"] a[data-level="0"]').click(); ""`)
+		p.wait("back to all features", `document.querySelector('[data-testid="drill"]').dataset.level === "all"`)
+	})
+
+	t.Run("quality", func(t *testing.T) {
+		if clickedTrace == "" {
+			t.Skip("needs the turn opened in the cost view")
+		}
+		p := page{t: t, ctx: ctx}
+		p.open("#/quality?range=1h")
+		if n := p.text(`[data-testid="eval-count"] .tile-value`); n != "0" {
+			t.Fatalf("scored turns before any score: %s", n)
+		}
+		submit := func(id, score string) string {
+			p.eval(`document.getElementById("eval-id").value = ` + strconv.Quote(id) + `; document.getElementById("eval-score").value = ` + strconv.Quote(score) +
+				`; document.querySelector('[data-testid="eval-result"]').textContent = ""; document.getElementById("eval-submit").click(); ""`)
+			p.wait("eval result", `/Recorded|HTTP|score:/.test(document.querySelector('[data-testid="eval-result"]').textContent)`)
+			return p.text(`[data-testid="eval-result"]`)
+		}
+		if msg := submit("not-a-trace", "0.5"); !strings.Contains(msg, "traceId") || !strings.Contains(msg, "HTTP 400") {
+			t.Fatalf("bad id: the form shows %q, want the server's message", msg)
+		}
+		if msg := submit(clickedTrace, "0.75"); !strings.Contains(msg, "Recorded") {
+			t.Fatalf("good score: %q", msg)
+		}
+		p.wait("the score in the view", `document.querySelector('[data-testid="eval-count"] .tile-value').textContent === "1"`)
+		if m := p.text(`[data-testid="eval-mean"] .tile-value`); m != "0.750" {
+			t.Fatalf("mean score shows %s, want 0.750", m)
+		}
+		for _, by := range []string{"graph", "prompt", "model"} {
+			if n := p.num(`document.querySelector('[data-testid="eval-` + by + `"]').dataset.rows`); n < 1 {
+				t.Errorf("eval by %s has no row", by)
+			}
+		}
+		p.screenshot("dashboard-quality.png")
+	})
+
+	t.Run("capacity", func(t *testing.T) {
+		p := page{t: t, ctx: ctx}
+		p.open("#/capacity?range=1h")
+		var snap struct {
+			Quota []struct {
+				Model      string  `json:"model"`
+				TPMCeiling float64 `json:"tpmCeiling"`
+			} `json:"quota"`
+		}
+		ds.getJSON("/admin/live/snapshot", &snap)
+		p.wait("capacity table", `!!document.querySelector('[data-testid="cap-table"]')`)
+		if n := p.num(`document.querySelector('[data-testid="cap-table"]').dataset.rows`); int(n) < len(snap.Quota) || len(snap.Quota) == 0 {
+			t.Fatalf("capacity table has %v rows for %d models", n, len(snap.Quota))
+		}
+		for _, q := range snap.Quota {
+			cell := p.eval(fmt.Sprintf(`[...document.querySelectorAll('[data-testid="cap-table"] tbody tr')].find(r => r.cells[0].textContent === %q)?.cells[2].textContent || ""`, q.Model))
+			if want := fmt.Sprintf("/ %s", commas(q.TPMCeiling)); !strings.HasSuffix(cell, want) {
+				t.Errorf("%s: TPM cell %q, want the ceiling %s", q.Model, cell, want)
+			}
+		}
+		p.wait("stored tokens", `document.querySelector('[data-testid="cap-series"]').dataset.state === "ready"`)
+		p.screenshot("dashboard-capacity.png")
+	})
+
+	t.Run("canary", func(t *testing.T) {
+		p := page{t: t, ctx: ctx}
+		var v struct {
+			Model []struct {
+				Version string `json:"version"`
+			} `json:"model"`
+		}
+		ds.getJSON("/admin/cost/versions?from=-1h", &v)
+		var sonnet, haiku string
+		for _, m := range v.Model {
+			switch {
+			case strings.Contains(m.Version, "sonnet"):
+				sonnet = m.Version
+			case strings.Contains(m.Version, "haiku"):
+				haiku = m.Version
+			}
+		}
+		if sonnet == "" || haiku == "" {
+			t.Fatalf("versions %+v: want both models", v.Model)
+		}
+		p.open("#/canary?range=1h&dim=model&a=" + url.QueryEscape(sonnet) + "&b=" + url.QueryEscape(haiku))
+		var cmp struct {
+			A, B struct {
+				Turns int `json:"turns"`
+			}
+		}
+		ds.getJSON("/admin/cost/compare?dim=model&from=-1h&a="+url.QueryEscape(sonnet)+"&b="+url.QueryEscape(haiku), &cmp)
+		a := p.text(`[data-testid="row-turns"] td[data-side="a"]`)
+		b := p.text(`[data-testid="row-turns"] td[data-side="b"]`)
+		if a != strconv.Itoa(cmp.A.Turns) || b != strconv.Itoa(cmp.B.Turns) || cmp.A.Turns == 0 || cmp.B.Turns == 0 {
+			t.Fatalf("canary turns A %s B %s; the API says %d and %d", a, b, cmp.A.Turns, cmp.B.Turns)
+		}
+		if v := p.text(`[data-testid="verdict"]`); !strings.HasPrefix(v, "B ") && !strings.HasPrefix(v, "Not enough turns") {
+			t.Fatalf("verdict %q", v)
+		}
+		if th := p.text(`[data-testid="thresholds"]`); !strings.Contains(th, "error rate may rise by") {
+			t.Fatalf("thresholds not shown: %q", th)
+		}
+		p.screenshot("dashboard-canary.png")
+	})
+}
+
+// commas formats an integer the way the page does ("68,000").
+func commas(f float64) string {
+	s := strconv.FormatInt(int64(f+0.5), 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
