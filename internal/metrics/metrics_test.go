@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/fmgate/fmgate/internal/events"
 )
 
@@ -515,4 +517,18 @@ func TestConcurrentUse(t *testing.T) {
 		{"fmgate_retries_total", []string{"model", "sonnet", "reason", "timeout"}, n},
 		{"fmgate_state_errors_total", []string{"reason", "busy"}, 0},
 	})
+}
+
+// TestLint runs Prometheus's metric linter (naming, units, help) over every
+// family after traffic.
+func TestLint(t *testing.T) {
+	m, _ := newTest(t, Options{})
+	feedAll(t, m)
+	problems, err := testutil.GatherAndLint(m.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
 }
