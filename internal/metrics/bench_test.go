@@ -17,7 +17,7 @@ func typicalBatch(turns int) []events.Event {
 	for i := range turns {
 		trace := fmt.Sprintf("%032x", i+1)
 		turn := fmt.Sprintf("%016x", i+1)
-		route := Routes[i%len(Routes)]
+		route := routes[i%len(routes)]
 		batch = append(batch,
 			mk("admit", ids(trace, turn+"a", turn), at(t0, time.Millisecond)),
 			mk("budget", ids(trace, turn+"b", turn), at(t0, time.Millisecond)),

@@ -57,33 +57,33 @@ func newSet(lists ...[]string) set {
 
 // allowed lists, per fmgate family and label, the values a label may take.
 func allowed(models []string) map[string]map[string]set {
-	route := newSet(Routes, []string{LabelOther})
+	route := newSet(routes, []string{LabelOther})
 	model := newSet(models, []string{LabelOther, LabelNone})
-	tier := newSet([]string{TierPrimary}, FallbackTiers, models, []string{LabelOther})
-	kinds := newSet(ProviderErrorKinds, []string{LabelOther})
-	spans := newSet(SpanNames, []string{LabelOther})
+	tier := newSet([]string{TierPrimary}, fallbackTiers, models, []string{LabelOther})
+	kinds := newSet(providerErrorKinds, []string{LabelOther})
+	spans := newSet(spanNames, []string{LabelOther})
 	quota := map[string]set{"model": model, "kind": newSet([]string{"tpm", "rpm"})}
 	return map[string]map[string]set{
 		"fmgate_turn_duration_seconds":      {"route": route, "model": model, "tier": tier},
 		"fmgate_turn_ttft_seconds":          {"route": route, "model": model, "tier": tier},
-		"fmgate_turns_total":                {"route": route, "status": newSet(Statuses, []string{LabelOther})},
-		"fmgate_errors_total":               {"code": newSet(ErrorCodes, []string{LabelOther})},
+		"fmgate_turns_total":                {"route": route, "status": newSet(statuses, []string{LabelOther})},
+		"fmgate_errors_total":               {"code": newSet(errorCodes, []string{LabelOther})},
 		"fmgate_fallback_total":             {"tier": tier},
-		"fmgate_model_attempts_total":       {"model": model, "outcome": newSet([]string{OutcomeOK}, ProviderErrorKinds, []string{LabelOther})},
-		"fmgate_tokens_total":               {"model": model, "direction": newSet([]string{DirectionIn, DirectionOut})},
+		"fmgate_model_attempts_total":       {"model": model, "outcome": newSet([]string{outcomeOK}, providerErrorKinds, []string{LabelOther})},
+		"fmgate_tokens_total":               {"model": model, "direction": newSet([]string{directionIn, directionOut})},
 		"fmgate_cost_usd_total":             {"model": model, "component": spans},
 		"fmgate_spans_total":                {"span": spans},
 		"fmgate_ttft_pending":               {},
 		"fmgate_ttft_pending_dropped_total": {"reason": newSet([]string{dropEvicted, dropExpired})},
-		"fmgate_throttles_total":            {"scope": newSet(ThrottleScopes, []string{LabelOther})},
+		"fmgate_throttles_total":            {"scope": newSet(throttleScopes, []string{LabelOther})},
 		"fmgate_retries_total":              {"model": model, "reason": kinds},
 		"fmgate_state_errors_total":         {"reason": newSet([]string{stateError, stateTimeout, stateBusy, statePanic})},
-		"fmgate_breaker_state":              {"breaker": model, "state": newSet(BreakerStates)},
+		"fmgate_breaker_state":              {"breaker": model, "state": newSet(breakerStates)},
 		"fmgate_quota_saturation_ratio":     quota,
 		"fmgate_quota_used_per_minute":      quota,
 		"fmgate_quota_ceiling_per_minute":   quota,
-		"fmgate_queue_depth":                {"priority": newSet(Priorities, []string{LabelOther})},
-		"fmgate_events_dropped_total":       {"sink": newSet(SinkNames, []string{LabelOther})},
+		"fmgate_queue_depth":                {"priority": newSet(priorities, []string{LabelOther})},
+		"fmgate_events_dropped_total":       {"sink": newSet(sinkNames, []string{LabelOther})},
 	}
 }
 

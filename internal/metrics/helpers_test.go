@@ -31,6 +31,11 @@ func newTest(t testing.TB, opts Options) (*Metrics, *fakeClock) {
 	if opts.Now == nil {
 		opts.Now = clk.now
 	}
+	if opts.StateTimeout == 0 {
+		// Ample, so that a loaded machine never turns a read into a timeout;
+		// the tests of timeouts set their own.
+		opts.StateTimeout = time.Minute
+	}
 	m, err := New(opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)

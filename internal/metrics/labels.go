@@ -16,18 +16,18 @@ const (
 	TierPrimary = "primary"
 )
 
-// Routes are the turn's entry points (attribution.surface).
-var Routes = []string{"ws", "sse", "http", "batch"}
+// routes are the turn's entry points (attribution.surface).
+var routes = []string{"ws", "sse", "http", "batch"}
 
-// Statuses are the span outcomes of schema v3.
-var Statuses = []string{"ok", "fallback", "retry_succeeded", "failed"}
+// statuses are the span outcomes of schema v3.
+var statuses = []string{"ok", "fallback", "retry_succeeded", "failed"}
 
-// FallbackTiers are the tiers below the models in the cascade; model names
+// fallbackTiers are the tiers below the models in the cascade; model names
 // from Options.Models are tiers too.
-var FallbackTiers = []string{"cache", "faq", "graceful"}
+var fallbackTiers = []string{"cache", "faq", "graceful"}
 
-// ErrorCodes are the stable error codes of the gateway's edge.
-var ErrorCodes = []string{
+// errorCodes are the stable error codes of the gateway's edge.
+var errorCodes = []string{
 	"invalid_request", "too_large", "unauthorized", "forbidden", "not_found",
 	"duplicate_request", "rate_limited", "quota_exhausted", "queue_full",
 	"queue_timeout", "budget_exceeded", "overloaded", "unavailable",
@@ -35,39 +35,39 @@ var ErrorCodes = []string{
 	"canceled", "internal",
 }
 
-// ProviderErrorKinds are the classes of a failed model call (provider.Kind)
+// providerErrorKinds are the classes of a failed model call (provider.Kind)
 // used as the outcome of a model attempt and the reason of a retry.
-var ProviderErrorKinds = []string{
+var providerErrorKinds = []string{
 	"throttled", "unavailable", "server", "timeout", "not_ready", "validation",
 	"access_denied", "not_found", "guardrail", "canceled", "unknown",
 }
 
-// OutcomeOK is the outcome label of a model attempt that succeeded.
-const OutcomeOK = "ok"
+// outcomeOK is the outcome label of a model attempt that succeeded.
+const outcomeOK = "ok"
 
-// ThrottleScopes are the scopes a refusal by a limiter is charged to.
-var ThrottleScopes = []string{"user", "session", "ip", "global", "tenant", "route", "provider", "quota"}
+// throttleScopes are the scopes a refusal by a limiter is charged to.
+var throttleScopes = []string{"user", "session", "ip", "global", "tenant", "route", "provider", "quota"}
 
-// SpanNames are the span names the gateway emits; cost is attributed to
+// spanNames are the span names the gateway emits; cost is attributed to
 // them as the component label.
-var SpanNames = []string{
+var spanNames = []string{
 	"turn", "admit", "budget", "quota", "model_attempt", "retry", "fallback",
 	"cache", "faq", "stream",
 }
 
-// SinkNames are the event sinks whose drops are exported by name.
-var SinkNames = []string{"jsonl", "nats", "otlp", "eventstore", "live", "metrics"}
+// sinkNames are the event sinks whose drops are exported by name.
+var sinkNames = []string{"jsonl", "nats", "otlp", "eventstore", "live", "metrics"}
 
-// Priorities are the queue's priority classes.
-var Priorities = []string{"P0", "P1", "P2", "P3"}
+// priorities are the queue's priority classes.
+var priorities = []string{"P0", "P1", "P2", "P3"}
 
-// BreakerStates are the three states of a circuit breaker.
-var BreakerStates = []string{"closed", "half_open", "open"}
+// breakerStates are the three states of a circuit breaker.
+var breakerStates = []string{"closed", "half_open", "open"}
 
 // Directions of token flow.
 const (
-	DirectionIn  = "in"
-	DirectionOut = "out"
+	directionIn  = "in"
+	directionOut = "out"
 )
 
 // label is a bounded label: its allowed values, each with a small index,
@@ -112,21 +112,21 @@ func (l *label) index(v string) int {
 func (l *label) bound(v string) string { return l.vals[l.index(v)] }
 
 var (
-	routeLabel     = newLabel(Routes)
-	statusLabel    = newLabel(Statuses)
-	codeLabel      = newLabel(ErrorCodes)
-	outcomeLabel   = newLabel([]string{OutcomeOK}, ProviderErrorKinds)
-	kindLabel      = newLabel(ProviderErrorKinds)
-	scopeLabel     = newLabel(ThrottleScopes)
-	spanLabel      = newLabel(SpanNames)
-	directionLabel = newLabel([]string{DirectionIn, DirectionOut})
-	priorityLabel  = newLabel(Priorities)
-	sinkLabel      = newLabel(SinkNames)
+	routeLabel     = newLabel(routes)
+	statusLabel    = newLabel(statuses)
+	codeLabel      = newLabel(errorCodes)
+	outcomeLabel   = newLabel([]string{outcomeOK}, providerErrorKinds)
+	kindLabel      = newLabel(providerErrorKinds)
+	scopeLabel     = newLabel(throttleScopes)
+	spanLabel      = newLabel(spanNames)
+	directionLabel = newLabel([]string{directionIn, directionOut})
+	priorityLabel  = newLabel(priorities)
+	sinkLabel      = newLabel(sinkNames)
 )
 
 // boundScope maps a limiter's scope name to its family: "user_per_minute"
 // and "user:…" count as "user", "route_chat" as "route"; the part before the
-// first '_' or ':' must be one of ThrottleScopes.
+// first '_' or ':' must be one of throttleScopes.
 func boundScope(s string) string {
 	if i := strings.IndexAny(s, "_:"); i >= 0 {
 		s = s[:i]

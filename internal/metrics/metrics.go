@@ -38,13 +38,13 @@ const (
 	DefaultStateTimeout = 500 * time.Millisecond
 )
 
-// LatencyBuckets are the turn-duration histogram's upper bounds in seconds,
+// latencyBuckets are the turn-duration histogram's upper bounds in seconds,
 // dense around the 3 s "useful answer" objective.
-var LatencyBuckets = []float64{0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10}
+var latencyBuckets = []float64{0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10}
 
-// TTFTBuckets are the time-to-first-token histogram's upper bounds in
+// ttftBuckets are the time-to-first-token histogram's upper bounds in
 // seconds.
-var TTFTBuckets = []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10}
+var ttftBuckets = []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10}
 
 // Options configures New. The zero value is usable: no model names (every
 // model label is "other"), the real clock and the defaults above.
@@ -97,7 +97,7 @@ type Metrics struct {
 	now     func() time.Time
 
 	models *label // Options.Models and LabelNone
-	tiers  *label // TierPrimary, FallbackTiers and Options.Models
+	tiers  *label // TierPrimary, fallbackTiers and Options.Models
 	none   int    // index of LabelNone in models
 
 	mu      sync.Mutex // guards pending and the span path's cells
@@ -141,7 +141,7 @@ func New(opts Options) (*Metrics, error) {
 		reg:     prometheus.NewRegistry(),
 		now:     opts.Now,
 		models:  newLabel(opts.Models, []string{LabelNone}),
-		tiers:   newLabel([]string{TierPrimary}, FallbackTiers, opts.Models),
+		tiers:   newLabel([]string{TierPrimary}, fallbackTiers, opts.Models),
 		pending: newPending(opts.TTFTPending, opts.TTFTMaxAge),
 	}
 	m.none = m.models.index(LabelNone)
@@ -151,12 +151,12 @@ func New(opts Options) (*Metrics, error) {
 	m.turnDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fmgate_turn_duration_seconds",
 		Help:    "Whole-turn latency from the turn span, by route (ws, sse, http, batch), model that answered and tier (primary or the fallback tier that served).",
-		Buckets: LatencyBuckets,
+		Buckets: latencyBuckets,
 	}, []string{"route", "model", "tier"})
 	m.ttft = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fmgate_turn_ttft_seconds",
 		Help:    "Time from the start of the turn to the first text reaching the client (stream span start minus turn span start).",
-		Buckets: TTFTBuckets,
+		Buckets: ttftBuckets,
 	}, []string{"route", "model", "tier"})
 	m.turns = counter("fmgate_turns_total", "Finished turns by route and status (ok, fallback, retry_succeeded, failed).", "route", "status")
 	m.errors = counter("fmgate_errors_total", "Turns that ended with an edge error, by error code.", "code")
@@ -215,15 +215,15 @@ func New(opts Options) (*Metrics, error) {
 // ratios are defined from the first scrape instead of appearing with the
 // first event.
 func (m *Metrics) preset() {
-	for _, r := range append(Routes, LabelOther) {
-		for _, s := range append(Statuses, LabelOther) {
+	for _, r := range routeLabel.vals {
+		for _, s := range statusLabel.vals {
 			m.turns.WithLabelValues(r, s)
 		}
 	}
-	for _, c := range append(ErrorCodes, LabelOther) {
+	for _, c := range codeLabel.vals {
 		m.errors.WithLabelValues(c)
 	}
-	for _, s := range append(ThrottleScopes, LabelOther) {
+	for _, s := range scopeLabel.vals {
 		m.throttles.WithLabelValues(s)
 	}
 	for _, r := range []string{dropEvicted, dropExpired} {
@@ -245,7 +245,7 @@ func (m *Metrics) Handler() http.Handler { return m.handler }
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Throttle counts one refusal (or hold) by a limiter in
-// fmgate_throttles_total{scope}. scope is one of ThrottleScopes or a name
+// fmgate_throttles_total{scope}. scope is one of throttleScopes or a name
 // starting with one followed by '_' or ':' ("user_per_minute" is "user",
 // "route_chat" is "route"); anything else counts as "other".
 func (m *Metrics) Throttle(scope string) {
@@ -254,7 +254,7 @@ func (m *Metrics) Throttle(scope string) {
 
 // Retry counts one retry of a model call in fmgate_retries_total{model,reason}.
 // model is a configured model name or id (else "other"); reason is the
-// provider error kind that caused the retry (ProviderErrorKinds, else
+// provider error kind that caused the retry (providerErrorKinds, else
 // "other").
 func (m *Metrics) Retry(model, reason string) {
 	m.retries.WithLabelValues(m.models.vals[m.model(model)], kindLabel.bound(reason)).Inc()
@@ -328,9 +328,9 @@ func (m *Metrics) observe(e *events.Event) {
 }
 
 var (
-	attemptOK = outcomeLabel.index(OutcomeOK)
-	dirIn     = directionLabel.index(DirectionIn)
-	dirOut    = directionLabel.index(DirectionOut)
+	attemptOK = outcomeLabel.index(outcomeOK)
+	dirIn     = directionLabel.index(directionIn)
+	dirOut    = directionLabel.index(directionOut)
 )
 
 // maxSpanCost rejects absurd (or infinite) costs so one bad span cannot

@@ -67,7 +67,7 @@ func (m *Metrics) SetState(f StateFunc) {
 // RegisterDropped installs (or, with nil, removes) the function whose
 // result is exported as the counter fmgate_events_dropped_total{sink}: the
 // events each sink has lost since start (the emitter's Stats). It is called
-// at every scrape and must be fast. Sink names outside SinkNames are
+// at every scrape and must be fast. Sink names outside sinkNames are
 // summed into "other".
 func (m *Metrics) RegisterDropped(f func() map[string]uint64) {
 	if f == nil {
@@ -220,7 +220,7 @@ func (c *stateCollector) collectBreakers(ch chan<- prometheus.Metric, bs []Break
 	}
 	for _, name := range sortedKeys(byName) {
 		st := byName[name]
-		for _, s := range BreakerStates {
+		for _, s := range breakerStates {
 			v := 0.0
 			if s == st {
 				v = 1

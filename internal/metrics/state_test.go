@@ -134,6 +134,7 @@ func TestStateErrors(t *testing.T) {
 			m.SetState(tt.fn)
 			for i := 1; i <= 2; i++ {
 				fams := gather(t, m)
+				waitIdle(m)
 				// Nothing from the failed read: no stale or partial gauges.
 				for _, name := range []string{"fmgate_queue_depth", "fmgate_breaker_state"} {
 					if fams[name] != nil {
@@ -186,11 +187,7 @@ func TestStateSlowCallback(t *testing.T) {
 	check(t, fams, []want{{"fmgate_state_errors_total", []string{"reason", "busy"}, 1}})
 	close(release)
 	<-returned
-	// The slot is freed before the late result is handed over; wait until
-	// the goroutine has done so without sleeping on the clock.
-	for m.stateCollect.busy.Load() {
-		runtime.Gosched()
-	}
+	waitIdle(m)
 	m.stateCollect.timeout = time.Minute
 	fams = gather(t, m)
 	check(t, fams, []want{
@@ -257,5 +254,15 @@ func TestRegisterDropped(t *testing.T) {
 				t.Errorf("drops exported after RegisterDropped(nil)")
 			}
 		})
+	}
+}
+
+// waitIdle waits, without sleeping on the clock, until a state callback
+// left running by a timed-out scrape has returned and freed its slot (a
+// callback that honours its deadline returns just after the scrape gives
+// up on it).
+func waitIdle(m *Metrics) {
+	for m.stateCollect.busy.Load() {
+		runtime.Gosched()
 	}
 }
