@@ -245,17 +245,19 @@ func (m *Metrics) Handler() http.Handler { return m.handler }
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Throttle counts one refusal (or hold) by a limiter in
-// fmgate_throttles_total{scope}. scope is one of throttleScopes or a name
-// starting with one followed by '_' or ':' ("user_per_minute" is "user",
-// "route_chat" is "route"); anything else counts as "other".
+// fmgate_throttles_total{scope}. scope is user, session, ip, global, tenant,
+// route, provider or quota, or one of them followed by '_' or ':' and more
+// (ratelimit's "user_per_minute" is "user", "route_chat" is "route");
+// anything else counts as "other".
 func (m *Metrics) Throttle(scope string) {
 	m.throttles.WithLabelValues(boundScope(scope)).Inc()
 }
 
 // Retry counts one retry of a model call in fmgate_retries_total{model,reason}.
 // model is a configured model name or id (else "other"); reason is the
-// provider error kind that caused the retry (providerErrorKinds, else
-// "other").
+// provider.Kind of the error that caused the retry (throttled, unavailable,
+// server, timeout, not_ready, validation, access_denied, not_found,
+// guardrail, canceled, unknown; else "other").
 func (m *Metrics) Retry(model, reason string) {
 	m.retries.WithLabelValues(m.models.vals[m.model(model)], kindLabel.bound(reason)).Inc()
 }

@@ -47,10 +47,15 @@ func newPending(max int, maxAge time.Duration) *pending {
 
 func (p *pending) len() int { return len(p.m) }
 
-// live reports whether the slot still owns its map entry.
+// live returns the slot's map entry when the slot still owns it.
 func (p *pending) live(s ringSlot) (pendingEntry, bool) {
 	e, ok := p.m[s.key]
 	return e, ok && e.seq == s.seq
+}
+
+func (p *pending) isLive(s ringSlot) bool {
+	_, ok := p.live(s)
+	return ok
 }
 
 // popHead removes the oldest slot and its entry when it is live.
@@ -59,7 +64,7 @@ func (p *pending) popHead() (wasLive bool) {
 	p.ring[p.head] = ringSlot{}
 	p.head = (p.head + 1) % len(p.ring)
 	p.n--
-	if _, ok := p.live(s); ok {
+	if p.isLive(s) {
 		delete(p.m, s.key)
 		return true
 	}
@@ -80,19 +85,18 @@ func (p *pending) expire(now time.Time) (expired int) {
 	return expired
 }
 
-// compact squeezes stale slots out of the ring, keeping the order.
+// compact squeezes stale slots out of the ring, keeping the order. It runs
+// only when the ring is full, which is at most once per max puts since the
+// live entries fill at most half of it.
 func (p *pending) compact() {
-	w := 0
-	tmp := make([]ringSlot, 0, len(p.m))
-	for i := 0; i < p.n; i++ {
-		s := p.ring[(p.head+i)%len(p.ring)]
-		if _, ok := p.live(s); ok {
-			tmp = append(tmp, s)
+	live := make([]ringSlot, 0, len(p.m))
+	for i := range p.n {
+		if s := p.ring[(p.head+i)%len(p.ring)]; p.isLive(s) {
+			live = append(live, s)
 		}
 	}
 	clear(p.ring)
-	w = copy(p.ring, tmp)
-	p.head, p.n = 0, w
+	p.head, p.n = 0, copy(p.ring, live)
 }
 
 // put records the first-byte time of the turn k. A second stream span for

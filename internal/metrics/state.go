@@ -67,8 +67,8 @@ func (m *Metrics) SetState(f StateFunc) {
 // RegisterDropped installs (or, with nil, removes) the function whose
 // result is exported as the counter fmgate_events_dropped_total{sink}: the
 // events each sink has lost since start (the emitter's Stats). It is called
-// at every scrape and must be fast. Sink names outside sinkNames are
-// summed into "other".
+// at every scrape and must be fast. Sinks other than jsonl, nats, otlp,
+// eventstore, live and metrics are summed into "other".
 func (m *Metrics) RegisterDropped(f func() map[string]uint64) {
 	if f == nil {
 		m.dropped.fn.Store(nil)
