@@ -16,6 +16,14 @@ import (
 // "acks.json", the highest sequence number each durable sink has
 // acknowledged. A sequence number is acknowledged only when every lower one
 // reached that sink too, so replaying everything above it is enough.
+//
+// Sequence numbers only grow, across restarts too: a clean stop deletes
+// every segment, so the next number is also derived from the
+// acknowledgements — numbering again from 1 would put new records at or
+// below an acknowledgement, and a replay would skip them. The log only ever
+// appends to a segment it created itself: a segment left by a crash is
+// read, replayed and eventually deleted, never reopened, so a record is
+// never glued onto a torn last line.
 
 const (
 	walPrefix = "wal-"
@@ -50,7 +58,8 @@ type wal struct {
 }
 
 // openWAL reads every segment in dir, returns the records found (a torn
-// last line from a crash is skipped) and starts a fresh active segment.
+// last line from a crash is skipped), deletes segments without a single
+// whole record, and starts a fresh active segment.
 func openWAL(dir string, segBytes int64) (*wal, []walRecord, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, nil, fmt.Errorf("events: wal: %w", err)
@@ -63,6 +72,9 @@ func openWAL(dir string, segBytes int64) (*wal, []walRecord, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, fmt.Errorf("events: wal: %w", err)
 	}
+	for _, a := range w.acks {
+		w.next = max(w.next, a+1)
+	}
 	names, err := filepath.Glob(filepath.Join(dir, walPrefix+"*"+walSuffix))
 	if err != nil {
 		return nil, nil, fmt.Errorf("events: wal: %w", err)
@@ -73,6 +85,14 @@ func openWAL(dir string, segBytes int64) (*wal, []walRecord, error) {
 		seg, rs, err := readSegment(name)
 		if err != nil {
 			return nil, nil, err
+		}
+		if len(rs) == 0 {
+			// Created just before a crash, or holding only a torn record:
+			// nothing to replay, and its name may be the next segment's.
+			if err := os.Remove(name); err != nil {
+				return nil, nil, fmt.Errorf("events: wal: %w", err)
+			}
+			continue
 		}
 		recs = append(recs, rs...)
 		w.closed = append(w.closed, seg)
@@ -129,7 +149,9 @@ func (w *wal) rotate() error {
 		w.closed = append(w.closed, w.active)
 	}
 	path := filepath.Join(w.dir, fmt.Sprintf("%s%020d%s", walPrefix, w.next, walSuffix))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	// O_EXCL: every segment on disk holds only numbers below w.next, so the
+	// name is new; appending to an old file would be a bug.
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return fmt.Errorf("events: wal: %w", err)
 	}
