@@ -70,3 +70,32 @@ func BenchmarkRedact(b *testing.B) {
 		Redact(text)
 	}
 }
+
+type durableDiscard struct{ discardSink }
+
+func (durableDiscard) Durable() bool { return true }
+
+// BenchmarkEmitMustPersist measures a must-persist Emit with the WAL on
+// disk: it returns once the record is written and fsync'd, and concurrent
+// callers (-cpu sets how many) share a write and an fsync.
+func BenchmarkEmitMustPersist(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.WAL.Dir = b.TempDir()
+	em, err := New(context.Background(), cfg, []Sink{durableDiscard{}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer em.Close(context.Background())
+	ev := event(1, true)
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			em.Emit(ev)
+		}
+	})
+	b.StopTimer()
+	st := em.Stats().WAL
+	b.ReportMetric(float64(st.Appended)/float64(b.N), "logged/op")
+	b.ReportMetric(float64(st.Late+st.Overflow)/float64(b.N), "unguarded/op")
+}

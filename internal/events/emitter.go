@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,13 @@ type item struct {
 	seq uint64 // WAL sequence number; 0 when not in the WAL
 }
 
+// walItem is a must-persist event on its way into the log; written is
+// closed once its record is written and fsync'd (or the write failed).
+type walItem struct {
+	ev      *Event
+	written chan struct{}
+}
+
 type sinkRunner struct {
 	sink    Sink
 	name    string
@@ -49,17 +57,21 @@ type sinkRunner struct {
 }
 
 // Emitter fans finished events out to sinks in the background. Emit never
-// blocks and never fails: when a sink falls behind, its queue fills and
-// further events are dropped for that sink only, and counted.
+// fails and never waits for a sink: when a sink falls behind, its queue
+// fills and further events are dropped for that sink only, and counted.
+// With a WAL, Emit of a must-persist event waits until the event is in the
+// log (see Emit).
 type Emitter struct {
 	cfg   Config
 	log   *slog.Logger
 	sinks []*sinkRunner
 
 	wal      *wal // nil when Config.WAL.Dir is empty
-	walq     chan *Event
+	walq     chan walItem
+	walExit  chan struct{} // closed when runWAL returns
 	walErrs  atomic.Uint64
 	walOver  atomic.Uint64
+	walLate  atomic.Uint64
 	walAppnd atomic.Uint64
 	walSegs  atomic.Int64
 
@@ -107,7 +119,8 @@ func New(ctx context.Context, cfg Config, sinks []Sink, log *slog.Logger) (*Emit
 			return nil, err
 		}
 		e.wal = w
-		e.walq = make(chan *Event, cfg.BufferSize)
+		e.walq = make(chan walItem, cfg.BufferSize)
+		e.walExit = make(chan struct{})
 		e.replay(ctx, recs)
 		if err := w.compact(e.minAck()); err != nil {
 			log.Warn("events: wal compaction", "err", err)
@@ -190,8 +203,16 @@ func (e *Emitter) minAck() uint64 {
 	return m
 }
 
-// Emit queues ev for every sink and returns at once. Must-persist events go
-// to the WAL first when one is configured. Emit after Close is a no-op.
+// Emit queues ev for every sink. Emit after Close is a no-op.
+//
+// A must-persist event (cost and quota records) goes to the WAL first when
+// one is configured, and Emit returns only once its record is written and
+// fsync'd: whatever the caller does next — answering the client — happens
+// after the record would survive a crash. Concurrent callers share one
+// write and fsync. Emit waits at most Config.WriteTimeout; past it, or when
+// the log's intake queue stays full, the event is delivered without the
+// guarantee and counted (WALStats.Late, WALStats.Overflow). Any other event
+// is queued and Emit returns at once.
 func (e *Emitter) Emit(ev Event) {
 	if e == nil || e.closed.Load() {
 		return
@@ -199,16 +220,45 @@ func (e *Emitter) Emit(ev Event) {
 	e.emitted.Add(1)
 	p := &ev
 	if p.MustPersist && e.wal != nil {
-		select {
-		case e.walq <- p:
+		if e.persist(p) {
 			return
-		default:
-			// The log cannot keep up; delivering without it beats losing
-			// the event outright.
-			e.walOver.Add(1)
 		}
+		// The log cannot keep up; delivering without it beats losing
+		// the event outright.
+		e.walOver.Add(1)
 	}
 	e.fanout(p, 0)
+}
+
+// persist hands p to the WAL writer and waits, at most WriteTimeout in
+// all, until its record is on disk. It reports false when p never made it
+// into the log (queue full, or the log closed first); the caller then
+// delivers p without it.
+func (e *Emitter) persist(p *Event) bool {
+	it := walItem{ev: p, written: make(chan struct{})}
+	t := time.NewTimer(e.cfg.WriteTimeout)
+	defer t.Stop()
+	select {
+	case e.walq <- it:
+	case <-t.C:
+		return false
+	case <-e.walExit:
+		return false
+	}
+	select {
+	case <-it.written:
+	case <-t.C:
+		e.walLate.Add(1)
+	case <-e.walExit:
+		// Close raced with this Emit: the writer may have stopped before
+		// taking p from the queue.
+		select {
+		case <-it.written:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func (e *Emitter) fanout(p *Event, seq uint64) {
@@ -224,37 +274,58 @@ func (e *Emitter) fanout(p *Event, seq uint64) {
 	}
 }
 
+// runWAL writes must-persist events to the log as they come (group commit:
+// everything waiting when a write starts shares its fsync), releases their
+// Emit calls, then hands them to the sinks with their sequence numbers.
+// Every FsyncInterval it persists the sinks' acknowledgements and deletes
+// acknowledged segments.
 func (e *Emitter) runWAL() {
 	defer e.walWG.Done()
+	defer close(e.walExit)
 	t := time.NewTicker(e.cfg.WAL.FsyncInterval)
 	defer t.Stop()
-	pending := make([]*Event, 0, e.cfg.WAL.Batch)
+	pending := make([]walItem, 0, e.cfg.WAL.Batch)
 	seqs := make([]uint64, 0, e.cfg.WAL.Batch)
 	flush := func() {
 		if len(pending) == 0 {
 			return
 		}
 		seqs = seqs[:0]
-		ok := true
-		for _, p := range pending {
-			seq, err := e.wal.append(p)
-			if err != nil {
-				ok = false
-			}
+		var err error
+		for _, it := range pending {
+			seq, aerr := e.wal.append(it.ev)
+			err = cmp.Or(err, aerr)
 			seqs = append(seqs, seq)
 		}
-		if err := e.wal.sync(); err != nil || !ok {
+		if err == nil {
+			err = e.wal.sync()
+		}
+		if err != nil {
 			e.walErrs.Add(1)
 			e.log.Error("events: wal write failed; must-persist events delivered without it", "err", err)
 			clear(seqs) // not on disk: nothing to acknowledge
 		} else {
 			e.walAppnd.Add(uint64(len(pending)))
 		}
-		for i, p := range pending {
-			e.fanout(p, seqs[i])
+		for _, it := range pending {
+			close(it.written)
+		}
+		for i, it := range pending {
+			e.fanout(it.ev, seqs[i])
 		}
 		clear(pending)
 		pending = pending[:0]
+	}
+	// gather adds what else is waiting, up to a batch, to the next write.
+	gather := func() {
+		for len(pending) < e.cfg.WAL.Batch {
+			select {
+			case it := <-e.walq:
+				pending = append(pending, it)
+			default:
+				return
+			}
+		}
 	}
 	compact := func() {
 		for _, r := range e.sinks {
@@ -269,29 +340,20 @@ func (e *Emitter) runWAL() {
 	}
 	for {
 		select {
-		case p := <-e.walq:
-			pending = append(pending, p)
-			if len(pending) >= e.cfg.WAL.Batch {
-				flush()
-			}
-		case <-t.C:
+		case it := <-e.walq:
+			pending = append(pending, it)
+			gather()
 			flush()
+		case <-t.C:
 			compact()
 		case <-e.walDone:
 			for {
-				select {
-				case p := <-e.walq:
-					pending = append(pending, p)
-					if len(pending) >= e.cfg.WAL.Batch {
-						flush()
-					}
-					continue
-				default:
+				gather()
+				if len(pending) == 0 {
+					return
 				}
-				break
+				flush()
 			}
-			flush()
-			return
 		}
 	}
 }
@@ -393,7 +455,10 @@ type WALStats struct {
 	Appended uint64 // records written and fsync'd
 	Errors   uint64 // failed write or fsync batches
 	Overflow uint64 // must-persist events sent past a full WAL queue
-	Segments int    // segment files on disk
+	// Late counts must-persist Emits that returned after WriteTimeout,
+	// before their record was on disk.
+	Late     uint64
+	Segments int // segment files on disk
 }
 
 // SinkStats counts one sink's work.
@@ -416,6 +481,7 @@ func (e *Emitter) Stats() Stats {
 			Appended: e.walAppnd.Load(),
 			Errors:   e.walErrs.Load(),
 			Overflow: e.walOver.Load(),
+			Late:     e.walLate.Load(),
 			Segments: int(e.walSegs.Load()),
 		},
 		Sinks: make(map[string]SinkStats, len(e.sinks)),

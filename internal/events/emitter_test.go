@@ -159,6 +159,7 @@ func TestFailingSinkDoesNotAffectOthers(t *testing.T) {
 func TestWALReplayAfterCrashIsExactlyOnce(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.BufferSize = 1024
+	cfg.WAL.FsyncInterval = time.Hour // no acknowledgement persisted before the crash
 	store := newMemSink("store", true)
 	file := newMemSink("file", false)
 	em, err := New(context.Background(), cfg, []Sink{store, file}, nil)
@@ -274,6 +275,45 @@ func TestWALSkipsTornRecord(t *testing.T) {
 	}
 	if acc, _ := store.count(); acc != 1 {
 		t.Errorf("replayed %d, want 1", acc)
+	}
+}
+
+// A must-persist Emit returns only once the event's record is in the log,
+// so a crash right after it — when the caller has answered the client — can
+// no longer lose it. No timer may be needed for that.
+func TestEmitMustPersistReturnsOnceTheRecordIsInTheLog(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.WAL.FsyncInterval = time.Hour
+	store := newMemSink("store", true)
+	store.block = make(chan struct{}) // the store sees nothing before the check
+	em, err := New(context.Background(), cfg, []Sink{store}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		close(store.block)
+		if err := em.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	for i := range 3 {
+		em.Emit(event(i, true))
+		var ids []string
+		for _, name := range walSegments(t, cfg.WAL.Dir) {
+			_, recs, err := readSegment(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				ids = append(ids, r.ev.ID())
+			}
+		}
+		if !slices.Contains(ids, event(i, true).ID()) || len(ids) != i+1 {
+			t.Fatalf("after Emit #%d the log holds %v, want the %d events emitted", i+1, ids, i+1)
+		}
+	}
+	if st := em.Stats().WAL; st.Appended != 3 || st.Late != 0 || st.Overflow != 0 {
+		t.Errorf("wal stats %+v, want 3 appended, none late or overflowing", st)
 	}
 }
 
