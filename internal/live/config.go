@@ -57,9 +57,9 @@ func (c Config) withDefaults() Config {
 
 const maxHistorySnapshots = 100_000
 
-// Validate reports every problem in c, each as "field: problem". Zero
-// fields are reported too: validate DefaultConfig() or a config whose zero
-// fields were meant as defaults after filling them.
+// Validate reports every problem in c, each as "field: problem". It checks
+// c as given, so a zero field is a problem here; New fills zero fields with
+// their defaults before it validates.
 func (c Config) Validate() error {
 	var errs []error
 	switch {

@@ -12,8 +12,7 @@ import (
 //
 // Layout: values 0..31 ms have a bucket each (exact). Above, every power of
 // two [2^e, 2^(e+1)) is split into 16 equal buckets of width 2^(e-4), up to
-// 2^20 ms (about 17.5 minutes); larger values are counted in the top
-// bucket.
+// 2^20 ms (about 17.5 minutes); larger values are counted as 2^20−1 ms.
 //
 // Error: a percentile is the nearest-rank sample (the ceil(q·n)-th smallest
 // in the window). The histogram finds the bucket that holds it and

@@ -79,8 +79,9 @@ type Snapshot struct {
 	// ErrorsByCode counts failed turns by outcome.error_code ("unknown" when
 	// empty).
 	ErrorsByCode map[string]int64 `json:"errorsByCode"`
-	// LatencyMs is the turn duration; TTFTMs the time to first token of the
-	// turns that streamed. See the error bound in hist.go's comment.
+	// LatencyMs is the turn duration (duration_ms); TTFTMs the time to
+	// first token of the turns that streamed (stream.ts_start −
+	// turn.ts_start).
 	LatencyMs Percentiles `json:"latencyMs"`
 	TTFTMs    Percentiles `json:"ttftMs"`
 	// Tiers counts turns by what served them: outcome.fallback_used when
@@ -100,8 +101,15 @@ type Snapshot struct {
 	StateError string `json:"stateError,omitempty"`
 }
 
-// Percentiles are nearest-rank percentiles in milliseconds, rounded to
-// 0.1 ms; null when the window holds no sample.
+// Percentiles are nearest-rank percentiles (the ceil(q·n)-th smallest
+// sample of the window) in milliseconds, rounded to 0.1 ms; null when the
+// window holds no sample.
+//
+// They are estimated from a fixed log-linear histogram (16 buckets per
+// power of two, exact below 32 ms, counting up to about 17.5 minutes),
+// interpolated within the bucket and clamped to the window's smallest and
+// largest sample: exact below 32 ms and for a single or uniform sample,
+// otherwise within 1/16 (6.25%) of the exact value.
 type Percentiles struct {
 	P50 *float64 `json:"p50"`
 	P95 *float64 `json:"p95"`
@@ -115,8 +123,12 @@ type Queue struct {
 	OldestWaitMs int64          `json:"oldestWaitMs"`
 }
 
-// Projection says when a model is expected to reach its TPM ceiling; see
-// SecondsToExhaustion.
+// Projection says when a model is expected to reach its TPM ceiling. There
+// is one per model that has a quota entry or tokens in the window, sorted
+// by model. SecondsToExhaustion applies SecondsToExhaustion to the model's
+// tokensPerMinute over the last TrendSpan of snapshots (this one included)
+// against the quota entry's tpmCeiling; null without a ceiling, without
+// enough points, or when the trend is flat or falling.
 type Projection struct {
 	Model               string   `json:"model"`
 	SecondsToExhaustion *float64 `json:"secondsToExhaustion"`
@@ -223,7 +235,9 @@ func (a *Aggregator) add(e *events.Event, nowSec int64) {
 		a.late.Add(1)
 		return
 	}
-	b.cost += e.Resource.CostUSD
+	if c := e.Resource.CostUSD; !math.IsNaN(c) && !math.IsInf(c, 0) {
+		b.cost += c // a non-finite cost would make every snapshot unencodable
+	}
 	switch e.Name {
 	case spanTurn:
 		b.turns++

@@ -399,3 +399,16 @@ func TestSnapshotJSONShape(t *testing.T) {
 		t.Fatalf("empty snapshot\n got %s\nwant %s", b, want)
 	}
 }
+
+func TestNonFiniteCostIsIgnored(t *testing.T) {
+	clk := newClock()
+	a := New(DefaultConfig(), nil, clk.Now)
+	write(t, a, attempt("sonnet", clk.Now(), 1, 1, math.NaN()), attempt("sonnet", clk.Now(), 1, 1, math.Inf(1)), attempt("sonnet", clk.Now(), 1, 1, 0.5))
+	s := a.Snapshot(context.Background())
+	if s.CostUSDPerMinute != 0.5 {
+		t.Fatalf("costUsdPerMinute = %v, want 0.5", s.CostUSDPerMinute)
+	}
+	if _, err := json.Marshal(s); err != nil {
+		t.Fatal(err)
+	}
+}

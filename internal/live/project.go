@@ -6,7 +6,14 @@ import (
 )
 
 // TrendSpan is how far back the projections look: the tokens-per-minute
-// figures of the snapshots taken in the last TrendSpan.
+// figures of the snapshots taken in the last TrendSpan. Snapshots taken
+// before the window first filled (one Window after New) are left out,
+// since a filling window rises by itself; so nothing is projected until
+// then.
+//
+// tokensPerMinute counts this instance's spans only; in fleet mode, where
+// the quota ceiling is shared, the projection is for this instance's own
+// traffic against the whole ceiling.
 const TrendSpan = 5 * time.Minute
 
 // flatSlope is the smallest rise, in tokens per minute per second, that

@@ -120,8 +120,11 @@ func (a *Aggregator) stop() {
 // step is one tick of Run.
 func (a *Aggregator) step(ctx context.Context) {
 	s := a.Snapshot(ctx)
+	if ctx.Err() != nil { // stopping: the state read was cut short
+		return
+	}
 	enc, err := json.Marshal(s)
-	if err != nil { // cannot happen: every float is finite
+	if err != nil { // cannot happen: add keeps every float finite
 		return
 	}
 	a.hmu.Lock()

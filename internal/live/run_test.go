@@ -205,7 +205,9 @@ func TestSubscriberCap(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	var e struct{ Error struct{ Code, Message string } }
+	var e struct {
+		Error struct{ Code, Message string }
+	}
 	if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal(body, &e) != nil || e.Error.Code != "overloaded" || e.Error.Message == "" {
 		t.Fatalf("third stream: %d %s; want 503 overloaded", resp.StatusCode, body)
 	}

@@ -70,7 +70,7 @@ func (a *Aggregator) bucketAt(t time.Time, nowSec int64) *bucket {
 func (a *Aggregator) windowFigures(now time.Time) Snapshot {
 	nowSec := now.Unix()
 	s := Snapshot{
-		T:               now.UTC(),
+		T:               now.UTC().Truncate(time.Millisecond),
 		WindowSeconds:   int(a.windowSec),
 		ErrorsByCode:    make(map[string]int64),
 		Tiers:           make(map[string]int64),
