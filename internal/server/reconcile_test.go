@@ -1,0 +1,144 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/budget"
+)
+
+// TestCostReconciles runs JSON, streamed and cancelled turns, some with a
+// flaky primary, and checks that the model cost in the events equals the
+// simulator's own billing (its usage × the price table) to within 0.1%, and
+// that every turn's whole cost includes its non-model components.
+func TestCostReconciles(t *testing.T) {
+	cfg := quickConfig()
+	for name, st := range cfg.Sim.Models {
+		st.TTFTMs = 20
+		st.TokensPerSecond = 300 // slow enough to cancel mid-stream
+		cfg.Sim.Models[name] = st
+	}
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	cfg.Events.Sinks.JSONL.Path = path
+	sc := newScenario(t, cfg)
+	adminPut(t, sc.srv, "/admin/sim/sonnet", `{"errorRate":{"unavailable":0.2}}`)
+
+	var wg sync.WaitGroup
+	var cancelled, partial int
+	var mu sync.Mutex
+	for i := range 48 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			user := fmt.Sprintf("u%d", i)
+			switch i % 3 {
+			case 0: // JSON answer
+				sc.chat(user, "おすすめの漫画を教えて", "ja")
+			case 1: // streamed to the end
+				streamTurn(t, sc.srv.URL, user, 0)
+			case 2: // the client goes away after the first frames
+				got := streamTurn(t, sc.srv.URL, user, 2)
+				mu.Lock()
+				cancelled++
+				if !strings.Contains(got, "event: done") {
+					partial++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if partial == 0 {
+		t.Fatalf("none of the %d cancelled streams ended before its done frame; the test did not cancel mid-stream", cancelled)
+	}
+	// Wait for the turns of the cancelled streams to settle their attempts.
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sc.s.Gateway.Drain(dctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	sc.s.Close()
+
+	spans := readSpans(t, path)
+	modelCost := map[string]float64{}
+	turns, turnCompute, records := 0, 0, 0
+	for _, e := range spans {
+		switch e.Name {
+		case "model_attempt":
+			modelCost[e.Node.NodeID] += e.Resource.CostUSD
+		case "turn":
+			turns++
+			if e.Resource.CostUSD > 0 {
+				turnCompute++
+			}
+		case "record":
+			if e.Resource.CostUSD > 0 {
+				records++
+			}
+		}
+	}
+	for _, m := range cfg.Models {
+		price := budget.Price{InputPerMTok: m.InputPerMTok, OutputPerMTok: m.OutputPerMTok, CachedInputPerMTok: m.CachedInputPerMTok}
+		billed := price.Cost(sc.s.Sim.Usage(m.Name))
+		got := modelCost[m.Name]
+		t.Logf("%s: events $%.6f, simulator $%.6f", m.Name, got, billed)
+		if billed == 0 && got == 0 {
+			continue
+		}
+		if rel := math.Abs(got-billed) / billed; rel > 0.001 {
+			t.Errorf("%s: events sum to $%.6f, the simulator billed $%.6f (%.3f%% apart; limit 0.1%%)", m.Name, got, billed, rel*100)
+		}
+	}
+	if modelCost["sonnet"] == 0 {
+		t.Fatal("no sonnet cost recorded")
+	}
+	if turns != 48 || turnCompute != turns {
+		t.Fatalf("%d turn spans, %d with a compute cost; want 48 and 48", turns, turnCompute)
+	}
+	if records == 0 {
+		t.Fatal("no record span carried a storage cost")
+	}
+}
+
+// streamTurn asks for an SSE answer; with stopAfter > 0 it closes the
+// connection after that many frames. It returns what it read.
+func streamTurn(t *testing.T, base, user string, stopAfter int) string {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body := `{"sessionId":"s-` + user + `","message":"Recommend a long fantasy manga series and explain why","locale":"en","stream":true}`
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat", strings.NewReader(body))
+	req.Header.Set("X-User-Id", user)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return ""
+	}
+	defer resp.Body.Close()
+	if stopAfter == 0 {
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	var got strings.Builder
+	r := bufio.NewReader(resp.Body)
+	frames := 0
+	for frames < stopAfter {
+		line, err := r.ReadString('\n')
+		got.WriteString(line)
+		if err != nil {
+			break
+		}
+		if line == "\n" {
+			frames++
+		}
+	}
+	return got.String()
+}
