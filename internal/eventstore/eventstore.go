@@ -2,8 +2,9 @@
 // that keeps every span in a local SQLite file and answers the cost and
 // quality questions of the dashboards from it — total → per feature → per
 // user → per turn → per node, top users, anomalous turns, features whose
-// cost per use is rising, and eval scores filtered on every artifact
-// version in one query.
+// cost per use is rising, eval scores filtered on every artifact version in
+// one query, cost over time, the versions seen, two versions side by side
+// (is this canary safe to ramp?) and every span of one trace.
 //
 // Raw spans live in one table; roll-ups (per minute × attribution ×
 // versions, and per trace) are maintained inside the same transaction as
@@ -167,11 +168,32 @@ func pragmas(readOnly bool) string {
 	return strings.Join(p, "&")
 }
 
+// schemaVersion is stored in the file's user_version. A file written with
+// another layout is emptied and recreated at Open (its tables are dropped):
+// the store keeps derived, short-lived data, and converting every stored
+// span would make Open slow in proportion to the file.
+const schemaVersion = 2
+
+// knownTables are every table any layout of the store created.
+var knownTables = []string{"events", "cost_minute", "turns", "turn_versions"}
+
 func (s *Store) init(ctx context.Context) error {
+	var v int
+	if err := s.w.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return fmt.Errorf("eventstore: schema: %w", err)
+	}
+	if v != schemaVersion {
+		if err := s.dropOld(ctx, v); err != nil {
+			return err
+		}
+	}
 	for _, q := range schema {
 		if _, err := s.w.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("eventstore: schema: %w", err)
 		}
+	}
+	if _, err := s.w.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
+		return fmt.Errorf("eventstore: schema: %w", err)
 	}
 	var err error
 	if s.ins, err = s.w.PrepareContext(ctx, insertSQL(1)); err != nil {
@@ -179,6 +201,37 @@ func (s *Store) init(ctx context.Context) error {
 	}
 	if s.insN, err = s.w.PrepareContext(ctx, insertSQL(insertRows)); err != nil {
 		return fmt.Errorf("eventstore: prepare: %w", err)
+	}
+	return nil
+}
+
+// dropOld drops the tables of a file written with layout version old.
+func (s *Store) dropOld(ctx context.Context, old int) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("eventstore: schema: %w", err)
+	}
+	defer tx.Rollback()
+	dropped := 0
+	for _, t := range knownTables {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name = ?`, t).Scan(&n); err != nil {
+			return fmt.Errorf("eventstore: schema: %w", err)
+		}
+		if n == 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `DROP TABLE `+t); err != nil {
+			return fmt.Errorf("eventstore: schema: drop %s: %w", t, err)
+		}
+		dropped++
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("eventstore: schema: %w", err)
+	}
+	if dropped > 0 {
+		s.log.Warn("eventstore: the file was written with another layout; its data was dropped",
+			"path", s.cfg.Path, "layout", old, "want", schemaVersion)
 	}
 	return nil
 }
@@ -327,6 +380,7 @@ func (s *Store) Prune(ctx context.Context, before time.Time) error {
 	b := before.UnixMilli()
 	steps := []string{
 		`DELETE FROM events WHERE id IN (SELECT id FROM events WHERE ts_start < ? LIMIT 20000)`,
+		`DELETE FROM turn_versions WHERE trace_id IN (SELECT trace_id FROM turns WHERE ts_start < ?1)`,
 		`DELETE FROM turns WHERE trace_id IN (SELECT trace_id FROM turns WHERE ts_start < ? LIMIT 20000)`,
 	}
 	for _, q := range steps {

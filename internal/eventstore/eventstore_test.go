@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -41,6 +42,10 @@ type turnSpec struct {
 	graph   string
 	at      time.Duration // offset from t0
 	spans   []span
+	// The root span's outcome and duration; zero values: ok, 10 ms.
+	rootStatus events.Status
+	rootMS     int64
+	eval       *float64
 }
 
 func traceID(n int) string   { return fmt.Sprintf("%032x", n+1) }
@@ -74,7 +79,16 @@ func (ts turnSpec) build() []events.Event {
 		}
 		out = append(out, e)
 	}
-	return append(out, mk(0, "turn"))
+	root := mk(0, "turn")
+	if ts.rootStatus != "" {
+		root.Outcome.Status = ts.rootStatus
+	}
+	if ts.rootMS > 0 {
+		root.DurationMS = ts.rootMS
+		root.TSEnd = root.TSStart.Add(time.Duration(ts.rootMS) * time.Millisecond)
+	}
+	root.Outcome.EvalScore = ts.eval
+	return append(out, root)
 }
 
 func write(t testing.TB, s *Store, turns ...turnSpec) {
@@ -510,4 +524,48 @@ func contains(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+func TestOpenOtherLayout(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "events.db")
+	ctx := context.Background()
+	// A file of an earlier layout: same table names, other columns, no
+	// user_version.
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE TABLE events (id INTEGER PRIMARY KEY, trace_id TEXT NOT NULL, span_id TEXT NOT NULL, cost_usd REAL NOT NULL)`,
+		`CREATE UNIQUE INDEX events_trace_span ON events(trace_id, span_id)`,
+		`CREATE TABLE turns (trace_id TEXT PRIMARY KEY, ts_start INTEGER NOT NULL, cost_usd REAL NOT NULL) WITHOUT ROWID`,
+		`INSERT INTO events VALUES (1, 'x', 'y', 9.99)`,
+		`INSERT INTO turns VALUES ('x', 0, 9.99)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
+	s := openTest(t, path)
+	write(t, s, dataset...)
+	rep, err := s.Cost(ctx, Query{By: ByTurn, From: t0.Add(-time.Hour), To: t0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 5 || !near(rep.Total.CostUSD, 0.026) {
+		t.Fatalf("after recreating: %d turns, $%v; want the 5 new turns, $0.026", len(rep.Rows), rep.Total.CostUSD)
+	}
+	s.Close()
+
+	// Reopening a file of the current layout keeps its data.
+	s = openTest(t, path)
+	rep, err = s.Cost(ctx, Query{From: t0.Add(-time.Hour), To: t0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Total.Spans != 12 || !near(rep.Total.CostUSD, 0.026) {
+		t.Errorf("reopened: %+v, want 12 spans, $0.026", rep.Total)
+	}
 }

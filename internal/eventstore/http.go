@@ -20,19 +20,28 @@ import (
 //	GET  /admin/cost/top-users?from=&to=&limit=
 //	GET  /admin/cost/anomalies?from=&to=
 //	GET  /admin/cost/rising?from=&to=&periods=
+//	GET  /admin/cost/series?from=&to=&step=&graph=&prompt=&model=&tool=&feature=
+//	GET  /admin/cost/compare?dim=prompt|graph|model&a=&b=&from=&to=
+//	GET  /admin/cost/versions?from=&to=
+//	GET  /admin/cost/trace/{traceId}
 //	GET  /admin/eval?by=&from=&to=&graph=&prompt=&model=&tool=&feature=&user=&trace=&limit=
 //	POST /admin/eval  {"traceId": "…" | "spanId": "…", "score": 0.9}
 //
 // from and to are RFC 3339 times, "now", or durations relative to now such
 // as "-1h" or "-30m"; the default range is the 24 hours before now. Bad
 // parameters (including unknown ones) answer 400 with
-// {"error":{"code":"invalid_request","message":"…"}}.
+// {"error":{"code":"invalid_request","message":"…"}}; an unknown trace
+// answers 404 with code "not_found".
 func (s *Store) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/cost", s.handleCost)
 	mux.HandleFunc("GET /admin/cost/top-users", s.handleTopUsers)
 	mux.HandleFunc("GET /admin/cost/anomalies", s.handleAnomalies)
 	mux.HandleFunc("GET /admin/cost/rising", s.handleRising)
+	mux.HandleFunc("GET /admin/cost/series", s.handleSeries)
+	mux.HandleFunc("GET /admin/cost/compare", s.handleCompare)
+	mux.HandleFunc("GET /admin/cost/versions", s.handleVersions)
+	mux.HandleFunc("GET /admin/cost/trace/{traceId}", s.handleTrace)
 	mux.HandleFunc("GET /admin/eval", s.handleEval)
 	mux.HandleFunc("POST /admin/eval", s.handleSetEval)
 	return mux
@@ -92,6 +101,75 @@ func (s *Store) handleRising(w http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := s.RisingFeatures(r.Context(), q.From, q.To, periods)
 	s.reply(w, map[string]any{"from": q.From.UTC(), "to": q.To.UTC(), "features": rep}, err)
+}
+
+func (s *Store) handleSeries(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	var step time.Duration
+	if st, ok := v["step"]; ok {
+		if len(st) != 1 {
+			s.fail(w, invalidf("step: given more than once"))
+			return
+		}
+		d, err := time.ParseDuration(st[0])
+		if err != nil || d <= 0 {
+			s.fail(w, invalidf("step: not a positive duration like 5m or 1h"))
+			return
+		}
+		step = d
+	}
+	v.Del("step")
+	q, err := s.parseQuery(v, "from", "to", "graph", "prompt", "model", "tool", "feature")
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	rep, err := s.Series(r.Context(), q, step)
+	s.reply(w, rep, err)
+}
+
+func (s *Store) handleCompare(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	var args [3]string
+	for i, k := range []string{"dim", "a", "b"} {
+		vals := v[k]
+		switch {
+		case len(vals) > 1:
+			s.fail(w, invalidf("%s: given more than once", k))
+			return
+		case len(vals) == 0 || vals[0] == "":
+			s.fail(w, invalidf("%s: required", k))
+			return
+		}
+		args[i] = vals[0]
+		v.Del(k)
+	}
+	q, err := s.parseQuery(v, "from", "to")
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	rep, err := s.Compare(r.Context(), args[0], args[1], args[2], q.From, q.To)
+	s.reply(w, rep, err)
+}
+
+func (s *Store) handleVersions(w http.ResponseWriter, r *http.Request) {
+	q, err := s.parseQuery(r.URL.Query(), "from", "to")
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	rep, err := s.Versions(r.Context(), q.From, q.To)
+	s.reply(w, rep, err)
+}
+
+func (s *Store) handleTrace(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.parseQuery(r.URL.Query()); err != nil {
+		s.fail(w, err)
+		return
+	}
+	rep, err := s.Trace(r.Context(), r.PathValue("traceId"))
+	s.reply(w, rep, err)
 }
 
 func (s *Store) handleEval(w http.ResponseWriter, r *http.Request) {

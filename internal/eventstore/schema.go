@@ -71,6 +71,8 @@ var schema = []string{
 		errors INTEGER NOT NULL,
 		fallbacks INTEGER NOT NULL,
 		latency_ms INTEGER NOT NULL,
+		first_ts INTEGER NOT NULL,
+		last_ts INTEGER NOT NULL,
 		PRIMARY KEY (minute, feature, surface, locale, user_tier, graph_version, model_id, prompt_version, tool_id)
 	) WITHOUT ROWID`,
 
@@ -95,6 +97,7 @@ var schema = []string{
 		fallbacks INTEGER NOT NULL,
 		latency_ms INTEGER NOT NULL,
 		duration_ms INTEGER NOT NULL,
+		status TEXT NOT NULL,
 		eval_score REAL
 	) WITHOUT ROWID`,
 	`CREATE INDEX IF NOT EXISTS turns_ts ON turns(ts_start, cost_usd)`,
@@ -102,6 +105,15 @@ var schema = []string{
 	// SetEvalScore by a root span id.
 	`CREATE INDEX IF NOT EXISTS turns_root ON turns(root_span_id)`,
 	`CREATE INDEX IF NOT EXISTS turns_eval ON turns(ts_start) WHERE eval_score IS NOT NULL`,
+
+	// The graph, prompt and model versions each turn's spans carried: a
+	// turn belongs to every version any of its spans used (Compare).
+	`CREATE TABLE IF NOT EXISTS turn_versions (
+		dim TEXT NOT NULL,
+		version TEXT NOT NULL,
+		trace_id TEXT NOT NULL,
+		PRIMARY KEY (dim, version, trace_id)
+	) WITHOUT ROWID`,
 }
 
 const insertColumns = 35
@@ -142,10 +154,13 @@ var rollups = []string{
 	SELECT (ts_start / 60000) * 60000, feature, surface, locale, user_tier,
 		graph_version, model_id, prompt_version, tool_id,
 		COUNT(*), SUM(` + isTurn + `), SUM(tokens_in), SUM(tokens_out), SUM(cost_usd),
-		SUM(` + isError + `), SUM(` + isFallback + `), SUM(duration_ms)
+		SUM(` + isError + `), SUM(` + isFallback + `), SUM(duration_ms),
+		MIN(ts_start), MAX(ts_start)
 	FROM events WHERE id > ?
 	GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
 	ON CONFLICT DO UPDATE SET
+		first_ts = MIN(first_ts, excluded.first_ts),
+		last_ts = MAX(last_ts, excluded.last_ts),
 		spans = spans + excluded.spans,
 		turns = turns + excluded.turns,
 		tokens_in = tokens_in + excluded.tokens_in,
@@ -166,6 +181,7 @@ var rollups = []string{
 		COUNT(*), SUM(tokens_in), SUM(tokens_out), SUM(cost_usd),
 		SUM(` + isError + `), SUM(` + isFallback + `), SUM(duration_ms),
 		MAX(CASE WHEN ` + isTurn + ` THEN duration_ms ELSE 0 END),
+		MAX(CASE WHEN ` + isTurn + ` THEN status ELSE '' END),
 		MAX(CASE WHEN ` + isTurn + ` THEN eval_score END)
 	FROM events WHERE id > ?
 	GROUP BY trace_id
@@ -187,5 +203,11 @@ var rollups = []string{
 		fallbacks = fallbacks + excluded.fallbacks,
 		latency_ms = latency_ms + excluded.latency_ms,
 		duration_ms = MAX(duration_ms, excluded.duration_ms),
+		status = MAX(status, excluded.status),
 		eval_score = COALESCE(excluded.eval_score, eval_score)`,
+
+	`INSERT OR IGNORE INTO turn_versions
+	SELECT 'graph', graph_version, trace_id FROM events WHERE id > ? AND graph_version <> ''
+	UNION SELECT 'prompt', prompt_version, trace_id FROM events WHERE id > ?1 AND prompt_version <> ''
+	UNION SELECT 'model', model_id, trace_id FROM events WHERE id > ?1 AND model_id <> ''`,
 }

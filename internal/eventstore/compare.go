@@ -1,0 +1,150 @@
+package eventstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Dimensions a Compare can split turns by.
+var compareDims = map[string]string{ByPrompt: "prompt", ByGraph: "graph", ByModel: "model"}
+
+// CompareSide sums the turns that carried one version. Every rate and mean
+// comes with the count it was taken over, so a reader can tell a real
+// difference from a handful of turns.
+type CompareSide struct {
+	Version string `json:"version"`
+	// Turns counts the turns (root spans stored) that carried the version
+	// and started in range; the rates, cost per turn and latencies are over
+	// these.
+	Turns int64 `json:"turns"`
+	// Errors counts turns whose root span failed (the user got no answer).
+	Errors    int64   `json:"errors"`
+	ErrorRate float64 `json:"errorRate"` // Errors / Turns
+	// Fallbacks counts turns answered by a fallback tier (root span status
+	// fallback).
+	Fallbacks    int64   `json:"fallbacks"`
+	FallbackRate float64 `json:"fallbackRate"` // Fallbacks / Turns
+	CostUSD      float64 `json:"costUsd"`      // summed over all spans of the turns
+	CostPerTurn  float64 `json:"costPerTurn"`
+	// Latencies are turn durations (the root span's), nearest-rank
+	// percentiles over Turns.
+	LatencyP50MS int64 `json:"latencyP50Ms"`
+	LatencyP95MS int64 `json:"latencyP95Ms"`
+	LatencyP99MS int64 `json:"latencyP99Ms"`
+	// EvalMean is the mean eval score over the EvalCount scored turns.
+	EvalMean  float64 `json:"evalMean"`
+	EvalCount int64   `json:"evalCount"`
+}
+
+// CompareReport answers Compare.
+type CompareReport struct {
+	Dim  string      `json:"dim"`
+	From time.Time   `json:"from"`
+	To   time.Time   `json:"to"`
+	A    CompareSide `json:"a"`
+	B    CompareSide `json:"b"`
+}
+
+// Compare puts two versions of one artifact dimension (ByPrompt, ByGraph or
+// ByModel) side by side over the turns that started in [from, to) (zero
+// values: the DefaultRange before now): error and fallback rates, cost per
+// turn, turn latency percentiles and mean eval score. A turn belongs to a
+// version when any of its spans carries it, so a turn that tried two
+// models counts for both.
+func (s *Store) Compare(ctx context.Context, dim, a, b string, from, to time.Time) (CompareReport, error) {
+	d, ok := compareDims[dim]
+	if !ok {
+		return CompareReport{}, invalidf("dim must be prompt, graph or model")
+	}
+	if a == "" || b == "" {
+		return CompareReport{}, invalidf("a and b: both versions are required")
+	}
+	q := Query{From: from, To: to}
+	if err := q.normalize(s.now()); err != nil {
+		return CompareReport{}, err
+	}
+	rep := CompareReport{Dim: dim, From: q.From.UTC(), To: q.To.UTC()}
+	var err error
+	if rep.A, err = s.compareSide(ctx, d, a, q); err != nil {
+		return rep, err
+	}
+	if rep.B, err = s.compareSide(ctx, d, b, q); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+func (s *Store) compareSide(ctx context.Context, dim, version string, q Query) (CompareSide, error) {
+	side := CompareSide{Version: version}
+	rs, err := s.r.QueryContext(ctx, `SELECT t.duration_ms, t.cost_usd, t.status, t.eval_score
+		FROM turn_versions v JOIN turns t ON t.trace_id = v.trace_id
+		WHERE v.dim = ? AND v.version = ? AND t.ts_start >= ? AND t.ts_start < ? AND t.root_span_id <> ''`,
+		dim, version, q.From.UnixMilli(), q.To.UnixMilli())
+	if err != nil {
+		return side, fmt.Errorf("eventstore: compare: %w", err)
+	}
+	defer rs.Close()
+	var (
+		durations []int64
+		evalSum   float64
+	)
+	for rs.Next() {
+		var (
+			dur    int64
+			cost   float64
+			status string
+			eval   sql.NullFloat64
+		)
+		if err := rs.Scan(&dur, &cost, &status, &eval); err != nil {
+			return side, fmt.Errorf("eventstore: compare: %w", err)
+		}
+		side.Turns++
+		side.CostUSD += cost
+		durations = append(durations, dur)
+		switch status {
+		case "failed":
+			side.Errors++
+		case "fallback":
+			side.Fallbacks++
+		}
+		if eval.Valid {
+			side.EvalCount++
+			evalSum += eval.Float64
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return side, fmt.Errorf("eventstore: compare: %w", err)
+	}
+	side.finish(durations, evalSum)
+	return side, nil
+}
+
+func (c *CompareSide) finish(durations []int64, evalSum float64) {
+	if c.Turns > 0 {
+		n := float64(c.Turns)
+		c.ErrorRate = float64(c.Errors) / n
+		c.FallbackRate = float64(c.Fallbacks) / n
+		c.CostPerTurn = c.CostUSD / n
+	}
+	if c.EvalCount > 0 {
+		c.EvalMean = evalSum / float64(c.EvalCount)
+	}
+	slices.Sort(durations)
+	c.LatencyP50MS = percentile(durations, 50)
+	c.LatencyP95MS = percentile(durations, 95)
+	c.LatencyP99MS = percentile(durations, 99)
+}
+
+// percentile is the nearest-rank p-th percentile of sorted: the smallest
+// value with at least p% of the values at or below it; 0 when empty.
+func percentile(sorted []int64, p float64) int64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
