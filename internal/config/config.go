@@ -62,6 +62,10 @@ type Server struct {
 	// MaxMessageBytes is the largest user message accepted, in bytes of UTF-8
 	// text. Default 8192.
 	MaxMessageBytes int `yaml:"maxMessageBytes"`
+	// PublicMetrics serves GET /metrics without the admin token, for
+	// scrapers on a trusted network. Default false: scrapers send the token
+	// as a Bearer credential.
+	PublicMetrics bool `yaml:"publicMetrics"`
 	// DrainTimeout bounds how long in-flight streams may finish after SIGTERM.
 	// Default 30s.
 	DrainTimeout time.Duration `yaml:"drainTimeout"`

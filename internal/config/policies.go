@@ -7,6 +7,7 @@ import (
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/eventstore"
+	"github.com/fmgate/fmgate/internal/live"
 	"github.com/fmgate/fmgate/internal/fallback"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/queue"
@@ -42,6 +43,8 @@ type Policies struct {
 	// EventStore is the embedded SQLite store behind /admin/cost; an empty
 	// path switches it off.
 	EventStore eventstore.Config `yaml:"eventStore"`
+	// Live sizes the live figures of the dashboards (GET /admin/live).
+	Live live.Config `yaml:"live"`
 }
 
 func defaultPolicies() Policies {
@@ -63,12 +66,14 @@ func defaultPolicies() Policies {
 			return c
 		}(),
 		EventStore: eventstore.DefaultConfig(),
+		Live:       live.DefaultConfig(),
 	}
 }
 
 func (c Config) validatePolicies(v *validator) {
 	p := c.Policies
 	v.sub("rateLimit", p.RateLimit.Validate())
+	v.sub("live", p.Live.Validate())
 	v.sub("budget", p.Budget.Validate())
 	v.sub("quota", p.Quota.Validate())
 	v.sub("queue", p.Queue.Validate())

@@ -133,11 +133,11 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		Tracer:     tracer,
 		UserHasher: s.hasher,
 		Prompts:    versions,
-		Admitter:   admitter{l: limiter},
+		Admitter:   admitter{l: limiter, obs: s.Metrics},
 		Budgeter:   budgeter{enf: enf, prices: prices(cfg)},
 		Planner:    planner{breakers: s.Breakers, ledger: ledger},
-		Reserver:   reserver{ledger: ledger, queue: q, maxOut: maxOut},
-		Invoker:    invoker{retrier: retrier, breakers: s.Breakers},
+		Reserver:   reserver{ledger: ledger, queue: q, maxOut: maxOut, obs: s.Metrics},
+		Invoker:    invoker{retrier: retrier, breakers: s.Breakers, obs: s.Metrics},
 		Fallback:   cascade{r: resolver, models: models},
 	}, nil
 }
@@ -150,6 +150,11 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
+	watchers, err := s.observers(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sinkList = append(sinkList, watchers...)
 	if cfg.EventStore.Path != "" {
 		st, err := eventstore.Open(ctx, cfg.EventStore, nil)
 		if err != nil {
@@ -165,6 +170,13 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 		return nil, fmt.Errorf("events: %w", err)
 	}
 	s.Events = em
+	s.Metrics.RegisterDropped(func() map[string]uint64 {
+		out := map[string]uint64{}
+		for name, st := range em.Stats().Sinks {
+			out[name] = st.Dropped
+		}
+		return out
+	})
 	s.closers = append(s.closers, func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

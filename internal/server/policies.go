@@ -23,7 +23,10 @@ import (
 // consumes (internal/gateway/policies.go).
 
 // admitter is step 3: the multi-scope rate limiter.
-type admitter struct{ l *ratelimit.Limiter }
+type admitter struct {
+	l   *ratelimit.Limiter
+	obs observer
+}
 
 func (a admitter) Admit(ctx context.Context, t *gateway.Turn) error {
 	res, err := a.l.Check(ctx, ratelimit.Request{UserID: t.UserID, Route: t.Route, Premium: t.Premium, Cost: 1})
@@ -33,6 +36,7 @@ func (a admitter) Admit(ctx context.Context, t *gateway.Turn) error {
 	if res.Allowed {
 		return nil
 	}
+	a.obs.Throttle(string(res.Limit))
 	return &gateway.Error{Status: http.StatusTooManyRequests, Code: gateway.CodeRateLimited,
 		Message: res.Message(t.Locale), RetryAfter: res.RetryAfter, Header: res.Headers(),
 		Err: fmt.Errorf("rate limit %s", res.Limit)}
@@ -107,6 +111,7 @@ type reserver struct {
 	ledger quota.Ledger
 	queue  *queue.Queue
 	maxOut map[string]int
+	obs    observer
 }
 
 func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (gateway.Lease, error) {
@@ -119,6 +124,7 @@ func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (g
 		res, err := r.ledger.Reserve(ctx, model, prio, tokens)
 		switch {
 		case errors.Is(err, quota.ErrSaturated):
+			r.obs.Throttle("quota")
 			return nil, quotaRefusal(t, err)
 		case err != nil:
 			// The shared ledger is unreachable: serve the turn rather than
@@ -131,6 +137,7 @@ func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (g
 	err := r.queue.Wait(ctx, queue.Ticket{ID: t.RequestID, Priority: queue.Priority(t.Priority)}, func(ctx context.Context) (bool, error) {
 		res, err := r.ledger.Reserve(ctx, model, prio, tokens)
 		if errors.Is(err, quota.ErrSaturated) {
+			r.obs.Throttle("quota")
 			return false, nil
 		}
 		if err != nil {
@@ -192,20 +199,30 @@ func (l lease) Release(ctx context.Context) {
 type invoker struct {
 	retrier  *retry.Retrier
 	breakers *breaker.Set
+	obs      observer
 }
 
 func (iv invoker) Invoke(ctx context.Context, model string, call func(context.Context) error) (gateway.InvokeReport, error) {
 	br := iv.breakers.Get(model)
-	rep, err := iv.retrier.Do(ctx, model, func(ctx context.Context, _ int) error {
+	var prev error
+	rep, err := iv.retrier.Do(ctx, model, func(ctx context.Context, attempt int) error {
+		if attempt > 0 {
+			iv.obs.Retry(model, string(provider.KindOf(prev)))
+		}
 		permit, err := br.Allow(ctx)
 		if errors.Is(err, breaker.ErrOpen) {
 			return retry.Final(err) // fall to the next tier at once, no tokens burnt
 		}
 		err = call(ctx)
+		prev = err
 		switch kind := provider.KindOf(err); {
 		case err == nil:
 			permit.Done(ctx, true)
-		case kind == provider.KindCanceled, kind == provider.KindThrottled:
+		case kind == provider.KindThrottled:
+			iv.obs.Throttle("provider")
+			// The provider asked us to slow down: that says nothing about the
+			// model's health (see below).
+		case kind == provider.KindCanceled:
 			// The client left, or the provider asked us to slow down: neither
 			// says the model is unhealthy. Throttling is for the retry
 			// budget, adaptive pressure and the quota ledger to absorb; a

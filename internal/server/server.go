@@ -21,6 +21,8 @@ import (
 	"github.com/fmgate/fmgate/internal/dashboard"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/live"
+	"github.com/fmgate/fmgate/internal/metrics"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/queue"
@@ -60,6 +62,9 @@ type Server struct {
 	Events *events.Emitter
 	// Ledger holds the live artifact versions (prompt, graph, models).
 	Ledger *artifacts.Ledger
+	// Metrics are the Prometheus metrics; Live the dashboards' live figures.
+	Metrics *metrics.Metrics
+	Live    *live.Aggregator
 
 	cfg     config.Config
 	log     *slog.Logger
@@ -135,6 +140,7 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	dash := dashboard.Handler(adminToken)
 	mux.Handle("/dashboard", dash)
 	mux.Handle("/dashboard/", dash)
+	mux.Handle("GET /metrics", s.metricsHandler(adminToken))
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
 	return mux
 }

@@ -1,0 +1,122 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/live"
+	"github.com/fmgate/fmgate/internal/metrics"
+)
+
+// observer is what the policy adapters report besides their decisions: the
+// scope of every throttle and the reason of every retry, for the metrics.
+type observer interface {
+	Throttle(scope string)
+	Retry(model, reason string)
+}
+
+// observers builds the two span sinks that watch the gateway from the
+// same events as everything else: the Prometheus metrics (GET /metrics) and
+// the live figures behind the dashboards (GET /admin/live). Their gauges of
+// breakers, quota and the queue are read from the policies at scrape or
+// snapshot time.
+func (s *Server) observers(cfg config.Config) ([]events.Sink, error) {
+	names := make([]string, 0, 2*len(cfg.Models))
+	for _, m := range cfg.Models {
+		names = append(names, m.Name)
+		if m.ModelID != "" && m.ModelID != m.Name {
+			names = append(names, m.ModelID)
+		}
+	}
+	m, err := metrics.New(metrics.Options{Models: names})
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	m.SetState(func(ctx context.Context) (metrics.State, error) {
+		st, err := s.readState(ctx)
+		if err != nil {
+			return metrics.State{}, err
+		}
+		var out metrics.State
+		for _, b := range st.Breakers {
+			out.Breakers = append(out.Breakers, metrics.BreakerState{Name: b.Name, State: b.State})
+		}
+		for _, q := range st.Quota {
+			out.Quota = append(out.Quota, metrics.QuotaState{Model: q.Model, TPMUsed: int64(q.TPMUsed),
+				TPMCeiling: int64(q.TPMCeiling), RPMUsed: int64(q.RPMUsed), RPMCeiling: int64(q.RPMCeiling)})
+		}
+		for p, n := range st.Queue.ByPriority {
+			out.Queue = append(out.Queue, metrics.QueueDepth{Priority: p, Depth: n})
+		}
+		sort.Slice(out.Queue, func(i, j int) bool { return out.Queue[i].Priority < out.Queue[j].Priority })
+		return out, nil
+	})
+	s.Metrics = m
+
+	lv := live.New(cfg.Live, s.readState, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = lv.Run(ctx) }()
+	s.closers = append(s.closers, func() { cancel(); <-done })
+	s.Live = lv
+	s.admin.Handle("/admin/live", lv.Handler())
+	s.admin.Handle("/admin/live/", lv.Handler())
+	return []events.Sink{m, lv}, nil
+}
+
+// readState reads the breakers, the quota ledger and the queue, each
+// bounded by ctx.
+func (s *Server) readState(ctx context.Context) (live.State, error) {
+	var st live.State
+	snaps := s.Breakers.Snapshots(ctx)
+	names := make([]string, 0, len(snaps))
+	for n := range snaps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if snaps[n].Error != "" {
+			return live.State{}, fmt.Errorf("breaker %s: %s", n, snaps[n].Error)
+		}
+		st.Breakers = append(st.Breakers, live.Breaker{Name: n, State: snaps[n].State.String()})
+	}
+	for _, m := range s.cfg.Models {
+		q, err := s.Quota.Saturation(ctx, m.Name)
+		if err != nil {
+			return live.State{}, fmt.Errorf("quota %s: %w", m.Name, err)
+		}
+		st.Quota = append(st.Quota, live.Quota{Model: m.Name, TPMUsed: q.TokensUsed, TPMCeiling: q.TPMLimit,
+			RPMUsed: q.RequestsUsed, RPMCeiling: q.RPMLimit, Saturation: q.Saturation})
+	}
+	qs, err := s.Queue.Stats(ctx)
+	if err != nil {
+		return live.State{}, fmt.Errorf("queue: %w", err)
+	}
+	st.Queue = live.QueueState{Depth: qs.Depth, OldestWait: qs.OldestWait, ByPriority: map[string]int{}}
+	for p, n := range qs.ByPriority {
+		st.Queue.ByPriority[fmt.Sprintf("P%d", p)] = n
+	}
+	return st, nil
+}
+
+// metricsHandler serves GET /metrics: behind the admin token, unless
+// server.publicMetrics opens it to scrapers without credentials.
+func (s *Server) metricsHandler(adminToken string) http.Handler {
+	h := s.Metrics.Handler()
+	if s.cfg.Server.PublicMetrics {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !gateway.AdminAuthorized(r, adminToken) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fmgate metrics"`)
+			http.Error(w, "GET /metrics needs Authorization: Bearer <admin token> (or set server.publicMetrics: true)", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
