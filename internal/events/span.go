@@ -225,11 +225,25 @@ func (s *Span) TraceID() string {
 	return s.ev.TraceID
 }
 
-// SetWorkflow sets workflow_id (default: the trace id).
-func (s *Span) SetWorkflow(id string) { s.set(func(e *Event) { e.WorkflowID = id }) }
+// SetWorkflow sets workflow_id (default: the trace id) to the keyed hash of
+// id: workflow and request ids are chosen by clients, so they are treated
+// like user ids and never reach a sink as given.
+func (s *Span) SetWorkflow(id string) {
+	if s == nil || id == "" {
+		return
+	}
+	h := s.t.opts.Hasher.Hash("workflow\x00" + id)
+	s.set(func(e *Event) { e.WorkflowID = h })
+}
 
-// SetSession sets session_id.
-func (s *Span) SetSession(id string) { s.set(func(e *Event) { e.SessionID = id }) }
+// SetSession sets session_id to the keyed hash of id (see SetWorkflow).
+func (s *Span) SetSession(id string) {
+	if s == nil || id == "" {
+		return
+	}
+	h := s.t.opts.Hasher.Hash("session\x00" + id)
+	s.set(func(e *Event) { e.SessionID = h })
+}
 
 // SetUser sets user_id_hash to the keyed hash of userID; the raw id is
 // never stored.

@@ -155,7 +155,7 @@ func TestSpanTreeNesting(t *testing.T) {
 			t.Errorf("duplicate span id %s", e.SpanID)
 		}
 		ids[e.SpanID] = true
-		if e.Name != "turn" && e.SessionID != "s_abc123" {
+		if e.Name != "turn" && (e.SessionID != turn.SessionID || len(e.SessionID) != 32) {
 			t.Errorf("%s: session %q not inherited", e.Name, e.SessionID)
 		}
 		if e.UserIDHash == "" || e.UserIDHash == "user-42" {
