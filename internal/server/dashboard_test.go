@@ -180,6 +180,7 @@ func (p page) open(hash string) {
 	p.t.Helper()
 	p.eval(`document.getElementById("view").dataset.state = "stale"; location.hash = ` + strconv.Quote(hash) + `; ""`)
 	p.wait("open "+hash, `document.getElementById("view").dataset.state === "ready"`)
+	p.t.Logf("%s loaded in %s ms (measured by the page: first request to last answer rendered)", hash, p.eval(`document.getElementById("view").dataset.loadMs`))
 }
 
 func (p page) text(sel string) string {
@@ -312,6 +313,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		if fb := p.num(`document.querySelector('[data-testid="live-fallbacks"] .tile-value').dataset.value`); fb <= 0 {
 			t.Fatalf("tier mix shows %v turns served by a fallback; the outage and the TPM cut made some", fb)
 		}
+		if row := p.eval(`[...document.querySelectorAll('[data-testid="tiers"] tbody tr')].map(r => r.cells[0].textContent).join(",")`); !strings.Contains(row, "sonnet") || strings.Contains(row, "anthropic.") {
+			t.Errorf("tier mix rows %q: want the primary named sonnet, ids mapped to names", row)
+		}
 		badges := p.num(`String(document.querySelectorAll('[data-testid="tiers"] .badge').length)`)
 		if badges == 0 {
 			t.Fatalf("no tier is marked as a fallback in the tier mix: %s", p.text(`[data-testid="tier-mix"]`))
@@ -435,7 +439,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		if msg := submit(clickedTrace, "0.75"); !strings.Contains(msg, "Recorded") {
 			t.Fatalf("good score: %q", msg)
 		}
-		p.wait("the score in the view", `document.querySelector('[data-testid="eval-count"] .tile-value').textContent === "1"`)
+		p.wait("the score in the view", `document.querySelector('[data-testid="eval-count"] .tile-value').textContent === "1" && document.getElementById("view").dataset.state === "ready"`)
 		if m := p.text(`[data-testid="eval-mean"] .tile-value`); m != "0.750" {
 			t.Fatalf("mean score shows %s, want 0.750", m)
 		}

@@ -1,9 +1,10 @@
 #!/bin/sh
 # Builds the dashboard bundle into ../dist (committed, embedded with go:embed).
 # Run from anywhere: sh internal/dashboard/web/build.sh, or go generate ./internal/dashboard.
+# Install scripts are not run: esbuild finds its platform binary without them.
 set -eu
 cd "$(dirname "$0")"
-npm ci --no-audit --no-fund
+npm ci --ignore-scripts --no-audit --no-fund
 mkdir -p ../dist
 rm -f ../dist/*
 ./node_modules/.bin/esbuild src/main.js \

@@ -3,14 +3,17 @@
 
 import uPlot from "uplot";
 
+/** Whole-number tick steps for counts: 1, 2, 5, 10, 20, 50, … */
+const INT_STEPS = Array.from({ length: 30 }, (_, i) => [1, 2, 5][i % 3] * 10 ** Math.floor(i / 3));
+
 export const COLORS = ["#1f6feb", "#d9480f", "#2f9e44", "#ae3ec9", "#e8590c", "#1098ad", "#5c940d", "#c2255c"];
 
 /**
- * timeChart(container, {series: [{label, color, dash}], fmt, height})
+ * timeChart(container, {series: [{label, color, dash}], fmt, height, min, integer})
  * returns {set(xsSeconds, ...ys), destroy()}. fmt formats the y axis and
- * the legend values.
+ * the legend values; integer keeps the y ticks on whole numbers (counts).
  */
-export function timeChart(container, { series, fmt = (v) => String(v), height = 170, min }) {
+export function timeChart(container, { series, fmt = (v) => String(v), height = 170, min, integer = false }) {
   const opts = {
     width: Math.max(200, container.clientWidth || 600),
     height,
@@ -22,14 +25,13 @@ export function timeChart(container, { series, fmt = (v) => String(v), height = 
         stroke: s.color || COLORS[i % COLORS.length],
         width: 1.6,
         dash: s.dash,
-        points: { show: false },
         spanGaps: false,
         value: (u, v) => (v == null ? "—" : fmt(v)),
       })),
     ],
     axes: [
       { stroke: "#555", grid: { stroke: "#eee" }, space: 70, values: (u, splits) => tickLabels(u, splits) },
-      { stroke: "#555", grid: { stroke: "#eee" }, size: 78, values: (u, vals) => vals.map((v) => fmt(v)) },
+      { stroke: "#555", grid: { stroke: "#eee" }, size: 78, incrs: integer ? INT_STEPS : undefined, values: (u, vals) => vals.map((v) => fmt(v)) },
     ],
     legend: { live: true },
     cursor: { drag: { x: false, y: false } },

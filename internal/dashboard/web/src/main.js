@@ -204,7 +204,12 @@ function render() {
       if (live.latest) f();
     },
   };
-  const instance = view.render(root, ctx) || {};
+  let instance = {};
+  try {
+    instance = view.render(root, ctx) || {};
+  } catch (e) {
+    banner(`The ${view.title} view could not start: ${e.message}`);
+  }
   current = { view, instance, listeners, timer: 0, controller: null };
   load();
 }
@@ -250,6 +255,9 @@ async function load() {
 window.addEventListener(UNAUTHORIZED, () =>
   banner("The admin API refused the admin token: the session has ended or the token changed.", { href: "/dashboard/login", text: "Sign in again" }));
 window.addEventListener("hashchange", render);
+// A bug in a view must show, not leave a half-drawn page.
+window.addEventListener("error", (e) => banner(`Page error: ${e.message}`));
+window.addEventListener("unhandledrejection", (e) => banner(`Page error: ${message(e.reason)}`));
 live.addEventListener("status", showLive);
 $("live").addEventListener("click", () => live.connect());
 wireFilterBar();

@@ -5,6 +5,7 @@
 import { get, message } from "../api.js";
 import { h, clear, panel, table, bar, liveTile } from "../dom.js";
 import { timeChart, secs } from "../chart.js";
+import { models } from "../models.js";
 import { int, pct, seconds, clock } from "../format.js";
 
 export default {
@@ -21,7 +22,7 @@ export default {
       tpm: liveTile("Tokens per minute (all models)", "cap-tpm"),
     };
     const asOf = h("span", { class: "note" }, "waiting for the live stream…");
-    const models = panel("TPM consumed vs ceiling, per model", { testid: "cap-models", wide: true });
+    const modelPanel = panel("TPM consumed vs ceiling, per model", { testid: "cap-models", wide: true });
     const tpmPanel = panel("Tokens per minute vs ceiling · last 15 min", { testid: "chart" });
     const tpmBox = h("div", { class: "chart" });
     tpmPanel.show(tpmBox);
@@ -37,22 +38,34 @@ export default {
       series: [{ label: "depth" }, { label: "P0", dash: [4, 3] }, { label: "P1", dash: [4, 3] }, { label: "P2", dash: [4, 3] }, { label: "P3", dash: [4, 3] }],
       fmt: int,
       min: 0,
+      integer: true,
     });
 
     root.append(
       h("div", { class: "section-head" }, h("h2", null, "Live"), asOf),
       h("div", { class: "tiles" }, Object.values(tiles).map((t) => t.el)),
-      models.el,
+      modelPanel.el,
       h("div", { class: "panels charts" }, tpmPanel.el, queuePanel.el),
       stored.el,
     );
 
-    ctx.onLive((live) => {
+    let cat = null;
+    models().then((c) => {
+      cat = c;
+      if (ctx.live.latest) update(ctx.live);
+    });
+
+    const update = (live) => {
       const s = live.latest;
       if (!s) return;
       asOf.textContent = `as of ${clock(s.t)}`;
       const quota = s.quota || [];
-      const tpm = s.tokensPerMinute || {};
+      // Tokens per minute may be keyed by model id; the quota by model name.
+      const tpm = {};
+      for (const [k, n] of Object.entries(s.tokensPerMinute || {})) {
+        const name = cat ? cat.nameOf(k) : k;
+        tpm[name] = (tpm[name] || 0) + (n || 0);
+      }
       const proj = new Map((s.projections || []).map((p) => [p.model, p.secondsToExhaustion]));
       const names = [...new Set([...quota.map((q) => q.model), ...Object.keys(tpm)])].sort();
       const soonest = [...proj.entries()].filter(([, v]) => v != null).sort((a, b) => a[1] - b[1])[0];
@@ -64,7 +77,7 @@ export default {
       const all = Object.values(tpm).reduce((n, v) => n + (v || 0), 0);
       tiles.tpm.set(int(all), all, "consumed over the last minute");
 
-      models.show(table({
+      modelPanel.show(table({
         testid: "cap-table",
         empty: "No model reported.",
         columns: [
@@ -91,13 +104,19 @@ export default {
           min: 0,
         });
       }
+      const tokensOf = (x, m) => {
+        let n = null;
+        for (const [k, v] of Object.entries(x.tokensPerMinute || {})) if ((cat ? cat.nameOf(k) : k) === m) n = (n || 0) + (v || 0);
+        return n;
+      };
       const cols = names.flatMap((m) => [
-        hist.map((x) => (x.tokensPerMinute || {})[m] ?? null),
+        hist.map((x) => tokensOf(x, m)),
         hist.map((x) => (x.quota || []).find((y) => y.model === m)?.tpmCeiling ?? null),
       ]);
       tpmChart.set(xs, ...cols);
       queueChart.set(xs, hist.map((x) => x.queue?.depth ?? null), ...["P0", "P1", "P2", "P3"].map((p) => hist.map((x) => x.queue?.byPriority?.[p] ?? null)));
-    });
+    };
+    ctx.onLive(update);
 
     return {
       async load(signal) {

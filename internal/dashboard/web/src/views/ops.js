@@ -6,6 +6,7 @@
 import { get, message } from "../api.js";
 import { h, clear, panel, table, bar, liveTile } from "../dom.js";
 import { timeChart, secs, COLORS } from "../chart.js";
+import { models } from "../models.js";
 import { int, ms, pct, usd, clock, seconds } from "../format.js";
 
 /** Tiers that are never a model: the answer came from a fallback store. */
@@ -41,12 +42,12 @@ export default {
       ["Time to first token (ms)", [{ label: "p50" }, { label: "p95" }, { label: "p99" }], ms, (s) => [s.ttftMs?.p50, s.ttftMs?.p95, s.ttftMs?.p99]],
       ["Turns per second", [{ label: "turns/s" }], (v) => v.toFixed(2), (s) => [s.turnsPerSecond]],
       ["Error rate", [{ label: "errors", color: "#c92a2a" }], (v) => pct(v), (s) => [s.errorRate]],
-      ["Queue depth", [{ label: "queued" }], int, (s) => [s.queue?.depth]],
-    ].map(([title, series, fmt, pickFn]) => {
+      ["Queue depth", [{ label: "queued" }], int, (s) => [s.queue?.depth], true],
+    ].map(([title, series, fmt, pickFn, integer]) => {
       const box = h("div", { class: "chart" });
       const p = panel(title + " · last 15 min", { testid: "chart" });
       p.show(box);
-      return { p, box, series, fmt, pickFn, chart: null };
+      return { p, box, series, fmt, pickFn, integer, chart: null };
     });
     const satBox = h("div", { class: "chart" });
     const satPanel = panel("Quota saturation · last 15 min", { testid: "chart" });
@@ -68,12 +69,15 @@ export default {
       h("div", { class: "panels charts" }, charts.map((c) => c.p.el), satPanel.el),
       stored.el,
     );
-    for (const c of charts) c.chart = timeChart(c.box, { series: c.series, fmt: c.fmt });
+    for (const c of charts) c.chart = timeChart(c.box, { series: c.series, fmt: c.fmt, integer: c.integer });
 
-    let primary = "";
-    get("/admin/versions").then((v) => { primary = v?.models?.[0]?.name || ""; }, () => {});
+    let cat = null;
+    models().then((c) => {
+      cat = c;
+      if (ctx.live.latest) update(ctx.live);
+    });
 
-    ctx.onLive((live) => {
+    const update = (live) => {
       const s = live.latest;
       if (!s) return;
       asOf.textContent = `as of ${clock(s.t)} · window ${s.windowSeconds || 60} s · ${live.history.length} snapshots kept`;
@@ -87,8 +91,14 @@ export default {
       tiles.ttft.set(ms(s.ttftMs?.p50), s.ttftMs?.p50, `p95 ${ms(s.ttftMs?.p95)} · p99 ${ms(s.ttftMs?.p99)}`);
 
       const quota = s.quota || [];
-      const prim = primary || quota[0]?.model || "";
-      const tiers = Object.entries(s.tiers || {}).sort((a, b) => b[1] - a[1]);
+      const prim = cat?.primary || "";
+      // Tiers come keyed by model name, model id or fallback tier: merge by name.
+      const merged = new Map();
+      for (const [k, n] of Object.entries(s.tiers || {})) {
+        const name = cat ? cat.nameOf(k) : k;
+        merged.set(name, (merged.get(name) || 0) + n);
+      }
+      const tiers = [...merged.entries()].sort((a, b) => b[1] - a[1]);
       const served = tiers.reduce((n, [, v]) => n + v, 0);
       const isFallback = (t) => (prim ? t !== prim : STORE_TIERS.has(t));
       const fb = tiers.filter(([t]) => isFallback(t)).reduce((n, [, v]) => n + v, 0);
@@ -156,7 +166,8 @@ export default {
       if (satChart) {
         satChart.set(xs, ...models.map((m) => hist.map((x) => (x.quota || []).find((q2) => q2.model === m)?.saturation ?? null)));
       }
-    });
+    };
+    ctx.onLive(update);
 
     return {
       async load(signal) {
@@ -169,7 +180,7 @@ export default {
               h("p", { class: "note" }, ""),
               h("div", { class: "pair" }, storedBox, latBox),
             );
-            storedChart = timeChart(storedBox, { series: [{ label: "turns" }, { label: "errors", color: "#c92a2a" }, { label: "fallbacks", color: "#e8590c" }], fmt: int });
+            storedChart = timeChart(storedBox, { series: [{ label: "turns" }, { label: "errors", color: "#c92a2a" }, { label: "fallbacks", color: "#e8590c" }], fmt: int, integer: true, min: 0 });
             latChart = timeChart(latBox, { series: [{ label: "avg span latency", color: COLORS[3] }], fmt: ms });
           }
           const sum = (k) => pts.reduce((n, p) => n + (p[k] || 0), 0);
