@@ -2,8 +2,16 @@ package server
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/gateway"
@@ -24,21 +32,7 @@ func (discard) Fail(*gateway.Error) error    { return nil }
 // tokenizer work is included; see BenchmarkStream in provider/sim for it
 // alone.
 func BenchmarkTurn(b *testing.B) {
-	cfg := config.Default()
-	for name, st := range cfg.Sim.Models {
-		st.TTFTMs, st.TokensPerSecond = 0, 0
-		cfg.Sim.Models[name] = st
-	}
-	// Lift the limits: the benchmark measures the pipeline, not refusals.
-	cfg.RateLimit.Global = ratelimit.Rule{Limit: ratelimit.PerSecond(1_000_000, 1_000_000)}
-	cfg.RateLimit.Routes = nil
-	cfg.RateLimit.User = ratelimit.UserRules{}
-	cfg.Budget.SessionInput, cfg.Budget.SessionOutput, cfg.Budget.DailyCostUSD = 0, 0, 0
-	for m, c := range cfg.Quota.Models {
-		c.TPM, c.RPM = 1<<40, 1<<40
-		cfg.Quota.Models[m] = c
-	}
-	s, err := New(context.Background(), isolate(b, cfg), Options{})
+	s, err := New(context.Background(), isolate(b, benchConfig()), Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -53,4 +47,109 @@ func BenchmarkTurn(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkTurnSinks compares turn latency with no event sinks (no event
+// store, no write-ahead log, no exporters; the in-process metrics and live
+// figures stay) and with all of them on: the SQLite event store, the WAL,
+// the JSONL file, NATS JetStream (when 127.0.0.1:4222 answers) and OTLP to a
+// local collector. Turns arrive at benchRate per second (open loop); p50 and
+// p99 are reported per turn, with the events any sink dropped.
+//
+//	go test -run '^$' -bench BenchmarkTurnSinks -benchtime 4000x ./internal/server
+func BenchmarkTurnSinks(b *testing.B) {
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer collector.Close()
+	for _, all := range []bool{false, true} {
+		name := "sinks=none"
+		cfg := benchConfig()
+		cfg.EventStore.Path, cfg.Events.WAL.Dir = "", ""
+		if all {
+			name = "sinks=all"
+			dir := b.TempDir()
+			cfg.EventStore.Path = filepath.Join(dir, "events.db")
+			cfg.Events.WAL.Dir = filepath.Join(dir, "wal")
+			cfg.Events.Sinks.JSONL.Path = filepath.Join(dir, "events.jsonl")
+			cfg.Events.Sinks.OTLP.Endpoint = collector.URL + "/v1/traces"
+			if c, err := net.DialTimeout("tcp", "127.0.0.1:4222", 200*time.Millisecond); err == nil {
+				c.Close()
+				cfg.Events.Sinks.NATS.URL = "nats://127.0.0.1:4222"
+			}
+		}
+		b.Run(name, func(b *testing.B) {
+			s, err := New(context.Background(), cfg, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			var (
+				mu   sync.Mutex
+				lats []time.Duration
+			)
+			// Open loop at a fixed rate well below saturation, so the
+			// figures show what the sinks add to a turn, not queueing for
+			// the CPU.
+			tick := time.NewTicker(time.Second / benchRate)
+			defer tick.Stop()
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				<-tick.C
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					t := &gateway.Turn{RequestID: strconv.Itoa(i), SessionID: "bench-" + strconv.Itoa(i%64),
+						Message: "おすすめの少年漫画は？", Locale: "ja", Route: "sendMessage", Surface: "ws", UserID: "bench-" + strconv.Itoa(i%500)}
+					start := time.Now()
+					if _, err := s.Gateway.Run(context.Background(), t, discard{}); err != nil {
+						b.Error(err)
+						return
+					}
+					d := time.Since(start)
+					mu.Lock()
+					lats = append(lats, d)
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			slices.Sort(lats)
+			if len(lats) > 0 {
+				b.ReportMetric(float64(lats[len(lats)/2].Microseconds())/1000, "p50-ms")
+				b.ReportMetric(float64(lats[len(lats)*99/100].Microseconds())/1000, "p99-ms")
+			}
+			st := s.Events.Stats()
+			var dropped uint64
+			for _, ss := range st.Sinks {
+				dropped += ss.Dropped
+			}
+			b.ReportMetric(float64(dropped), "dropped-events")
+		})
+	}
+}
+
+// benchRate is the arrival rate of BenchmarkTurnSinks, turns per second.
+const benchRate = 200
+
+// benchConfig is the default profile with a zero-latency simulator and the
+// limits lifted: the benchmarks measure the pipeline, not refusals.
+func benchConfig() config.Config {
+	cfg := config.Default()
+	for name, st := range cfg.Sim.Models {
+		st.TTFTMs, st.TokensPerSecond = 0, 0
+		cfg.Sim.Models[name] = st
+	}
+	// Lift the limits: the benchmark measures the pipeline, not refusals.
+	cfg.RateLimit.Global = ratelimit.Rule{Limit: ratelimit.PerSecond(1_000_000, 1_000_000)}
+	cfg.RateLimit.Routes = nil
+	cfg.RateLimit.User = ratelimit.UserRules{}
+	cfg.Budget.SessionInput, cfg.Budget.SessionOutput, cfg.Budget.DailyCostUSD = 0, 0, 0
+	for m, c := range cfg.Quota.Models {
+		c.TPM, c.RPM = 1<<40, 1<<40
+		cfg.Quota.Models[m] = c
+	}
+	return cfg
 }
