@@ -18,6 +18,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/fmgate/fmgate/internal/browsertest"
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/eventstore"
 )
 
 // dashboardScenario is a gateway with the event store that has served a
@@ -191,10 +193,17 @@ func (p page) text(sel string) string {
 // screenshot saves the page under docs/screenshots when FMGATE_SCREENSHOTS=1.
 func (p page) screenshot(name string) {
 	p.t.Helper()
+	p.screenshotWith(name, false)
+}
+
+func (p page) screenshotWith(name string, tooltip bool) {
+	p.t.Helper()
 	if os.Getenv("FMGATE_SCREENSHOTS") != "1" {
 		return
 	}
-	p.eval(`document.getElementById("tooltip").hidden = true; ""`)
+	if !tooltip {
+		p.eval(`document.getElementById("tooltip").hidden = true; ""`)
+	}
 	buf, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		p.t.Fatalf("screenshot %s: %v", name, err)
@@ -412,10 +421,44 @@ func TestDashboardInBrowser(t *testing.T) {
 				t.Errorf("span tooltip %q lacks %q", tip, want)
 			}
 		}
-		p.screenshot("dashboard-cost.png")
 		// Breadcrumbs lead back up.
 		p.eval(`document.querySelector('[data-testid="crumbs"] a[data-level="0"]').click(); ""`)
-		p.wait("back to all features", `document.querySelector('[data-testid="drill"]').dataset.level === "all"`)
+		p.wait("back to all features", `document.querySelector('[data-testid="drill"]').dataset.level === "all" && document.getElementById("view").dataset.state === "ready"`)
+
+		// A turn the outage sent to a fallback, opened by its address: the
+		// failed attempt and the fallback show in the waterfall.
+		var turns struct {
+			Rows []struct {
+				Key       string `json:"key"`
+				Spans     int    `json:"spans"`
+				Fallbacks int    `json:"fallbacks"`
+				Turn      struct {
+					UserIDHash string `json:"userIdHash"`
+					Feature    string `json:"feature"`
+				} `json:"turn"`
+			} `json:"rows"`
+		}
+		ds.getJSON("/admin/cost?by=turn&from=-1h&limit=200", &turns)
+		best := -1
+		for i, r := range turns.Rows {
+			if r.Fallbacks > 0 && (best < 0 || r.Spans > turns.Rows[best].Spans) {
+				best = i
+			}
+		}
+		if best < 0 {
+			t.Fatal("no turn with a fallback in the store")
+		}
+		fb := turns.Rows[best]
+		p.open("#/cost?range=1h&feature=" + url.QueryEscape(fb.Turn.Feature) + "&user=" + fb.Turn.UserIDHash + "&trace=" + fb.Key)
+		if n := p.num(`document.querySelector('[data-testid="waterfall"]').dataset.spans`); int(n) != fb.Spans {
+			t.Fatalf("waterfall of the fallback turn draws %v spans, the store counts %d", n, fb.Spans)
+		}
+		if p.num(`String(document.querySelectorAll('[data-testid="span"][data-status="failed"], [data-testid="span"][data-status="fallback"]').length)`) == 0 {
+			t.Fatalf("the fallback turn's waterfall marks no failed or fallback span")
+		}
+		p.eval(`(() => { const all = document.querySelectorAll('[data-testid="span"][data-name="model_attempt"]'), r = all[all.length - 1];
+			const b = r.getBoundingClientRect(); r.dispatchEvent(new MouseEvent("mouseenter", {clientX: b.left + 420, clientY: b.bottom})); return ""; })()`)
+		p.screenshotWith("dashboard-cost.png", true)
 	})
 
 	t.Run("quality", func(t *testing.T) {
@@ -524,4 +567,104 @@ func commas(f float64) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// TestDashboardLoadLargeStore times each view against an event store
+// pre-filled with synthetic traffic over the last 24 hours, as the page
+// itself measures it (from the first request to the last answer rendered,
+// data-load-ms). Opt in with the number of spans:
+//
+//	FMGATE_DASHBOARD_SPANS=1000000 go test -run TestDashboardLoadLargeStore -v ./internal/server
+func TestDashboardLoadLargeStore(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("FMGATE_DASHBOARD_SPANS"))
+	if n <= 0 {
+		t.Skip("set FMGATE_DASHBOARD_SPANS to the number of spans to time the views against")
+	}
+	if _, err := os.Stat(browsertest.Path()); err != nil {
+		t.Skipf("headless Chromium not installed at %s: %v", browsertest.Path(), err)
+	}
+	cfg := quickConfig()
+	cfg.EventStore.Path = filepath.Join(t.TempDir(), "events.db")
+	start := time.Now()
+	fillStore(t, cfg.EventStore, n)
+	t.Logf("wrote %d spans in %v", n, time.Since(start).Round(time.Millisecond))
+
+	sc := newScenario(t, cfg)
+	ctx := browsertest.New(t, 10*time.Minute)
+	p := page{t: t, ctx: ctx}
+	if err := chromedp.Do(ctx,
+		chromedp.EmulateViewport(1400, 1000),
+		chromedp.Navigate(sc.srv.URL+"/dashboard/login"),
+		chromedp.SendKeys(`#token`, testAdminToken),
+		chromedp.Click(`#signin`),
+		chromedp.WaitVisible(`#view`),
+	); err != nil {
+		t.Fatal(err)
+	}
+	loadMs := func() string { return p.eval(`document.getElementById("view").dataset.loadMs`) }
+	for _, hash := range []string{"#/ops?range=24h", "#/cost?range=24h", "#/quality?range=24h", "#/capacity?range=24h", "#/canary?range=24h&dim=prompt"} {
+		p.open(hash)
+	}
+	// The drill-down, one level at a time.
+	for _, level := range []struct{ table, want string }{{"drill-features", "feature"}, {"drill-users", "user"}, {"drill-turns", "turn"}} {
+		p.eval(`document.querySelector('[data-testid="` + level.table + `"] tbody tr').click(); ""`)
+		p.wait(level.want, `document.querySelector('[data-testid="drill"]')?.dataset.level === "`+level.want+`" && document.getElementById("view").dataset.state === "ready"`)
+		t.Logf("cost drill-down to %s loaded in %s ms", level.want, loadMs())
+	}
+}
+
+// fillStore writes n spans of synthetic turns (8 spans each) spread over the
+// last 24 hours straight into the event store at cfg.Path.
+func fillStore(t *testing.T, cfg eventstore.Config, n int) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := eventstore.Open(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	features := []string{"discovery_recommend", "faq", "order_status", "cross_title_link", "search", "summary"}
+	locales := []string{"ja", "en", "ko", "fr"}
+	models := []string{"anthropic.claude-3-sonnet-20240229-v1:0", "anthropic.claude-3-haiku-20240307-v1:0"}
+	prompts := []string{"mangaassist-system@aaaaaaaaaaaa", "mangaassist-system@bbbbbbbbbbbb"}
+	const perTurn = 8
+	turns := n / perTurn
+	step := 24 * time.Hour / time.Duration(max(turns, 1))
+	t0 := time.Now().Add(-24 * time.Hour)
+	batch := make([]events.Event, 0, 1000)
+	for i := range turns {
+		at := t0.Add(time.Duration(i) * step)
+		trace := fmt.Sprintf("%016x%016x", uint64(i)*2654435761, uint64(i))
+		root := fmt.Sprintf("%016x", uint64(i)<<8|1)
+		attr := events.Attribution{Feature: features[i%len(features)], Surface: "http", Locale: locales[i%len(locales)], UserTier: "standard"}
+		user := fmt.Sprintf("%032x", i%5000)
+		graph, prompt, model := "v1", prompts[(i/7)%2], models[i%5/4]
+		for j := 1; j < perTurn; j++ {
+			e := events.Event{SchemaVersion: 3, TraceID: trace, SpanID: fmt.Sprintf("%016x", uint64(i)<<8|uint64(j+1)), ParentSpanID: root,
+				UserIDHash: user, SessionID: "s" + user[:8], TSStart: at.Add(time.Duration(j) * 10 * time.Millisecond), Name: "admit",
+				Node: events.Node{GraphVersion: graph, NodeID: "admit"}, Attribution: attr, Outcome: events.Outcome{Status: events.StatusOK}}
+			if j == 4 {
+				e.Name, e.Node.NodeID = "model_attempt", "model_attempt"
+				e.Artifact = events.Artifact{ArtifactKind: events.KindLLMCall, ModelID: model, PromptVersion: prompt}
+				e.Resource = events.Resource{TokensIn: 800 + i%400, TokensOut: 200 + i%300, CostUSD: 0.001 + float64(i%100)/50000}
+			}
+			e.TSEnd, e.DurationMS = e.TSStart.Add(40*time.Millisecond), 40
+			batch = append(batch, e)
+		}
+		r := events.Event{SchemaVersion: 3, TraceID: trace, SpanID: root, UserIDHash: user, SessionID: "s" + user[:8],
+			TSStart: at, TSEnd: at.Add(600 * time.Millisecond), DurationMS: 600, Name: "turn",
+			Node: events.Node{GraphVersion: graph, NodeID: "turn"}, Artifact: events.Artifact{ModelID: model, PromptVersion: prompt},
+			Attribution: attr, Outcome: events.Outcome{Status: events.StatusOK}}
+		if i%100 == 0 {
+			v := float64(i%10) / 10
+			r.Outcome.EvalScore = &v
+		}
+		batch = append(batch, r)
+		if len(batch) >= 1000 || i == turns-1 {
+			if err := st.Write(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
 }

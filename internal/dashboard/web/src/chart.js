@@ -9,7 +9,7 @@ const INT_STEPS = Array.from({ length: 30 }, (_, i) => [1, 2, 5][i % 3] * 10 ** 
 export const COLORS = ["#1f6feb", "#d9480f", "#2f9e44", "#ae3ec9", "#e8590c", "#1098ad", "#5c940d", "#c2255c"];
 
 /**
- * timeChart(container, {series: [{label, color, dash}], fmt, height, min, integer})
+ * timeChart(container, {series: [{label, color, dash, sparse}], fmt, height, min, integer})
  * returns {set(xsSeconds, ...ys), destroy()}. fmt formats the y axis and
  * the legend values; integer keeps the y ticks on whole numbers (counts).
  */
@@ -17,7 +17,7 @@ export function timeChart(container, { series, fmt = (v) => String(v), height = 
   const opts = {
     width: Math.max(200, container.clientWidth || 600),
     height,
-    scales: { x: { time: true }, y: { range: (u, lo, hi) => [min ?? Math.min(0, lo), hi > lo ? hi * 1.08 : (hi || 1)] } },
+    scales: { x: { time: true }, y: { range: (u, lo, hi) => [min ?? Math.min(0, lo ?? 0), hi > 0 ? hi * 1.1 : 1] } },
     series: [
       { value: (u, v) => (v == null ? "—" : new Date(v * 1000).toLocaleTimeString("en-GB", { hour12: false })) },
       ...series.map((s, i) => ({
@@ -25,7 +25,10 @@ export function timeChart(container, { series, fmt = (v) => String(v), height = 
         stroke: s.color || COLORS[i % COLORS.length],
         width: 1.6,
         dash: s.dash,
-        spanGaps: false,
+        // Sparse series (averages with empty steps) draw their points and
+        // join them across the gaps, or a lone value would not show.
+        spanGaps: !!s.sparse,
+        ...(s.sparse ? { points: { show: true, size: 5 } } : {}),
         value: (u, v) => (v == null ? "—" : fmt(v)),
       })),
     ],

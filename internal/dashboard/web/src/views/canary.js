@@ -27,7 +27,7 @@ export function judge(a, b, t) {
     const dv = (b.evalMean || 0) - (a.evalMean || 0);
     out.push({ key: "evalMean", label: "eval mean", change: dv, text: (dv >= 0 ? "+" : "") + dv.toFixed(3), limit: `−${t.evalDrop}`, bad: -dv > t.evalDrop });
   } else {
-    out.push({ key: "evalMean", label: "eval mean", change: null, text: "—", limit: `−${t.evalDrop}`, bad: false, skipped: "no scores on both sides" });
+    out.push({ key: "evalMean", label: "eval mean", change: null, text: "—", limit: `−${t.evalDrop}`, bad: false, skipped: "needs scores on both sides" });
   }
   return out;
 }

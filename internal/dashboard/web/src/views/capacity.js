@@ -69,7 +69,7 @@ export default {
       const proj = new Map((s.projections || []).map((p) => [p.model, p.secondsToExhaustion]));
       const names = [...new Set([...quota.map((q) => q.model), ...Object.keys(tpm)])].sort();
       const soonest = [...proj.entries()].filter(([, v]) => v != null).sort((a, b) => a[1] - b[1])[0];
-      tiles.exhaustion.set(soonest ? seconds(soonest[1]) : "not projected", soonest?.[1], soonest ? soonest[0] : "every model's TPM is flat or falling", soonest && soonest[1] < 600 ? "bad" : soonest ? "warn" : "");
+      tiles.exhaustion.set(soonest ? seconds(soonest[1]) : "none", soonest?.[1], soonest ? soonest[0] : "every model's TPM use is flat or falling", soonest && soonest[1] < 600 ? "bad" : soonest ? "warn" : "");
       const top = quota.reduce((m, x) => (x.saturation > (m?.saturation ?? -1) ? x : m), null);
       tiles.saturation.set(top ? pct(top.saturation) : "—", top?.saturation, top ? `${top.model} · ${int(top.tpmUsed)} of ${int(top.tpmCeiling)} TPM` : "no quota data", top && top.saturation >= 0.85 ? "bad" : top && top.saturation >= 0.7 ? "warn" : "");
       const q = s.queue || {};

@@ -186,10 +186,11 @@ export default {
           table({
             testid: "top-users-table",
             columns: [
-              { label: "user (hash)", cell: (x) => h("span", null, short(x.key, 10), x.costUsd > ceiling ? h("span", { class: "badge bad" }, "over ceiling") : null), title: (x) => x.key },
+              { label: "user (hash)", cell: (x) => short(x.key, 10), title: (x) => x.key },
               { label: "cost", num: true, cell: (x) => usd(x.costUsd, 6) },
               { label: "turns", num: true, cell: (x) => int(x.turns) },
               { label: "$/turn", num: true, cell: (x) => usdTurn(x.costPerTurn) },
+              { label: "", cell: (x) => (x.costUsd > ceiling ? h("span", { class: "badge bad", title: "over the pro-rated $0.18/month ceiling" }, "over") : "") },
             ],
             rows: rep.rows || [],
             onRow: (x) => drillTo({ user: x.key }),

@@ -181,7 +181,7 @@ export default {
               h("div", { class: "pair" }, storedBox, latBox),
             );
             storedChart = timeChart(storedBox, { series: [{ label: "turns" }, { label: "errors", color: "#c92a2a" }, { label: "fallbacks", color: "#e8590c" }], fmt: int, integer: true, min: 0 });
-            latChart = timeChart(latBox, { series: [{ label: "avg span latency", color: COLORS[3] }], fmt: ms });
+            latChart = timeChart(latBox, { series: [{ label: "avg span latency", color: COLORS[3], sparse: true }], fmt: ms, min: 0 });
           }
           const sum = (k) => pts.reduce((n, p) => n + (p[k] || 0), 0);
           stored.body.querySelector(".note").textContent =
