@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -55,6 +56,8 @@ const (
 	crashLoadTimeout  = 90 * time.Second
 	crashStoreTimeout = 20 * time.Second
 	crashStopTimeout  = time.Minute
+
+	crashAdminToken = "crash-test-admin-token"
 )
 
 func TestCrashMidLoadKeepsMustPersistEventsExactlyOnce(t *testing.T) {
@@ -70,7 +73,7 @@ func TestCrashMidLoadKeepsMustPersistEventsExactlyOnce(t *testing.T) {
 	t.Logf("run1: %d turns completed before SIGKILL; %d log segments left", len(completed), len(walSegmentFiles(t, walDir)))
 
 	g = startGateway(t, bin, cfgPath, dir, "run2")
-	checkStore(t, storePath, completed, "after the first crash")
+	checkStore(t, g, storePath, completed, "after the first crash")
 	g.stop(t)
 	if segs := walSegmentFiles(t, walDir); len(segs) != 0 {
 		t.Errorf("run2: a clean stop left log segments %v; every record was acknowledged by the store", segs)
@@ -85,7 +88,7 @@ func TestCrashMidLoadKeepsMustPersistEventsExactlyOnce(t *testing.T) {
 	completed = append(completed, more...)
 
 	g = startGateway(t, bin, cfgPath, dir, "run5")
-	checkStore(t, storePath, completed, "after the second crash")
+	checkStore(t, g, storePath, completed, "after the second crash")
 	g.stop(t)
 }
 
@@ -133,7 +136,7 @@ func raceEnabled() bool {
 func writeCrashConfig(t *testing.T, path, walDir, storePath string) {
 	t.Helper()
 	cfg := fmt.Sprintf(`server:
-  adminToken: crash-test-admin-token
+  adminToken: %s
   drainTimeout: 10s
 deadline: {firstByte: 30s, attempt: 20s, minAttempt: 300ms}
 sim:
@@ -147,7 +150,7 @@ quota:
 events:
   wal: {dir: %q, segmentBytes: 32768}
 eventStore: {path: %q}
-`, walDir, storePath)
+`, crashAdminToken, walDir, storePath)
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +201,7 @@ func launchGateway(t *testing.T, bin, cfgPath, dir, logName, addr string) *gatew
 	}
 	cmd := exec.Command(bin, "serve", "-config", cfgPath, "-addr", addr, "-log-level", "warn")
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Env = append(os.Environ(), "FMGATE_ADMIN_TOKEN="+crashAdminToken)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}
@@ -416,136 +420,83 @@ func chat(client *http.Client, base, id string, i int) (answer, error) {
 	return a, nil
 }
 
-// openStoreReadOnly opens the event store's SQLite file read-only, next to
-// the gateway that writes it.
-func openStoreReadOnly(t *testing.T, path string) *sql.DB {
+// rollupRow is a turn's row of GET /admin/cost?by=turn, the per-turn
+// roll-up that the cost views read: the sums over the trace's stored spans.
+type rollupRow struct {
+	Key       string `json:"key"` // the trace id
+	Turns     int64  `json:"turns"`
+	Spans     int64  `json:"spans"`
+	TokensIn  int64  `json:"tokensIn"`
+	TokensOut int64  `json:"tokensOut"`
+}
+
+// turnRollups reads the per-turn roll-up of every turn of the last hour
+// through the admin API, keyed by trace id.
+func (g *gatewayProc) turnRollups() (map[string]rollupRow, error) {
+	from, to := time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	q := url.Values{"by": {"turn"}, "limit": {"10000"},
+		"from": {from.UTC().Format(time.RFC3339)}, "to": {to.UTC().Format(time.RFC3339)}}
+	req, err := http.NewRequest(http.MethodGet, g.url+"/admin/cost?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+crashAdminToken)
+	client := &http.Client{Timeout: crashStoreTimeout}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /admin/cost?by=turn: status %d: %s", resp.StatusCode, tail(string(data), 300))
+	}
+	var rep struct {
+		Rows []rollupRow `json:"rows"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return nil, fmt.Errorf("GET /admin/cost?by=turn: %w", err)
+	}
+	rows := make(map[string]rollupRow, len(rep.Rows))
+	for _, r := range rep.Rows {
+		if _, dup := rows[r.Key]; dup {
+			return nil, fmt.Errorf("GET /admin/cost?by=turn: trace %s has two rows", r.Key)
+		}
+		rows[r.Key] = r
+	}
+	return rows, nil
+}
+
+// crashFirstTier is the first model of the route: every attempt of a turn
+// it answered was of this model and is billed in the answer.
+const crashFirstTier = "sonnet"
+
+// rollupProblem says what is wrong with a completed turn's roll-up row, or
+// "" when it holds the turn span once and the attempts the answer billed,
+// once.
+func rollupProblem(a answer, r rollupRow, ok bool) string {
+	switch {
+	case !ok:
+		return "no row: the turn is not in the store"
+	case r.Turns != 1:
+		return fmt.Sprintf("%d turn spans, want 1", r.Turns)
+	case a.Tier == crashFirstTier && (r.TokensIn != a.Usage.Input || r.TokensOut != a.Usage.Output),
+		r.TokensIn < a.Usage.Input || r.TokensOut < a.Usage.Output:
+		return fmt.Sprintf("%d in / %d out tokens, the %s answer billed %d / %d",
+			r.TokensIn, r.TokensOut, a.Tier, a.Usage.Input, a.Usage.Output)
+	}
+	return ""
+}
+
+// checkStore checks the store after a restart: every completed turn's
+// must-persist spans are there exactly once — in the per-turn roll-up the
+// cost views read, and in the raw spans of the SQLite file, read-only —
+// and no span of any trace, completed or cut by the kill, is stored twice.
+func checkStore(t *testing.T, g *gatewayProc, storePath string, completed []answer, when string) {
 	t.Helper()
-	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() + "?mode=ro&_pragma=busy_timeout(10000)"
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
-
-// traceRecord is what the store holds of one trace.
-type traceRecord struct {
-	turns    []string // span ids of "turn" spans, one per stored row
-	attempts []attemptRow
-	// rows and distinct count every span of the trace; rollupSpans and the
-	// token sums come from the per-trace roll-up the dashboards read.
-	rows, distinct               int
-	tokensIn, tokensOut          int64
-	rollupSpans                  sql.NullInt64
-	rollupTokensIn, rollupTokOut sql.NullInt64
-	turnMustPersist              bool
-}
-
-type attemptRow struct {
-	spanID, node        string
-	mustPersist         bool
-	tokensIn, tokensOut int64
-}
-
-// readStore reads every trace of the store: its must-persist spans, its
-// span counts and its roll-up.
-func readStore(db *sql.DB) (map[string]*traceRecord, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), crashStoreTimeout)
-	defer cancel()
-	recs := map[string]*traceRecord{}
-	get := func(id string) *traceRecord {
-		r := recs[id]
-		if r == nil {
-			r = &traceRecord{}
-			recs[id] = r
-		}
-		return r
-	}
-	rows, err := db.QueryContext(ctx, `SELECT trace_id, span_id, name, node_id, must_persist, tokens_in, tokens_out
-		FROM events WHERE name IN ('turn', 'model_attempt')`)
-	if err != nil {
-		return nil, fmt.Errorf("read spans: %w", err)
-	}
-	for rows.Next() {
-		var (
-			trace, span, name, node string
-			mp                      bool
-			in, out                 int64
-		)
-		if err := rows.Scan(&trace, &span, &name, &node, &mp, &in, &out); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read spans: %w", err)
-		}
-		r := get(trace)
-		if name == "turn" {
-			r.turns = append(r.turns, span)
-			r.turnMustPersist = mp
-		} else {
-			r.attempts = append(r.attempts, attemptRow{spanID: span, node: node, mustPersist: mp, tokensIn: in, tokensOut: out})
-		}
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, fmt.Errorf("read spans: %w", err)
-	}
-	// One statement, so the spans and the roll-up come from one snapshot.
-	rows, err = db.QueryContext(ctx, `SELECT e.trace_id, COUNT(*), COUNT(DISTINCT e.span_id),
-			SUM(e.tokens_in), SUM(e.tokens_out), MAX(t.spans), MAX(t.tokens_in), MAX(t.tokens_out)
-		FROM events e LEFT JOIN turns t ON t.trace_id = e.trace_id
-		GROUP BY e.trace_id`)
-	if err != nil {
-		return nil, fmt.Errorf("read traces: %w", err)
-	}
-	for rows.Next() {
-		var id string
-		var x traceRecord
-		if err := rows.Scan(&id, &x.rows, &x.distinct, &x.tokensIn, &x.tokensOut, &x.rollupSpans, &x.rollupTokensIn, &x.rollupTokOut); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read traces: %w", err)
-		}
-		r := get(id)
-		r.rows, r.distinct, r.tokensIn, r.tokensOut = x.rows, x.distinct, x.tokensIn, x.tokensOut
-		r.rollupSpans, r.rollupTokensIn, r.rollupTokOut = x.rollupSpans, x.rollupTokensIn, x.rollupTokOut
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, fmt.Errorf("read traces: %w", err)
-	}
-	return recs, nil
-}
-
-// missing lists the completed turns whose must-persist spans are not (all)
-// in recs yet: no turn span, or — for an answer a model gave — no attempt
-// of that model with the answer's tokens.
-func missing(recs map[string]*traceRecord, completed []answer) []string {
-	var out []string
-	for _, a := range completed {
-		r := recs[a.TraceID]
-		if r == nil || len(r.turns) == 0 {
-			out = append(out, a.TraceID+" (turn)")
-			continue
-		}
-		if a.Usage.Input+a.Usage.Output == 0 {
-			continue
-		}
-		var in, outTok int64
-		for _, at := range r.attempts {
-			if at.node == a.Tier {
-				in, outTok = in+at.tokensIn, outTok+at.tokensOut
-			}
-		}
-		if in < a.Usage.Input || outTok < a.Usage.Output {
-			out = append(out, a.TraceID+" (model_attempt)")
-		}
-	}
-	return out
-}
-
-// checkStore waits until the store holds the must-persist spans of every
-// completed turn (the replay may still be running), then checks that each
-// is there exactly once and that nothing in the store is duplicated.
-func checkStore(t *testing.T, storePath string, completed []answer, when string) {
-	t.Helper()
-	db := openStoreReadOnly(t, storePath)
-	defer db.Close()
 	start := time.Now()
 	// A systematic fault would repeat for every turn: report the first few.
 	failures := 0
@@ -560,95 +511,176 @@ func checkStore(t *testing.T, storePath string, completed []answer, when string)
 			t.Errorf("%s: %d more failures", when, failures-20)
 		}
 	}()
-	var (
-		recs map[string]*traceRecord
-		lost []string
-		err  error
-	)
+
+	// The roll-up may be brought up to date in the background: poll.
+	var rollups map[string]rollupRow
 	for {
-		recs, err = readStore(db)
-		if err == nil {
-			if lost = missing(recs, completed); len(lost) == 0 {
-				break
+		var err error
+		if rollups, err = g.turnRollups(); err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		bad := 0
+		for _, a := range completed {
+			r, ok := rollups[a.TraceID]
+			if rollupProblem(a, r, ok) != "" {
+				bad++
 			}
 		}
-		if time.Since(start) > crashStoreTimeout {
+		if bad == 0 || time.Since(start) > crashStoreTimeout {
 			break
 		}
-		time.Sleep(50 * time.Millisecond) // polling a file another process writes
+		time.Sleep(100 * time.Millisecond)
 	}
-	if err != nil {
-		t.Fatalf("%s: %v", when, err)
-	}
-	if len(lost) > 0 {
-		t.Errorf("%s: %d of %d completed turns lost must-persist spans, e.g. %v", when, len(lost), len(completed), lost[:min(len(lost), 10)])
-	}
-
-	modelTurns, attempts := 0, 0
 	for _, a := range completed {
-		r := recs[a.TraceID]
-		if r == nil {
-			continue // reported as lost
-		}
-		if len(r.turns) > 1 {
-			errorf("trace %s has %d turn spans, want 1", a.TraceID, len(r.turns))
-		}
-		if len(r.turns) == 1 && !r.turnMustPersist {
-			errorf("trace %s: turn span stored without must_persist", a.TraceID)
-		}
-		var in, out int64
-		seen := map[string]bool{}
-		for _, at := range r.attempts {
-			if seen[at.spanID] {
-				errorf("trace %s: model_attempt span %s stored twice", a.TraceID, at.spanID)
-			}
-			seen[at.spanID] = true
-			if !at.mustPersist {
-				errorf("trace %s: model_attempt span %s stored without must_persist", a.TraceID, at.spanID)
-			}
-			if at.node == a.Tier {
-				in, out = in+at.tokensIn, out+at.tokensOut
-			}
-		}
-		attempts += len(r.attempts)
-		if a.Usage.Input+a.Usage.Output > 0 {
-			modelTurns++
-			// The answer bills every attempt of the model that served it:
-			// more tokens on those spans means an attempt counted twice.
-			if in != a.Usage.Input || out != a.Usage.Output {
-				errorf("trace %s: %s attempts hold %d in / %d out tokens, the answer billed %d / %d",
-					a.TraceID, a.Tier, in, out, a.Usage.Input, a.Usage.Output)
-			}
-		}
-		if r.rows != r.distinct {
-			errorf("trace %s: %d span rows but %d distinct span ids", a.TraceID, r.rows, r.distinct)
-		}
-		// The roll-up must count each stored span once: a replayed span
-		// folded in again would double the turn's cost.
-		if !r.rollupSpans.Valid {
-			errorf("trace %s has spans but no row in the per-turn roll-up", a.TraceID)
-		} else if r.rollupSpans.Int64 != int64(r.rows) || r.rollupTokensIn.Int64 != r.tokensIn || r.rollupTokOut.Int64 != r.tokensOut {
-			errorf("trace %s: roll-up has %d spans, %d/%d tokens; the spans are %d, %d/%d tokens",
-				a.TraceID, r.rollupSpans.Int64, r.rollupTokensIn.Int64, r.rollupTokOut.Int64, r.rows, r.tokensIn, r.tokensOut)
+		r, ok := rollups[a.TraceID]
+		if p := rollupProblem(a, r, ok); p != "" {
+			errorf("trace %s (%s answer): per-turn roll-up: %s", a.TraceID, a.Tier, p)
 		}
 	}
 
-	// No span of any trace — completed or cut by the kill — is stored twice.
-	var dups []string
-	for id, r := range recs {
-		if r.rows != r.distinct {
-			dups = append(dups, id)
+	db := openStoreReadOnly(t, storePath)
+	defer db.Close()
+	layout := storeLayout(t, db)
+	var rows, dups int64
+	if err := db.QueryRow(`SELECT (SELECT COUNT(*) FROM events),
+		(SELECT COUNT(*) FROM (SELECT 1 FROM events GROUP BY `+layout.key+` HAVING COUNT(*) > 1))`).Scan(&rows, &dups); err != nil {
+		t.Fatalf("%s: count duplicate spans: %v", when, err)
+	}
+	if dups > 0 {
+		t.Errorf("%s: %d spans are stored more than once (same %s)", when, dups, layout.key)
+	}
+	if !layout.columns {
+		t.Logf("%s: spans are stored as records; their fields were checked through the roll-up", when)
+	} else {
+		checkRawSpans(t, db, completed, rollups, errorf)
+	}
+	t.Logf("%s: %d completed turns checked against %d stored spans in %v",
+		when, len(completed), rows, time.Since(start).Round(time.Millisecond))
+}
+
+// layout is how the store keys spans: by trace_id and span_id columns
+// (every field a column), or by their hashes th and sh (a span is a
+// record).
+type layout struct {
+	key     string
+	columns bool
+}
+
+func storeLayout(t *testing.T, db *sql.DB) layout {
+	t.Helper()
+	cols := map[string]bool{}
+	rs, err := db.Query(`SELECT name FROM pragma_table_info('events')`)
+	if err != nil {
+		t.Fatalf("read the store's layout: %v", err)
+	}
+	for rs.Next() {
+		var c string
+		if err := rs.Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		cols[c] = true
+	}
+	if err := errors.Join(rs.Err(), rs.Close()); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case cols["trace_id"] && cols["span_id"] && cols["name"]:
+		return layout{key: "trace_id, span_id", columns: true}
+	case cols["th"] && cols["sh"]:
+		return layout{key: "th, sh"}
+	}
+	t.Fatalf("the events table has neither trace_id/span_id nor th/sh: %v", slices.Sorted(maps.Keys(cols)))
+	return layout{}
+}
+
+// checkRawSpans checks, span by span in a column layout, that each
+// completed turn has one must-persist turn span, must-persist attempts
+// whose tokens are what the answer billed, and a roll-up that sums its
+// spans once.
+func checkRawSpans(t *testing.T, db *sql.DB, completed []answer, rollups map[string]rollupRow, errorf func(string, ...any)) {
+	t.Helper()
+	type trace struct {
+		turns, turnsMustPersist       int
+		attempts, attemptsMustPersist int
+		tierIn, tierOut               int64
+		spans, tokensIn, tokensOut    int64
+	}
+	traces := map[string]*trace{}
+	for _, a := range completed {
+		traces[a.TraceID] = &trace{}
+	}
+	rs, err := db.Query(`SELECT trace_id, name, node_id, must_persist, tokens_in, tokens_out FROM events`)
+	if err != nil {
+		t.Fatalf("read spans: %v", err)
+	}
+	tiers := map[string]string{}
+	for _, a := range completed {
+		tiers[a.TraceID] = a.Tier
+	}
+	for rs.Next() {
+		var (
+			id, name, node string
+			mp             bool
+			in, out        int64
+		)
+		if err := rs.Scan(&id, &name, &node, &mp, &in, &out); err != nil {
+			t.Fatalf("read spans: %v", err)
+		}
+		tr := traces[id]
+		if tr == nil {
+			continue // a turn the kill cut
+		}
+		tr.spans, tr.tokensIn, tr.tokensOut = tr.spans+1, tr.tokensIn+in, tr.tokensOut+out
+		switch name {
+		case "turn":
+			tr.turns++
+			if mp {
+				tr.turnsMustPersist++
+			}
+		case "model_attempt":
+			tr.attempts++
+			if mp {
+				tr.attemptsMustPersist++
+			}
+			if node == tiers[id] {
+				tr.tierIn, tr.tierOut = tr.tierIn+in, tr.tierOut+out
+			}
 		}
 	}
-	slices.Sort(dups)
-	if len(dups) > 0 {
-		t.Errorf("%s: %d traces hold a span more than once, e.g. %v", when, len(dups), dups[:min(len(dups), 10)])
+	if err := errors.Join(rs.Err(), rs.Close()); err != nil {
+		t.Fatalf("read spans: %v", err)
 	}
-	if modelTurns == 0 {
-		t.Errorf("%s: no completed turn was answered by a model; the check of model_attempt spans proved nothing", when)
+	for _, a := range completed {
+		tr := traces[a.TraceID]
+		switch {
+		case tr.turns != 1 || tr.turnsMustPersist != 1:
+			errorf("trace %s: %d turn spans (%d must-persist), want 1", a.TraceID, tr.turns, tr.turnsMustPersist)
+		case a.Usage.Input+a.Usage.Output > 0 && tr.attempts == 0:
+			errorf("trace %s: no model_attempt span for a %s answer", a.TraceID, a.Tier)
+		case tr.attemptsMustPersist != tr.attempts:
+			errorf("trace %s: %d of %d model_attempt spans stored without must_persist", a.TraceID, tr.attempts-tr.attemptsMustPersist, tr.attempts)
+		case tr.tierIn != a.Usage.Input || tr.tierOut != a.Usage.Output:
+			// The answer bills every attempt of the model that served it.
+			errorf("trace %s: %s attempts hold %d in / %d out tokens, the answer billed %d / %d",
+				a.TraceID, a.Tier, tr.tierIn, tr.tierOut, a.Usage.Input, a.Usage.Output)
+		}
+		if r, ok := rollups[a.TraceID]; ok && (r.Spans != tr.spans || r.TokensIn != tr.tokensIn || r.TokensOut != tr.tokensOut) {
+			errorf("trace %s: roll-up has %d spans, %d/%d tokens; the stored spans are %d, %d/%d tokens",
+				a.TraceID, r.Spans, r.TokensIn, r.TokensOut, tr.spans, tr.tokensIn, tr.tokensOut)
+		}
 	}
-	t.Logf("%s: %d completed turns (%d answered by a model) checked against %d stored traces, %d model_attempt spans, in %v",
-		when, len(completed), modelTurns, len(recs), attempts, time.Since(start).Round(time.Millisecond))
+}
+
+// openStoreReadOnly opens the event store's SQLite file read-only, next to
+// the gateway that writes it.
+func openStoreReadOnly(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() + "?mode=ro&_pragma=busy_timeout(10000)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
 
 func walSegmentFiles(t *testing.T, dir string) []string {
