@@ -15,7 +15,8 @@ type Config struct {
 	BufferSize int `yaml:"bufferSize"`
 	// BatchSize is the most events handed to one Sink.Write. Default 256.
 	BatchSize int `yaml:"batchSize"`
-	// WriteTimeout bounds one Sink.Write. Default 2s.
+	// WriteTimeout bounds one Sink.Write, and how long a must-persist Emit
+	// waits for the log. Default 2s.
 	WriteTimeout time.Duration `yaml:"writeTimeout"`
 	// GraphVersion is stamped into node.graph_version. Default "v1".
 	GraphVersion string `yaml:"graphVersion"`
@@ -31,10 +32,13 @@ type WALConfig struct {
 	// disables the WAL: must-persist events then go straight to the sinks
 	// and can be lost in a crash. Default "" (set it in production).
 	Dir string `yaml:"dir"`
-	// FsyncInterval is the longest a must-persist event waits before the
-	// log is fsync'd and the event handed to the sinks. Default 50ms.
+	// FsyncInterval is how often the log is fsync'd, acknowledgements are
+	// persisted and acknowledged segments deleted. A must-persist Emit
+	// returns once its record is written to the file (a killed process
+	// loses nothing); a power loss can lose the records of the last
+	// interval. Default 50ms.
 	FsyncInterval time.Duration `yaml:"fsyncInterval"`
-	// Batch fsyncs early once this many events are waiting. Default 256.
+	// Batch is the most records written in one go. Default 256.
 	Batch int `yaml:"batch"`
 	// SegmentBytes rotates the active segment beyond this size; fully
 	// acknowledged segments are deleted. Default 16 MiB.

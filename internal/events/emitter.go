@@ -35,7 +35,7 @@ type item struct {
 }
 
 // walItem is a must-persist event on its way into the log; written is
-// closed once its record is written and fsync'd (or the write failed).
+// closed once its record is written to the log file (or the write failed).
 type walItem struct {
 	ev      *Event
 	written chan struct{}
@@ -206,10 +206,11 @@ func (e *Emitter) minAck() uint64 {
 // Emit queues ev for every sink. Emit after Close is a no-op.
 //
 // A must-persist event (cost and quota records) goes to the WAL first when
-// one is configured, and Emit returns only once its record is written and
-// fsync'd: whatever the caller does next — answering the client — happens
-// after the record would survive a crash. Concurrent callers share one
-// write and fsync. Emit waits at most Config.WriteTimeout; past it, or when
+// one is configured, and Emit returns only once its record is written to
+// the log file: whatever the caller does next — answering the client —
+// happens after the record would survive the process being killed. The
+// fsync against a power loss follows within WALConfig.FsyncInterval, shared
+// by every record written since. Concurrent callers share one write. Emit waits at most Config.WriteTimeout; past it, or when
 // the log's intake queue stays full, the event is delivered without the
 // guarantee and counted (WALStats.Late, WALStats.Overflow). Any other event
 // is queued and Emit returns at once.
@@ -231,7 +232,7 @@ func (e *Emitter) Emit(ev Event) {
 }
 
 // persist hands p to the WAL writer and waits, at most WriteTimeout in
-// all, until its record is on disk. It reports false when p never made it
+// all, until its record is in the log file. It reports false when p never made it
 // into the log (queue full, or the log closed first); the caller then
 // delivers p without it.
 func (e *Emitter) persist(p *Event) bool {
@@ -286,6 +287,20 @@ func (e *Emitter) runWAL() {
 	defer t.Stop()
 	pending := make([]walItem, 0, e.cfg.WAL.Batch)
 	seqs := make([]uint64, 0, e.cfg.WAL.Batch)
+	// Records are written to the file before their Emit returns, so a
+	// killed process loses none; the fsync that guards them against a power
+	// loss runs every FsyncInterval, for all records written since.
+	unsynced := false
+	fsync := func() {
+		if !unsynced {
+			return
+		}
+		unsynced = false
+		if err := e.wal.sync(); err != nil {
+			e.walErrs.Add(1)
+			e.log.Error("events: wal fsync failed", "err", err)
+		}
+	}
 	flush := func() {
 		if len(pending) == 0 {
 			return
@@ -298,7 +313,7 @@ func (e *Emitter) runWAL() {
 			seqs = append(seqs, seq)
 		}
 		if err == nil {
-			err = e.wal.sync()
+			err = e.wal.write()
 		}
 		if err != nil {
 			e.walErrs.Add(1)
@@ -306,6 +321,7 @@ func (e *Emitter) runWAL() {
 			clear(seqs) // not on disk: nothing to acknowledge
 		} else {
 			e.walAppnd.Add(uint64(len(pending)))
+			unsynced = true
 		}
 		for _, it := range pending {
 			close(it.written)
@@ -345,11 +361,13 @@ func (e *Emitter) runWAL() {
 			gather()
 			flush()
 		case <-t.C:
+			fsync()
 			compact()
 		case <-e.walDone:
 			for {
 				gather()
 				if len(pending) == 0 {
+					fsync()
 					return
 				}
 				flush()
@@ -452,7 +470,7 @@ type Stats struct {
 
 // WALStats counts the write-ahead log's work.
 type WALStats struct {
-	Appended uint64 // records written and fsync'd
+	Appended uint64 // records written to the log
 	Errors   uint64 // failed write or fsync batches
 	Overflow uint64 // must-persist events sent past a full WAL queue
 	// Late counts must-persist Emits that returned after WriteTimeout,

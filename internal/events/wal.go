@@ -179,6 +179,16 @@ func (w *wal) append(e *Event) (uint64, error) {
 	return seq, nil
 }
 
+// write hands everything appended so far to the operating system: from
+// then on it survives the process being killed, though not yet a power
+// loss (see sync).
+func (w *wal) write() error {
+	if err := w.w.Flush(); err != nil {
+		return fmt.Errorf("events: wal: %w", err)
+	}
+	return nil
+}
+
 func (w *wal) sync() error {
 	if err := w.w.Flush(); err != nil {
 		return fmt.Errorf("events: wal: %w", err)

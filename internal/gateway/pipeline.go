@@ -28,8 +28,8 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	}
 	defer done()
 	ctx, span := g.startTurn(ctx, t)
-	defer func() { g.endTurn(span, res, err) }()
 	out = g.traceStream(ctx, out)
+	defer func() { g.endTurn(span, out, res, err) }()
 
 	// 1. Validate the request.
 	if err := g.validate(t); err != nil {
@@ -64,6 +64,8 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 		return nil, edge
 	}
 	res.TraceID = g.traceID(ctx, t)
+	// The turn's records are in the event log before the client hears "done".
+	g.endTurn(span, out, res, nil)
 	if err := out.Finish(res); err != nil {
 		g.log.LogAttrs(ctx, slogInfo, "client gone before done", turnAttrs(t, err)...)
 	}
@@ -262,7 +264,7 @@ func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output
 // later fallbacks and records usage against budgets. Its span carries the
 // cost of the writes.
 func (g *Gateway) record(ctx context.Context, t *Turn, res *Result) {
-	ctx, span := g.tracer.Start(ctx, "record", events.WithKind(events.KindInternal))
+	ctx, span := g.tracer.Start(ctx, "record", events.WithKind(events.KindInternal), events.WithMustPersist())
 	defer span.End()
 	usd := 0.0
 	if err := g.sessions.Append(ctx, t.SessionID, t.Message, res.Text); err != nil {

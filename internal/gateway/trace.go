@@ -35,9 +35,17 @@ func attribute(span *events.Span, t *Turn) {
 	span.SetAttribution(events.Attribution{Feature: t.Feature, Surface: t.Surface, Locale: t.Locale, UserTier: tier, Priority: t.Priority.String()})
 }
 
-// endTurn records the turn's outcome on its span. The turn's own cost is
-// its compute time; its spans carry the rest.
-func (g *Gateway) endTurn(span *events.Span, res *Result, err error) {
+// endTurn ends the answer's stream span and the turn's span with the turn's
+// outcome; later calls do nothing. The turn's own cost is its compute time;
+// its spans carry the rest.
+func (g *Gateway) endTurn(span *events.Span, out Output, res *Result, err error) {
+	if o, ok := out.(*tracedOutput); ok {
+		code := ""
+		if err != nil {
+			code = asEdgeError(err).Code
+		}
+		o.end(res, code)
+	}
 	span.SetCost(g.units.ComputePerSecondUSD * g.now().Sub(span.Started()).Seconds())
 	switch {
 	case err != nil:
@@ -98,6 +106,7 @@ type tracedOutput struct {
 
 	mu    sync.Mutex
 	first time.Time // zero until text is written, again after a Discard before delivery
+	ended bool
 }
 
 func (o *tracedOutput) Write(text string) error {
@@ -119,22 +128,22 @@ func (o *tracedOutput) Discard() {
 }
 
 func (o *tracedOutput) Finish(res *Result) error {
-	err := o.Output.Finish(res)
 	o.end(res, "")
-	return err
+	return o.Output.Finish(res)
 }
 
 func (o *tracedOutput) Fail(e *Error) error {
-	err := o.Output.Fail(e)
 	o.end(nil, e.Code)
-	return err
+	return o.Output.Fail(e)
 }
 
+// end emits the stream span, once: from the first text to now.
 func (o *tracedOutput) end(res *Result, code string) {
 	o.mu.Lock()
-	first := o.first
+	first, ended := o.first, o.ended
+	o.ended = true
 	o.mu.Unlock()
-	if first.IsZero() {
+	if ended || first.IsZero() {
 		return // nothing was written: no stream to record
 	}
 	_, span := o.g.tracer.Start(o.ctx, "stream", events.WithStartTime(first))

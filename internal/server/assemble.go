@@ -308,7 +308,11 @@ func configHash(cfg config.Config) string {
 // span of the turn; a cache call carries its unit cost.
 func fallbackSpans(units config.UnitCosts) func(context.Context, string) func(bool) {
 	return func(ctx context.Context, step string) func(bool) {
-		_, span := events.StartChild(ctx, step)
+		var opts []events.StartOption
+		if step == "cache" {
+			opts = append(opts, events.WithMustPersist()) // a cost record
+		}
+		_, span := events.StartChild(ctx, step, opts...)
 		if step == "cache" {
 			span.SetCost(units.CacheCallUSD)
 		}
