@@ -384,13 +384,15 @@ var crashMessages = []struct{ locale, text string }{
 }
 
 // chat sends one turn, each with a new user, session and request id so
-// that no per-user limit or session budget refuses it. It returns the
-// answer only when the whole body arrived with status 200.
+// that no per-user limit or session budget refuses it; every other turn is
+// streamed (SSE). It returns the answer only when the whole body (for a
+// stream, its done frame) arrived with status 200.
 func chat(client *http.Client, base, id string, i int) (answer, error) {
 	m := crashMessages[i%len(crashMessages)]
-	body, _ := json.Marshal(map[string]string{
+	streamed := i%2 == 1
+	body, _ := json.Marshal(map[string]any{
 		"message": m.text, "locale": m.locale,
-		"userId": "u-" + id, "sessionId": "s-" + id, "requestId": "r-" + id,
+		"userId": "u-" + id, "sessionId": "s-" + id, "requestId": "r-" + id, "stream": streamed,
 	})
 	req, err := http.NewRequest(http.MethodPost, base+"/v1/chat", bytes.NewReader(body))
 	if err != nil {
@@ -411,13 +413,46 @@ func chat(client *http.Client, base, id string, i int) (answer, error) {
 		return answer{}, fmt.Errorf("status %d: %s", resp.StatusCode, tail(string(data), 300))
 	}
 	var a answer
-	if err := json.Unmarshal(data, &a); err != nil {
+	if streamed {
+		a, err = doneFrame(data)
+		if err != nil {
+			return answer{}, err
+		}
+	} else if err := json.Unmarshal(data, &a); err != nil {
 		return answer{}, fmt.Errorf("answer %q: %w", tail(string(data), 300), err)
 	}
 	if len(a.TraceID) != 32 || a.RequestID != "r-"+id {
 		return answer{}, fmt.Errorf("answer without its trace id or request id: %s", tail(string(data), 300))
 	}
 	return a, nil
+}
+
+// doneFrame finds the done frame of an SSE answer and returns it as an
+// answer.
+func doneFrame(data []byte) (answer, error) {
+	for _, line := range strings.Split(string(data), "\n") {
+		payload, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		var f struct {
+			Type      string `json:"type"`
+			RequestID string `json:"requestId"`
+			Tier      string `json:"tier"`
+			TraceID   string `json:"traceId"`
+			Tokens    struct {
+				Input  int64 `json:"input"`
+				Output int64 `json:"output"`
+			} `json:"tokens"`
+		}
+		if json.Unmarshal([]byte(payload), &f) != nil || f.Type != "done" {
+			continue
+		}
+		a := answer{RequestID: f.RequestID, Tier: f.Tier, TraceID: f.TraceID}
+		a.Usage.Input, a.Usage.Output = f.Tokens.Input, f.Tokens.Output
+		return a, nil
+	}
+	return answer{}, fmt.Errorf("stream ended without a done frame: %s", tail(string(data), 300))
 }
 
 // rollupRow is a turn's row of GET /admin/cost?by=turn, the per-turn
