@@ -602,14 +602,22 @@ func TestDashboardLoadLargeStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	loadMs := func() string { return p.eval(`document.getElementById("view").dataset.loadMs`) }
+	slowest := func() string {
+		return p.eval(`performance.getEntriesByType("resource").filter(e => e.name.includes("/admin/") && !e.name.includes("/admin/live")).sort((a, b) => b.duration - a.duration).slice(0, 3)
+			.map(e => new URL(e.name).pathname + "?by=" + (new URL(e.name).searchParams.get("by") || "") + " " + Math.round(e.duration) + " ms").join(", ")`)
+	}
 	for _, hash := range []string{"#/ops?range=24h", "#/cost?range=24h", "#/quality?range=24h", "#/capacity?range=24h", "#/canary?range=24h&dim=prompt"} {
+		p.eval(`performance.clearResourceTimings(); ""`)
 		p.open(hash)
+		t.Logf("  slowest requests: %s", slowest())
 	}
 	// The drill-down, one level at a time.
+	p.open("#/cost?range=24h")
 	for _, level := range []struct{ table, want string }{{"drill-features", "feature"}, {"drill-users", "user"}, {"drill-turns", "turn"}} {
+		p.eval(`performance.clearResourceTimings(); ""`)
 		p.eval(`document.querySelector('[data-testid="` + level.table + `"] tbody tr').click(); ""`)
 		p.wait(level.want, `document.querySelector('[data-testid="drill"]')?.dataset.level === "`+level.want+`" && document.getElementById("view").dataset.state === "ready"`)
-		t.Logf("cost drill-down to %s loaded in %s ms", level.want, loadMs())
+		t.Logf("cost drill-down to %s loaded in %s ms; slowest requests: %s", level.want, loadMs(), slowest())
 	}
 }
 

@@ -179,7 +179,16 @@ function showLive() {
 // ---- the current view ------------------------------------------------------
 
 function render() {
-  state = parseHash();
+  const next = parseHash();
+  // A change of the view's own keys only (a drill-down step) redraws just
+  // the part that follows them, not every panel of the view.
+  if (current && current.view.id === next.view && current.instance.follow && onlyChanged(state, next, current.view.localKeys || [])) {
+    state = next;
+    current.ctx.state = { ...next };
+    run("follow", (signal) => current.instance.follow(current.ctx.state, signal));
+    return;
+  }
+  state = next;
   const view = VIEWS[state.view];
   if (current) dispose();
   banner("");
@@ -210,44 +219,67 @@ function render() {
   } catch (e) {
     banner(`The ${view.title} view could not start: ${e.message}`);
   }
-  current = { view, instance, listeners, timer: 0, controller: null };
+  current = { view, instance, ctx, listeners, timer: 0, controllers: {}, pending: 0 };
   load();
+}
+
+/** Whether a and b differ in some of keys and in nothing else. */
+function onlyChanged(a, b, keys) {
+  const all = new Set([...Object.keys(a), ...Object.keys(b)]);
+  let changed = false;
+  for (const k of all) {
+    if ((a[k] || "") === (b[k] || "")) continue;
+    if (!keys.includes(k)) return false;
+    changed = true;
+  }
+  return changed;
 }
 
 function dispose() {
   clearTimeout(current.timer);
-  if (current.controller) current.controller.abort();
+  for (const c of Object.values(current.controllers)) c.abort();
   for (const f of current.listeners) live.removeEventListener("update", f);
   if (current.instance.dispose) current.instance.dispose();
   current = null;
 }
 
-async function load() {
+/** Loads (or refreshes) the whole view. */
+function load() {
   if (!current || !current.instance.load) {
     $("view").dataset.state = "ready";
     return;
   }
+  clearTimeout(current.timer);
+  run("load", (signal) => current.instance.load(signal));
+}
+
+/**
+ * Runs one loading task of the current view; a task of the same slot still
+ * running is cancelled. The view is "ready" when no task runs; the time of
+ * the last task is shown and kept in data-load-ms.
+ */
+async function run(slot, task) {
   const cur = current;
-  clearTimeout(cur.timer);
-  if (cur.controller) cur.controller.abort();
-  const controller = new AbortController();
-  cur.controller = controller;
   const root = $("view");
+  if (cur.controllers[slot]) cur.controllers[slot].abort();
+  const controller = new AbortController();
+  cur.controllers[slot] = controller;
+  cur.pending++;
   root.dataset.state = "loading";
   const t0 = performance.now();
   try {
-    await cur.instance.load(controller.signal);
+    await task(controller.signal);
   } catch (e) {
     if (e.name !== "AbortError") banner(message(e));
   }
+  cur.pending--;
   if (controller.signal.aborted || current !== cur) return;
   const took = Math.round(performance.now() - t0);
-  root.dataset.state = "ready";
+  if (cur.pending === 0) root.dataset.state = "ready";
   root.dataset.loadMs = String(took);
-  root.dataset.loads = String(Number(root.dataset.loads || 0) + 1);
   const every = cur.view.refreshMs ? ` · refreshes every ${Math.round(cur.view.refreshMs / 60e3)} min` : "";
-  $("status").textContent = `${cur.view.title} loaded in ${took} ms at ${clock(new Date())}${every}`;
-  if (cur.view.refreshMs) cur.timer = setTimeout(load, cur.view.refreshMs);
+  $("status").textContent = `${cur.view.title} ${slot === "load" ? "loaded" : "updated"} in ${took} ms at ${clock(new Date())}${every}`;
+  if (slot === "load" && cur.view.refreshMs) cur.timer = setTimeout(load, cur.view.refreshMs);
 }
 
 // ---- start -----------------------------------------------------------------

@@ -19,8 +19,10 @@ export default {
   filters: ["graph", "prompt", "model", "tool"],
   filterNote: "With a prompt, model or tool filter, costs are those of the matching spans. The anomaly lists cover the range only.",
   refreshMs: 15 * 60e3,
+  // The drill-down's keys: changing only these redraws only the drill-down.
+  localKeys: ["feature", "user", "trace"],
   render(root, ctx) {
-    const st = ctx.state;
+    let st = ctx.state;
     const tiles = panel("Totals", { testid: "cost-totals", wide: true });
     const series = panel("Cost over time", { testid: "cost-series", wide: true });
     const seriesBox = h("div", { class: "chart" });
@@ -106,11 +108,11 @@ export default {
       }
     }
 
-    function crumbs() {
+    function crumbs(s) {
       const items = [["All features", { feature: "", user: "", trace: "" }]];
-      if (st.feature) items.push([`feature ${st.feature}`, { feature: st.feature, user: "", trace: "" }]);
-      if (st.user) items.push([`user ${short(st.user)}`, { feature: st.feature || "", user: st.user, trace: "" }]);
-      if (st.trace) items.push([`turn ${short(st.trace)}`, null]);
+      if (s.feature) items.push([`feature ${s.feature}`, { feature: s.feature, user: "", trace: "" }]);
+      if (s.user) items.push([`user ${short(s.user)}`, { feature: s.feature || "", user: s.user, trace: "" }]);
+      if (s.trace) items.push([`turn ${short(s.trace)}`, null]);
       return h("nav", { class: "crumbs", "aria-label": "Drill-down", dataset: { testid: "crumbs" } },
         items.map(([label, patch], i) => [
           i ? h("span", { class: "sep" }, " › ") : null,
@@ -120,17 +122,24 @@ export default {
         ]));
     }
 
-    async function loadDrill(signal, q) {
-      const feature = st.feature === "(none)" ? "" : st.feature;
+    let drillGen = 0;
+
+    /** Draws the drill-down level named by the state s; a newer call wins. */
+    async function loadDrill(signal, q, s = st) {
+      const gen = ++drillGen;
+      const stale = () => gen !== drillGen;
+      const feature = s.feature === "(none)" ? "" : s.feature;
       try {
-        if (st.trace) {
-          const r = await get(`/admin/cost/trace/${encodeURIComponent(st.trace)}`, {}, signal);
+        if (s.trace) {
+          const r = await get(`/admin/cost/trace/${encodeURIComponent(s.trace)}`, {}, signal);
+          if (stale()) return;
           const spans = r.spans || [];
-          drill.show(crumbs(), spans.length ? waterfall(spans) : h("p", { class: "empty" }, "This trace has no spans (it may have been pruned)."));
+          drill.show(crumbs(s), spans.length ? waterfall(spans) : h("p", { class: "empty" }, "This trace has no spans (it may have been pruned)."));
           drill.el.dataset.level = "turn";
-        } else if (st.user) {
-          const r = await get("/admin/cost", { by: "turn", user: st.user, feature, limit: MAX_ROWS + 1, ...q }, signal);
-          drill.show(crumbs(), table({
+        } else if (s.user) {
+          const r = await get("/admin/cost", { by: "turn", user: s.user, feature, limit: MAX_ROWS + 1, ...q }, signal);
+          if (stale()) return;
+          drill.show(crumbs(s), table({
             testid: "drill-turns",
             columns: [
               { label: "started", cell: (x) => datetime(x.turn?.start) },
@@ -143,24 +152,26 @@ export default {
               { label: "eval", num: true, cell: (x) => score(x.turn?.evalScore) },
             ],
             rows: r.rows || [],
-            onRow: (x) => drillTo({ feature: st.feature, user: st.user, trace: x.turn?.traceId || x.key }),
+            onRow: (x) => drillTo({ feature: s.feature, user: s.user, trace: x.turn?.traceId || x.key }),
             rowLabel: (x) => `Show the spans of turn ${x.key}`,
           }));
           drill.el.dataset.level = "user";
-        } else if (st.feature) {
+        } else if (s.feature) {
           const r = await get("/admin/cost", { by: "user", feature, limit: MAX_ROWS + 1, ...q }, signal);
-          drill.show(crumbs(), table({
+          if (stale()) return;
+          drill.show(crumbs(s), table({
             testid: "drill-users",
             columns: costCols("user (hash)", (x) => short(x.key, 16)),
             rows: r.rows || [],
-            onRow: (x) => drillTo({ feature: st.feature, user: x.key }),
+            onRow: (x) => drillTo({ feature: s.feature, user: x.key }),
             rowLabel: (x) => `Show the turns of user ${x.key}`,
           }));
           drill.el.dataset.level = "feature";
         } else {
           const r = await get("/admin/cost", { by: "feature", limit: MAX_ROWS + 1, ...q }, signal);
+          if (stale()) return;
           const total = r.total?.costUsd || 0;
-          drill.show(crumbs(), table({
+          drill.show(crumbs(s), table({
             testid: "drill-features",
             columns: [...costCols("feature", (x) => x.key || "(none)"), { label: "share", cell: (x) => bar(total ? x.costUsd / total : 0) }],
             rows: r.rows || [],
@@ -171,7 +182,8 @@ export default {
         }
       } catch (e) {
         if (e.name === "AbortError") throw e;
-        drill.show(crumbs(), h("p", { class: "error", role: "alert", dataset: { testid: "error" } }, message(e)));
+        if (stale()) return;
+        drill.show(crumbs(s), h("p", { class: "error", role: "alert", dataset: { testid: "error" } }, message(e)));
         drill.el.dataset.state = "error";
       }
     }
@@ -251,6 +263,11 @@ export default {
     }
 
     return {
+      follow(state, signal) {
+        st = state;
+        drill.el.dataset.state = "loading";
+        return loadDrill(signal, { ...ctx.range(), ...ctx.filters() });
+      },
       async load(signal) {
         const r = ctx.range();
         const q = { ...r, ...ctx.filters() };
