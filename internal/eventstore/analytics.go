@@ -9,6 +9,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/fmgate/fmgate/internal/events"
 )
 
 // TopUsers returns the n users (by user_id_hash) who cost most over turns
@@ -43,47 +45,63 @@ func (s *Store) AnomalousTurns(ctx context.Context, from, to time.Time) (Anomaly
 	if err := q.normalize(s.now()); err != nil {
 		return AnomalyReport{}, err
 	}
+	if err := s.sync(ctx); err != nil {
+		return AnomalyReport{}, err
+	}
 	rep := AnomalyReport{From: q.From.UTC(), To: q.To.UTC(), Rows: []CostRow{}}
-	f, t := q.From.UnixMilli(), q.To.UnixMilli()
-	var mean, meanSq sql.NullFloat64
-	err := s.r.QueryRowContext(ctx, `SELECT COUNT(*), AVG(cost_usd), AVG(cost_usd * cost_usd)
-		FROM turns WHERE ts_start >= ? AND ts_start < ?`, f, t).Scan(&rep.Turns, &mean, &meanSq)
+	s.clamp(&q)
+	w := where{}
+	turnRange(&w, q.From.UnixMilli(), q.To.UnixMilli())
+	rs, err := s.r.QueryContext(ctx, `SELECT cost_usd FROM turns WHERE `+w.String(), w.args...)
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: anomalies: %w", err)
 	}
-	if rep.Turns == 0 {
-		return rep, nil
-	}
-	rep.StdDevUSD = math.Sqrt(max(0, meanSq.Float64-mean.Float64*mean.Float64))
-	rs, err := s.r.QueryContext(ctx, `SELECT cost_usd FROM turns WHERE ts_start >= ? AND ts_start < ?
-		ORDER BY cost_usd LIMIT ? OFFSET ?`, f, t, 2-rep.Turns%2, (rep.Turns-1)/2)
-	if err != nil {
-		return rep, fmt.Errorf("eventstore: anomalies: %w", err)
-	}
-	var sum float64
-	var k int
+	var costs []float64
 	for rs.Next() {
 		var c float64
 		if err := rs.Scan(&c); err != nil {
 			rs.Close()
 			return rep, fmt.Errorf("eventstore: anomalies: %w", err)
 		}
-		sum += c
-		k++
+		costs = append(costs, c)
 	}
 	rs.Close()
 	if err := rs.Err(); err != nil {
 		return rep, fmt.Errorf("eventstore: anomalies: %w", err)
 	}
-	rep.MedianUSD = sum / float64(max(k, 1))
+	rep.Turns = int64(len(costs))
+	if rep.Turns == 0 {
+		return rep, nil
+	}
+	var sum, sumSq float64
+	for _, c := range costs {
+		sum += c
+		sumSq += c * c
+	}
+	mean := sum / float64(len(costs))
+	rep.StdDevUSD = math.Sqrt(max(0, sumSq/float64(len(costs))-mean*mean))
+	slices.Sort(costs)
+	n := len(costs)
+	rep.MedianUSD = costs[n/2]
+	if n%2 == 0 {
+		rep.MedianUSD = (costs[n/2-1] + costs[n/2]) / 2
+	}
 	rep.ThresholdUSD = rep.MedianUSD + AnomalySigmas*rep.StdDevUSD
-	rows, err := s.turnRows(ctx, `SELECT `+turnCols+` FROM turns WHERE ts_start >= ? AND ts_start < ?
-		AND cost_usd > ? ORDER BY cost_usd DESC, trace_id LIMIT ?`, f, t, rep.ThresholdUSD, MaxLimit)
+	rs, err = s.r.QueryContext(ctx, `SELECT `+turnCols+` FROM turns WHERE `+w.String()+
+		` AND cost_usd > ? ORDER BY cost_usd DESC, trace_id LIMIT ?`, append(w.args, rep.ThresholdUSD, MaxLimit)...)
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: anomalies: %w", err)
 	}
-	if rows != nil {
-		rep.Rows = rows
+	defer rs.Close()
+	for rs.Next() {
+		t, err := scanTurnState(rs)
+		if err != nil {
+			return rep, fmt.Errorf("eventstore: anomalies: %w", err)
+		}
+		rep.Rows = append(rep.Rows, t.costRow(&t.sums))
+	}
+	if err := rs.Err(); err != nil {
+		return rep, fmt.Errorf("eventstore: anomalies: %w", err)
 	}
 	return rep, nil
 }
@@ -133,15 +151,23 @@ func (s *Store) RisingFeatures(ctx context.Context, from, to time.Time, periods 
 	if step < time.Minute {
 		return nil, invalidf("each period must last at least a minute")
 	}
+	if err := s.sync(ctx); err != nil {
+		return nil, err
+	}
 	series := map[string][]PeriodCost{}
 	var order []string
 	for i := range periods {
 		p := q
 		p.From = q.From.Add(time.Duration(i) * step)
 		p.To = p.From.Add(step)
-		rows, err := s.fromMinutes(ctx, p)
-		if err != nil {
-			return nil, fmt.Errorf("eventstore: rising: %w", err)
+		s.clamp(&p)
+		var rows []CostRow
+		if p.From.Before(p.To) {
+			groups, err := s.rollupGroups(ctx, p, func(t *dimTuple) string { return t.feature })
+			if err != nil {
+				return nil, fmt.Errorf("eventstore: rising: %w", err)
+			}
+			rows, _ = sortGroups(groups)
 		}
 		for _, r := range rows {
 			if _, ok := series[r.Key]; !ok {
@@ -203,18 +229,11 @@ type EvalReport struct {
 	Rows  []EvalRow `json:"rows"`
 }
 
-// evalDims maps Eval groupings to a column of the turn (t) or, for the
-// versions a turn's spans touched, of its spans (e).
+// evalDims are the Eval groupings: a turn attribute, or (prompt, model,
+// tool) the versions a turn's spans carried.
 var evalDims = map[string]string{
-	ByTotal:   "''",
-	ByFeature: "t.feature",
-	ByLocale:  "t.locale",
-	BySurface: "t.surface",
-	ByTier:    "t.user_tier",
-	ByGraph:   "t.graph_version",
-	ByPrompt:  "e.prompt_version",
-	ByModel:   "e.model_id",
-	ByTool:    "e.tool_id",
+	ByTotal: "", ByFeature: "", ByLocale: "", BySurface: "", ByTier: "", ByGraph: "",
+	ByPrompt: dimPrompt, ByModel: dimModel, ByTool: dimTool,
 }
 
 // Eval averages turn eval scores (set on the root span, or later by
@@ -226,71 +245,130 @@ func (s *Store) Eval(ctx context.Context, q Query) (EvalReport, error) {
 	if q.By == "" {
 		q.By = ByTotal
 	}
-	dim, ok := evalDims[q.By]
+	verDim, ok := evalDims[q.By]
 	if !ok {
 		return EvalReport{}, invalidf("unknown eval grouping %q", q.By)
 	}
 	if err := q.normalize(s.now()); err != nil {
 		return EvalReport{}, err
 	}
+	if err := s.sync(ctx); err != nil {
+		return EvalReport{}, err
+	}
+	rep := EvalReport{By: q.By, From: q.From.UTC(), To: q.To.UTC(), Rows: []EvalRow{}}
+	s.clamp(&q)
+	// Versions every matching turn must carry.
+	var need []int64
+	for _, v := range []verKey{{dimPrompt, q.PromptVersion}, {dimModel, q.ModelID}, {dimTool, q.ToolID}} {
+		if v.version == "" {
+			continue
+		}
+		vid, ok := s.dict.lookupVer(v)
+		if !ok {
+			return rep, nil
+		}
+		need = append(need, vid)
+	}
 	w := where{}
-	w.add("t.eval_score IS NOT NULL AND t.ts_start >= ? AND t.ts_start < ?", q.From.UnixMilli(), q.To.UnixMilli())
-	w.eq("t.graph_version", q.GraphVersion)
-	w.eq("t.feature", q.Feature)
-	w.eq("t.user_id_hash", q.User)
-	w.eq("t.trace_id", q.Trace)
-	for col, v := range map[string]string{"prompt_version": q.PromptVersion, "model_id": q.ModelID, "tool_id": q.ToolID} {
-		if v != "" {
-			w.add(`EXISTS (SELECT 1 FROM events x WHERE x.trace_id = t.trace_id AND x.`+col+` = ?)`, v)
+	w.add("eval_score IS NOT NULL AND ts_start >= ? AND ts_start < ?", q.From.UnixMilli(), q.To.UnixMilli())
+	w.eq("graph_version", q.GraphVersion)
+	w.eq("feature", q.Feature)
+	w.eq("user_id_hash", q.User)
+	w.eq("trace_id", q.Trace)
+	rs, err := s.r.QueryContext(ctx, `SELECT `+turnCols+` FROM turns INDEXED BY turns_eval WHERE `+w.String(), w.args...)
+	if err != nil {
+		return rep, fmt.Errorf("eventstore: eval: %w", err)
+	}
+	defer rs.Close()
+	type acc struct {
+		n             int64
+		sum, min, max float64
+	}
+	groups := map[string]*acc{}
+	var total acc
+	add := func(a *acc, v float64) {
+		if a.n == 0 || v < a.min {
+			a.min = v
+		}
+		if a.n == 0 || v > a.max {
+			a.max = v
+		}
+		a.n++
+		a.sum += v
+	}
+	for rs.Next() {
+		t, err := scanTurnState(rs)
+		if err != nil {
+			return rep, fmt.Errorf("eventstore: eval: %w", err)
+		}
+		if !t.carries(need) {
+			continue
+		}
+		v := *t.eval
+		add(&total, v)
+		var keys []string
+		switch q.By {
+		case ByTotal:
+			keys = []string{""}
+		case ByFeature:
+			keys = []string{t.feature}
+		case ByLocale:
+			keys = []string{t.locale}
+		case BySurface:
+			keys = []string{t.surface}
+		case ByTier:
+			keys = []string{t.tier}
+		case ByGraph:
+			keys = []string{t.graph}
+		default:
+			for _, vs := range t.vers {
+				if k := s.dict.ver(vs.vid); k.dim == verDim {
+					keys = append(keys, k.version)
+				}
+			}
+		}
+		for _, k := range keys {
+			g := groups[k]
+			if g == nil {
+				g = &acc{}
+				groups[k] = g
+			}
+			add(g, v)
 		}
 	}
-	join := ""
-	if dim[0] == 'e' {
-		join = ` JOIN events e ON e.trace_id = t.trace_id AND ` + dim + ` <> ''`
+	if err := rs.Err(); err != nil {
+		return rep, fmt.Errorf("eventstore: eval: %w", err)
 	}
-	src := `(SELECT DISTINCT t.trace_id, t.eval_score AS score, ` + dim + ` AS k FROM turns t` + join +
-		` WHERE ` + w.String() + `)`
-	rep := EvalReport{By: q.By, From: q.From.UTC(), To: q.To.UTC()}
-	rows, err := s.evalRows(ctx, `SELECT k, COUNT(*), AVG(score), MIN(score), MAX(score) FROM `+src+
-		` GROUP BY k ORDER BY COUNT(*) DESC, k LIMIT ?`, append(w.args, q.Limit)...)
-	if err != nil {
-		return rep, err
+	row := func(k string, a *acc) EvalRow {
+		r := EvalRow{Key: k, Turns: a.n, MinScore: a.min, MaxScore: a.max}
+		if a.n > 0 {
+			r.AvgScore = a.sum / float64(a.n)
+		}
+		return r
 	}
-	rep.Rows = rows
-	// The total counts each turn once, whatever the grouping.
-	tot, err := s.evalRows(ctx, `SELECT '', COUNT(*), AVG(eval_score), MIN(eval_score), MAX(eval_score)
-		FROM turns t WHERE `+w.String(), w.args...)
-	if err != nil {
-		return rep, err
+	for k, a := range groups {
+		rep.Rows = append(rep.Rows, row(k, a))
 	}
-	if len(tot) == 1 {
-		rep.Total = tot[0]
+	slices.SortFunc(rep.Rows, func(a, b EvalRow) int { return cmp.Or(cmp.Compare(b.Turns, a.Turns), cmp.Compare(a.Key, b.Key)) })
+	if len(rep.Rows) > q.Limit {
+		rep.Rows = rep.Rows[:q.Limit]
 	}
+	rep.Total = row("", &total)
 	return rep, nil
 }
 
-func (s *Store) evalRows(ctx context.Context, sqlText string, args ...any) ([]EvalRow, error) {
-	rs, err := s.r.QueryContext(ctx, sqlText, args...)
-	if err != nil {
-		return nil, fmt.Errorf("eventstore: eval: %w", err)
-	}
-	defer rs.Close()
-	out := []EvalRow{}
-	for rs.Next() {
-		var (
-			r             EvalRow
-			avg, min, max sql.NullFloat64
-		)
-		if err := rs.Scan(&r.Key, &r.Turns, &avg, &min, &max); err != nil {
-			return nil, fmt.Errorf("eventstore: eval: %w", err)
+// carries says the turn's spans carried every version in vids.
+func (t *turnState) carries(vids []int64) bool {
+	for _, vid := range vids {
+		found := false
+		for _, v := range t.vers {
+			found = found || v.vid == vid
 		}
-		r.AvgScore, r.MinScore, r.MaxScore = avg.Float64, min.Float64, max.Float64
-		out = append(out, r)
+		if !found {
+			return false
+		}
 	}
-	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("eventstore: eval: %w", err)
-	}
-	return out, nil
+	return true
 }
 
 // SetEvalScore records a judge's score after the fact. id is a trace id
@@ -307,49 +385,119 @@ func (s *Store) SetEvalScore(ctx context.Context, id string, score float64) erro
 	case 32:
 		trace = id
 	case 16:
-		err := s.w.QueryRowContext(ctx, `SELECT trace_id FROM turns WHERE root_span_id = ?`, id).Scan(&trace)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("eventstore: eval: span %s is not the root of a stored turn: %w", id, ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("eventstore: eval: %w", err)
-		}
 		span = id
 	case 48:
 		trace, span = id[:32], id[32:]
 	default:
 		return invalidf("id must be a trace id (32 hex), a root span id (16 hex) or trace+span (48 hex)")
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.syncLocked(ctx); err != nil {
+		return err
+	}
+	var turn *turnState
+	if trace == "" {
+		// A root span id alone: the turns are searched (no index by root).
+		row := s.w.QueryRowContext(ctx, `SELECT `+turnCols+` FROM turns WHERE root_span_id = ? LIMIT 1`, span)
+		t, err := scanTurnState(row)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("eventstore: eval: span %s is not the root of a stored turn: %w", span, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("eventstore: eval: %w", err)
+		}
+		turn, trace = t, t.trace
+	} else {
+		turns, err := s.findTurns(ctx, trace)
+		if err != nil {
+			return fmt.Errorf("eventstore: eval: %w", err)
+		}
+		for _, t := range turns {
+			if t.hasRoot() || turn == nil {
+				turn = t
+			}
+		}
+		if turn == nil {
+			return fmt.Errorf("eventstore: eval: trace %s: %w", trace, ErrNotFound)
+		}
+	}
+	if span == "" {
+		span = turn.root
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("eventstore: eval: %w", err)
 	}
 	defer tx.Rollback()
-	var root string
-	err = tx.QueryRowContext(ctx, `SELECT root_span_id FROM turns WHERE trace_id = ?`, trace).Scan(&root)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("eventstore: eval: trace %s: %w", trace, ErrNotFound)
-	}
+	found, err := s.setSpanEval(ctx, tx, turn, span, score)
 	if err != nil {
-		return fmt.Errorf("eventstore: eval: %w", err)
+		return err
 	}
-	if span == "" {
-		span = root
-	}
-	res, err := tx.ExecContext(ctx, `UPDATE events SET eval_score = ? WHERE trace_id = ? AND span_id = ?`, score, trace, span)
-	if err != nil {
-		return fmt.Errorf("eventstore: eval: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 && span != root {
+	if !found && span != turn.root {
 		return fmt.Errorf("eventstore: eval: span %s: %w", span, ErrNotFound)
 	}
-	if span == root {
-		if _, err := tx.ExecContext(ctx, `UPDATE turns SET eval_score = ? WHERE trace_id = ?`, score, trace); err != nil {
+	if span == turn.root {
+		// The turn's score, and each of its version rows.
+		turn.eval = &score
+		if _, err := tx.ExecContext(ctx, `UPDATE turns SET eval_score = ? WHERE minute = ? AND th = ?`, score, turn.minute(), turn.th); err != nil {
 			return fmt.Errorf("eventstore: eval: %w", err)
+		}
+		for i := range turn.vers {
+			if _, err := tx.ExecContext(ctx, `UPDATE turn_versions SET data = ? WHERE vid = ? AND ts_start = ? AND th = ?`,
+				turn.versionRow(&turn.vers[i]), turn.vers[i].vid, turn.ts, turn.th); err != nil {
+				return fmt.Errorf("eventstore: eval: %w", err)
+			}
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("eventstore: eval: %w", err)
 	}
 	return nil
+}
+
+// setSpanEval rewrites the stored span's record with the score; it
+// reports whether the span was found.
+func (s *Store) setSpanEval(ctx context.Context, tx *sql.Tx, turn *turnState, span string, score float64) (bool, error) {
+	rs, err := tx.QueryContext(ctx, `SELECT id, ts_start, data FROM events WHERE ts_start >= ? AND ts_start <= ? AND th = ? AND sh = ?`,
+		turn.ts, turn.last, turn.th, hashID(span))
+	if err != nil {
+		return false, fmt.Errorf("eventstore: eval: %w", err)
+	}
+	var (
+		dec spanDecoder
+		e   events.Event
+		id  int64
+		rec []byte
+	)
+	found := false
+	for rs.Next() && !found {
+		var (
+			ts   int64
+			data []byte
+		)
+		if err := rs.Scan(&id, &ts, &data); err != nil {
+			rs.Close()
+			return false, fmt.Errorf("eventstore: eval: %w", err)
+		}
+		if err := dec.decode(data, ts, &e); err != nil {
+			rs.Close()
+			return false, fmt.Errorf("eventstore: eval: %w", err)
+		}
+		if e.TraceID == turn.trace && e.SpanID == span {
+			e.Outcome.EvalScore = &score
+			rec = encodeSpan(nil, &e)
+			found = true
+		}
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return false, fmt.Errorf("eventstore: eval: %w", err)
+	}
+	if found {
+		if _, err := tx.ExecContext(ctx, `UPDATE events SET data = ? WHERE id = ?`, rec, id); err != nil {
+			return false, fmt.Errorf("eventstore: eval: %w", err)
+		}
+	}
+	return found, nil
 }

@@ -2,7 +2,6 @@ package eventstore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math"
 	"slices"
@@ -67,7 +66,11 @@ func (s *Store) Compare(ctx context.Context, dim, a, b string, from, to time.Tim
 	if err := q.normalize(s.now()); err != nil {
 		return CompareReport{}, err
 	}
+	if err := s.sync(ctx); err != nil {
+		return CompareReport{}, err
+	}
 	rep := CompareReport{Dim: dim, From: q.From.UTC(), To: q.To.UTC()}
+	s.clamp(&q)
 	var err error
 	if rep.A, err = s.compareSide(ctx, d, a, q); err != nil {
 		return rep, err
@@ -80,43 +83,33 @@ func (s *Store) Compare(ctx context.Context, dim, a, b string, from, to time.Tim
 
 func (s *Store) compareSide(ctx context.Context, dim, version string, q Query) (CompareSide, error) {
 	side := CompareSide{Version: version}
-	rs, err := s.r.QueryContext(ctx, `SELECT t.duration_ms, t.cost_usd, t.status, t.eval_score
-		FROM turn_versions v JOIN turns t ON t.trace_id = v.trace_id
-		WHERE v.dim = ? AND v.version = ? AND t.ts_start >= ? AND t.ts_start < ? AND t.root_span_id <> ''`,
-		dim, version, q.From.UnixMilli(), q.To.UnixMilli())
-	if err != nil {
-		return side, fmt.Errorf("eventstore: compare: %w", err)
+	vid, ok := s.dict.lookupVer(verKey{dim, version})
+	if !ok {
+		return side, nil
 	}
-	defer rs.Close()
 	var (
 		durations []int64
 		evalSum   float64
 	)
-	for rs.Next() {
-		var (
-			dur    int64
-			cost   float64
-			status string
-			eval   sql.NullFloat64
-		)
-		if err := rs.Scan(&dur, &cost, &status, &eval); err != nil {
-			return side, fmt.Errorf("eventstore: compare: %w", err)
+	err := s.turnVersions(ctx, vid, q.From.UnixMilli(), q.To.UnixMilli(), func(tv *turnVersion) {
+		if !tv.hasRoot {
+			return
 		}
 		side.Turns++
-		side.CostUSD += cost
-		durations = append(durations, dur)
-		switch status {
+		side.CostUSD += tv.cost
+		durations = append(durations, tv.duration)
+		switch tv.status {
 		case "failed":
 			side.Errors++
 		case "fallback":
 			side.Fallbacks++
 		}
-		if eval.Valid {
+		if tv.eval != nil {
 			side.EvalCount++
-			evalSum += eval.Float64
+			evalSum += *tv.eval
 		}
-	}
-	if err := rs.Err(); err != nil {
+	})
+	if err != nil {
 		return side, fmt.Errorf("eventstore: compare: %w", err)
 	}
 	side.finish(durations, evalSum)

@@ -6,10 +6,14 @@
 // one query, cost over time, the versions seen, two versions side by side
 // (is this canary safe to ramp?) and every span of one trace.
 //
-// Raw spans live in one table; roll-ups (per minute × attribution ×
-// versions, and per trace) are maintained inside the same transaction as
-// the insert, so aggregate views never scan raw spans except for the
-// partial minutes at the edges of a time range.
+// Spans are stored as they arrive, one compact record each, and Write
+// returns once they are committed. Roll-ups (per time bucket × attribution
+// × versions, at widths from a minute to a day), one row per turn, and per
+// turn the versions its spans carried are derived from them in batches, so
+// that aggregate views read few rows and ingest writes each derived row
+// once per batch rather than once per span; a view first brings them up to
+// date, so it always sees every span written before it. See schema.go for
+// the layout and materialize.go for the derivation.
 package eventstore
 
 import (
@@ -23,6 +27,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fmgate/fmgate/internal/events"
@@ -41,25 +46,49 @@ type Config struct {
 	Retention time.Duration `yaml:"retention"`
 	// Batch is the most spans inserted in one transaction; a larger Write
 	// (a write-ahead-log replay) is split so readers are not starved. Default
-	// 1000; limit 100000.
+	// 5000; limit 100000.
 	Batch int `yaml:"batch"`
 	// RetentionInterval is how often the retention loop runs. Default 1h.
 	RetentionInterval time.Duration `yaml:"retentionInterval"`
+	// MaterializeSpans is how many spans' contributions to the roll-ups and
+	// turns are summed in memory before they are written; a view writes
+	// them first whatever their number, and Open recomputes them from the
+	// spans after a crash. Larger is a faster ingest, a longer first view
+	// after a burst and a longer recovery. Default 100000; limit 1000000.
+	MaterializeSpans int `yaml:"materializeSpans"`
+	// MaterializeInterval is the longest the sums of a written span wait
+	// before they are written, so that the file alone is never far behind.
+	// Default 2s.
+	MaterializeInterval time.Duration `yaml:"materializeInterval"`
+	// TurnWindow is the longest a turn is expected to last: a span starting
+	// up to this long after its turn's first span is summed into the same
+	// turn row without a search. Later spans of the turn are found by a
+	// search of this window before them, so a turn lasting longer than it
+	// may be stored as two rows (its cost is still counted once). Default
+	// 15m; at least 1m.
+	TurnWindow time.Duration `yaml:"turnWindow"`
 }
 
 // DefaultConfig returns the MangaAssist defaults: var/events.db, 30 days,
-// 1000 spans per transaction, pruned hourly.
+// 5000 spans per transaction, pruned hourly, materialized every 100000
+// spans or 2 s, turns up to 15 minutes long.
 func DefaultConfig() Config {
 	return Config{
-		Path:              "var/events.db",
-		Retention:         30 * 24 * time.Hour,
-		Batch:             1000,
-		RetentionInterval: time.Hour,
+		Path:                "var/events.db",
+		Retention:           30 * 24 * time.Hour,
+		Batch:               5000,
+		RetentionInterval:   time.Hour,
+		MaterializeSpans:    100000,
+		MaterializeInterval: 2 * time.Second,
+		TurnWindow:          15 * time.Minute,
 	}
 }
 
-// maxBatch bounds one insert transaction.
-const maxBatch = 100000
+// Limits of a Config.
+const (
+	maxBatch       = 100000
+	maxMaterialize = 1000000
+)
 
 // Validate reports every problem in c, each as "field: problem".
 func (c Config) Validate() error {
@@ -76,6 +105,15 @@ func (c Config) Validate() error {
 	if c.RetentionInterval <= 0 {
 		errs = append(errs, errors.New("retentionInterval: must be > 0"))
 	}
+	if c.MaterializeSpans <= 0 || c.MaterializeSpans > maxMaterialize {
+		errs = append(errs, fmt.Errorf("materializeSpans: must be in 1..%d", maxMaterialize))
+	}
+	if c.MaterializeInterval <= 0 {
+		errs = append(errs, errors.New("materializeInterval: must be > 0"))
+	}
+	if c.TurnWindow < time.Minute {
+		errs = append(errs, errors.New("turnWindow: must be at least 1m"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -87,11 +125,29 @@ type Store struct {
 	now func() time.Time
 	log *slog.Logger
 
-	w *sql.DB // one connection: SQLite has one writer
-	r *sql.DB // readers; the same pool as w for ":memory:"
+	w    *sql.DB // one connection: SQLite has one writer
+	r    *sql.DB // readers; the same pool as w for ":memory:"
+	ckpt *sql.DB // checkpoints; nil for ":memory:"
 
-	ins  *sql.Stmt // one span
-	insN *sql.Stmt // insertRows spans
+	// Statements prepared once on w.
+	ins, upsertRollup, insTurn, insVer *ladder
+	stmts                              map[string]*sql.Stmt // preparedSQL by text
+
+	dict   dicts
+	pruned atomic.Int64 // spans that started before this are gone (ms)
+
+	// mu serializes the writers (Write, materialization, SetEvalScore,
+	// Prune) and guards what follows.
+	mu        sync.Mutex
+	closed    bool
+	stale     bool     // the in-memory state must be rebuilt (recoverLocked)
+	pend      *pending // sums not yet materialized
+	pendSince time.Time
+	wm        int64 // events materialized: ids up to wm
+	lastID    int64 // highest events id stored
+	maxTS     int64 // latest span start seen
+	known     map[int64]int64
+	knownLo   int64 // known holds every stored turn from this minute on
 
 	stop      context.CancelFunc
 	done      chan struct{}
@@ -99,8 +155,10 @@ type Store struct {
 	closeErr  error
 }
 
-// Open opens (creating if needed) the store at cfg.Path and starts the
-// retention loop when cfg.Retention > 0. now is the clock (nil: time.Now).
+// Open opens (creating if needed) the store at cfg.Path, brings the
+// derived tables up to date with the spans stored (after a crash, those
+// above the last materialization) and starts the retention loop when
+// cfg.Retention > 0. now is the clock (nil: time.Now).
 func Open(ctx context.Context, cfg Config, now func() time.Time) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("eventstore: config: %w", err)
@@ -108,7 +166,7 @@ func Open(ctx context.Context, cfg Config, now func() time.Time) (*Store, error)
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{cfg: cfg, now: now, log: slog.Default(), done: make(chan struct{})}
+	s := &Store{cfg: cfg, now: now, log: slog.Default(), done: make(chan struct{}), stale: true}
 	var err error
 	if cfg.Path == ":memory:" {
 		// Each connection to ":memory:" is its own database: share one.
@@ -123,7 +181,10 @@ func Open(ctx context.Context, cfg Config, now func() time.Time) (*Store, error)
 			return nil, fmt.Errorf("eventstore: %w", err)
 		}
 		u := "file:" + (&url.URL{Path: cfg.Path}).EscapedPath()
-		s.w, err = sql.Open("sqlite", u+"?"+pragmas(false)+"&_txlock=immediate")
+		// The writer never checkpoints: copying the write-ahead log into
+		// the database (and its fsync) would stall every thousandth
+		// commit. checkpointLoop does it on a connection of its own.
+		s.w, err = sql.Open("sqlite", u+"?"+pragmas(false)+"&_pragma=wal_autocheckpoint(0)&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("eventstore: open: %w", err)
 		}
@@ -134,6 +195,13 @@ func Open(ctx context.Context, cfg Config, now func() time.Time) (*Store, error)
 			return nil, fmt.Errorf("eventstore: open: %w", err)
 		}
 		s.r.SetMaxOpenConns(4)
+		s.ckpt, err = sql.Open("sqlite", u+"?"+pragmas(false))
+		if err != nil {
+			s.w.Close()
+			s.r.Close()
+			return nil, fmt.Errorf("eventstore: open: %w", err)
+		}
+		s.ckpt.SetMaxOpenConns(1)
 	}
 	s.w.SetConnMaxLifetime(0)
 	s.w.SetMaxIdleConns(1)
@@ -141,14 +209,47 @@ func Open(ctx context.Context, cfg Config, now func() time.Time) (*Store, error)
 		s.closeDBs()
 		return nil, err
 	}
+	if err := s.sync(ctx); err != nil {
+		s.closeDBs()
+		return nil, err
+	}
 	loopCtx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
+	var loops sync.WaitGroup
 	if cfg.Retention > 0 {
-		go s.retentionLoop(loopCtx)
-	} else {
-		close(s.done)
+		loops.Go(func() { s.retentionLoop(loopCtx) })
 	}
+	if s.ckpt != nil {
+		loops.Go(func() { s.checkpointLoop(loopCtx) })
+	}
+	go func() {
+		loops.Wait()
+		close(s.done)
+	}()
 	return s, nil
+}
+
+// checkpointInterval is how often checkpointLoop copies the write-ahead
+// log into the database.
+const checkpointInterval = 250 * time.Millisecond
+
+// checkpointLoop copies committed transactions from the write-ahead log
+// into the database file, on its own connection so that the writer never
+// waits for it. PASSIVE never blocks readers or the writer; the log is
+// reused from its start once every frame in it has been copied.
+func (s *Store) checkpointLoop(ctx context.Context) {
+	t := time.NewTicker(checkpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := s.ckpt.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`); err != nil && ctx.Err() == nil {
+			s.log.Warn("eventstore: checkpoint", "err", err)
+		}
+	}
 }
 
 // pragmas are applied by the driver to every new connection. NORMAL
@@ -170,12 +271,9 @@ func pragmas(readOnly bool) string {
 
 // schemaVersion is stored in the file's user_version. A file written with
 // another layout is emptied and recreated at Open (its tables are dropped):
-// the store keeps derived, short-lived data, and converting every stored
-// span would make Open slow in proportion to the file.
-const schemaVersion = 2
-
-// knownTables are every table any layout of the store created.
-var knownTables = []string{"events", "cost_minute", "turns", "turn_versions"}
+// the store keeps short-lived operational data, and converting every
+// stored span would make Open slow in proportion to the file.
+const schemaVersion = 3
 
 func (s *Store) init(ctx context.Context) error {
 	var v int
@@ -195,12 +293,29 @@ func (s *Store) init(ctx context.Context) error {
 	if _, err := s.w.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
 		return fmt.Errorf("eventstore: schema: %w", err)
 	}
-	var err error
-	if s.ins, err = s.w.PrepareContext(ctx, insertSQL(1)); err != nil {
-		return fmt.Errorf("eventstore: prepare: %w", err)
+	for _, p := range []struct {
+		l      **ladder
+		sqlFor func(int) string
+		sizes  []int
+	}{
+		{&s.ins, insertSQL, []int{256, 32, 4, 1}},
+		{&s.upsertRollup, rollupSQL, []int{64, 8, 1}},
+		{&s.insTurn, insertTurnSQL, []int{32, 4, 1}},
+		{&s.insVer, insertVersionSQL, []int{128, 16, 1}},
+	} {
+		l, err := prepareLadder(ctx, s.w, p.sqlFor, p.sizes...)
+		if err != nil {
+			return err
+		}
+		*p.l = l
 	}
-	if s.insN, err = s.w.PrepareContext(ctx, insertSQL(insertRows)); err != nil {
-		return fmt.Errorf("eventstore: prepare: %w", err)
+	s.stmts = map[string]*sql.Stmt{}
+	for _, q := range preparedSQL {
+		st, err := s.w.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("eventstore: prepare: %w", err)
+		}
+		s.stmts[q] = st
 	}
 	return nil
 }
@@ -236,17 +351,43 @@ func (s *Store) dropOld(ctx context.Context, old int) error {
 	return nil
 }
 
+func insertSQL(rows int) string {
+	return `INSERT INTO events (ts_start, th, sh, data) VALUES ` + strings.Repeat("(?,?,?,?),", rows-1) +
+		`(?,?,?,?) ON CONFLICT DO NOTHING`
+}
+
+// hashID is FNV-1a over s, as a signed 64-bit integer (SQLite's). It is
+// part of the file format: it must never change.
+func hashID(s string) int64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return int64(h)
+}
+
 // Name is "eventstore".
 func (s *Store) Name() string { return "eventstore" }
 
 // Durable is true: the emitter replays its write-ahead log to the store.
 func (s *Store) Durable() bool { return true }
 
-// Write stores a batch of spans, at most cfg.Batch per transaction. A span
-// already stored (same trace_id and span_id) is skipped, so replays are
-// harmless; a span older than the retention window is skipped too, since
-// the next prune would drop it.
+// Write stores a batch of spans, at most cfg.Batch per transaction, and
+// returns once they are committed. A span already stored (same start,
+// trace_id and span_id) is skipped, so replays are harmless; a span older
+// than the retention window or the last Prune is skipped too.
+//
+// Deduplication compares 64-bit hashes of the trace and span ids within
+// the same millisecond of start: two different spans of one trace would
+// have to start in the same millisecond and have span ids whose hashes
+// collide to be taken for one another.
 func (s *Store) Write(ctx context.Context, batch []events.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.recoverLocked(ctx); err != nil {
+		return err
+	}
 	for len(batch) > 0 {
 		n := min(len(batch), s.cfg.Batch)
 		if err := s.writeTx(ctx, batch[:n]); err != nil {
@@ -257,10 +398,32 @@ func (s *Store) Write(ctx context.Context, batch []events.Event) error {
 	return nil
 }
 
+// newSpan is one span being written.
+type newSpan struct {
+	e      *events.Event
+	ts     int64
+	th, sh int64
+}
+
 func (s *Store) writeTx(ctx context.Context, batch []events.Event) (err error) {
-	var cutoff int64
+	if s.closed {
+		return errClosed
+	}
+	cutoff := s.pruned.Load()
 	if s.cfg.Retention > 0 {
-		cutoff = s.now().Add(-s.cfg.Retention).UnixMilli()
+		cutoff = max(cutoff, s.now().Add(-s.cfg.Retention).UnixMilli())
+	}
+	spans := make([]newSpan, 0, len(batch))
+	for i := range batch {
+		e := &batch[i]
+		ts := unixMilli(e.TSStart)
+		if ts < cutoff {
+			continue
+		}
+		spans = append(spans, newSpan{e: e, ts: ts, th: hashID(e.TraceID), sh: hashID(e.SpanID)})
+	}
+	if len(spans) == 0 {
+		return nil
 	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -271,54 +434,108 @@ func (s *Store) writeTx(ctx context.Context, batch []events.Event) (err error) {
 			tx.Rollback()
 		}
 	}()
-	// Rowids only grow while this connection is the only writer, so the
-	// spans this transaction adds are exactly those above the current max:
-	// the roll-ups aggregate those and nothing a duplicate would re-add.
-	var last int64
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM events`).Scan(&last); err != nil {
-		return fmt.Errorf("eventstore: write: %w", err)
-	}
-	ins, insN := tx.StmtContext(ctx, s.ins), tx.StmtContext(ctx, s.insN)
-	args := make([]any, 0, insertColumns*insertRows)
-	flush := func(stmt *sql.Stmt) error {
-		_, err := stmt.ExecContext(ctx, args...)
-		args = args[:0]
+	stored, last, err := s.insertSpans(ctx, tx, spans)
+	if err != nil {
 		return err
 	}
-	kept := 0
-	for i := range batch {
-		e := &batch[i]
-		ts := unixMilli(e.TSStart)
-		if s.cfg.Retention > 0 && ts < cutoff {
-			continue
-		}
-		kept++
-		args = appendArgs(args, e, ts)
-		if len(args) == cap(args) {
-			if err := flush(insN); err != nil {
-				return fmt.Errorf("eventstore: insert: %w", err)
-			}
+	// Sum the new spans into the pending state; materialize in this
+	// transaction when due. A failure from here on leaves the pending
+	// state ahead of the database: it is rebuilt (stale).
+	if len(stored) > 0 && s.pend.spans == 0 {
+		s.pendSince = s.now()
+	}
+	for _, sp := range stored {
+		s.addPending(s.pend, sp.e, sp.ts)
+		s.maxTS = max(s.maxTS, sp.ts)
+	}
+	s.pend.lastID = max(s.pend.lastID, last)
+	flush := s.flushDue()
+	if flush {
+		if err = s.flushTx(ctx, tx); err != nil {
+			s.stale = true
+			return err
 		}
 	}
-	for len(args) > 0 {
-		rest := args[insertColumns:]
-		args = args[:insertColumns]
-		if err := flush(ins); err != nil {
-			return fmt.Errorf("eventstore: insert: %w", err)
-		}
-		args = append(args, rest...)
-	}
-	if kept > 0 {
-		for _, q := range rollups {
-			if _, err := tx.ExecContext(ctx, q, last); err != nil {
-				return fmt.Errorf("eventstore: roll-up: %w", err)
-			}
-		}
-	}
-	if err := tx.Commit(); err != nil {
+	if err = tx.Commit(); err != nil {
+		s.stale = true
 		return fmt.Errorf("eventstore: commit: %w", err)
 	}
+	s.lastID = max(s.lastID, last)
+	if flush {
+		s.flushed()
+	}
 	return nil
+}
+
+// insertSpans inserts the spans and returns those actually stored (not
+// already there) and the highest id given.
+func (s *Store) insertSpans(ctx context.Context, tx *sql.Tx, spans []newSpan) ([]newSpan, int64, error) {
+	last := s.lastID
+	stored := make([]newSpan, 0, len(spans))
+	args := make([]any, 0, 4*len(spans))
+	buf := make([]byte, 0, 160*len(spans))
+	for _, sp := range spans {
+		start := len(buf)
+		buf = encodeSpan(buf, sp.e)
+		args = append(args, sp.ts, sp.th, sp.sh, buf[start:len(buf):len(buf)])
+	}
+	err := s.ins.exec(ctx, tx, 4, args, func(res sql.Result, from, n int) error {
+		got, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if got == 0 {
+			return nil
+		}
+		chunk := spans[from : from+n]
+		if got == int64(n) {
+			stored = append(stored, chunk...)
+		} else {
+			// Some were already stored (a replay): the new ones are the
+			// rows above the previous highest id.
+			kept, err := newRows(ctx, tx, last, chunk)
+			if err != nil {
+				return err
+			}
+			stored = append(stored, kept...)
+		}
+		last, err = res.LastInsertId()
+		return err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("eventstore: insert: %w", err)
+	}
+	return stored, last, nil
+}
+
+// newRows returns the spans of chunk stored with ids above last.
+func newRows(ctx context.Context, tx *sql.Tx, last int64, chunk []newSpan) ([]newSpan, error) {
+	type key struct{ ts, th, sh int64 }
+	rs, err := tx.QueryContext(ctx, `SELECT ts_start, th, sh FROM events WHERE id > ?`, last)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: insert: %w", err)
+	}
+	defer rs.Close()
+	added := map[key]bool{}
+	for rs.Next() {
+		var k key
+		if err := rs.Scan(&k.ts, &k.th, &k.sh); err != nil {
+			return nil, fmt.Errorf("eventstore: insert: %w", err)
+		}
+		added[k] = true
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("eventstore: insert: %w", err)
+	}
+	var kept []newSpan
+	for _, sp := range chunk {
+		k := key{sp.ts, sp.th, sp.sh}
+		if added[k] {
+			kept = append(kept, sp)
+			delete(added, k) // a span twice in one batch is stored once
+		}
+	}
+	return kept, nil
 }
 
 func unixMilli(t time.Time) int64 {
@@ -328,81 +545,56 @@ func unixMilli(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-func appendArgs(args []any, e *events.Event, ts int64) []any {
-	var eval any
-	if e.Outcome.EvalScore != nil {
-		eval = *e.Outcome.EvalScore
-	}
-	args = args[:len(args)+insertColumns]
-	a := args[len(args)-insertColumns:]
-	a[0] = e.TraceID
-	a[1] = e.SpanID
-	a[2] = e.ParentSpanID
-	a[3] = e.WorkflowID
-	a[4] = e.UserIDHash
-	a[5] = e.SessionID
-	a[6] = ts
-	a[7] = unixMilli(e.TSEnd)
-	a[8] = e.DurationMS
-	a[9] = e.Name
-	a[10] = e.MustPersist
-	a[11] = e.Node.GraphVersion
-	a[12] = e.Node.NodeID
-	a[13] = string(e.Node.InvocationMode)
-	a[14] = string(e.Artifact.ArtifactKind)
-	a[15] = e.Artifact.ModelID
-	a[16] = e.Artifact.PromptVersion
-	a[17] = e.Artifact.ToolID
-	a[18] = e.Artifact.ToolVersion
-	a[19] = e.Artifact.SubAgentID
-	a[20] = e.Artifact.SubAgentVersion
-	a[21] = e.Resource.TokensIn
-	a[22] = e.Resource.TokensOut
-	a[23] = finite(e.Resource.CostUSD)
-	a[24] = string(e.Resource.CacheHit)
-	a[25] = strings.Join(e.Resource.CapabilityFlagsActive, ",")
-	a[26] = string(e.Outcome.Status)
-	a[27] = e.Outcome.ErrorCode
-	a[28] = e.Outcome.FallbackUsed
-	a[29] = eval
-	a[30] = e.Attribution.Feature
-	a[31] = e.Attribution.Surface
-	a[32] = e.Attribution.Locale
-	a[33] = e.Attribution.UserTier
-	a[34] = e.Attribution.Priority
-	return args
-}
-
-// Prune deletes spans that started before before, with their per-minute
-// roll-ups and the turns that started before it. It deletes in chunks so
-// that writers are not blocked for long.
+// Prune deletes spans that started before before, the turns that started
+// before it and the roll-up buckets that ended by then; views no longer
+// look before it.
 func (s *Store) Prune(ctx context.Context, before time.Time) error {
-	b := before.UnixMilli()
-	steps := []string{
-		`DELETE FROM events WHERE id IN (SELECT id FROM events WHERE ts_start < ? LIMIT 20000)`,
-		`DELETE FROM turn_versions WHERE trace_id IN (SELECT trace_id FROM turns WHERE ts_start < ?1)`,
-		`DELETE FROM turns WHERE trace_id IN (SELECT trace_id FROM turns WHERE ts_start < ? LIMIT 20000)`,
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.syncLocked(ctx); err != nil {
+		return err
 	}
-	for _, q := range steps {
+	b := max(before.UnixMilli(), s.pruned.Load())
+	if _, err := s.w.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'pruned_before'`, b); err != nil {
+		return fmt.Errorf("eventstore: prune: %w", err)
+	}
+	s.pruned.Store(b)
+	minute := floorTo(b, minuteMS) / minuteMS
+	type step struct {
+		sql    string
+		args   []any
+		repeat bool // deletes in chunks until none is left
+	}
+	steps := []step{
+		{`DELETE FROM events WHERE id IN (SELECT id FROM events WHERE ts_start < ? LIMIT 20000)`, []any{b}, true},
+		{`DELETE FROM turns WHERE (minute, th) IN (SELECT minute, th FROM turns WHERE minute < ? LIMIT 20000)`, []any{minute}, true},
+		{`DELETE FROM turns WHERE minute = ? AND ts_start < ?`, []any{minute, b}, false},
+	}
+	_, vers := s.dict.sizes()
+	for vid := 1; vid <= vers; vid++ {
+		steps = append(steps, step{`DELETE FROM turn_versions WHERE (vid, ts_start, th) IN
+			(SELECT vid, ts_start, th FROM turn_versions WHERE vid = ? AND ts_start < ? LIMIT 20000)`, []any{vid, b}, true})
+	}
+	for _, ls := range [][]level{coarseLevels, fineLevels} {
+		for _, l := range ls {
+			steps = append(steps, step{`DELETE FROM rollup WHERE lvl = ? AND bucket <= ?`, []any{l.id, b - l.width}, false})
+		}
+	}
+	for _, st := range steps {
 		for ctx.Err() == nil {
-			res, err := s.w.ExecContext(ctx, q, b)
+			res, err := s.w.ExecContext(ctx, st.sql, st.args...)
 			if err != nil {
 				return fmt.Errorf("eventstore: prune: %w", err)
 			}
-			if n, _ := res.RowsAffected(); n == 0 {
+			if n, _ := res.RowsAffected(); n == 0 || !st.repeat {
 				break
 			}
 		}
-	}
-	// The minute roll-up's key starts with the minute: one range delete.
-	if _, err := s.w.ExecContext(ctx, `DELETE FROM cost_minute WHERE minute < ?`, b); err != nil {
-		return fmt.Errorf("eventstore: prune: %w", err)
 	}
 	return ctx.Err()
 }
 
 func (s *Store) retentionLoop(ctx context.Context) {
-	defer close(s.done)
 	t := time.NewTicker(s.cfg.RetentionInterval)
 	defer t.Stop()
 	for {
@@ -417,26 +609,34 @@ func (s *Store) retentionLoop(ctx context.Context) {
 	}
 }
 
-// Close stops the retention loop and closes the database. It is safe to
-// call more than once.
+// Close stops the retention loop, writes the pending sums and closes the
+// database. It is safe to call more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.stop()
 		<-s.done
-		s.closeErr = s.closeDBs()
+		s.mu.Lock()
+		err := s.syncLocked(context.Background())
+		s.closed = true
+		s.mu.Unlock()
+		s.closeErr = errors.Join(err, s.closeDBs())
 	})
 	return s.closeErr
 }
 
 func (s *Store) closeDBs() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{s.ins, s.insN} {
-		if st != nil {
-			errs = append(errs, st.Close())
-		}
+	for _, l := range []*ladder{s.ins, s.upsertRollup, s.insTurn, s.insVer} {
+		errs = append(errs, l.close())
+	}
+	for _, st := range s.stmts {
+		errs = append(errs, st.Close())
 	}
 	if s.r != nil && s.r != s.w {
 		errs = append(errs, s.r.Close())
+	}
+	if s.ckpt != nil {
+		errs = append(errs, s.ckpt.Close())
 	}
 	errs = append(errs, s.w.Close())
 	if err := errors.Join(errs...); err != nil {

@@ -3,9 +3,9 @@ package eventstore
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -87,16 +87,16 @@ func (s *Store) Series(ctx context.Context, q Query, step time.Duration) (Series
 	for i := range rep.Points {
 		rep.Points[i].T = time.UnixMilli(origin + int64(i)*stepMS).UTC()
 	}
-	bucket := fmt.Sprintf("((%%s - %d) / %d)", origin, stepMS)
-	rows, err := s.minuteGroups(ctx, q, fmt.Sprintf(bucket, "minute"), fmt.Sprintf(bucket, "ts_start"))
-	if err != nil {
+	if err := s.sync(ctx); err != nil {
+		return rep, err
+	}
+	s.clamp(&q)
+	sums := make([]agg, n)
+	if err := s.seriesSums(ctx, q, origin, stepMS, sums); err != nil {
 		return rep, fmt.Errorf("eventstore: series: %w", err)
 	}
-	for _, r := range rows {
-		i := r.key
-		if i < 0 || i >= int64(n) {
-			continue
-		}
+	for i := range sums {
+		r := sums[i].row("")
 		p := &rep.Points[i]
 		p.Turns, p.Spans, p.Errors, p.Fallbacks = r.Turns, r.Spans, r.Errors, r.Fallbacks
 		p.TokensIn, p.TokensOut, p.CostUSD, p.AvgLatencyMS = r.TokensIn, r.TokensOut, r.CostUSD, r.AvgLatencyMS
@@ -104,86 +104,65 @@ func (s *Store) Series(ctx context.Context, q Query, step time.Duration) (Series
 	return rep, nil
 }
 
+// seriesSums adds the spans of [q.From, q.To) matching q's filters to
+// sums, one per step of stepMS from origin. The middle comes from the
+// coarsest roll-up level whose buckets divide the step, so that each
+// bucket falls in one step; the partial buckets at the edges are planned
+// like any range (they lie within one step each).
+func (s *Store) seriesSums(ctx context.Context, q Query, origin, stepMS int64, sums []agg) error {
+	from, to := q.From.UnixMilli(), q.To.UnixMilli()
+	if from >= to {
+		return nil
+	}
+	var l level
+	for _, l = range coarseLevels {
+		if stepMS%l.width == 0 {
+			break
+		}
+	}
+	edge := func(lo, hi int64) error {
+		if lo >= hi {
+			return nil
+		}
+		i := (lo - origin) / stepMS
+		groups, err := s.rollupGroups(ctx, Query{By: ByTotal, From: time.UnixMilli(lo), To: time.UnixMilli(hi),
+			GraphVersion: q.GraphVersion, PromptVersion: q.PromptVersion, ModelID: q.ModelID, ToolID: q.ToolID,
+			Feature: q.Feature}, func(*dimTuple) string { return "" })
+		if err != nil {
+			return err
+		}
+		if g := groups[""]; g != nil && i >= 0 && i < int64(len(sums)) {
+			sums[i].merge(g)
+		}
+		return nil
+	}
+	a, b := ceilTo(from, l.width), floorTo(to, l.width)
+	if a > b {
+		// Inside one bucket, so inside one step.
+		return edge(from, to)
+	}
+	if err := edge(from, a); err != nil {
+		return err
+	}
+	if a < b {
+		group := fmt.Sprintf("(bucket - %d) / %d", origin, stepMS)
+		err := s.bucketSums(ctx, q, false, planPart{lvl: &l, from: a, to: b}, group, func(i int64, g *agg) {
+			if i >= 0 && i < int64(len(sums)) {
+				sums[i].merge(g)
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return edge(b, to)
+}
+
 // seriesPoints is the number of steps of stepMS from the boundary at or
 // before from up to to.
 func seriesPoints(from, to, stepMS int64) int64 {
 	origin := floorTo(from, stepMS)
 	return (to - origin + stepMS - 1) / stepMS
-}
-
-func floorTo(ms, step int64) int64 {
-	m := ms / step * step
-	if m > ms {
-		m -= step
-	}
-	return m
-}
-
-// intRow is a CostRow keyed by an integer expression.
-type intRow struct {
-	key int64
-	CostRow
-	first, last int64 // earliest and latest span start
-}
-
-// minuteGroups sums the spans selected by q's filters in [q.From, q.To),
-// grouped by an integer expression of the minute roll-up (minuteKey) and
-// the same expression of raw spans (spanKey), for the partial minutes at
-// the edges.
-func (s *Store) minuteGroups(ctx context.Context, q Query, minuteKey, spanKey string) ([]intRow, error) {
-	from, to := q.From.UnixMilli(), q.To.UnixMilli()
-	m0, m1 := ceilMinute(from), floorMinute(to)
-	var parts []string
-	var args []any
-	raw := func(a, b int64) {
-		w := where{}
-		w.add("ts_start >= ? AND ts_start < ?", a, b)
-		versionFilters(&w, &q, "")
-		parts = append(parts, `SELECT `+spanKey+` AS k, `+spanAgg+`, ts_start AS first_ts, ts_start AS last_ts FROM events WHERE `+w.String())
-		args = append(args, w.args...)
-	}
-	if m0 >= m1 {
-		raw(from, to)
-	} else {
-		w := where{}
-		w.add("minute >= ? AND minute < ?", m0, m1)
-		versionFilters(&w, &q, "")
-		parts = append(parts, `SELECT `+minuteKey+` AS k, spans, turns, tokens_in, tokens_out, cost_usd, errors, fallbacks, latency_ms, first_ts, last_ts FROM cost_minute WHERE `+w.String())
-		args = append(args, w.args...)
-		if from < m0 {
-			raw(from, m0)
-		}
-		if m1 < to {
-			raw(m1, to)
-		}
-	}
-	union := parts[0]
-	for _, p := range parts[1:] {
-		union += " UNION ALL " + p
-	}
-	rs, err := s.r.QueryContext(ctx, `SELECT k, `+aggCols+`, MIN(first_ts), MAX(last_ts) FROM (`+union+`) GROUP BY k`, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rs.Close()
-	var out []intRow
-	for rs.Next() {
-		var (
-			r   intRow
-			lat int64
-			c   sql.NullFloat64
-		)
-		if err := rs.Scan(&r.key, &r.Spans, &r.Turns, &r.TokensIn, &r.TokensOut, &c, &r.Errors, &r.Fallbacks, &lat, &r.first, &r.last); err != nil {
-			return nil, err
-		}
-		r.CostUSD = c.Float64
-		r.finish()
-		if r.Spans > 0 {
-			r.AvgLatencyMS = float64(lat) / float64(r.Spans)
-		}
-		out = append(out, r)
-	}
-	return out, rs.Err()
 }
 
 // VersionSeen is one version of an artifact seen in a range.
@@ -212,84 +191,43 @@ func (s *Store) Versions(ctx context.Context, from, to time.Time) (VersionsRepor
 	if err := q.normalize(s.now()); err != nil {
 		return VersionsReport{}, err
 	}
-	rep := VersionsReport{}
-	for _, d := range []struct {
-		col string
-		out *[]VersionSeen
-	}{{"graph_version", &rep.Graph}, {"prompt_version", &rep.Prompt}, {"model_id", &rep.Model}, {"tool_id", &rep.Tool}} {
-		list, err := s.versionsOf(ctx, q, d.col)
-		if err != nil {
-			return rep, fmt.Errorf("eventstore: versions: %w", err)
+	if err := s.sync(ctx); err != nil {
+		return VersionsReport{}, err
+	}
+	s.clamp(&q)
+	rep := VersionsReport{Graph: []VersionSeen{}, Prompt: []VersionSeen{}, Model: []VersionSeen{}, Tool: []VersionSeen{}}
+	if !q.From.Before(q.To) {
+		return rep, nil
+	}
+	// Group by the whole coarse tuple, then fold per dimension.
+	groups, err := s.rollupGroups(ctx, q, func(t *dimTuple) string {
+		return strings.Join([]string{t.graph, t.prompt, t.model, t.tool}, "\x00")
+	})
+	if err != nil {
+		return rep, fmt.Errorf("eventstore: versions: %w", err)
+	}
+	seen := [4]map[string]*agg{{}, {}, {}, {}}
+	for k, a := range groups {
+		for i, v := range strings.Split(k, "\x00") {
+			if v == "" {
+				continue
+			}
+			g := seen[i][v]
+			if g == nil {
+				g = &agg{}
+				seen[i][v] = g
+			}
+			g.merge(a)
 		}
-		*d.out = list
+	}
+	for i, out := range []*[]VersionSeen{&rep.Graph, &rep.Prompt, &rep.Model, &rep.Tool} {
+		for v, a := range seen[i] {
+			*out = append(*out, VersionSeen{Version: v, Spans: a.spans,
+				FirstSeen: time.UnixMilli(a.first).UTC(), LastSeen: time.UnixMilli(a.last).UTC()})
+		}
+		slices.SortFunc(*out, func(a, b VersionSeen) int {
+			return cmp.Or(b.LastSeen.Compare(a.LastSeen), cmp.Compare(a.Version, b.Version))
+		})
 	}
 	return rep, nil
-}
-
-func (s *Store) versionsOf(ctx context.Context, q Query, col string) ([]VersionSeen, error) {
-	rows, err := s.textGroups(ctx, q, col)
-	if err != nil {
-		return nil, err
-	}
-	out := []VersionSeen{}
-	for _, r := range rows {
-		if r.Key == "" {
-			continue
-		}
-		out = append(out, VersionSeen{Version: r.Key, Spans: r.Spans,
-			FirstSeen: time.UnixMilli(r.first).UTC(), LastSeen: time.UnixMilli(r.last).UTC()})
-	}
-	slices.SortFunc(out, func(a, b VersionSeen) int {
-		return cmp.Or(b.LastSeen.Compare(a.LastSeen), cmp.Compare(a.Version, b.Version))
-	})
-	return out, nil
-}
-
-// textRow is a CostRow with the first and last span start of its group.
-type textRow struct {
-	CostRow
-	first, last int64
-}
-
-// textGroups sums spans in [q.From, q.To) grouped by a column that both the
-// minute roll-up and the spans have.
-func (s *Store) textGroups(ctx context.Context, q Query, col string) ([]textRow, error) {
-	from, to := q.From.UnixMilli(), q.To.UnixMilli()
-	m0, m1 := ceilMinute(from), floorMinute(to)
-	var parts []string
-	var args []any
-	raw := func(a, b int64) {
-		parts = append(parts, `SELECT `+col+` AS k, 1 AS spans, ts_start AS first_ts, ts_start AS last_ts FROM events WHERE ts_start >= ? AND ts_start < ?`)
-		args = append(args, a, b)
-	}
-	if m0 >= m1 {
-		raw(from, to)
-	} else {
-		parts = append(parts, `SELECT `+col+` AS k, spans, first_ts, last_ts FROM cost_minute WHERE minute >= ? AND minute < ?`)
-		args = append(args, m0, m1)
-		if from < m0 {
-			raw(from, m0)
-		}
-		if m1 < to {
-			raw(m1, to)
-		}
-	}
-	union := parts[0]
-	for _, p := range parts[1:] {
-		union += " UNION ALL " + p
-	}
-	rs, err := s.r.QueryContext(ctx, `SELECT k, SUM(spans), MIN(first_ts), MAX(last_ts) FROM (`+union+`) GROUP BY k`, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rs.Close()
-	var out []textRow
-	for rs.Next() {
-		var r textRow
-		if err := rs.Scan(&r.Key, &r.Spans, &r.first, &r.last); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rs.Err()
 }

@@ -1,0 +1,285 @@
+package eventstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/events"
+)
+
+// A stored span is one compact binary record rather than a column per
+// field: binding and storing 35 columns per span costs several times the
+// whole ingest budget, and every query that needs a span's fields reads
+// all of them anyway. ts_start is kept beside the record (it is the index
+// key) and not repeated inside.
+//
+// Layout, version 1: a version byte, a flags uvarint, then the fields in
+// schema order. Strings are a uvarint n followed by the bytes: n>>1 is the
+// string's length, and n&1 says the string was even-length lowercase hex,
+// stored as raw bytes (half the length): trace, span and user ids are.
+const codecVersion = 1
+
+const (
+	flagMustPersist = 1 << iota
+	flagEval
+	flagWorkflowIsTrace
+	flagNoEnd
+	flagNoStart
+)
+
+var errCorrupt = errors.New("eventstore: corrupt span record")
+
+// encodeSpan appends e's record to b.
+func encodeSpan(b []byte, e *events.Event) []byte {
+	var flags uint64
+	if e.MustPersist {
+		flags |= flagMustPersist
+	}
+	if e.Outcome.EvalScore != nil {
+		flags |= flagEval
+	}
+	if e.WorkflowID == e.TraceID {
+		flags |= flagWorkflowIsTrace
+	}
+	if e.TSEnd.IsZero() {
+		flags |= flagNoEnd
+	}
+	if e.TSStart.IsZero() {
+		flags |= flagNoStart
+	}
+	b = append(b, codecVersion)
+	b = binary.AppendUvarint(b, flags)
+	b = binary.AppendVarint(b, int64(e.SchemaVersion))
+	b = appendStr(b, e.TraceID)
+	b = appendStr(b, e.SpanID)
+	b = appendStr(b, e.ParentSpanID)
+	if flags&flagWorkflowIsTrace == 0 {
+		b = appendStr(b, e.WorkflowID)
+	}
+	b = appendStr(b, e.UserIDHash)
+	b = appendStr(b, e.SessionID)
+	if flags&flagNoEnd == 0 {
+		b = binary.AppendVarint(b, e.TSEnd.UnixMilli()-unixMilli(e.TSStart))
+	}
+	b = binary.AppendVarint(b, e.DurationMS)
+	b = appendStr(b, e.Name)
+	b = appendStr(b, e.PromptExcerpt)
+	b = appendStr(b, e.Node.GraphVersion)
+	b = appendStr(b, e.Node.NodeID)
+	b = appendStr(b, string(e.Node.InvocationMode))
+	a := &e.Artifact
+	b = appendStr(b, string(a.ArtifactKind))
+	b = appendStr(b, a.ModelID)
+	b = appendStr(b, a.PromptVersion)
+	b = appendStr(b, a.ToolID)
+	b = appendStr(b, a.ToolVersion)
+	b = appendStr(b, a.SubAgentID)
+	b = appendStr(b, a.SubAgentVersion)
+	r := &e.Resource
+	b = binary.AppendVarint(b, int64(r.TokensIn))
+	b = binary.AppendVarint(b, int64(r.TokensOut))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(finite(r.CostUSD)))
+	b = appendStr(b, string(r.CacheHit))
+	b = binary.AppendUvarint(b, uint64(len(r.CapabilityFlagsActive)))
+	for _, f := range r.CapabilityFlagsActive {
+		b = appendStr(b, f)
+	}
+	o := &e.Outcome
+	b = appendStr(b, string(o.Status))
+	b = appendStr(b, o.ErrorCode)
+	b = appendStr(b, o.FallbackUsed)
+	if o.EvalScore != nil {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(*o.EvalScore))
+	}
+	at := &e.Attribution
+	b = appendStr(b, at.Feature)
+	b = appendStr(b, at.Surface)
+	b = appendStr(b, at.Locale)
+	b = appendStr(b, at.UserTier)
+	return appendStr(b, at.Priority)
+}
+
+func appendStr(b []byte, s string) []byte {
+	if len(s) > 0 && len(s)%2 == 0 && isHex(s) {
+		b = binary.AppendUvarint(b, uint64(len(s))<<1|1)
+		for i := 0; i < len(s); i += 2 {
+			b = append(b, unhex(s[i])<<4|unhex(s[i+1]))
+		}
+		return b
+	}
+	b = binary.AppendUvarint(b, uint64(len(s))<<1)
+	return append(b, s...)
+}
+
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
+}
+
+// spanDecoder reads span records. It interns short strings, which repeat
+// across spans (names, versions, features, locales…), so that decoding many
+// spans allocates little. The zero value is ready to use; it is not safe
+// for concurrent use.
+type spanDecoder struct {
+	b       []byte
+	err     bool
+	strs    map[string]string
+	scratch []byte
+}
+
+// decode parses one record stored with ts_start tsStart (milliseconds).
+func (d *spanDecoder) decode(rec []byte, tsStart int64, e *events.Event) error {
+	*e = events.Event{}
+	d.b, d.err = rec, false
+	if len(d.b) == 0 || d.b[0] != codecVersion {
+		return errCorrupt
+	}
+	d.b = d.b[1:]
+	flags := d.uvarint()
+	e.SchemaVersion = int(d.varint())
+	e.TraceID = d.str(false)
+	e.SpanID = d.str(false)
+	e.ParentSpanID = d.str(false)
+	if flags&flagWorkflowIsTrace != 0 {
+		e.WorkflowID = e.TraceID
+	} else {
+		e.WorkflowID = d.str(false)
+	}
+	e.UserIDHash = d.str(false)
+	e.SessionID = d.str(false)
+	if flags&flagNoStart == 0 {
+		e.TSStart = time.UnixMilli(tsStart).UTC()
+	}
+	if flags&flagNoEnd == 0 {
+		e.TSEnd = time.UnixMilli(tsStart + d.varint()).UTC()
+	}
+	e.DurationMS = d.varint()
+	e.Name = d.str(true)
+	e.PromptExcerpt = d.str(false)
+	e.Node.GraphVersion = d.str(true)
+	e.Node.NodeID = d.str(true)
+	e.Node.InvocationMode = events.InvocationMode(d.str(true))
+	a := &e.Artifact
+	a.ArtifactKind = events.ArtifactKind(d.str(true))
+	a.ModelID = d.str(true)
+	a.PromptVersion = d.str(true)
+	a.ToolID = d.str(true)
+	a.ToolVersion = d.str(true)
+	a.SubAgentID = d.str(true)
+	a.SubAgentVersion = d.str(true)
+	r := &e.Resource
+	r.TokensIn = int(d.varint())
+	r.TokensOut = int(d.varint())
+	r.CostUSD = d.float()
+	r.CacheHit = events.CacheHit(d.str(true))
+	if n := d.uvarint(); n > 0 && !d.err {
+		if n > uint64(len(d.b)) {
+			return errCorrupt
+		}
+		r.CapabilityFlagsActive = make([]string, n)
+		for i := range r.CapabilityFlagsActive {
+			r.CapabilityFlagsActive[i] = d.str(true)
+		}
+	}
+	o := &e.Outcome
+	o.Status = events.Status(d.str(true))
+	o.ErrorCode = d.str(true)
+	o.FallbackUsed = d.str(true)
+	if flags&flagEval != 0 {
+		v := d.float()
+		o.EvalScore = &v
+	}
+	at := &e.Attribution
+	at.Feature = d.str(true)
+	at.Surface = d.str(true)
+	at.Locale = d.str(true)
+	at.UserTier = d.str(true)
+	at.Priority = d.str(true)
+	if d.err || len(d.b) != 0 {
+		return errCorrupt
+	}
+	e.MustPersist = flags&flagMustPersist != 0
+	return nil
+}
+
+func (d *spanDecoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err, d.b = true, nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *spanDecoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err, d.b = true, nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *spanDecoder) float() float64 {
+	if len(d.b) < 8 {
+		d.err, d.b = true, nil
+		return 0
+	}
+	v := math.Float64frombits(binary.LittleEndian.Uint64(d.b))
+	d.b = d.b[8:]
+	return v
+}
+
+// maxInterned bounds the interned strings of one decoder.
+const maxInterned = 4096
+
+const hexLower = "0123456789abcdef"
+
+// str reads a string; intern says it is usually one of few values.
+func (d *spanDecoder) str(intern bool) string {
+	n := d.uvarint()
+	hexed := n&1 == 1
+	n >>= 1
+	raw := n
+	if hexed {
+		raw = n / 2
+	}
+	if d.err || raw > uint64(len(d.b)) || (hexed && n%2 != 0) {
+		d.err, d.b = true, nil
+		return ""
+	}
+	if n == 0 {
+		return ""
+	}
+	var bs []byte
+	if hexed {
+		d.scratch = d.scratch[:0]
+		for _, c := range d.b[:raw] {
+			d.scratch = append(d.scratch, hexLower[c>>4], hexLower[c&15])
+		}
+		bs = d.scratch
+	} else {
+		bs = d.b[:raw]
+	}
+	d.b = d.b[raw:]
+	if !intern || len(bs) > 64 {
+		return string(bs)
+	}
+	if s, ok := d.strs[string(bs)]; ok {
+		return s
+	}
+	s := string(bs)
+	if d.strs == nil {
+		d.strs = make(map[string]string)
+	}
+	if len(d.strs) < maxInterned {
+		d.strs[s] = s
+	}
+	return s
+}
