@@ -391,6 +391,46 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("anomaly statistics: %q", s)
 		}
 
+		// A version filter narrows the figures to the matching spans.
+		var versions struct {
+			Model []struct {
+				Version string `json:"version"`
+			} `json:"model"`
+		}
+		ds.getJSON("/admin/cost/versions?from=-1h", &versions)
+		haiku := ""
+		for _, m := range versions.Model {
+			if strings.Contains(m.Version, "haiku") {
+				haiku = m.Version
+			}
+		}
+		if haiku == "" {
+			t.Fatalf("no haiku in the versions seen: %+v", versions.Model)
+		}
+		setModel := func(v string) {
+			p.wait("model filter options", fmt.Sprintf(`[...document.getElementById("f-model").options].some(o => o.value === %q)`, v))
+			p.eval(fmt.Sprintf(`(() => { document.getElementById("view").dataset.state = "stale"; const s = document.getElementById("f-model"); s.value = %q; s.dispatchEvent(new Event("change")); return ""; })()`, v))
+			p.wait("filtered view", `document.getElementById("view").dataset.state === "ready"`)
+		}
+		setModel(haiku)
+		var filtered struct {
+			Total struct {
+				CostUSD float64 `json:"costUsd"`
+			} `json:"total"`
+		}
+		ds.getJSON("/admin/cost?by=total&from=-1h&model="+url.QueryEscape(haiku), &filtered)
+		if got, want := p.text(`[data-testid="cost-total"] .tile-value`), fmt.Sprintf("$%.4f", filtered.Total.CostUSD); got != want || filtered.Total.CostUSD >= total.Total.CostUSD {
+			t.Fatalf("with model=%s the total shows %s, the API says %s (unfiltered $%.4f)", haiku, got, want, total.Total.CostUSD)
+		}
+		setModel("")
+
+		// A custom range over the same hour shows the same total.
+		p.eval(`document.getElementById("view").dataset.state = "stale"; document.querySelector('[data-range="custom"]').click(); ""`)
+		p.wait("custom range", `location.hash.includes("range=custom") && !document.getElementById("custom").hidden && document.getElementById("view").dataset.state === "ready"`)
+		if got, want := p.text(`[data-testid="cost-total"] .tile-value`), fmt.Sprintf("$%.4f", total.Total.CostUSD); got != want {
+			t.Fatalf("custom range total %s, want %s", got, want)
+		}
+
 		// Drill down: feature → its users → a user's turns → a turn's spans.
 		p.eval(`document.querySelector('[data-testid="drill-features"] tbody tr').click(); ""`)
 		p.wait("a feature's users", `document.querySelector('[data-testid="drill"]').dataset.level === "feature" && document.getElementById("view").dataset.state === "ready"`)
@@ -459,6 +499,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		p.eval(`(() => { const all = document.querySelectorAll('[data-testid="span"][data-name="model_attempt"]'), r = all[all.length - 1];
 			const b = r.getBoundingClientRect(); r.dispatchEvent(new MouseEvent("mouseenter", {clientX: b.left + 420, clientY: b.bottom})); return ""; })()`)
 		p.screenshotWith("dashboard-cost.png", true)
+
+		// An API error is shown in words where its figures would be.
+		p.open("#/cost?range=custom&from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z")
+		if msg := p.text(`[data-testid="cost-totals"] [data-testid="error"]`); !strings.Contains(msg, "from must be before to") || !strings.Contains(msg, "HTTP 400") {
+			t.Fatalf("a refused query shows %q, want the server's message", msg)
+		}
 	})
 
 	t.Run("quality", func(t *testing.T) {
