@@ -51,7 +51,7 @@ func Handler(adminToken string) http.Handler {
 	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix+"/", http.StatusMovedPermanently)
 	})
-	mux.Handle("GET "+Prefix+"/", h.requireLogin(http.StripPrefix(Prefix, h.static())))
+	mux.Handle(Prefix+"/", h.requireLogin(http.StripPrefix(Prefix, h.static())))
 	return securityHeaders(mux)
 }
 
@@ -100,6 +100,11 @@ func (h *handler) requireLogin(next http.Handler) http.Handler {
 // binary's bundle is picked up at once.
 func (h *handler) static() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
 		if r.URL.Path == "/" || r.URL.Path == "/index.html" {
 			w.Header().Set("Cache-Control", "no-store")
 		} else {

@@ -34,6 +34,7 @@ func TestRoutesNeedTheAdminToken(t *testing.T) {
 	h := Handler(token)
 	tests := []struct {
 		name         string
+		method       string
 		path         string
 		cookie       string
 		bearer       string
@@ -53,10 +54,16 @@ func TestRoutesNeedTheAdminToken(t *testing.T) {
 		{name: "page with bearer", path: "/dashboard/", bearer: token, wantStatus: http.StatusOK, wantBody: `id="tab-canary"`},
 		{name: "wrong bearer", path: "/dashboard/", bearer: "nope", wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
 		{name: "unknown file", path: "/dashboard/nope.js", cookie: token, wantStatus: http.StatusNotFound},
+		{name: "other method without login", method: http.MethodPost, path: "/dashboard/", wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
+		{name: "other method with login", method: http.MethodDelete, path: "/dashboard/app.js", cookie: token, wantStatus: http.StatusMethodNotAllowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := httptest.NewRequest(http.MethodGet, tt.path, nil)
+			method := tt.method
+			if method == "" {
+				method = http.MethodGet
+			}
+			req := httptest.NewRequest(method, tt.path, nil)
 			if tt.cookie != "" {
 				req.AddCookie(&http.Cookie{Name: CookieName, Value: tt.cookie})
 			}
