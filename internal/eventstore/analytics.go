@@ -50,59 +50,71 @@ func (s *Store) AnomalousTurns(ctx context.Context, from, to time.Time) (Anomaly
 	}
 	rep := AnomalyReport{From: q.From.UTC(), To: q.To.UTC(), Rows: []CostRow{}}
 	s.clamp(&q)
-	w := where{}
-	turnRange(&w, q.From.UnixMilli(), q.To.UnixMilli())
-	rs, err := s.r.QueryContext(ctx, `SELECT cost_usd FROM turns WHERE `+w.String(), w.args...)
+	type turnCost struct {
+		cost float64
+		key  turnKey
+	}
+	var parts [][]turnCost
+	err := s.inParts(ctx, q.From.UnixMilli(), q.To.UnixMilli(), func(n int) { parts = make([][]turnCost, n) }, func(i int, from, to int64) error {
+		w := where{}
+		turnRange(&w, from, to)
+		rs, err := s.r.QueryContext(ctx, `SELECT t.cost_usd, t.minute, t.th FROM turns t WHERE `+w.String(), w.args...)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var c turnCost
+			if err := rs.Scan(&c.cost, &c.key.minute, &c.key.th); err != nil {
+				return err
+			}
+			parts[i] = append(parts[i], c)
+		}
+		return rs.Err()
+	})
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: anomalies: %w", err)
 	}
-	var costs []float64
-	for rs.Next() {
-		var c float64
-		if err := rs.Scan(&c); err != nil {
-			rs.Close()
-			return rep, fmt.Errorf("eventstore: anomalies: %w", err)
-		}
-		costs = append(costs, c)
-	}
-	rs.Close()
-	if err := rs.Err(); err != nil {
-		return rep, fmt.Errorf("eventstore: anomalies: %w", err)
-	}
-	rep.Turns = int64(len(costs))
+	turns := slices.Concat(parts...)
+	rep.Turns = int64(len(turns))
 	if rep.Turns == 0 {
 		return rep, nil
 	}
 	var sum, sumSq float64
-	for _, c := range costs {
-		sum += c
-		sumSq += c * c
+	costs := make([]float64, len(turns))
+	for i, c := range turns {
+		sum += c.cost
+		sumSq += c.cost * c.cost
+		costs[i] = c.cost
 	}
-	mean := sum / float64(len(costs))
-	rep.StdDevUSD = math.Sqrt(max(0, sumSq/float64(len(costs))-mean*mean))
-	slices.Sort(costs)
 	n := len(costs)
+	mean := sum / float64(n)
+	rep.StdDevUSD = math.Sqrt(max(0, sumSq/float64(n)-mean*mean))
+	slices.Sort(costs)
 	rep.MedianUSD = costs[n/2]
 	if n%2 == 0 {
 		rep.MedianUSD = (costs[n/2-1] + costs[n/2]) / 2
 	}
 	rep.ThresholdUSD = rep.MedianUSD + AnomalySigmas*rep.StdDevUSD
-	rs, err = s.r.QueryContext(ctx, `SELECT `+turnCols+` FROM turns WHERE `+w.String()+
-		` AND cost_usd > ? ORDER BY cost_usd DESC, trace_id LIMIT ?`, append(w.args, rep.ThresholdUSD, MaxLimit)...)
+	var above []turnCost
+	for _, c := range turns {
+		if c.cost > rep.ThresholdUSD {
+			above = append(above, c)
+		}
+	}
+	slices.SortFunc(above, func(a, b turnCost) int { return cmp.Compare(b.cost, a.cost) })
+	keys := make([]turnKey, 0, min(len(above), MaxLimit))
+	for _, c := range above[:min(len(above), MaxLimit)] {
+		keys = append(keys, c.key)
+	}
+	found, err := s.turnsByKey(ctx, keys)
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: anomalies: %w", err)
 	}
-	defer rs.Close()
-	for rs.Next() {
-		t, err := scanTurnState(rs)
-		if err != nil {
-			return rep, fmt.Errorf("eventstore: anomalies: %w", err)
-		}
+	for _, t := range found {
 		rep.Rows = append(rep.Rows, t.costRow(&t.sums))
 	}
-	if err := rs.Err(); err != nil {
-		return rep, fmt.Errorf("eventstore: anomalies: %w", err)
-	}
+	slices.SortFunc(rep.Rows, byCost)
 	return rep, nil
 }
 
@@ -270,12 +282,15 @@ func (s *Store) Eval(ctx context.Context, q Query) (EvalReport, error) {
 		need = append(need, vid)
 	}
 	w := where{}
-	w.add("eval_score IS NOT NULL AND ts_start >= ? AND ts_start < ?", q.From.UnixMilli(), q.To.UnixMilli())
-	w.eq("graph_version", q.GraphVersion)
-	w.eq("feature", q.Feature)
-	w.eq("user_id_hash", q.User)
-	w.eq("trace_id", q.Trace)
-	rs, err := s.r.QueryContext(ctx, `SELECT `+turnCols+` FROM turns INDEXED BY turns_eval WHERE `+w.String(), w.args...)
+	from, to := q.From.UnixMilli(), q.To.UnixMilli()
+	w.add("i.eval_score IS NOT NULL AND i.minute >= ? AND i.minute <= ? AND t.ts_start >= ? AND t.ts_start < ?",
+		floorTo(from, minuteMS)/minuteMS, floorTo(to-1, minuteMS)/minuteMS, from, to)
+	w.eq("t.graph_version", q.GraphVersion)
+	w.eq("t.feature", q.Feature)
+	w.eq("t.user_id_hash", q.User)
+	w.eq("i.trace_id", q.Trace)
+	rs, err := s.r.QueryContext(ctx, `SELECT `+turnCols+` FROM turn_info i INDEXED BY turn_info_eval
+		JOIN turns t ON t.minute = i.minute AND t.th = i.th WHERE `+w.String(), w.args...)
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: eval: %w", err)
 	}
@@ -399,7 +414,7 @@ func (s *Store) SetEvalScore(ctx context.Context, id string, score float64) erro
 	var turn *turnState
 	if trace == "" {
 		// A root span id alone: the turns are searched (no index by root).
-		row := s.w.QueryRowContext(ctx, `SELECT `+turnCols+` FROM turns WHERE root_span_id = ? LIMIT 1`, span)
+		row := s.w.QueryRowContext(ctx, `SELECT `+turnCols+` FROM `+turnFrom+` WHERE i.root_span_id = ? LIMIT 1`, span)
 		t, err := scanTurnState(row)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("eventstore: eval: span %s is not the root of a stored turn: %w", span, ErrNotFound)
@@ -440,7 +455,7 @@ func (s *Store) SetEvalScore(ctx context.Context, id string, score float64) erro
 	if span == turn.root {
 		// The turn's score, and each of its version rows.
 		turn.eval = &score
-		if _, err := tx.ExecContext(ctx, `UPDATE turns SET eval_score = ? WHERE minute = ? AND th = ?`, score, turn.minute(), turn.th); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE turn_info SET eval_score = ? WHERE minute = ? AND th = ?`, score, turn.minute(), turn.th); err != nil {
 			return fmt.Errorf("eventstore: eval: %w", err)
 		}
 		for i := range turn.vers {

@@ -206,14 +206,30 @@ func BenchmarkDrillDown10M(b *testing.B) {
 			}
 			written += len(buf)
 		}
+		if err := s.sync(ctx); err != nil {
+			b.Fatal(err)
+		}
 		took := time.Since(began)
+		built := total - int(have)
 		have = int64(total)
-		b.Logf("built %d spans in %v (%.0f spans/s, including generation)", total-int(have), took.Round(time.Second), float64(total-int(have))/took.Seconds())
+		b.Logf("built %d spans in %v (%.0f spans/s, including generation)", built, took.Round(time.Second), float64(built)/took.Seconds())
 	}
 	from, to := t0, t0.Add(24*time.Hour)
+	ufrom := from.Add(90*time.Second + 123*time.Millisecond)
+	uto := ufrom.Add(24 * time.Hour)
+	if err := s.sync(ctx); err != nil {
+		b.Fatal(err)
+	}
+	var size int64
+	for _, suffix := range []string{"", "-wal"} {
+		if fi, err := os.Stat(path + suffix); err == nil {
+			size += fi.Size()
+		}
+	}
+	b.Logf("database file %.0f MB (%.0f bytes per span)", float64(size)/1e6, float64(size)/float64(have))
 	// Pick a real user and trace to drill into.
 	var user, trace string
-	if err := s.r.QueryRow(`SELECT user_id_hash, trace_id FROM turns WHERE feature = ? LIMIT 1 OFFSET 1000`, synthFeatures[0]).Scan(&user, &trace); err != nil {
+	if err := s.r.QueryRow(`SELECT t.user_id_hash, i.trace_id FROM `+turnFrom+` WHERE t.feature = ? LIMIT 1 OFFSET 1000`, synthFeatures[0]).Scan(&user, &trace); err != nil {
 		b.Fatal(err)
 	}
 	views := []struct {
@@ -247,6 +263,40 @@ func BenchmarkDrillDown10M(b *testing.B) {
 			_, err := s.Eval(ctx, Query{By: ByPrompt, GraphVersion: "v17.4", ModelID: "claude-sonnet-4-6", From: from, To: to})
 			return err
 		}},
+		// As the dashboard asks: the last 24 hours to the millisecond.
+		{"total_unaligned", func() error { _, err := s.Cost(ctx, Query{From: ufrom, To: uto}); return err }},
+		{"per_locale_unaligned", func() error { _, err := s.Cost(ctx, Query{By: ByLocale, From: ufrom, To: uto}); return err }},
+		{"per_tier_model_filter_unaligned", func() error {
+			_, err := s.Cost(ctx, Query{By: ByTier, ModelID: "claude-sonnet-4-6", From: ufrom, To: uto})
+			return err
+		}},
+		{"per_user_in_feature_unaligned", func() error {
+			_, err := s.Cost(ctx, Query{By: ByUser, Feature: synthFeatures[0], From: ufrom, To: uto})
+			return err
+		}},
+		{"per_user_in_feature_model_filter", func() error {
+			_, err := s.Cost(ctx, Query{By: ByUser, Feature: synthFeatures[0], ModelID: "claude-sonnet-4-6", From: ufrom, To: uto})
+			return err
+		}},
+		{"per_turn_of_user_unaligned", func() error {
+			_, err := s.Cost(ctx, Query{By: ByTurn, User: user, Feature: synthFeatures[0], From: ufrom, To: uto})
+			return err
+		}},
+		{"top_users_unaligned", func() error { _, err := s.TopUsers(ctx, ufrom, uto, 100); return err }},
+		{"anomalous_turns_unaligned", func() error { _, err := s.AnomalousTurns(ctx, ufrom, uto); return err }},
+		{"rising_features_unaligned", func() error { _, err := s.RisingFeatures(ctx, ufrom, uto, 4); return err }},
+		{"series_default_step", func() error { _, err := s.Series(ctx, Query{From: ufrom, To: uto}, 0); return err }},
+		{"series_model_filter_1m_step_1h", func() error {
+			_, err := s.Series(ctx, Query{ModelID: "claude-haiku-4-5", From: ufrom, To: ufrom.Add(time.Hour)}, time.Minute)
+			return err
+		}},
+		{"compare_prompts", func() error {
+			_, err := s.Compare(ctx, ByPrompt, "planner-prompt-v22", "planner-prompt-v23", ufrom, uto)
+			return err
+		}},
+		{"compare_graphs", func() error { _, err := s.Compare(ctx, ByGraph, "v17.4", "v17.5", ufrom, uto); return err }},
+		{"versions", func() error { _, err := s.Versions(ctx, ufrom, uto); return err }},
+		{"trace", func() error { _, err := s.Trace(ctx, trace); return err }},
 	}
 	for _, v := range views {
 		b.Run(v.name, func(b *testing.B) {

@@ -129,6 +129,10 @@ type spanDecoder struct {
 	err     bool
 	strs    map[string]string
 	scratch []byte
+	// skipIDs leaves the ids (trace, span, parent, workflow, user,
+	// session) and the prompt excerpt empty: aggregations need none, and
+	// they are most of a record's allocations.
+	skipIDs bool
 }
 
 // decode parses one record stored with ts_start tsStart (milliseconds).
@@ -141,16 +145,16 @@ func (d *spanDecoder) decode(rec []byte, tsStart int64, e *events.Event) error {
 	d.b = d.b[1:]
 	flags := d.uvarint()
 	e.SchemaVersion = int(d.varint())
-	e.TraceID = d.str(false)
-	e.SpanID = d.str(false)
-	e.ParentSpanID = d.str(false)
+	e.TraceID = d.id()
+	e.SpanID = d.id()
+	e.ParentSpanID = d.id()
 	if flags&flagWorkflowIsTrace != 0 {
 		e.WorkflowID = e.TraceID
 	} else {
-		e.WorkflowID = d.str(false)
+		e.WorkflowID = d.id()
 	}
-	e.UserIDHash = d.str(false)
-	e.SessionID = d.str(false)
+	e.UserIDHash = d.id()
+	e.SessionID = d.id()
 	if flags&flagNoStart == 0 {
 		e.TSStart = time.UnixMilli(tsStart).UTC()
 	}
@@ -159,7 +163,7 @@ func (d *spanDecoder) decode(rec []byte, tsStart int64, e *events.Event) error {
 	}
 	e.DurationMS = d.varint()
 	e.Name = d.str(true)
-	e.PromptExcerpt = d.str(false)
+	e.PromptExcerpt = d.id()
 	e.Node.GraphVersion = d.str(true)
 	e.Node.NodeID = d.str(true)
 	e.Node.InvocationMode = events.InvocationMode(d.str(true))
@@ -234,6 +238,24 @@ func (d *spanDecoder) float() float64 {
 	v := math.Float64frombits(binary.LittleEndian.Uint64(d.b))
 	d.b = d.b[8:]
 	return v
+}
+
+// id reads a string that is not interned, or skips it (skipIDs).
+func (d *spanDecoder) id() string {
+	if !d.skipIDs {
+		return d.str(false)
+	}
+	n := d.uvarint()
+	raw := n >> 1
+	if n&1 == 1 {
+		raw /= 2
+	}
+	if d.err || raw > uint64(len(d.b)) {
+		d.err, d.b = true, nil
+		return ""
+	}
+	d.b = d.b[raw:]
+	return ""
 }
 
 // maxInterned bounds the interned strings of one decoder.

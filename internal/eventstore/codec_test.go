@@ -37,6 +37,15 @@ func TestCodecRoundTrip(t *testing.T) {
 			if g, w := events.Encode(&got), events.Encode(&tt.give); string(g) != string(w) {
 				t.Errorf("round trip:\n got %s\nwant %s", g, w)
 			}
+			skip := spanDecoder{skipIDs: true}
+			if err := skip.decode(rec, unixMilli(tt.give.TSStart), &got); err != nil {
+				t.Fatal(err)
+			}
+			want := tt.give
+			want.TraceID, want.SpanID, want.ParentSpanID, want.WorkflowID, want.UserIDHash, want.SessionID, want.PromptExcerpt = "", "", "", "", "", "", ""
+			if g, w := events.Encode(&got), events.Encode(&want); string(g) != string(w) {
+				t.Errorf("without ids:\n got %s\nwant %s", g, w)
+			}
 			for cut := range rec {
 				if err := d.decode(rec[:cut], 0, &got); err == nil {
 					t.Errorf("a record cut at %d of %d decoded", cut, len(rec))

@@ -2,9 +2,12 @@ package eventstore
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -71,11 +74,13 @@ func (s *Store) Compare(ctx context.Context, dim, a, b string, from, to time.Tim
 	}
 	rep := CompareReport{Dim: dim, From: q.From.UTC(), To: q.To.UTC()}
 	s.clamp(&q)
-	var err error
-	if rep.A, err = s.compareSide(ctx, d, a, q); err != nil {
-		return rep, err
-	}
-	if rep.B, err = s.compareSide(ctx, d, b, q); err != nil {
+	// The sides read different rows: read them at once.
+	var errA, errB error
+	var wg sync.WaitGroup
+	wg.Go(func() { rep.A, errA = s.compareSide(ctx, d, a, q) })
+	rep.B, errB = s.compareSide(ctx, d, b, q)
+	wg.Wait()
+	if err := errors.Join(errA, errB); err != nil {
 		return rep, err
 	}
 	return rep, nil
@@ -87,29 +92,43 @@ func (s *Store) compareSide(ctx context.Context, dim, version string, q Query) (
 	if !ok {
 		return side, nil
 	}
+	rs, err := s.r.QueryContext(ctx, `SELECT data FROM turn_versions WHERE vid = ? AND ts_start >= ? AND ts_start < ?`,
+		vid, q.From.UnixMilli(), q.To.UnixMilli())
+	if err != nil {
+		return side, fmt.Errorf("eventstore: compare: %w", err)
+	}
+	defer rs.Close()
 	var (
 		durations []int64
 		evalSum   float64
+		data      sql.RawBytes
+		f         turnFigures
 	)
-	err := s.turnVersions(ctx, vid, q.From.UnixMilli(), q.To.UnixMilli(), func(tv *turnVersion) {
-		if !tv.hasRoot {
-			return
+	for rs.Next() {
+		if err := rs.Scan(&data); err != nil {
+			return side, fmt.Errorf("eventstore: compare: %w", err)
+		}
+		if _, err := decodeFigures(data, &f); err != nil {
+			return side, fmt.Errorf("eventstore: compare: %w", err)
+		}
+		if !f.hasRoot {
+			continue
 		}
 		side.Turns++
-		side.CostUSD += tv.cost
-		durations = append(durations, tv.duration)
-		switch tv.status {
-		case "failed":
+		side.CostUSD += f.cost
+		durations = append(durations, f.duration)
+		switch f.outcome {
+		case outcomeFailed:
 			side.Errors++
-		case "fallback":
+		case outcomeFallback:
 			side.Fallbacks++
 		}
-		if tv.eval != nil {
+		if f.hasEval {
 			side.EvalCount++
-			evalSum += *tv.eval
+			evalSum += f.eval
 		}
-	})
-	if err != nil {
+	}
+	if err := rs.Err(); err != nil {
 		return side, fmt.Errorf("eventstore: compare: %w", err)
 	}
 	side.finish(durations, evalSum)

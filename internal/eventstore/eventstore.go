@@ -130,8 +130,8 @@ type Store struct {
 	ckpt *sql.DB // checkpoints; nil for ":memory:"
 
 	// Statements prepared once on w.
-	ins, upsertRollup, insTurn, insVer *ladder
-	stmts                              map[string]*sql.Stmt // preparedSQL by text
+	ins, upsertRollup, insTurn, insTurnInfo, insVer *ladder
+	stmts                                           map[string]*sql.Stmt // preparedSQL by text
 
 	dict   dicts
 	pruned atomic.Int64 // spans that started before this are gone (ms)
@@ -146,6 +146,7 @@ type Store struct {
 	wm        int64 // events materialized: ids up to wm
 	lastID    int64 // highest events id stored
 	maxTS     int64 // latest span start seen
+	commits   int   // write transactions committed
 	known     map[int64]int64
 	knownLo   int64 // known holds every stored turn from this minute on
 
@@ -222,11 +223,35 @@ func Open(ctx context.Context, cfg Config, now func() time.Time) (*Store, error)
 	if s.ckpt != nil {
 		loops.Go(func() { s.checkpointLoop(loopCtx) })
 	}
+	loops.Go(func() { s.materializeLoop(loopCtx) })
 	go func() {
 		loops.Wait()
 		close(s.done)
 	}()
 	return s, nil
+}
+
+// materializeLoop writes pending sums older than MaterializeInterval when
+// no Write comes to do it.
+func (s *Store) materializeLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.MaterializeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		var err error
+		if !s.closed && s.flushDue() {
+			err = s.syncLocked(ctx)
+		}
+		s.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("eventstore: materialize", "err", err)
+		}
+	}
 }
 
 // checkpointInterval is how often checkpointLoop copies the write-ahead
@@ -273,7 +298,7 @@ func pragmas(readOnly bool) string {
 // another layout is emptied and recreated at Open (its tables are dropped):
 // the store keeps short-lived operational data, and converting every
 // stored span would make Open slow in proportion to the file.
-const schemaVersion = 3
+const schemaVersion = 4
 
 func (s *Store) init(ctx context.Context) error {
 	var v int
@@ -300,7 +325,8 @@ func (s *Store) init(ctx context.Context) error {
 	}{
 		{&s.ins, insertSQL, []int{256, 32, 4, 1}},
 		{&s.upsertRollup, rollupSQL, []int{64, 8, 1}},
-		{&s.insTurn, insertTurnSQL, []int{32, 4, 1}},
+		{&s.insTurn, insertTurnSQL, []int{64, 8, 1}},
+		{&s.insTurnInfo, insertTurnInfoSQL, []int{64, 8, 1}},
 		{&s.insVer, insertVersionSQL, []int{128, 16, 1}},
 	} {
 		l, err := prepareLadder(ctx, s.w, p.sqlFor, p.sizes...)
@@ -464,8 +490,30 @@ func (s *Store) writeTx(ctx context.Context, batch []events.Event) (err error) {
 	if flush {
 		s.flushed()
 	}
+	s.restartLog(ctx)
 	return nil
 }
+
+// restartLog lets the write-ahead log start over. checkpointLoop copies
+// it into the database as it grows, but SQLite only reuses the log from
+// its start when a write begins with every frame copied, which the writer,
+// always ahead of the checkpoints, would never see: so every
+// checkpointEvery commits the writer copies the few frames left itself.
+func (s *Store) restartLog(ctx context.Context) {
+	if s.ckpt == nil {
+		return
+	}
+	s.commits++
+	if s.commits%checkpointEvery != 0 {
+		return
+	}
+	if _, err := s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`); err != nil {
+		s.log.Warn("eventstore: checkpoint", "err", err)
+	}
+}
+
+// checkpointEvery is how many commits restartLog waits.
+const checkpointEvery = 16
 
 // insertSpans inserts the spans and returns those actually stored (not
 // already there) and the highest id given.
@@ -567,6 +615,8 @@ func (s *Store) Prune(ctx context.Context, before time.Time) error {
 	}
 	steps := []step{
 		{`DELETE FROM events WHERE id IN (SELECT id FROM events WHERE ts_start < ? LIMIT 20000)`, []any{b}, true},
+		{`DELETE FROM turn_info WHERE (minute, th) IN (SELECT minute, th FROM turn_info WHERE minute < ? LIMIT 20000)`, []any{minute}, true},
+		{`DELETE FROM turn_info WHERE (minute, th) IN (SELECT minute, th FROM turns WHERE minute = ? AND ts_start < ?)`, []any{minute, b}, false},
 		{`DELETE FROM turns WHERE (minute, th) IN (SELECT minute, th FROM turns WHERE minute < ? LIMIT 20000)`, []any{minute}, true},
 		{`DELETE FROM turns WHERE minute = ? AND ts_start < ?`, []any{minute, b}, false},
 	}
@@ -626,7 +676,7 @@ func (s *Store) Close() error {
 
 func (s *Store) closeDBs() error {
 	var errs []error
-	for _, l := range []*ladder{s.ins, s.upsertRollup, s.insTurn, s.insVer} {
+	for _, l := range []*ladder{s.ins, s.upsertRollup, s.insTurn, s.insTurnInfo, s.insVer} {
 		errs = append(errs, l.close())
 	}
 	for _, st := range s.stmts {

@@ -299,13 +299,20 @@ func TestQueryValidation(t *testing.T) {
 }
 
 func TestTopUsers(t *testing.T) {
-	s := openTest(t, ":memory:")
+	for _, path := range []string{":memory:", filepath.Join(t.TempDir(), "events.db")} {
+		t.Run(filepath.Base(path), func(t *testing.T) { testTopUsers(t, path) })
+	}
+}
+
+func testTopUsers(t *testing.T, path string) {
+	s := openTest(t, path)
 	var turns []turnSpec
-	// user i spends i × $0.001 over i turns.
+	// user i spends i × $0.001 over i%7+1 turns, a second apart: a file
+	// database reads the minutes in parts at once.
 	for u := 1; u <= 120; u++ {
 		for k := 0; k < u%7+1; k++ {
 			turns = append(turns, turnSpec{n: len(turns), user: fmt.Sprintf("u%03d", u), feature: "recommend",
-				at:    time.Duration(len(turns)) * time.Millisecond,
+				at:    time.Duration(len(turns)) * time.Second,
 				spans: []span{{name: "plan", model: "sonnet", cost: float64(u) * 0.001 / float64(u%7+1)}}})
 		}
 	}
@@ -313,6 +320,9 @@ func TestTopUsers(t *testing.T) {
 	rep, err := s.TopUsers(context.Background(), t0, t0.Add(time.Hour), 0)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rep.Total.Turns != int64(len(turns)) || !near(math.Round(rep.Total.CostUSD*1e9)/1e9, 7.26) {
+		t.Errorf("total = %+v, want %d turns, $7.26", rep.Total, len(turns))
 	}
 	if len(rep.Rows) != 100 {
 		t.Fatalf("got %d users, want the top 100", len(rep.Rows))

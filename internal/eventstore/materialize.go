@@ -177,19 +177,28 @@ func (t *turnState) merge(o *turnState) {
 
 func (t *turnState) minute() int64 { return floorTo(t.ts, minuteMS) / minuteMS }
 
-// Turn rows in SQL.
-const turnCols = `minute, th, ts_start, user_id_hash, feature, cost_usd, has_root, spans, tokens_in,
-	tokens_out, errors, fallbacks, latency_ms, graph_version, trace_id, root_span_id, session_id,
-	surface, locale, user_tier, duration_ms, status, eval_score, last_ts, vers`
+// Turn rows in SQL: turnCols of turnFrom, in scanTurnState's order.
+const (
+	turnCols = `t.minute, t.th, t.ts_start, t.user_id_hash, t.feature, t.cost_usd, t.has_root, t.spans,
+	t.tokens_in, t.tokens_out, t.errors, t.fallbacks, t.latency_ms, t.graph_version, i.trace_id,
+	i.root_span_id, i.session_id, i.surface, i.locale, i.user_tier, i.duration_ms, i.status, i.eval_score,
+	i.last_ts, i.vers`
+	turnFrom = `turns t JOIN turn_info i ON i.minute = t.minute AND i.th = t.th`
+)
 
-func (t *turnState) appendArgs(args []any) []any {
+// hotArgs and infoArgs are the turn's turns and turn_info rows.
+func (t *turnState) hotArgs(args []any) []any {
+	return append(args, t.minute(), t.th, t.ts, t.user, t.feature, t.graph, t.sums.cost, t.hasRoot(),
+		t.sums.spans, t.sums.tokensIn, t.sums.tokensOut, t.sums.errors, t.sums.fallbacks, t.sums.latency)
+}
+
+func (t *turnState) infoArgs(args []any) []any {
 	var eval any
 	if t.eval != nil {
 		eval = *t.eval
 	}
-	return append(args, t.minute(), t.th, t.ts, t.user, t.feature, t.sums.cost, t.hasRoot(), t.sums.spans,
-		t.sums.tokensIn, t.sums.tokensOut, t.sums.errors, t.sums.fallbacks, t.sums.latency, t.graph, t.trace,
-		t.root, t.session, t.surface, t.locale, t.tier, t.duration, t.status, eval, t.last, t.encodeVers())
+	return append(args, t.minute(), t.th, t.trace, t.root, t.session, t.surface, t.locale, t.tier,
+		t.duration, t.status, eval, t.last, t.encodeVers())
 }
 
 type scanner interface{ Scan(...any) error }
@@ -276,75 +285,109 @@ func decodeVers(b []byte) ([]verSums, error) {
 // turnVersion is a turn_versions row: a turn seen through one version it
 // carried.
 type turnVersion struct {
-	ts, th   int64
-	spans    agg     // sums of the spans that carried the version
-	hasRoot  bool    // the turn's root span is stored
-	duration int64   // the turn's duration
-	status   string  // the root span's status
-	cost     float64 // the whole turn's cost
-	eval     *float64
-	user     string
-	feature  string
-	graph    string
+	ts, th int64
+	turnFigures
+	spans agg // sums of the spans that carried the version
+	// The turn's attribution, pointing into the record read: valid until
+	// the next one.
+	user, feature, graph []byte
 }
 
+// turnFigures are what a version comparison reads of a turn; they lead
+// the turn_versions record so that it can read them alone.
+type turnFigures struct {
+	hasRoot  bool    // the turn's root span is stored
+	outcome  byte    // the root span's status: outcomeFailed, outcomeFallback or 0
+	duration int64   // the turn's duration
+	cost     float64 // the whole turn's cost
+	eval     float64
+	hasEval  bool
+}
+
+const (
+	outcomeFailed   = 1
+	outcomeFallback = 2
+)
+
+func outcomeOf(status string) byte {
+	switch events.Status(status) {
+	case events.StatusFailed:
+		return outcomeFailed
+	case events.StatusFallback:
+		return outcomeFallback
+	}
+	return 0
+}
+
+// versionRow is the turn_versions record of t for one version.
 func (t *turnState) versionRow(v *verSums) []byte {
-	b := appendAgg(make([]byte, 0, 64), &v.agg)
-	var flags uint64
+	b := make([]byte, 0, 80)
+	var flags byte
 	if t.hasRoot() {
 		flags |= 1
 	}
 	if t.eval != nil {
 		flags |= 2
 	}
-	b = binary.AppendUvarint(b, flags)
+	b = append(b, flags, outcomeOf(t.status))
 	b = binary.AppendVarint(b, t.duration)
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(t.sums.cost))
 	if t.eval != nil {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(*t.eval))
 	}
-	for _, s := range [...]string{t.status, t.user, t.feature, t.graph} {
+	b = appendAgg(b, &v.agg)
+	for _, s := range [...]string{t.user, t.feature, t.graph} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
 	return b
 }
 
+// decodeFigures reads the leading figures of a turn_versions record and
+// returns the rest.
+func decodeFigures(b []byte, f *turnFigures) ([]byte, error) {
+	if len(b) < 2 {
+		return nil, errCorrupt
+	}
+	flags := b[0]
+	f.hasRoot, f.hasEval, f.outcome = flags&1 != 0, flags&2 != 0, b[1]
+	b = b[2:]
+	var n int
+	if f.duration, n = binary.Varint(b); n <= 0 {
+		return nil, errCorrupt
+	}
+	b = b[n:]
+	if len(b) < 8 {
+		return nil, errCorrupt
+	}
+	f.cost = math.Float64frombits(binary.LittleEndian.Uint64(b))
+	b = b[8:]
+	f.eval = 0
+	if f.hasEval {
+		if len(b) < 8 {
+			return nil, errCorrupt
+		}
+		f.eval = math.Float64frombits(binary.LittleEndian.Uint64(b))
+		b = b[8:]
+	}
+	return b, nil
+}
+
 func decodeTurnVersion(b []byte, tv *turnVersion) error {
+	b, err := decodeFigures(b, &tv.turnFigures)
+	if err != nil {
+		return err
+	}
 	var ok bool
 	if b, ok = readAgg(b, &tv.spans); !ok {
 		return errCorrupt
 	}
-	flags, n := binary.Uvarint(b)
-	if n <= 0 {
-		return errCorrupt
-	}
-	b = b[n:]
-	tv.hasRoot = flags&1 != 0
-	if tv.duration, n = binary.Varint(b); n <= 0 {
-		return errCorrupt
-	}
-	b = b[n:]
-	if len(b) < 8 {
-		return errCorrupt
-	}
-	tv.cost = math.Float64frombits(binary.LittleEndian.Uint64(b))
-	b = b[8:]
-	tv.eval = nil
-	if flags&2 != 0 {
-		if len(b) < 8 {
-			return errCorrupt
-		}
-		v := math.Float64frombits(binary.LittleEndian.Uint64(b))
-		tv.eval = &v
-		b = b[8:]
-	}
-	for _, p := range [...]*string{&tv.status, &tv.user, &tv.feature, &tv.graph} {
+	for _, p := range [...]*[]byte{&tv.user, &tv.feature, &tv.graph} {
 		l, n := binary.Uvarint(b)
 		if n <= 0 || l > uint64(len(b)-n) {
 			return errCorrupt
 		}
-		*p, b = string(b[n:n+int(l)]), b[n+int(l):]
+		*p, b = b[n:n+int(l)], b[n+int(l):]
 	}
 	if len(b) != 0 {
 		return errCorrupt
@@ -480,7 +523,7 @@ func (s *Store) loadKnown(ctx context.Context) error {
 		return nil
 	}
 	var last int64
-	if err := s.w.QueryRowContext(ctx, `SELECT MAX(last_ts) FROM turns WHERE minute = ?`, maxMinute.Int64).Scan(&last); err != nil {
+	if err := s.w.QueryRowContext(ctx, `SELECT MAX(last_ts) FROM turn_info WHERE minute = ?`, maxMinute.Int64).Scan(&last); err != nil {
 		return fmt.Errorf("eventstore: recover: %w", err)
 	}
 	s.maxTS = max(s.maxTS, last)
@@ -681,7 +724,8 @@ func (m *multiExec) flush(ctx context.Context) error {
 }
 
 func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
-	turns := newMultiExec(tx, s.insTurn, turnColCount)
+	turns := newMultiExec(tx, s.insTurn, turnHotCols)
+	infos := newMultiExec(tx, s.insTurnInfo, turnInfoCols)
 	vers := newMultiExec(tx, s.insVer, 4)
 	// A turn lasts less than TurnWindow, so a stored turn that a pending
 	// one continues started at most TurnWindow before it: from floor on,
@@ -724,6 +768,9 @@ func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 						if err := s.txExec(ctx, tx, sqlDeleteTurn, oldMinute, th); err != nil {
 							return fmt.Errorf("eventstore: materialize turns: %w", err)
 						}
+						if err := s.txExec(ctx, tx, sqlDeleteTurnInfo, oldMinute, th); err != nil {
+							return fmt.Errorf("eventstore: materialize turns: %w", err)
+						}
 					}
 					for _, v := range oldVers {
 						if err := s.txExec(ctx, tx, sqlDeleteTurnVersion, v.vid, oldTS, th); err != nil {
@@ -733,7 +780,10 @@ func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 				}
 			}
 		}
-		if err := turns.add(ctx, t.appendArgs(nil)...); err != nil {
+		if err := turns.add(ctx, t.hotArgs(nil)...); err != nil {
+			return fmt.Errorf("eventstore: materialize turns: %w", err)
+		}
+		if err := infos.add(ctx, t.infoArgs(nil)...); err != nil {
 			return fmt.Errorf("eventstore: materialize turns: %w", err)
 		}
 		for i := range t.vers {
@@ -742,6 +792,9 @@ func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 		s.known[th] = t.minute()
 	}
 	if err := turns.flush(ctx); err != nil {
+		return fmt.Errorf("eventstore: materialize turns: %w", err)
+	}
+	if err := infos.flush(ctx); err != nil {
 		return fmt.Errorf("eventstore: materialize turns: %w", err)
 	}
 	slices.SortFunc(verRows, func(a, b verRow) int {
@@ -771,7 +824,8 @@ func (s *Store) readTurn(ctx context.Context, q querier, th int64, trace string,
 		hi := floorTo(ts, minuteMS) / minuteMS
 		lo := hi - s.cfg.TurnWindow.Milliseconds()/minuteMS - 1
 		row = q.QueryRowContext(ctx, `WITH RECURSIVE m(x) AS (SELECT ? UNION ALL SELECT x + 1 FROM m WHERE x < ?)
-			SELECT `+turnCols+` FROM m JOIN turns ON turns.minute = m.x AND turns.th = ? LIMIT 1`, lo, hi, th)
+			SELECT `+turnCols+` FROM m JOIN turns t ON t.minute = m.x AND t.th = ?
+			JOIN turn_info i ON i.minute = t.minute AND i.th = t.th LIMIT 1`, lo, hi, th)
 	}
 	t, err := scanTurnState(row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -791,12 +845,13 @@ type querier interface {
 // Statements run once per turn, prepared at Open (a statement cannot be
 // prepared on the writer's single connection while a transaction holds it).
 const (
-	sqlReadTurn          = `SELECT ` + turnCols + ` FROM turns WHERE minute = ? AND th = ?`
+	sqlReadTurn          = `SELECT ` + turnCols + ` FROM ` + turnFrom + ` WHERE t.minute = ? AND t.th = ?`
 	sqlDeleteTurn        = `DELETE FROM turns WHERE minute = ? AND th = ?`
+	sqlDeleteTurnInfo    = `DELETE FROM turn_info WHERE minute = ? AND th = ?`
 	sqlDeleteTurnVersion = `DELETE FROM turn_versions WHERE vid = ? AND ts_start = ? AND th = ?`
 )
 
-var preparedSQL = []string{sqlReadTurn, sqlDeleteTurn, sqlDeleteTurnVersion}
+var preparedSQL = []string{sqlReadTurn, sqlDeleteTurn, sqlDeleteTurnInfo, sqlDeleteTurnVersion}
 
 // txExec runs query, one of preparedSQL, in tx.
 func (s *Store) txExec(ctx context.Context, tx *sql.Tx, query string, args ...any) error {
@@ -805,8 +860,13 @@ func (s *Store) txExec(ctx context.Context, tx *sql.Tx, query string, args ...an
 }
 
 func insertTurnSQL(rows int) string {
-	one := "(" + strings.Repeat("?,", turnColCount-1) + "?)"
-	return `INSERT OR REPLACE INTO turns (` + turnCols + `) VALUES ` + strings.Repeat(one+",", rows-1) + one
+	one := "(" + strings.Repeat("?,", turnHotCols-1) + "?)"
+	return `INSERT OR REPLACE INTO turns VALUES ` + strings.Repeat(one+",", rows-1) + one
+}
+
+func insertTurnInfoSQL(rows int) string {
+	one := "(" + strings.Repeat("?,", turnInfoCols-1) + "?)"
+	return `INSERT OR REPLACE INTO turn_info VALUES ` + strings.Repeat(one+",", rows-1) + one
 }
 
 func insertVersionSQL(rows int) string {

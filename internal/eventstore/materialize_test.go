@@ -7,16 +7,24 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fmgate/fmgate/internal/events"
 )
 
-// fakeClock is a settable clock.
-type fakeClock struct{ t time.Time }
+// fakeClock is a settable clock, safe for the store's loops to read.
+type fakeClock struct{ ns atomic.Int64 }
 
-func (c *fakeClock) now() time.Time { return c.t }
+func newClock(t time.Time) *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
+
+func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 func openCfg(t testing.TB, cfg Config, now func() time.Time) *Store {
 	t.Helper()
@@ -59,7 +67,7 @@ func TestRecoverAfterCrash(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "events.db")
 	cfg := testConfig(path)
 	cfg.MaterializeSpans = 7
-	clock := &fakeClock{t0.Add(time.Hour)}
+	clock := newClock(t0.Add(time.Hour))
 	s := openCfg(t, cfg, clock.now)
 	write(t, s, dataset[:2]...) // 6 spans: below the threshold
 	write(t, s, dataset[2:]...) // 6 more: materialized with this batch
@@ -104,7 +112,7 @@ func TestMaterializeThresholds(t *testing.T) {
 	cfg := testConfig(":memory:")
 	cfg.MaterializeSpans = 10
 	cfg.MaterializeInterval = 5 * time.Second
-	clock := &fakeClock{t0}
+	clock := newClock(t0)
 	s := openCfg(t, cfg, clock.now)
 	steps := []struct {
 		name    string
@@ -120,7 +128,7 @@ func TestMaterializeThresholds(t *testing.T) {
 		{"a new pending span", 0, dataset[4:], 18},
 	}
 	for _, st := range steps {
-		clock.t = clock.t.Add(st.advance)
+		clock.advance(st.advance)
 		write(t, s, st.turns...)
 		if got := meta(t, s, "materialized"); got != st.want {
 			t.Errorf("%s: materialized up to %d, want %d", st.name, got, st.want)
@@ -133,6 +141,23 @@ func TestMaterializeThresholds(t *testing.T) {
 	}
 	if got := meta(t, s, "materialized"); got != 20 || rep.Total.Spans != 20 {
 		t.Errorf("after a view: materialized %d, %d spans; want 20", got, rep.Total.Spans)
+	}
+}
+
+func TestMaterializeWithoutWrites(t *testing.T) {
+	cfg := testConfig(filepath.Join(t.TempDir(), "events.db"))
+	cfg.MaterializeInterval = time.Millisecond
+	clock := newClock(t0)
+	s := openCfg(t, cfg, clock.now)
+	write(t, s, dataset[0])
+	clock.advance(time.Second)
+	// The loop's ticker is real time; the clock says the sums are due.
+	deadline := time.Now().Add(10 * time.Second)
+	for meta(t, s, "materialized") != 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("pending sums not written by the loop")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -234,7 +259,8 @@ func TestReplayMixedBatch(t *testing.T) {
 // TestViewsMatchSpans checks the roll-up plans (levels, edges, filters)
 // against sums taken directly over the spans written, on random ranges.
 func TestViewsMatchSpans(t *testing.T) {
-	s := openTest(t, ":memory:")
+	// A file: views that read every turn do it in parts at once.
+	s := openTest(t, filepath.Join(t.TempDir(), "events.db"))
 	ctx := context.Background()
 	g := &synth{rng: rand.New(rand.NewPCG(3, 4)), start: t0.Add(-13*time.Hour - 7*time.Second), step: 157 * time.Second, users: 40}
 	var all []events.Event
@@ -347,6 +373,54 @@ func TestViewsMatchSpans(t *testing.T) {
 				Fallbacks: p.Fallbacks, CostUSD: p.CostUSD, AvgLatencyMS: p.AvgLatencyMS}
 			if !same(w, r) {
 				t.Errorf("%s step %v point %d (%v) = %+v, want %+v", name, step, j, p.T, p, w.row(""))
+			}
+		}
+	}
+
+	// Per user, from the turns (whole turns that started in range) and
+	// from the per-turn version sums (a model filter).
+	turnStart := map[string]time.Time{}
+	for i := range all {
+		if st, ok := turnStart[all[i].TraceID]; !ok || all[i].TSStart.Before(st) {
+			turnStart[all[i].TraceID] = all[i].TSStart
+		}
+	}
+	for i := range 12 {
+		from, to := randTime(), randTime()
+		if !from.Before(to) {
+			from, to = to, from.Add(time.Millisecond)
+		}
+		q := Query{By: ByUser, From: from, To: to, Limit: MaxLimit}
+		if i%2 == 1 {
+			q.ModelID = synthModels[i%len(synthModels)]
+		}
+		if i%3 == 2 {
+			q.Feature = synthFeatures[i%len(synthFeatures)]
+		}
+		want := map[string]*agg{}
+		for j := range all {
+			e := &all[j]
+			st := turnStart[e.TraceID]
+			if st.Before(from) || !st.Before(to) || (q.ModelID != "" && e.Artifact.ModelID != q.ModelID) ||
+				(q.Feature != "" && e.Attribution.Feature != q.Feature) {
+				continue
+			}
+			if want[e.UserIDHash] == nil {
+				want[e.UserIDHash] = &agg{}
+			}
+			want[e.UserIDHash].addSpan(e, e.TSStart.UnixMilli())
+		}
+		rep, err := s.Cost(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("by user, model %q, feature %q, %s..%s", q.ModelID, q.Feature, from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano))
+		if len(rep.Rows) != len(want) {
+			t.Errorf("%s: %d users, want %d", name, len(rep.Rows), len(want))
+		}
+		for _, r := range rep.Rows {
+			if w := want[r.Key]; w == nil || !same(w, r) {
+				t.Errorf("%s: %q = %+v, want %+v", name, r.Key, r, w)
 			}
 		}
 	}

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fmgate/fmgate/internal/events"
@@ -310,7 +312,7 @@ func (s *Store) rollupGroups(ctx context.Context, q Query, key func(*dimTuple) s
 	}
 	for _, p := range plan(q.From.UnixMilli(), q.To.UnixMilli(), levelsFor(fine), nil) {
 		if p.lvl == nil {
-			err := s.scanSpans(ctx, p.from, p.to, func(e *events.Event, ts int64) {
+			err := s.scanSpans(ctx, p.from, p.to, true, func(e *events.Event, ts int64) {
 				if spanMatches(e, &q) {
 					t := tupleOf(e, fine)
 					g := groups[key(&t)]
@@ -377,24 +379,28 @@ func (s *Store) bucketSums(ctx context.Context, q Query, fine bool, p planPart, 
 	return rs.Err()
 }
 
-// scanSpans calls fn for every span that started in [from, to), in start
-// order. fn must not keep e.
-func (s *Store) scanSpans(ctx context.Context, from, to int64, fn func(e *events.Event, ts int64)) error {
-	return s.spans(ctx, fn, `SELECT id, ts_start, data FROM events WHERE ts_start >= ? AND ts_start < ? ORDER BY ts_start, id`, from, to)
+// scanSpans calls fn for every span that started in [from, to), in no
+// particular order. fn must not keep e. With noIDs, the spans' ids are left
+// empty.
+func (s *Store) scanSpans(ctx context.Context, from, to int64, noIDs bool, fn func(e *events.Event, ts int64)) error {
+	return s.spansDec(ctx, spanDecoder{skipIDs: noIDs}, fn, `SELECT id, ts_start, data FROM events WHERE ts_start >= ? AND ts_start < ?`, from, to)
 }
 
 func (s *Store) spans(ctx context.Context, fn func(e *events.Event, ts int64), query string, args ...any) error {
+	return s.spansDec(ctx, spanDecoder{}, fn, query, args...)
+}
+
+func (s *Store) spansDec(ctx context.Context, dec spanDecoder, fn func(e *events.Event, ts int64), query string, args ...any) error {
 	rs, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
 	}
 	defer rs.Close()
 	var (
-		dec  spanDecoder
 		e    events.Event
 		id   int64
 		ts   int64
-		data []byte
+		data sql.RawBytes
 	)
 	for rs.Next() {
 		if err := rs.Scan(&id, &ts, &data); err != nil {
@@ -435,14 +441,16 @@ func (s *Store) traceSpans(ctx context.Context, trace string, fn func(e *events.
 // outlasted TurnWindow), searching every stored minute.
 func (s *Store) findTurns(ctx context.Context, trace string) ([]*turnState, error) {
 	var lo, hi sql.NullInt64
-	if err := s.r.QueryRowContext(ctx, `SELECT MIN(minute), MAX(minute) FROM turns`).Scan(&lo, &hi); err != nil {
+	// MIN or MAX alone reads one end of the key; both in one SELECT scan.
+	if err := s.r.QueryRowContext(ctx, `SELECT (SELECT MIN(minute) FROM turns), (SELECT MAX(minute) FROM turns)`).Scan(&lo, &hi); err != nil {
 		return nil, err
 	}
 	if !lo.Valid {
 		return nil, nil
 	}
 	rs, err := s.r.QueryContext(ctx, `WITH RECURSIVE m(x) AS (SELECT ? UNION ALL SELECT x + 1 FROM m WHERE x < ?)
-		SELECT `+turnCols+` FROM m JOIN turns ON turns.minute = m.x AND turns.th = ?`, lo.Int64, hi.Int64, hashID(trace))
+		SELECT `+turnCols+` FROM m JOIN turns t ON t.minute = m.x AND t.th = ?
+		JOIN turn_info i ON i.minute = t.minute AND i.th = t.th`, lo.Int64, hi.Int64, hashID(trace))
 	if err != nil {
 		return nil, err
 	}
@@ -487,62 +495,286 @@ func (w *where) String() string {
 // turnRange selects turns that started in [from, to) by their key minute
 // and start.
 func turnRange(w *where, from, to int64) {
-	w.add("minute >= ? AND minute <= ? AND ts_start >= ? AND ts_start < ?",
+	w.add("t.minute >= ? AND t.minute <= ? AND t.ts_start >= ? AND t.ts_start < ?",
 		floorTo(from, minuteMS)/minuteMS, floorTo(to-1, minuteMS)/minuteMS, from, to)
 }
 
 // turnSums sums turns onto the columns that scanAgg reads.
-const turnSums = `SUM(spans), SUM(has_root), SUM(tokens_in), SUM(tokens_out), SUM(cost_usd),
-	SUM(errors), SUM(fallbacks), SUM(latency_ms)`
+const turnSums = `SUM(t.spans), SUM(t.has_root), SUM(t.tokens_in), SUM(t.tokens_out), SUM(t.cost_usd),
+	SUM(t.errors), SUM(t.fallbacks), SUM(t.latency_ms)`
 
 func (s *Store) fromTurns(ctx context.Context, q Query) ([]CostRow, CostRow, error) {
-	w := where{}
 	if q.Trace != "" {
 		turns, err := s.findTurns(ctx, q.Trace)
 		if err != nil || len(turns) == 0 {
 			return nil, CostRow{}, err
 		}
+		w := where{}
 		var ors []string
 		for _, t := range turns {
-			ors = append(ors, "(minute = ? AND th = ?)")
+			ors = append(ors, "(t.minute = ? AND t.th = ?)")
 			w.args = append(w.args, t.minute(), t.th)
 		}
 		w.conds = append(w.conds, "("+strings.Join(ors, " OR ")+")")
-	} else {
-		turnRange(&w, q.From.UnixMilli(), q.To.UnixMilli())
+		turnFilters(&w, &q)
+		return s.fewTurns(ctx, w, q.Limit)
 	}
-	w.eq("user_id_hash", q.User)
-	w.eq("feature", q.Feature)
-	w.eq("graph_version", q.GraphVersion)
 	if q.By == ByUser {
-		// The window sums total every group before LIMIT cuts them.
-		rows, total, err := s.scanAggTotal(ctx, `SELECT user_id_hash, `+turnSums+`,
-			SUM(SUM(spans)) OVER (), SUM(SUM(has_root)) OVER (), SUM(SUM(tokens_in)) OVER (),
-			SUM(SUM(tokens_out)) OVER (), SUM(SUM(cost_usd)) OVER (), SUM(SUM(errors)) OVER (),
-			SUM(SUM(fallbacks)) OVER (), SUM(SUM(latency_ms)) OVER ()
-			FROM turns WHERE `+w.String()+` GROUP BY user_id_hash ORDER BY SUM(cost_usd) DESC, user_id_hash LIMIT ?`,
-			append(w.args, q.Limit)...)
-		return rows, total, err
+		return s.topUsers(ctx, q)
 	}
-	total, err := s.scanAgg(ctx, `SELECT '', `+turnSums+` FROM turns WHERE `+w.String(), w.args...)
+	w := where{}
+	turnRange(&w, q.From.UnixMilli(), q.To.UnixMilli())
+	turnFilters(&w, &q)
+	if q.User != "" {
+		return s.fewTurns(ctx, w, q.Limit)
+	}
+	total, err := s.scanAgg(ctx, `SELECT '', `+turnSums+` FROM turns t WHERE `+w.String(), w.args...)
 	if err != nil {
 		return nil, CostRow{}, err
 	}
-	rs, err := s.r.QueryContext(ctx, `SELECT `+turnCols+` FROM turns WHERE `+w.String()+
-		` ORDER BY cost_usd DESC, trace_id LIMIT ?`, append(w.args, q.Limit)...)
+	// The costliest turns by the narrow rows, then their details.
+	rs, err := s.r.QueryContext(ctx, `SELECT t.minute, t.th FROM turns t WHERE `+w.String()+
+		` ORDER BY t.cost_usd DESC, t.th LIMIT ?`, append(w.args, q.Limit)...)
 	if err != nil {
 		return nil, CostRow{}, err
 	}
-	defer rs.Close()
-	var rows []CostRow
-	for rs.Next() {
-		t, err := scanTurnState(rs)
-		if err != nil {
-			return nil, CostRow{}, err
-		}
+	keys, err := scanTurnKeys(rs)
+	if err != nil {
+		return nil, CostRow{}, err
+	}
+	turns, err := s.turnsByKey(ctx, keys)
+	if err != nil {
+		return nil, CostRow{}, err
+	}
+	rows := make([]CostRow, 0, len(turns))
+	for _, t := range turns {
 		rows = append(rows, t.costRow(&t.sums))
 	}
-	return rows, total[0], rs.Err()
+	slices.SortFunc(rows, byCost)
+	return rows, total[0], nil
+}
+
+// turnKey is a turn's primary key.
+type turnKey struct{ minute, th int64 }
+
+func scanTurnKeys(rs *sql.Rows) ([]turnKey, error) {
+	defer rs.Close()
+	var keys []turnKey
+	for rs.Next() {
+		var k turnKey
+		if err := rs.Scan(&k.minute, &k.th); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, rs.Err()
+}
+
+// turnsByKey reads whole turns.
+func (s *Store) turnsByKey(ctx context.Context, keys []turnKey) ([]*turnState, error) {
+	var out []*turnState
+	for len(keys) > 0 {
+		n := min(len(keys), 400)
+		args := make([]any, 0, 2*n)
+		for _, k := range keys[:n] {
+			args = append(args, k.minute, k.th)
+		}
+		rs, err := s.r.QueryContext(ctx, `SELECT `+turnCols+` FROM `+turnFrom+` WHERE (t.minute, t.th) IN (VALUES `+
+			strings.Repeat("(?,?),", n-1)+`(?,?))`, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rs.Next() {
+			t, err := scanTurnState(rs)
+			if err != nil {
+				rs.Close()
+				return nil, err
+			}
+			out = append(out, t)
+		}
+		rs.Close()
+		if err := rs.Err(); err != nil {
+			return nil, err
+		}
+		keys = keys[n:]
+	}
+	return out, nil
+}
+
+// turnAggCols are the sums of a turn row, in scanTurnAgg's order.
+const turnAggCols = `t.cost_usd, t.has_root, t.spans, t.tokens_in, t.tokens_out, t.errors, t.fallbacks, t.latency_ms`
+
+// inParts splits [from, to) into up to scanParts ranges of whole minutes
+// and runs fn on each at once, on the readers' connections: the views that
+// must read every turn in range use both cores. start is called first with
+// the number of parts; fn gets its part's index.
+func (s *Store) inParts(ctx context.Context, from, to int64, start func(n int), fn func(i int, from, to int64) error) error {
+	n := max(1, min(scanParts, int((to-from)/minuteMS)))
+	if s.r == s.w {
+		n = 1 // ":memory:": one connection
+	}
+	start(n)
+	bounds := make([]int64, n+1)
+	bounds[0], bounds[n] = from, to
+	for i := 1; i < n; i++ {
+		bounds[i] = floorTo(from+(to-from)*int64(i)/int64(n), minuteMS)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = fn(i, bounds[i], bounds[i+1]) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// scanParts is how many parts inParts runs at once: the cores of the
+// machines fmgate is sized for, and at most the readers' connections.
+var scanParts = min(runtime.GOMAXPROCS(0), 4)
+
+// hashBytes is hashID of string(b).
+func hashBytes(b []byte) int64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return int64(h)
+}
+
+// turnFilters adds q's turn-level filters.
+func turnFilters(w *where, q *Query) {
+	w.eq("t.user_id_hash", q.User)
+	w.eq("t.feature", q.Feature)
+	w.eq("t.graph_version", q.GraphVersion)
+}
+
+// topUsers sums the turns selected by q per user and returns the limit
+// costliest users and the total. The grouping happens here rather than in
+// SQL, and over parts of the range at once: grouping hundreds of thousands
+// of turns by user makes SQLite sort them all, several times slower.
+func (s *Store) topUsers(ctx context.Context, q Query) ([]CostRow, CostRow, error) {
+	type userSums struct {
+		user string
+		agg
+	}
+	type part struct {
+		users map[int64]*userSums // by hashID(user)
+		total agg
+	}
+	var parts []part
+	err := s.inParts(ctx, q.From.UnixMilli(), q.To.UnixMilli(), func(n int) { parts = make([]part, n) }, func(i int, from, to int64) error {
+		w := where{}
+		turnRange(&w, from, to)
+		turnFilters(&w, &q)
+		rs, err := s.r.QueryContext(ctx, `SELECT t.user_id_hash, `+turnAggCols+` FROM turns t WHERE `+w.String(), w.args...)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		p := part{users: map[int64]*userSums{}}
+		var (
+			user sql.RawBytes
+			a    agg
+		)
+		for rs.Next() {
+			if err := rs.Scan(&user, &a.cost, &a.turns, &a.spans, &a.tokensIn, &a.tokensOut, &a.errors, &a.fallbacks, &a.latency); err != nil {
+				return err
+			}
+			h := hashBytes(user)
+			g := p.users[h]
+			if g == nil {
+				g = &userSums{user: string(user)}
+				p.users[h] = g
+			} else if g.user != string(user) {
+				return fmt.Errorf("user ids %q and %q hash alike", g.user, user)
+			}
+			g.addSums(&a)
+			p.total.addSums(&a)
+		}
+		parts[i] = p
+		return rs.Err()
+	})
+	if err != nil {
+		return nil, CostRow{}, err
+	}
+	// Merge the parts into the largest.
+	base := 0
+	for i := range parts {
+		if len(parts[i].users) > len(parts[base].users) {
+			base = i
+		}
+	}
+	var total agg
+	users := parts[base].users
+	for i, p := range parts {
+		total.addSums(&p.total)
+		if i == base {
+			continue
+		}
+		for h, u := range p.users {
+			if g := users[h]; g != nil {
+				g.addSums(&u.agg)
+			} else {
+				users[h] = u
+			}
+		}
+	}
+	rows := make([]CostRow, 0, len(users))
+	for _, u := range users {
+		rows = append(rows, u.row(u.user))
+	}
+	slices.SortFunc(rows, byCost)
+	return rows[:min(len(rows), q.Limit)], total.row(""), nil
+}
+
+// fewTurns returns the limit costliest turns selected by w, and their
+// total, in one pass: for a selection of few turns (one user's, one
+// trace's), whose rows are cheap to bring over.
+func (s *Store) fewTurns(ctx context.Context, w where, limit int) ([]CostRow, CostRow, error) {
+	rs, err := s.r.QueryContext(ctx, `SELECT t.minute, t.th, `+turnAggCols+` FROM turns t WHERE `+w.String(), w.args...)
+	if err != nil {
+		return nil, CostRow{}, err
+	}
+	type hit struct {
+		key turnKey
+		a   agg
+	}
+	var (
+		hits  []hit
+		total agg
+	)
+	for rs.Next() {
+		var h hit
+		if err := rs.Scan(&h.key.minute, &h.key.th, &h.a.cost, &h.a.turns, &h.a.spans, &h.a.tokensIn, &h.a.tokensOut,
+			&h.a.errors, &h.a.fallbacks, &h.a.latency); err != nil {
+			rs.Close()
+			return nil, CostRow{}, err
+		}
+		total.addSums(&h.a)
+		hits = append(hits, h)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return nil, CostRow{}, err
+	}
+	slices.SortFunc(hits, func(a, b hit) int {
+		return cmp.Or(cmp.Compare(b.a.cost, a.a.cost), cmp.Compare(a.key.minute, b.key.minute), cmp.Compare(a.key.th, b.key.th))
+	})
+	keys := make([]turnKey, 0, min(len(hits), limit))
+	for _, h := range hits[:min(len(hits), limit)] {
+		keys = append(keys, h.key)
+	}
+	turns, err := s.turnsByKey(ctx, keys)
+	if err != nil {
+		return nil, CostRow{}, err
+	}
+	rows := make([]CostRow, 0, len(turns))
+	for _, t := range turns {
+		rows = append(rows, t.costRow(&t.sums))
+	}
+	slices.SortFunc(rows, byCost)
+	return rows, total.row(""), nil
 }
 
 // costRow reports the turn with the sums a.
@@ -554,57 +786,30 @@ func (t *turnState) costRow(a *agg) CostRow {
 	return r
 }
 
+// scanAgg reads rows of a key and the eight sums of turnSums.
 func (s *Store) scanAgg(ctx context.Context, sqlText string, args ...any) ([]CostRow, error) {
-	rows, _, err := s.scanRows(ctx, false, sqlText, args...)
-	return rows, err
-}
-
-func (s *Store) scanAggTotal(ctx context.Context, sqlText string, args ...any) ([]CostRow, CostRow, error) {
-	return s.scanRows(ctx, true, sqlText, args...)
-}
-
-// scanRows reads rows of a key and the eight sums of turnSums, followed,
-// withTotal, by the same eight sums over every group.
-func (s *Store) scanRows(ctx context.Context, withTotal bool, sqlText string, args ...any) ([]CostRow, CostRow, error) {
 	rs, err := s.r.QueryContext(ctx, sqlText, args...)
 	if err != nil {
-		return nil, CostRow{}, err
+		return nil, err
 	}
 	defer rs.Close()
-	var (
-		out   []CostRow
-		total CostRow
-	)
+	var out []CostRow
 	for rs.Next() {
 		var (
-			key   string
-			a, t  agg
-			n, tn [7]sql.NullInt64
-			c, tc sql.NullFloat64
+			key string
+			a   agg
+			n   [7]sql.NullInt64
+			c   sql.NullFloat64
 		)
-		dst := []any{&key, &n[0], &n[1], &n[2], &n[3], &c, &n[4], &n[5], &n[6]}
-		if withTotal {
-			dst = append(dst, &tn[0], &tn[1], &tn[2], &tn[3], &tc, &tn[4], &tn[5], &tn[6])
-		}
 		// Sums over no rows are NULL: they read as 0.
-		if err := rs.Scan(dst...); err != nil {
-			return nil, CostRow{}, err
+		if err := rs.Scan(&key, &n[0], &n[1], &n[2], &n[3], &c, &n[4], &n[5], &n[6]); err != nil {
+			return nil, err
 		}
-		fill := func(a *agg, n *[7]sql.NullInt64, c sql.NullFloat64) {
-			a.spans, a.turns, a.tokensIn, a.tokensOut = n[0].Int64, n[1].Int64, n[2].Int64, n[3].Int64
-			a.cost, a.errors, a.fallbacks, a.latency = c.Float64, n[4].Int64, n[5].Int64, n[6].Int64
-		}
-		fill(&a, &n, c)
+		a.spans, a.turns, a.tokensIn, a.tokensOut = n[0].Int64, n[1].Int64, n[2].Int64, n[3].Int64
+		a.cost, a.errors, a.fallbacks, a.latency = c.Float64, n[4].Int64, n[5].Int64, n[6].Int64
 		out = append(out, a.row(key))
-		if withTotal {
-			fill(&t, &tn, tc)
-			total = t.row("")
-		}
 	}
-	if !withTotal && len(out) > 0 {
-		total = out[0]
-	}
-	return out, total, rs.Err()
+	return out, rs.Err()
 }
 
 // fromTurnVersions answers ByUser and ByTurn with one prompt, model or
@@ -623,53 +828,81 @@ func (s *Store) fromTurnVersions(ctx context.Context, q Query) ([]CostRow, CostR
 		return nil, CostRow{}, nil
 	}
 	type hit struct {
-		key    string
-		ts, th int64
-		sums   agg
+		key  turnKey
+		sums agg
 	}
-	groups := map[string]*agg{}
+	type part struct {
+		groups map[string]*agg
+		hits   []hit
+		total  agg
+	}
+	var parts []part
+	err := s.inParts(ctx, q.From.UnixMilli(), q.To.UnixMilli(), func(n int) { parts = make([]part, n) }, func(i int, from, to int64) error {
+		p := &parts[i]
+		p.groups = map[string]*agg{}
+		return s.turnVersions(ctx, vid, from, to, func(tv *turnVersion) {
+			if (q.User != "" && string(tv.user) != q.User) || (q.Feature != "" && string(tv.feature) != q.Feature) ||
+				(q.GraphVersion != "" && string(tv.graph) != q.GraphVersion) {
+				return
+			}
+			p.total.merge(&tv.spans)
+			if q.By == ByTurn {
+				p.hits = append(p.hits, hit{turnKey{floorTo(tv.ts, minuteMS) / minuteMS, tv.th}, tv.spans})
+				return
+			}
+			g := p.groups[string(tv.user)]
+			if g == nil {
+				g = &agg{}
+				p.groups[string(tv.user)] = g
+			}
+			g.merge(&tv.spans)
+		})
+	})
+	if err != nil {
+		return nil, CostRow{}, err
+	}
+	groups := parts[0].groups
 	var (
 		hits  []hit
 		total agg
 	)
-	err := s.turnVersions(ctx, vid, q.From.UnixMilli(), q.To.UnixMilli(), func(tv *turnVersion) {
-		if (q.User != "" && tv.user != q.User) || (q.Feature != "" && tv.feature != q.Feature) ||
-			(q.GraphVersion != "" && tv.graph != q.GraphVersion) {
-			return
+	for i, p := range parts {
+		total.merge(&p.total)
+		hits = append(hits, p.hits...)
+		if i == 0 {
+			continue
 		}
-		total.merge(&tv.spans)
-		if q.By == ByTurn {
-			hits = append(hits, hit{ts: tv.ts, th: tv.th, sums: tv.spans})
-			return
+		for k, a := range p.groups {
+			if g := groups[k]; g != nil {
+				g.merge(a)
+			} else {
+				groups[k] = a
+			}
 		}
-		g := groups[tv.user]
-		if g == nil {
-			g = &agg{}
-			groups[tv.user] = g
-		}
-		g.merge(&tv.spans)
-	})
-	if err != nil {
-		return nil, CostRow{}, err
 	}
 	if q.By == ByUser {
 		rows, _ := sortGroups(groups)
 		return rows, total.row(""), nil
 	}
 	slices.SortFunc(hits, func(a, b hit) int {
-		return cmp.Or(cmp.Compare(b.sums.cost, a.sums.cost), cmp.Compare(a.ts, b.ts), cmp.Compare(a.th, b.th))
+		return cmp.Or(cmp.Compare(b.sums.cost, a.sums.cost), cmp.Compare(a.key.minute, b.key.minute), cmp.Compare(a.key.th, b.key.th))
 	})
-	var rows []CostRow
-	for _, h := range hits[:min(len(hits), q.Limit)] {
-		t, err := s.readTurn(ctx, s.r, h.th, "", floorTo(h.ts, minuteMS)/minuteMS, true, h.ts)
-		if err != nil {
-			return nil, CostRow{}, err
-		}
-		if t != nil {
-			rows = append(rows, t.costRow(&h.sums))
-		}
+	hits = hits[:min(len(hits), q.Limit)]
+	keys := make([]turnKey, len(hits))
+	sums := make(map[turnKey]*agg, len(hits))
+	for i := range hits {
+		keys[i] = hits[i].key
+		sums[hits[i].key] = &hits[i].sums
 	}
-	slices.SortStableFunc(rows, byCost)
+	turns, err := s.turnsByKey(ctx, keys)
+	if err != nil {
+		return nil, CostRow{}, err
+	}
+	rows := make([]CostRow, 0, len(turns))
+	for _, t := range turns {
+		rows = append(rows, t.costRow(sums[turnKey{t.minute(), t.th}]))
+	}
+	slices.SortFunc(rows, byCost)
 	return rows, total.row(""), nil
 }
 
@@ -684,7 +917,7 @@ func (s *Store) turnVersions(ctx context.Context, vid, from, to int64, fn func(*
 	defer rs.Close()
 	var (
 		tv   turnVersion
-		data []byte
+		data sql.RawBytes
 	)
 	for rs.Next() {
 		if err := rs.Scan(&tv.ts, &tv.th, &data); err != nil {
@@ -724,7 +957,7 @@ func (s *Store) fromSpans(ctx context.Context, q Query) ([]CostRow, CostRow, err
 	case q.User != "":
 		err = s.userSpans(ctx, q, visit)
 	default:
-		err = s.scanSpans(ctx, q.From.UnixMilli(), q.To.UnixMilli(), visit)
+		err = s.scanSpans(ctx, q.From.UnixMilli(), q.To.UnixMilli(), false, visit)
 	}
 	if err != nil {
 		return nil, CostRow{}, err
@@ -750,8 +983,8 @@ func (s *Store) fromSpans(ctx context.Context, q Query) ([]CostRow, CostRow, err
 func (s *Store) userSpans(ctx context.Context, q Query, fn func(e *events.Event, ts int64)) error {
 	w := where{}
 	turnRange(&w, q.From.UnixMilli(), q.To.UnixMilli())
-	w.eq("user_id_hash", q.User)
-	rs, err := s.r.QueryContext(ctx, `SELECT ts_start, last_ts, th, trace_id FROM turns WHERE `+w.String(), w.args...)
+	w.eq("t.user_id_hash", q.User)
+	rs, err := s.r.QueryContext(ctx, `SELECT t.ts_start, i.last_ts, t.th, i.trace_id FROM `+turnFrom+` WHERE `+w.String(), w.args...)
 	if err != nil {
 		return err
 	}

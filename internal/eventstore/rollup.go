@@ -88,6 +88,18 @@ func (a *agg) merge(o *agg) {
 	a.latency += o.latency
 }
 
+// addSums adds the sums of o, which has no first and last.
+func (a *agg) addSums(o *agg) {
+	a.spans += o.spans
+	a.turns += o.turns
+	a.tokensIn += o.tokensIn
+	a.tokensOut += o.tokensOut
+	a.cost += o.cost
+	a.errors += o.errors
+	a.fallbacks += o.fallbacks
+	a.latency += o.latency
+}
+
 // row reports the sums as a CostRow keyed key.
 func (a *agg) row(key string) CostRow {
 	r := CostRow{Key: key, CostUSD: a.cost, Turns: a.turns, Spans: a.spans, TokensIn: a.tokensIn,

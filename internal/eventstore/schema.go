@@ -12,7 +12,8 @@ package eventstore
 //   - rollup: sums per time bucket × dimension tuple (dims), at several
 //     bucket widths (levels), so that a range is mostly read from a few
 //     coarse buckets.
-//   - turns: one row per trace, keyed by the minute it started and th.
+//   - turns and turn_info: one row each per trace, keyed by the minute it
+//     started and th.
 //   - turn_versions: per turn, one row per artifact version its spans
 //     carried, with the turn's figures and the sums of the spans carrying
 //     that version; the version comparison and span-filtered per-user
@@ -70,14 +71,17 @@ var schema = []string{
 		PRIMARY KEY (lvl, bucket, dims)
 	) WITHOUT ROWID`,
 
-	// Columns that per-user and per-turn views filter, group and sum on
-	// come first: SQLite reads a row's columns in order.
+	// A turn is split in two rows with the same key: the columns that
+	// per-user, per-turn and anomaly views filter, group and sum on
+	// (turns), kept narrow because those views scan every turn in range,
+	// and the rest (turn_info), read for the turns shown.
 	`CREATE TABLE IF NOT EXISTS turns (
 		minute INTEGER NOT NULL,
 		th INTEGER NOT NULL,
 		ts_start INTEGER NOT NULL,
 		user_id_hash TEXT NOT NULL,
 		feature TEXT NOT NULL,
+		graph_version TEXT NOT NULL,
 		cost_usd REAL NOT NULL,
 		has_root INTEGER NOT NULL,
 		spans INTEGER NOT NULL,
@@ -86,7 +90,11 @@ var schema = []string{
 		errors INTEGER NOT NULL,
 		fallbacks INTEGER NOT NULL,
 		latency_ms INTEGER NOT NULL,
-		graph_version TEXT NOT NULL,
+		PRIMARY KEY (minute, th)
+	) WITHOUT ROWID`,
+	`CREATE TABLE IF NOT EXISTS turn_info (
+		minute INTEGER NOT NULL,
+		th INTEGER NOT NULL,
 		trace_id TEXT NOT NULL,
 		root_span_id TEXT NOT NULL,
 		session_id TEXT NOT NULL,
@@ -100,7 +108,7 @@ var schema = []string{
 		vers BLOB NOT NULL,
 		PRIMARY KEY (minute, th)
 	) WITHOUT ROWID`,
-	`CREATE INDEX IF NOT EXISTS turns_eval ON turns(ts_start) WHERE eval_score IS NOT NULL`,
+	`CREATE INDEX IF NOT EXISTS turn_info_eval ON turn_info(minute) WHERE eval_score IS NOT NULL`,
 
 	`CREATE TABLE IF NOT EXISTS turn_versions (
 		vid INTEGER NOT NULL,
@@ -118,9 +126,10 @@ var schema = []string{
 }
 
 // knownTables are every table any layout of the store created.
-var knownTables = []string{"events", "cost_minute", "turns", "turn_versions", "rollup", "dims", "vers", "meta"}
+var knownTables = []string{"events", "cost_minute", "turns", "turn_info", "turn_versions", "rollup", "dims", "vers", "meta"}
 
 const (
 	rollupCols   = 13
-	turnColCount = 25
+	turnHotCols  = 14
+	turnInfoCols = 13
 )
