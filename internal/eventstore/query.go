@@ -35,18 +35,10 @@ const (
 	ByTier    = "tier"    // attribution.user_tier
 )
 
-// dimColumns are the groupings that the roll-ups answer, with the column
-// of dims each reads.
-var dimColumns = map[string]string{
-	ByTotal:   "''",
-	ByFeature: "feature",
-	ByModel:   "model_id",
-	ByPrompt:  "prompt_version",
-	ByGraph:   "graph_version",
-	ByTool:    "tool_id",
-	ByLocale:  "locale",
-	BySurface: "surface",
-	ByTier:    "user_tier",
+// rollupGroupings are the groupings that the roll-ups answer (dimTuple.get).
+var rollupGroupings = map[string]bool{
+	ByTotal: true, ByFeature: true, ByModel: true, ByPrompt: true, ByGraph: true,
+	ByTool: true, ByLocale: true, BySurface: true, ByTier: true,
 }
 
 // Limits of a Query.
@@ -97,7 +89,7 @@ func (q *Query) normalize(now time.Time) error {
 			return invalidf("by=node needs a trace")
 		}
 	default:
-		if _, ok := dimColumns[q.By]; !ok {
+		if !rollupGroupings[q.By] {
 			return invalidf("unknown grouping %q", q.By)
 		}
 	}

@@ -134,7 +134,7 @@ func tupleOf(e *events.Event, fine bool) dimTuple {
 	return t
 }
 
-// get returns the tuple's value for a grouping (a dimColumns key).
+// get returns the tuple's value for a grouping (a rollupGroupings key).
 func (t *dimTuple) get(by string) string {
 	switch by {
 	case ByFeature:
@@ -175,7 +175,8 @@ func spanMatches(e *events.Event, q *Query) bool {
 		(q.Feature == "" || q.Feature == e.Attribution.Feature)
 }
 
-// spanKey returns the span's value for a grouping (a dimColumns key).
+// spanKey returns the span's value for a grouping: a rollupGroupings key,
+// ByUser or ByTurn.
 func spanKey(e *events.Event, by string) string {
 	switch by {
 	case ByFeature:
