@@ -411,7 +411,9 @@ func (s *Stream) run() {
 		switch {
 		case s.deadErr != nil:
 			if s.final != nil {
+				// end may be waiting; no other signal follows this one.
 				s.finalErr, s.finalDone = s.deadErr, true
+				s.cond.Broadcast()
 			}
 			return
 		case len(s.buf) > 0 && (s.flushReq || s.final != nil):

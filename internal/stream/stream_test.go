@@ -615,3 +615,60 @@ func TestSlowButSuccessfulSendIsNotResent(t *testing.T) {
 		t.Fatalf("metrics = %+v", m)
 	}
 }
+
+// A client that leaves while a frame is being sent and Fail is already
+// waiting must not leave Fail waiting forever, whichever frame it was.
+func TestClientGoneDuringSendReleasesWaitingFail(t *testing.T) {
+	tests := []struct {
+		name  string
+		start func(s *Stream, c *fakeClock)
+	}{
+		{name: "chunk", start: func(s *Stream, _ *fakeClock) { mustWrite(t, s, "一") }},
+		{name: "heartbeat", start: func(s *Stream, c *fakeClock) { c.Advance(s.cfg.HeartbeatInterval) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRecorder()
+			release := make(chan struct{})
+			r.behave = func(context.Context, int) error { <-release; return nil }
+			ctx, cancel := context.WithCancel(context.Background())
+			clock := newFakeClock()
+			s := New(ctx, r, "r1", DefaultConfig(), clock)
+			defer s.Close()
+			go tt.start(s, clock)
+			<-r.entered // the sender is inside Send with the lock released
+
+			failed := make(chan error, 1)
+			go func() { failed <- s.Fail(ErrorFrame{Code: "unavailable"}) }()
+			waitLocked(t, s, func() bool { return s.final != nil })
+			cancel()
+			waitLocked(t, s, func() bool { return s.deadErr != nil })
+			close(release)
+
+			select {
+			case err := <-failed:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("Fail = %v, want context.Canceled", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Fail still waiting after the client left")
+			}
+		})
+	}
+}
+
+// waitLocked polls cond under the stream's lock.
+func waitLocked(t *testing.T, s *Stream, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		ok := cond()
+		s.mu.Unlock()
+		if ok {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("condition never held")
+}
