@@ -52,31 +52,31 @@ var queryParams = []string{"by", "from", "to", "graph", "prompt", "model", "tool
 func (s *Store) handleCost(w http.ResponseWriter, r *http.Request) {
 	q, err := s.parseQuery(r.URL.Query(), queryParams...)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	rep, err := s.Cost(r.Context(), q)
-	s.reply(w, rep, err)
+	s.reply(w, r, rep, err)
 }
 
 func (s *Store) handleTopUsers(w http.ResponseWriter, r *http.Request) {
 	q, err := s.parseQuery(r.URL.Query(), "from", "to", "limit")
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	rep, err := s.TopUsers(r.Context(), q.From, q.To, q.Limit)
-	s.reply(w, rep, err)
+	s.reply(w, r, rep, err)
 }
 
 func (s *Store) handleAnomalies(w http.ResponseWriter, r *http.Request) {
 	q, err := s.parseQuery(r.URL.Query(), "from", "to")
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	rep, err := s.AnomalousTurns(r.Context(), q.From, q.To)
-	s.reply(w, rep, err)
+	s.reply(w, r, rep, err)
 }
 
 func (s *Store) handleRising(w http.ResponseWriter, r *http.Request) {
@@ -85,7 +85,7 @@ func (s *Store) handleRising(w http.ResponseWriter, r *http.Request) {
 	if p := v.Get("periods"); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil {
-			s.fail(w, invalidf("periods: not an integer"))
+			s.fail(w, r, invalidf("periods: not an integer"))
 			return
 		}
 		if n == 0 {
@@ -96,11 +96,11 @@ func (s *Store) handleRising(w http.ResponseWriter, r *http.Request) {
 	v.Del("periods")
 	q, err := s.parseQuery(v, "from", "to")
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	rep, err := s.RisingFeatures(r.Context(), q.From, q.To, periods)
-	s.reply(w, map[string]any{"from": q.From.UTC(), "to": q.To.UTC(), "features": rep}, err)
+	s.reply(w, r, map[string]any{"from": q.From.UTC(), "to": q.To.UTC(), "features": rep}, err)
 }
 
 func (s *Store) handleSeries(w http.ResponseWriter, r *http.Request) {
@@ -108,12 +108,12 @@ func (s *Store) handleSeries(w http.ResponseWriter, r *http.Request) {
 	var step time.Duration
 	if st, ok := v["step"]; ok {
 		if len(st) != 1 {
-			s.fail(w, invalidf("step: given more than once"))
+			s.fail(w, r, invalidf("step: given more than once"))
 			return
 		}
 		d, err := time.ParseDuration(st[0])
 		if err != nil || d <= 0 {
-			s.fail(w, invalidf("step: not a positive duration like 5m or 1h"))
+			s.fail(w, r, invalidf("step: not a positive duration like 5m or 1h"))
 			return
 		}
 		step = d
@@ -121,11 +121,11 @@ func (s *Store) handleSeries(w http.ResponseWriter, r *http.Request) {
 	v.Del("step")
 	q, err := s.parseQuery(v, "from", "to", "graph", "prompt", "model", "tool", "feature")
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	rep, err := s.Series(r.Context(), q, step)
-	s.reply(w, rep, err)
+	s.reply(w, r, rep, err)
 }
 
 func (s *Store) handleCompare(w http.ResponseWriter, r *http.Request) {
@@ -135,10 +135,10 @@ func (s *Store) handleCompare(w http.ResponseWriter, r *http.Request) {
 		vals := v[k]
 		switch {
 		case len(vals) > 1:
-			s.fail(w, invalidf("%s: given more than once", k))
+			s.fail(w, r, invalidf("%s: given more than once", k))
 			return
 		case len(vals) == 0 || vals[0] == "":
-			s.fail(w, invalidf("%s: required", k))
+			s.fail(w, r, invalidf("%s: required", k))
 			return
 		}
 		args[i] = vals[0]
@@ -146,40 +146,40 @@ func (s *Store) handleCompare(w http.ResponseWriter, r *http.Request) {
 	}
 	q, err := s.parseQuery(v, "from", "to")
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	rep, err := s.Compare(r.Context(), args[0], args[1], args[2], q.From, q.To)
-	s.reply(w, rep, err)
+	s.reply(w, r, rep, err)
 }
 
 func (s *Store) handleVersions(w http.ResponseWriter, r *http.Request) {
 	q, err := s.parseQuery(r.URL.Query(), "from", "to")
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	rep, err := s.Versions(r.Context(), q.From, q.To)
-	s.reply(w, rep, err)
+	s.reply(w, r, rep, err)
 }
 
 func (s *Store) handleTrace(w http.ResponseWriter, r *http.Request) {
 	if _, err := s.parseQuery(r.URL.Query()); err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	rep, err := s.Trace(r.Context(), r.PathValue("traceId"))
-	s.reply(w, rep, err)
+	s.reply(w, r, rep, err)
 }
 
 func (s *Store) handleEval(w http.ResponseWriter, r *http.Request) {
 	q, err := s.parseQuery(r.URL.Query(), queryParams...)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	rep, err := s.Eval(r.Context(), q)
-	s.reply(w, rep, err)
+	s.reply(w, r, rep, err)
 }
 
 // maxEvalBody bounds POST /admin/eval.
@@ -188,19 +188,19 @@ const maxEvalBody = 4096
 func (s *Store) handleSetEval(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxEvalBody+1))
 	if err != nil {
-		s.fail(w, invalidf("reading body: %v", err))
+		s.fail(w, r, invalidf("reading body: %v", err))
 		return
 	}
 	id, score, err := parseEvalBody(body)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	if err := s.SetEvalScore(r.Context(), id, score); err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
-	s.reply(w, map[string]any{"id": id, "score": score}, nil)
+	s.reply(w, r, map[string]any{"id": id, "score": score}, nil)
 }
 
 // parseEvalBody reads {"traceId"|"spanId", "score"}; both ids together name
@@ -325,22 +325,27 @@ type apiError struct {
 	Message string `json:"message"`
 }
 
-func (s *Store) fail(w http.ResponseWriter, err error) {
+func (s *Store) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := http.StatusInternalServerError, apiError{Code: "internal", Message: "internal error"}
 	switch {
 	case errors.Is(err, ErrInvalid):
 		status, body = http.StatusBadRequest, apiError{Code: "invalid_request", Message: strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")}
 	case errors.Is(err, ErrNotFound):
 		status, body = http.StatusNotFound, apiError{Code: "not_found", Message: err.Error()}
+	case r.Context().Err() != nil:
+		// The client went away (a dashboard view replaced by the next one);
+		// nobody reads this answer and nothing is wrong with the store.
+		s.log.Debug("eventstore: admin query cancelled by the client", "err", err)
+		return
 	default:
 		s.log.Error("eventstore: admin query", "err", err)
 	}
 	writeJSON(w, status, map[string]apiError{"error": body})
 }
 
-func (s *Store) reply(w http.ResponseWriter, v any, err error) {
+func (s *Store) reply(w http.ResponseWriter, r *http.Request, v any, err error) {
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)

@@ -1,7 +1,10 @@
 package eventstore
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -93,6 +96,31 @@ func TestHandler(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/admin/eval?by=model&graph=v17.4", nil))
 	if !strings.Contains(rec.Body.String(), `"key":"sonnet","turns":1,"avgScore":0.9`) {
 		t.Errorf("eval after POST = %s", rec.Body)
+	}
+}
+
+// A query whose client has gone (the dashboard moved on to another view)
+// is not the store's fault: it is logged at debug level, not as an error,
+// while a query that fails for the store's own reasons still is.
+func TestHandlerClientGoneIsNotAnError(t *testing.T) {
+	s := openTest(t, ":memory:")
+	write(t, s, dataset...)
+	var logs bytes.Buffer
+	s.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	h := s.Handler()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/admin/cost?by=feature", nil).WithContext(ctx))
+	if logs.Len() != 0 {
+		t.Fatalf("cancelled query logged: %s", logs.String())
+	}
+
+	s.r.Close() // every later query fails inside the store
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/admin/cost?by=feature", nil))
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(logs.String(), "level=ERROR") {
+		t.Fatalf("store failure = %d, logs %q; want 500 and an ERROR line", rec.Code, logs.String())
 	}
 }
 
