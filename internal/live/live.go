@@ -42,7 +42,11 @@ type Breaker struct {
 
 // Quota is one model's use of its tokens- and requests-per-minute ceiling.
 type Quota struct {
-	Model      string `json:"model"`
+	Model string `json:"model"`
+	// ModelID is the provider's identifier of Model, the one spans carry in
+	// artifact.model_id (and so TokensPerMinute's key). Projections join
+	// the two through it. Omitted when the quota is keyed by that id.
+	ModelID    string `json:"modelId,omitempty"`
 	TPMUsed    int    `json:"tpmUsed"`
 	TPMCeiling int    `json:"tpmCeiling"`
 	RPMUsed    int    `json:"rpmUsed"`
@@ -124,7 +128,8 @@ type Queue struct {
 }
 
 // Projection says when a model is expected to reach its TPM ceiling. There
-// is one per model that has a quota entry or tokens in the window, sorted
+// is one per model that has a quota entry (named as the entry names it;
+// tokens of its ModelID count towards it) or tokens in the window, sorted
 // by model. SecondsToExhaustion applies SecondsToExhaustion to the model's
 // tokensPerMinute over the last TrendSpan of snapshots (this one included)
 // against the quota entry's tpmCeiling; null without a ceiling, without

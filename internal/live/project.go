@@ -1,6 +1,7 @@
 package live
 
 import (
+	"slices"
 	"sort"
 	"time"
 )
@@ -83,16 +84,28 @@ func SecondsToExhaustion(points []TrendPoint, ceiling float64) *float64 {
 // the window had first filled (a filling window rises by itself).
 func (a *Aggregator) projections(now time.Time, s Snapshot) []Projection {
 	ceilings := make(map[string]float64, len(s.Quota))
+	// Spans name a model by its provider id, quota entries by the gateway's
+	// name: tokens of the id count towards the entry's model.
+	nameOf := make(map[string]string, len(s.Quota))
 	for _, q := range s.Quota {
 		ceilings[q.Model] = float64(q.TPMCeiling)
+		if q.ModelID != "" {
+			nameOf[q.ModelID] = q.Model
+		}
+	}
+	key := func(m string) string {
+		if n, ok := nameOf[m]; ok {
+			return n
+		}
+		return m
 	}
 	models := make([]string, 0, len(ceilings)+len(s.TokensPerMinute))
 	for m := range ceilings {
 		models = append(models, m)
 	}
 	for m := range s.TokensPerMinute {
-		if _, ok := ceilings[m]; !ok {
-			models = append(models, m)
+		if k := key(m); !slices.Contains(models, k) {
+			models = append(models, k)
 		}
 	}
 	sort.Strings(models)
@@ -110,8 +123,12 @@ func (a *Aggregator) projections(now time.Time, s Snapshot) []Projection {
 		if t.Before(from) || t.After(now) {
 			return
 		}
+		sums := make(map[string]float64, len(tpm))
+		for m, v := range tpm {
+			sums[key(m)] += v
+		}
 		for _, m := range models {
-			series[m] = append(series[m], TrendPoint{T: t, TokensPerMinute: tpm[m]})
+			series[m] = append(series[m], TrendPoint{T: t, TokensPerMinute: sums[m]})
 		}
 	}
 	a.hmu.Lock()

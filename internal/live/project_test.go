@@ -44,12 +44,14 @@ func TestSecondsToExhaustion(t *testing.T) {
 // Feeding 10·k tokens in second k makes the 60 s window's sum
 // 600·T − 17,700 tokens per minute once full: a rise of 600 tpm per
 // second. At T = 120 s that is 54,300, so a 100,000 ceiling is
-// (100,000 − 54,300) / 600 = 76.17 s away.
+// (100,000 − 54,300) / 600 = 76.17 s away. The spans name sonnet by its
+// provider id, the quota entry by the gateway's name.
 func TestProjectionsFromHistory(t *testing.T) {
 	clk := newClock()
+	const sonnetID = "anthropic.claude-3-sonnet-20240229-v1:0"
 	state := func(context.Context) (State, error) {
 		return State{Quota: []Quota{
-			{Model: "sonnet", TPMCeiling: 100_000, RPMCeiling: 1000},
+			{Model: "sonnet", ModelID: sonnetID, TPMCeiling: 100_000, RPMCeiling: 1000},
 			{Model: "haiku", TPMCeiling: 500_000, RPMCeiling: 1000},
 		}}, nil
 	}
@@ -57,12 +59,12 @@ func TestProjectionsFromHistory(t *testing.T) {
 	ctx := context.Background()
 	for k := 1; k <= 120; k++ {
 		clk.Advance(time.Second)
-		write(t, a, attempt("sonnet", clk.Now(), 10*k, 0, 0), attempt("titan", clk.Now(), 100, 0, 0))
+		write(t, a, attempt(sonnetID, clk.Now(), 10*k, 0, 0), attempt("titan", clk.Now(), 100, 0, 0))
 		a.step(ctx)
 	}
 	s := a.History()[119]
-	if s.TokensPerMinute["sonnet"] != 54_300 {
-		t.Fatalf("sonnet tokensPerMinute = %v, want 54300", s.TokensPerMinute["sonnet"])
+	if s.TokensPerMinute[sonnetID] != 54_300 {
+		t.Fatalf("sonnet tokensPerMinute = %v, want 54300", s.TokensPerMinute)
 	}
 	want := []Projection{{"haiku", nil}, {"sonnet", ptr(76.2)}, {"titan", nil}}
 	if len(s.Projections) != len(want) {

@@ -90,7 +90,7 @@ func (s *Server) readState(ctx context.Context) (live.State, error) {
 		if err != nil {
 			return live.State{}, fmt.Errorf("quota %s: %w", m.Name, err)
 		}
-		st.Quota = append(st.Quota, live.Quota{Model: m.Name, TPMUsed: q.TokensUsed, TPMCeiling: q.TPMLimit,
+		st.Quota = append(st.Quota, live.Quota{Model: m.Name, ModelID: m.ModelID, TPMUsed: q.TokensUsed, TPMCeiling: q.TPMLimit,
 			RPMUsed: q.RequestsUsed, RPMCeiling: q.RPMLimit, Saturation: q.Saturation})
 	}
 	qs, err := s.Queue.Stats(ctx)
