@@ -2,11 +2,13 @@ package eventstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -300,6 +302,19 @@ func BenchmarkDrillDown10M(b *testing.B) {
 		{"compare_graphs", func() error { _, err := s.Compare(ctx, ByGraph, "v17.4", "v17.5", ufrom, uto); return err }},
 		{"versions", func() error { _, err := s.Versions(ctx, ufrom, uto); return err }},
 		{"trace", func() error { _, err := s.Trace(ctx, trace); return err }},
+		// Everything the cost dashboard asks for when it opens, at once,
+		// as the page sends it.
+		{"cost_view_at_once", func() error {
+			var g errgroup
+			for _, by := range []string{ByTotal, ByFeature, ByTier, ByLocale, ByModel} {
+				g.Go(func() error { _, err := s.Cost(ctx, Query{By: by, From: ufrom, To: uto}); return err })
+			}
+			g.Go(func() error { _, err := s.Series(ctx, Query{From: ufrom, To: uto}, 0); return err })
+			g.Go(func() error { _, err := s.TopUsers(ctx, ufrom, uto, 100); return err })
+			g.Go(func() error { _, err := s.AnomalousTurns(ctx, ufrom, uto); return err })
+			g.Go(func() error { _, err := s.RisingFeatures(ctx, ufrom, uto, 4); return err })
+			return g.Wait()
+		}},
 	}
 	for _, v := range views {
 		b.Run(v.name, func(b *testing.B) {
@@ -310,4 +325,26 @@ func BenchmarkDrillDown10M(b *testing.B) {
 			}
 		})
 	}
+}
+
+// errgroup runs functions at once and returns their errors joined.
+type errgroup struct {
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	errs []error
+}
+
+func (g *errgroup) Go(fn func() error) {
+	g.wg.Go(func() {
+		if err := fn(); err != nil {
+			g.mu.Lock()
+			g.errs = append(g.errs, err)
+			g.mu.Unlock()
+		}
+	})
+}
+
+func (g *errgroup) Wait() error {
+	g.wg.Wait()
+	return errors.Join(g.errs...)
 }

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -581,5 +583,28 @@ func TestOpenOtherLayout(t *testing.T) {
 	}
 	if rep.Total.Spans != 12 || !near(rep.Total.CostUSD, 0.026) {
 		t.Errorf("reopened: %+v, want 12 spans, $0.026", rep.Total)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{1, 2, 3, 4, 5, 10, 101, 1000, 4096} {
+		for _, distinct := range []int{1, 2, 7, 1 << 30} {
+			xs := make([]float64, n)
+			for i := range xs {
+				xs[i] = float64(rng.IntN(distinct)) / 1000
+			}
+			sorted := slices.Sorted(slices.Values(xs))
+			want := sorted[n/2]
+			if n%2 == 0 {
+				want = (sorted[n/2-1] + sorted[n/2]) / 2
+			}
+			if got := median(xs); got != want {
+				t.Fatalf("n %d, %d distinct: median %v, want %v", n, distinct, got, want)
+			}
+			if got := slices.Sorted(slices.Values(xs)); !slices.Equal(got, sorted) {
+				t.Fatalf("n %d: median changed the values, not only their order", n)
+			}
+		}
 	}
 }
