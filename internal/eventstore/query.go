@@ -624,16 +624,6 @@ func (s *Store) inParts(ctx context.Context, from, to int64, start func(n int), 
 // machines fmgate is sized for, and at most the readers' connections.
 var scanParts = min(runtime.GOMAXPROCS(0), 4)
 
-// hashBytes is hashID of string(b).
-func hashBytes(b []byte) int64 {
-	h := uint64(14695981039346656037)
-	for _, c := range b {
-		h ^= uint64(c)
-		h *= 1099511628211
-	}
-	return int64(h)
-}
-
 // turnFilters adds q's turn-level filters.
 func turnFilters(w *where, q *Query) {
 	w.eq("t.user_id_hash", q.User)
@@ -651,7 +641,7 @@ func (s *Store) topUsers(ctx context.Context, q Query) ([]CostRow, CostRow, erro
 		agg
 	}
 	type part struct {
-		users map[int64]*userSums // by hashID(user)
+		users map[string]*userSums
 		total agg
 	}
 	var parts []part
@@ -664,7 +654,7 @@ func (s *Store) topUsers(ctx context.Context, q Query) ([]CostRow, CostRow, erro
 			return err
 		}
 		defer rs.Close()
-		p := part{users: map[int64]*userSums{}}
+		p := part{users: map[string]*userSums{}}
 		var (
 			user sql.RawBytes
 			a    agg
@@ -673,13 +663,10 @@ func (s *Store) topUsers(ctx context.Context, q Query) ([]CostRow, CostRow, erro
 			if err := rs.Scan(&user, &a.cost, &a.turns, &a.spans, &a.tokensIn, &a.tokensOut, &a.errors, &a.fallbacks, &a.latency); err != nil {
 				return err
 			}
-			h := hashBytes(user)
-			g := p.users[h]
+			g := p.users[string(user)] // no copy of user for the lookup
 			if g == nil {
 				g = &userSums{user: string(user)}
-				p.users[h] = g
-			} else if g.user != string(user) {
-				return fmt.Errorf("user ids %q and %q hash alike", g.user, user)
+				p.users[g.user] = g
 			}
 			g.addSums(&a)
 			p.total.addSums(&a)
