@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -289,16 +290,31 @@ func (e *Emitter) runWAL() {
 	seqs := make([]uint64, 0, e.cfg.WAL.Batch)
 	// Records are written to the file before their Emit returns, so a
 	// killed process loses none; the fsync that guards them against a power
-	// loss runs every FsyncInterval, for all records written since.
+	// loss runs every FsyncInterval, for all records written since, on a
+	// goroutine of its own: a turn waiting for its record to be written
+	// never waits for a disk flush too.
+	syncs := make(chan *os.File, 1)
+	var syncer sync.WaitGroup
+	syncer.Go(func() {
+		for f := range syncs {
+			// A segment rotated away meanwhile was synced before it closed.
+			if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+				e.walErrs.Add(1)
+				e.log.Error("events: wal fsync failed", "err", err)
+			}
+		}
+	})
+	defer syncer.Wait()
+	defer close(syncs)
 	unsynced := false
 	fsync := func() {
 		if !unsynced {
 			return
 		}
-		unsynced = false
-		if err := e.wal.sync(); err != nil {
-			e.walErrs.Add(1)
-			e.log.Error("events: wal fsync failed", "err", err)
+		select {
+		case syncs <- e.wal.f:
+			unsynced = false
+		default: // the last fsync is still running: the next tick retries
 		}
 	}
 	flush := func() {
@@ -367,7 +383,12 @@ func (e *Emitter) runWAL() {
 			for {
 				gather()
 				if len(pending) == 0 {
-					fsync()
+					if unsynced {
+						if err := e.wal.sync(); err != nil {
+							e.walErrs.Add(1)
+							e.log.Error("events: wal fsync failed", "err", err)
+						}
+					}
 					return
 				}
 				flush()

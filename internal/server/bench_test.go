@@ -51,9 +51,9 @@ func BenchmarkTurn(b *testing.B) {
 
 // BenchmarkTurnSinks compares turn latency with no event sinks (no event
 // store, no write-ahead log, no exporters; the in-process metrics and live
-// figures stay) and with all of them on: the SQLite event store, the WAL,
-// the JSONL file, NATS JetStream (when 127.0.0.1:4222 answers) and OTLP to a
-// local collector. Turns arrive at benchRate per second (open loop); p50 and
+// figures stay), with each sink alone and with all of them on: the
+// write-ahead log, the SQLite event store, the JSONL file, OTLP to a local
+// collector and NATS JetStream (when 127.0.0.1:4222 answers). Turns arrive at benchRate per second (open loop); p50 and
 // p99 are reported per turn, with the events any sink dropped.
 //
 //	go test -run '^$' -bench BenchmarkTurnSinks -benchtime 4000x ./internal/server
@@ -63,22 +63,36 @@ func BenchmarkTurnSinks(b *testing.B) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer collector.Close()
-	for _, all := range []bool{false, true} {
-		name := "sinks=none"
+	natsUp := false
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:4222", 200*time.Millisecond); err == nil {
+		c.Close()
+		natsUp = true
+	}
+	// Each sink alone, then all of them: which one costs what.
+	for _, name := range []string{"none", "wal", "store", "jsonl", "otlp", "nats", "all"} {
+		if name == "nats" && !natsUp {
+			continue
+		}
 		cfg := benchConfig()
 		cfg.EventStore.Path, cfg.Events.WAL.Dir = "", ""
-		if all {
-			name = "sinks=all"
-			dir := b.TempDir()
-			cfg.EventStore.Path = filepath.Join(dir, "events.db")
+		dir := b.TempDir()
+		on := func(sink string) bool { return name == sink || name == "all" }
+		if on("wal") {
 			cfg.Events.WAL.Dir = filepath.Join(dir, "wal")
-			cfg.Events.Sinks.JSONL.Path = filepath.Join(dir, "events.jsonl")
-			cfg.Events.Sinks.OTLP.Endpoint = collector.URL + "/v1/traces"
-			if c, err := net.DialTimeout("tcp", "127.0.0.1:4222", 200*time.Millisecond); err == nil {
-				c.Close()
-				cfg.Events.Sinks.NATS.URL = "nats://127.0.0.1:4222"
-			}
 		}
+		if on("store") {
+			cfg.EventStore.Path = filepath.Join(dir, "events.db")
+		}
+		if on("jsonl") {
+			cfg.Events.Sinks.JSONL.Path = filepath.Join(dir, "events.jsonl")
+		}
+		if on("otlp") {
+			cfg.Events.Sinks.OTLP.Endpoint = collector.URL + "/v1/traces"
+		}
+		if on("nats") && natsUp {
+			cfg.Events.Sinks.NATS.URL = "nats://127.0.0.1:4222"
+		}
+		name := "sinks=" + name
 		b.Run(name, func(b *testing.B) {
 			s, err := New(context.Background(), cfg, Options{})
 			if err != nil {
