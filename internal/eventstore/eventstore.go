@@ -195,7 +195,10 @@ func Open(ctx context.Context, cfg Config, now func() time.Time) (*Store, error)
 			s.w.Close()
 			return nil, fmt.Errorf("eventstore: open: %w", err)
 		}
-		s.r.SetMaxOpenConns(4)
+		// Enough readers that the light queries of a dashboard view are
+		// not queued behind its scans of every turn, which take scanParts
+		// connections each.
+		s.r.SetMaxOpenConns(8)
 		s.ckpt, err = sql.Open("sqlite", u+"?"+pragmas(false))
 		if err != nil {
 			s.w.Close()
@@ -285,7 +288,7 @@ func pragmas(readOnly bool) string {
 		"_pragma=busy_timeout(5000)",
 		"_pragma=journal_mode(WAL)",
 		"_pragma=synchronous(NORMAL)",
-		"_pragma=cache_size(-65536)",
+		"_pragma=cache_size(-32768)",
 		"_pragma=temp_store(MEMORY)",
 	}
 	if readOnly {
