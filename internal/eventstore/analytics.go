@@ -53,28 +53,12 @@ func (s *Store) AnomalousTurns(ctx context.Context, from, to time.Time) (Anomaly
 	lo, hi := q.From.UnixMilli(), q.To.UnixMilli()
 	// First the statistics, from the cost of every turn in range (one
 	// column: reading a row costs mostly per column brought over)...
-	var parts [][]float64
-	err := s.inParts(ctx, lo, hi, func(n int) { parts = make([][]float64, n) }, func(i int, from, to int64) error {
-		w := where{}
-		turnRange(&w, from, to)
-		rs, err := s.r.QueryContext(ctx, `SELECT t.cost_usd FROM turns t WHERE `+w.String(), w.args...)
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		for rs.Next() {
-			var c float64
-			if err := rs.Scan(&c); err != nil {
-				return err
-			}
-			parts[i] = append(parts[i], c)
-		}
-		return rs.Err()
-	})
+	costs, err := collectInParts(ctx, s, lo, hi, func(w *where) string {
+		return `SELECT t.cost_usd FROM turns t WHERE ` + w.String()
+	}, func(rs *sql.Rows, c *float64) error { return rs.Scan(c) })
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: anomalies: %w", err)
 	}
-	costs := slices.Concat(parts...)
 	n := len(costs)
 	rep.Turns = int64(n)
 	if n == 0 {
@@ -94,30 +78,14 @@ func (s *Store) AnomalousTurns(ctx context.Context, from, to time.Time) (Anomaly
 		key  turnKey
 		cost float64
 	}
-	var hits [][]hit
-	err = s.inParts(ctx, lo, hi, func(n int) { hits = make([][]hit, n) }, func(i int, from, to int64) error {
-		w := where{}
-		turnRange(&w, from, to)
+	above, err := collectInParts(ctx, s, lo, hi, func(w *where) string {
 		w.add("t.cost_usd > ?", rep.ThresholdUSD)
-		rs, err := s.r.QueryContext(ctx, `SELECT t.minute, t.th, t.cost_usd FROM turns t WHERE `+w.String()+
-			` ORDER BY t.cost_usd DESC LIMIT ?`, append(w.args, MaxLimit)...)
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		for rs.Next() {
-			var h hit
-			if err := rs.Scan(&h.key.minute, &h.key.th, &h.cost); err != nil {
-				return err
-			}
-			hits[i] = append(hits[i], h)
-		}
-		return rs.Err()
-	})
+		w.args = append(w.args, MaxLimit)
+		return `SELECT t.minute, t.th, t.cost_usd FROM turns t WHERE ` + w.String() + ` ORDER BY t.cost_usd DESC LIMIT ?`
+	}, func(rs *sql.Rows, h *hit) error { return rs.Scan(&h.key.minute, &h.key.th, &h.cost) })
 	if err != nil {
 		return rep, fmt.Errorf("eventstore: anomalies: %w", err)
 	}
-	above := slices.Concat(hits...)
 	slices.SortFunc(above, func(a, b hit) int { return cmp.Compare(b.cost, a.cost) })
 	keys := make([]turnKey, 0, min(len(above), MaxLimit))
 	for _, h := range above[:min(len(above), MaxLimit)] {

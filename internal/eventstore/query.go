@@ -620,6 +620,32 @@ func (s *Store) inParts(ctx context.Context, from, to int64, start func(n int), 
 	return errors.Join(errs...)
 }
 
+// collectInParts runs the query that build returns (given the part's time
+// range in w) over each part of [lo, hi) at once, as inParts does, and
+// returns every row scan read, the parts' rows in order.
+func collectInParts[T any](ctx context.Context, s *Store, lo, hi int64, build func(w *where) string, scan func(*sql.Rows, *T) error) ([]T, error) {
+	var parts [][]T
+	err := s.inParts(ctx, lo, hi, func(n int) { parts = make([][]T, n) }, func(i int, from, to int64) error {
+		w := where{}
+		turnRange(&w, from, to)
+		q := build(&w)
+		rs, err := s.r.QueryContext(ctx, q, w.args...)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var v T
+			if err := scan(rs, &v); err != nil {
+				return err
+			}
+			parts[i] = append(parts[i], v)
+		}
+		return rs.Err()
+	})
+	return slices.Concat(parts...), err
+}
+
 // scanParts is how many parts inParts runs at once: the cores of the
 // machines fmgate is sized for, and at most the readers' connections.
 var scanParts = min(runtime.GOMAXPROCS(0), 4)
