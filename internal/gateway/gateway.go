@@ -312,7 +312,7 @@ func attrString(k, v string) slog.Attr { return slog.String(k, v) }
 
 func turnAttrs(t *Turn, err error) []slog.Attr {
 	attrs := []slog.Attr{
-		slog.String("request_id", t.RequestID),
+		slog.String("request_id_hash", t.RequestHash),
 		slog.String("user_id_hash", t.UserHash),
 		slog.String("surface", t.Surface),
 		slog.String("priority", t.Priority.String()),

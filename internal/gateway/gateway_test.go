@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -452,3 +454,34 @@ func TestAdminNeedsToken(t *testing.T) {
 }
 
 var _ = errors.New
+
+// goneOutput is a client that leaves just before the done frame.
+type goneOutput struct{}
+
+func (goneOutput) Write(string) error   { return nil }
+func (goneOutput) Started() bool        { return true }
+func (goneOutput) Discard()             {}
+func (goneOutput) Finish(*Result) error { return errors.New("client gone") }
+func (goneOutput) Fail(*Error) error    { return nil }
+
+// A request id is the client's to choose and may carry anything: the log
+// lines about a turn name it by its keyed hash only.
+func TestLogsNameTheRequestByItsHash(t *testing.T) {
+	var logs bytes.Buffer
+	g, err := New(config.Default(), Deps{Providers: both(&scriptProvider{answer: "hello there"}),
+		Log: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "req-jane.doe@example.com"
+	turn := &Turn{RequestID: id, SessionID: "s1", Message: "hello", Locale: "en", Route: "chat", Surface: "http", UserID: "u1"}
+	if _, err := g.Run(context.Background(), turn, goneOutput{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "client gone before done") {
+		t.Fatalf("no log line for the client that left: %s", logs.String())
+	}
+	if strings.Contains(logs.String(), "jane.doe") || !strings.Contains(logs.String(), `"request_id_hash":"`+turn.RequestHash+`"`) {
+		t.Fatalf("logs = %s; want the request id hashed as %s", logs.String(), turn.RequestHash)
+	}
+}

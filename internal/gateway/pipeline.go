@@ -104,6 +104,7 @@ func (g *Gateway) validate(t *Turn) error {
 func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	t.Received = g.now()
 	t.UserHash = g.hasher.Hash(t.UserID)
+	t.RequestHash = g.hasher.Hash(t.RequestID)
 	t.System, t.PromptVersion = g.prompts.Active()
 	events.SpanFromContext(ctx).SetPromptVersion(t.PromptVersion)
 	if t.Feature == "" {

@@ -41,6 +41,9 @@ type Turn struct {
 	// Filled by the pipeline.
 	Received time.Time
 	UserHash string
+	// RequestHash is RequestID through the same keyed hash as UserHash:
+	// a client's request id may carry anything, so logs get only this.
+	RequestHash string
 	// System and PromptVersion are the prompt in force when the turn
 	// started; the whole turn uses them even if the prompt switches.
 	System        string
