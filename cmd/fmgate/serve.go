@@ -19,6 +19,7 @@ import (
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/server"
+	"github.com/redis/go-redis/v9"
 )
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -46,6 +47,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// JSON logs; a line written during a turn carries its trace_id and span_id.
 	log := slog.New(events.NewLogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})))
+	redis.SetLogger(redisLogger{log})
 
 	token, generated := adminToken(cfg)
 	app, err := server.New(ctx, cfg, server.Options{Log: log, ConfigPath: *path})
@@ -139,4 +141,13 @@ func modelList(cfg config.Config) string {
 		s += m.Name
 	}
 	return s
+}
+
+// redisLogger puts the Redis client's own messages (a failed dial, a pool
+// in trouble) in the JSON log as warnings, instead of unstructured lines
+// on stderr.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
 }
