@@ -2,17 +2,16 @@ package eventstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fmgate/fmgate/internal/events"
+	"golang.org/x/sync/errgroup"
 )
 
 // synth generates MangaAssist-shaped traffic: turns of spansPerTurn spans
@@ -305,7 +304,7 @@ func BenchmarkDrillDown10M(b *testing.B) {
 		// Everything the cost dashboard asks for when it opens, at once,
 		// as the page sends it.
 		{"cost_view_at_once", func() error {
-			var g errgroup
+			var g errgroup.Group
 			for _, by := range []string{ByTotal, ByFeature, ByTier, ByLocale, ByModel} {
 				g.Go(func() error { _, err := s.Cost(ctx, Query{By: by, From: ufrom, To: uto}); return err })
 			}
@@ -325,26 +324,4 @@ func BenchmarkDrillDown10M(b *testing.B) {
 			}
 		})
 	}
-}
-
-// errgroup runs functions at once and returns their errors joined.
-type errgroup struct {
-	wg   sync.WaitGroup
-	mu   sync.Mutex
-	errs []error
-}
-
-func (g *errgroup) Go(fn func() error) {
-	g.wg.Go(func() {
-		if err := fn(); err != nil {
-			g.mu.Lock()
-			g.errs = append(g.errs, err)
-			g.mu.Unlock()
-		}
-	})
-}
-
-func (g *errgroup) Wait() error {
-	g.wg.Wait()
-	return errors.Join(g.errs...)
 }
