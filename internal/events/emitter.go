@@ -293,14 +293,17 @@ func (e *Emitter) runWAL() {
 	// loss runs every FsyncInterval, for all records written since, on a
 	// goroutine of its own: a turn waiting for its record to be written
 	// never waits for a disk flush too.
+	syncFailed := func(err error) {
+		e.walErrs.Add(1)
+		e.log.Error("events: wal fsync failed", "err", err)
+	}
 	syncs := make(chan *os.File, 1)
 	var syncer sync.WaitGroup
 	syncer.Go(func() {
 		for f := range syncs {
 			// A segment rotated away meanwhile was synced before it closed.
 			if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
-				e.walErrs.Add(1)
-				e.log.Error("events: wal fsync failed", "err", err)
+				syncFailed(err)
 			}
 		}
 	})
@@ -385,8 +388,7 @@ func (e *Emitter) runWAL() {
 				if len(pending) == 0 {
 					if unsynced {
 						if err := e.wal.sync(); err != nil {
-							e.walErrs.Add(1)
-							e.log.Error("events: wal fsync failed", "err", err)
+							syncFailed(err)
 						}
 					}
 					return
