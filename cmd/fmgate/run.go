@@ -19,6 +19,7 @@ const usage = `usage: fmgate [command] [flags]
 commands:
   serve     run the gateway (the default)
   validate  check a config file and list every problem
+  sim       serve the model simulator over the OpenAI, Anthropic and Bedrock APIs
   version   print the version
 
 Run "fmgate <command> -h" for the command's flags.
@@ -35,6 +36,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args, stdout, stderr)
 	case "validate":
 		return validate(args, stdout, stderr)
+	case "sim":
+		return simulate(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "fmgate", buildVersion())
 		return nil
@@ -56,7 +59,11 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	if *path == "" {
 		return errors.New("validate: -config FILE is required")
 	}
-	if _, err := config.Load(*path); err != nil {
+	cfg, err := config.Load(*path)
+	if err == nil {
+		err = cfg.CheckSecrets()
+	}
+	if err != nil {
 		var p *config.Problems
 		if errors.As(err, &p) {
 			for _, line := range p.List {

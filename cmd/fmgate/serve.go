@@ -41,6 +41,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *addr != "" {
 		cfg.Server.Addr = *addr
 	}
+	if err := cfg.CheckSecrets(); err != nil {
+		return err
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("-log-level: %w", err)
@@ -64,6 +67,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Handler:           app.Handler(token),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
+		Protocols:         plainAndH2C(),
 	}
 	fmt.Fprintf(stdout, "fmgate %s serving %s on http://%s (models: %s)\n", buildVersion(), cfg.Profile, ln.Addr(), modelList(cfg))
 	if generated {

@@ -92,10 +92,24 @@ type Prompt struct {
 type Model struct {
 	// Name is the gateway's name for the model, e.g. "sonnet".
 	Name string `yaml:"name"`
-	// Provider serving it: "sim" (the built-in simulator).
+	// Provider serving it: "sim" (the built-in simulator, the default
+	// profile), "bedrock" (AWS Bedrock Runtime, Converse), "anthropic"
+	// (Anthropic Messages) or "openai" (any OpenAI-compatible Chat
+	// Completions server).
 	Provider string `yaml:"provider"`
 	// ModelID is the provider's model identifier.
 	ModelID string `yaml:"modelId"`
+	// Region is the AWS region of a bedrock model (required for bedrock).
+	Region string `yaml:"region"`
+	// Endpoint overrides the vendor's base URL: Bedrock's BaseEndpoint,
+	// Anthropic's or an OpenAI-compatible server's base URL ("" = the
+	// vendor's own). Required for openai servers other than OpenAI itself.
+	Endpoint string `yaml:"endpoint"`
+	// APIKeyEnv names the environment variable holding the API key
+	// (anthropic: required; openai: optional, local servers need none).
+	// Keys never go in the config file. Bedrock uses the AWS SDK's default
+	// credential chain instead.
+	APIKeyEnv string `yaml:"apiKeyEnv"`
 	// Price per million tokens.
 	InputPerMTok       float64 `yaml:"inputPerMTok"`
 	OutputPerMTok      float64 `yaml:"outputPerMTok"`
@@ -306,9 +320,7 @@ func (c Config) Validate() error {
 			v.add(p+".name", fmt.Sprintf("duplicate model %q", m.Name))
 		}
 		seen[m.Name] = true
-		if m.Provider != "sim" {
-			v.add(p+".provider", fmt.Sprintf("unknown provider %q (want sim)", m.Provider))
-		}
+		m.validateProvider(&v, p)
 		if m.InputPerMTok < 0 || m.OutputPerMTok < 0 || m.CachedInputPerMTok < 0 {
 			v.add(p, "prices must be >= 0")
 		}
@@ -364,6 +376,51 @@ func (c Config) Validate() error {
 		v.add("fleet.size", "must be >= 1")
 	}
 	c.validatePolicies(&v)
+	return v.err()
+}
+
+// Providers fmgate can call.
+var providers = []string{"sim", "bedrock", "anthropic", "openai"}
+
+// validateProvider checks what the model's provider needs that a config file
+// can show: a region for Bedrock, an API key's environment variable that is
+// set. Credentials the vendor's SDK resolves itself (the AWS chain) are
+// checked when the provider is built.
+func (m Model) validateProvider(v *validator, p string) {
+	switch m.Provider {
+	case "sim":
+	case "bedrock":
+		if m.Region == "" {
+			v.add(p+".region", "bedrock needs an AWS region, e.g. region: us-east-1")
+		}
+	case "anthropic":
+		if m.APIKeyEnv == "" {
+			v.add(p+".apiKeyEnv", "anthropic needs the name of the environment variable holding the API key, e.g. apiKeyEnv: ANTHROPIC_API_KEY")
+		}
+	case "openai":
+	default:
+		v.add(p+".provider", fmt.Sprintf("unknown provider %q (want one of %s)", m.Provider, strings.Join(providers, ", ")))
+		return
+	}
+	if m.ModelID == "" && m.Provider != "sim" {
+		v.add(p+".modelId", "must name the provider's model id")
+	}
+	if m.Endpoint != "" && !strings.HasPrefix(m.Endpoint, "http://") && !strings.HasPrefix(m.Endpoint, "https://") {
+		v.add(p+".endpoint", fmt.Sprintf("%q must be an http:// or https:// URL", m.Endpoint))
+	}
+}
+
+// CheckSecrets reports every secret the config names that the environment
+// does not hold, each with the variable to set. Validate checks the file
+// alone; fmgate validate and start-up also call CheckSecrets, so a missing
+// key fails before the first turn, not at it.
+func (c Config) CheckSecrets() error {
+	var v validator
+	for i, m := range c.Models {
+		if m.APIKeyEnv != "" && os.Getenv(m.APIKeyEnv) == "" {
+			v.add(fmt.Sprintf("models[%d].apiKeyEnv", i), fmt.Sprintf("environment variable %s is not set; export %s=<your %s API key>", m.APIKeyEnv, m.APIKeyEnv, m.Provider))
+		}
+	}
 	return v.err()
 }
 

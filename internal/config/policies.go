@@ -106,3 +106,29 @@ func (c Config) validatePolicies(v *validator) {
 		}
 	}
 }
+
+// SimConfig is the simulator's configuration for this config: sim.models,
+// plus a model for every tier served by the simulator (Haiku's pace when
+// sim.models has none for it), each reporting its tier's modelId. fmgate sim
+// serves every tier, whatever its provider, so a config can point its
+// Bedrock, Anthropic or OpenAI tiers at a simulator started from the same
+// file.
+func (c Config) SimConfig() sim.Config {
+	out := sim.Config{Models: make(map[string]sim.Settings, len(c.Sim.Models)+len(c.Models))}
+	for name, st := range c.Sim.Models {
+		out.Models[name] = st
+	}
+	for _, m := range c.Models {
+		st, ok := out.Models[m.Name]
+		if !ok {
+			st = sim.DefaultConfig().Models["haiku"]
+		}
+		// A simulated tier keeps the id its sim settings report; a vendor
+		// tier pointed at the simulator is found by its own modelId.
+		if st.ModelID == "" || m.Provider != "sim" {
+			st.ModelID = m.ModelID
+		}
+		out.Models[m.Name] = st
+	}
+	return out
+}

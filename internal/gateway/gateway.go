@@ -181,13 +181,34 @@ func (g *Gateway) Ready() bool { return !g.draining.Load() }
 
 func (g *Gateway) primary() string { return g.cfg.Models[0].Name }
 
-func (g *Gateway) modelNames() []string {
-	names := make([]string, len(g.cfg.Models))
-	for i, m := range g.cfg.Models {
-		names[i] = m.Name
+// modelsFrom is the model tiers in cascade order, starting at start (a
+// tier name or its modelId) when it names one; all of them otherwise.
+func (g *Gateway) modelsFrom(start string) []string {
+	names := make([]string, 0, len(g.cfg.Models))
+	for _, m := range g.cfg.Models {
+		if len(names) == 0 && start != "" && m.Name != start && m.ModelID != start {
+			continue
+		}
+		names = append(names, m.Name)
+	}
+	if len(names) == 0 {
+		return g.modelsFrom("")
 	}
 	return names
 }
+
+// ResolveModel returns the tier that name (a tier or its modelId) starts at.
+func (g *Gateway) ResolveModel(name string) (config.Model, bool) {
+	for _, m := range g.cfg.Models {
+		if m.Name == name || m.ModelID == name {
+			return m, true
+		}
+	}
+	return config.Model{}, false
+}
+
+// Models is the configured model tiers in cascade order.
+func (g *Gateway) Models() []config.Model { return g.cfg.Models }
 
 func (g *Gateway) isModel(tier string) bool {
 	_, ok := g.cfg.Model(tier)

@@ -74,7 +74,7 @@ func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 	if body.Stream {
 		t.Surface = "sse"
 		sse := newSSESender(w)
-		out := g.newStreamOutput(r.Context(), sse, t.RequestID)
+		out := g.NewStreamOutput(r.Context(), sse, t.RequestID)
 		defer out.Close()
 		if _, err := g.Run(r.Context(), t, out); err != nil && !sse.started() {
 			writeError(w, err)
@@ -118,7 +118,15 @@ type usageJSON struct {
 // authenticate fills the caller from an API key, or from the trusted user
 // header (or WebSocket field) in the demo profile.
 func (g *Gateway) authenticate(r *http.Request, bodyUser string, t *Turn) error {
-	if key, ok := bearer(r); ok && len(g.cfg.Auth.Keys) > 0 {
+	key, _ := bearer(r)
+	return g.Authenticate(r, key, bodyUser, t)
+}
+
+// Authenticate fills t's caller for a front door: from key (the API key the
+// door read from its vendor's header) when auth.keys are configured, or from
+// the trusted user header (X-User-Id, else bodyUser) in the demo profile.
+func (g *Gateway) Authenticate(r *http.Request, key, bodyUser string, t *Turn) error {
+	if key != "" && len(g.cfg.Auth.Keys) > 0 {
 		c, found := g.cfg.Auth.Keys[key]
 		if !found {
 			return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "The API key is not valid."}
@@ -147,6 +155,16 @@ func (g *Gateway) authenticate(r *http.Request, bodyUser string, t *Turn) error 
 	t.Premium = r.Header.Get("X-User-Tier") == "premium"
 	return nil
 }
+
+// Caller returns the auth.keys entry of key, for a door that verifies more
+// than the key itself (a SigV4 signature).
+func (g *Gateway) Caller(key string) (config.Caller, bool) {
+	c, ok := g.cfg.Auth.Keys[key]
+	return c, ok
+}
+
+// Bearer returns the token of r's Authorization: Bearer header.
+func Bearer(r *http.Request) (string, bool) { return bearer(r) }
 
 func bearer(r *http.Request) (string, bool) {
 	h := r.Header.Get("Authorization")

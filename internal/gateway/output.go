@@ -8,18 +8,22 @@ import (
 	"github.com/fmgate/fmgate/internal/stream"
 )
 
-// streamOutput is the Output of a streaming front door (WebSocket, SSE): the
-// chunk aggregator over the connection's sender.
-type streamOutput struct {
+// StreamOutput is the Output of a streaming front door (WebSocket, SSE, a
+// vendor door's event stream): the chunk aggregator over the connection's
+// sender, which receives the contract's JSON frames (stream.DecodeFrame
+// reads them back for a door that speaks another wire format).
+type StreamOutput struct {
 	s       *stream.Stream
 	settled atomic.Bool
 }
 
-func (g *Gateway) newStreamOutput(ctx context.Context, s stream.Sender, requestID string) *streamOutput {
-	return &streamOutput{s: stream.New(ctx, s, requestID, g.streamCfg, stream.SystemClock{})}
+// NewStreamOutput returns the Output of a streaming front door over s. Close
+// it when the turn is over.
+func (g *Gateway) NewStreamOutput(ctx context.Context, s stream.Sender, requestID string) *StreamOutput {
+	return &StreamOutput{s: stream.New(ctx, s, requestID, g.streamCfg, stream.SystemClock{})}
 }
 
-func (o *streamOutput) Write(text string) error {
+func (o *StreamOutput) Write(text string) error {
 	err := o.s.Write(text)
 	switch {
 	case err == nil:
@@ -32,10 +36,10 @@ func (o *streamOutput) Write(text string) error {
 	return err
 }
 
-func (o *streamOutput) Started() bool { return o.s.Started() }
-func (o *streamOutput) Discard()      { o.s.Discard() }
+func (o *StreamOutput) Started() bool { return o.s.Started() }
+func (o *StreamOutput) Discard()      { o.s.Discard() }
 
-func (o *streamOutput) Finish(res *Result) error {
+func (o *StreamOutput) Finish(res *Result) error {
 	o.settled.Store(true)
 	return o.s.Finish(stream.Done{
 		Tier:       res.Tier,
@@ -48,13 +52,13 @@ func (o *streamOutput) Finish(res *Result) error {
 	})
 }
 
-func (o *streamOutput) Fail(e *Error) error {
+func (o *StreamOutput) Fail(e *Error) error {
 	o.settled.Store(true)
 	return o.s.Fail(stream.ErrorFrame{Code: e.Code, Message: e.Message, RetryAfterSeconds: e.RetryAfterSeconds()})
 }
 
 // Settled reports whether Finish or Fail ran, so the front door does not
 // send a second error frame.
-func (o *streamOutput) Settled() bool { return o.settled.Load() }
+func (o *StreamOutput) Settled() bool { return o.settled.Load() }
 
-func (o *streamOutput) Close() { o.s.Close() }
+func (o *StreamOutput) Close() { o.s.Close() }

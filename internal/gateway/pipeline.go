@@ -46,7 +46,7 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 		return nil, err
 	}
 	// 5. Plan the route of model tiers.
-	route := g.plan.Plan(ctx, t, g.modelNames())
+	route := g.plan.Plan(ctx, t, g.modelsFrom(t.StartTier))
 
 	// 6–7. Reserve quota and invoke, tier by tier, until a model answers.
 	res, err = g.invokeRoute(ctx, t, route, out)
@@ -111,7 +111,10 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 		t.Feature = "chat"
 	}
 	attribute(events.SpanFromContext(ctx), t)
-	if h, err := g.sessions.History(ctx, t.SessionID); err == nil {
+	if t.Stateless {
+		return // the front door brought the conversation
+	}
+	if h, err := g.sessions.History(ctx, t.UserID, t.SessionID); err == nil {
 		t.History = h
 	} else {
 		g.log.Warn("session history unavailable; answering without it", "err", err)
@@ -187,6 +190,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 	)
 	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
 		out.Discard()
+		beginTier(out, model, m.ModelID, model != g.primary())
 		span := g.attemptSpan(ctx, t, model, m.ModelID)
 		actx, firstToken, stop := g.watchFirstToken(ctx, t)
 		defer stop()
@@ -225,6 +229,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		Text:       resp.Text,
 		Tier:       model,
 		ModelID:    resp.ModelID,
+		StopReason: resp.StopReason,
 		Degraded:   model != g.primary(),
 		Confidence: m.Confidence,
 		Usage:      usage,
@@ -253,6 +258,7 @@ func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output
 	if err != nil {
 		return nil, err
 	}
+	beginTier(out, res.Tier, "", true)
 	if err := out.Write(res.Text); err != nil {
 		return nil, err
 	}
@@ -268,10 +274,11 @@ func (g *Gateway) record(ctx context.Context, t *Turn, res *Result) {
 	ctx, span := g.tracer.Start(ctx, "record", events.WithKind(events.KindInternal), events.WithMustPersist())
 	defer span.End()
 	usd := 0.0
-	if err := g.sessions.Append(ctx, t.SessionID, t.Message, res.Text); err != nil {
+	switch err := g.appendSession(ctx, t, res); {
+	case err != nil:
 		g.log.WarnContext(ctx, "session append failed", "err", err)
 		span.SetErrorCode("session_write_failed")
-	} else {
+	case !t.Stateless:
 		usd += g.units.StorageWriteUSD
 	}
 	if (!res.Degraded || g.isModel(res.Tier)) && g.fallback.Remember(ctx, t, res) {
@@ -283,6 +290,15 @@ func (g *Gateway) record(ctx context.Context, t *Turn, res *Result) {
 	span.SetCost(usd)
 }
 
+// appendSession keeps the exchange in the caller's session, unless the turn
+// brought its own conversation.
+func (g *Gateway) appendSession(ctx context.Context, t *Turn, res *Result) error {
+	if t.Stateless {
+		return nil
+	}
+	return g.sessions.Append(ctx, t.UserID, t.SessionID, t.Message, res.Text)
+}
+
 // request builds the provider request for a model tier.
 func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 	msgs := make([]provider.Message, 0, len(t.History)+1)
@@ -292,7 +308,8 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 	if t.MaxOutput > 0 && t.MaxOutput < maxOut {
 		maxOut = t.MaxOutput
 	}
-	return &provider.Request{Model: m.Name, System: t.System, Messages: msgs, MaxTokens: maxOut, Locale: t.Locale}
+	return &provider.Request{Model: m.Name, System: t.System, Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
+		Temperature: t.Temperature, StopSequences: t.StopSequences}
 }
 
 // watchFirstToken returns a context that is cancelled when no token arrives

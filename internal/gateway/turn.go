@@ -33,6 +33,17 @@ type Turn struct {
 	TraceParent string // incoming W3C traceparent, if any
 	Feature     string // attribution: what product feature this turn serves
 
+	// StartTier, when set, is the model tier the turn starts at (a vendor
+	// front door's "model"); the route falls down the cascade below it.
+	StartTier string
+	// Stateless turns carry their whole conversation (History, set by the
+	// front door, as the vendors' APIs do) and neither read nor write the
+	// session store.
+	Stateless bool
+	// Temperature and StopSequences pass through to the model.
+	Temperature   *float64
+	StopSequences []string
+
 	// Caller, from the front door's authentication.
 	UserID   string
 	Premium  bool
@@ -72,6 +83,9 @@ type Result struct {
 	// Simplified is set when the answer came from the cheaper model's brief
 	// mode after the primary timed out.
 	Simplified bool
+	// StopReason is the model's (end_turn, max_tokens, stop_sequence); empty
+	// for the tiers below the models.
+	StopReason string
 }
 
 // Output receives a turn's answer. The streaming front doors back it with a
@@ -90,4 +104,18 @@ type Output interface {
 	Finish(res *Result) error
 	// Fail ends the answer with an error instead of a completion.
 	Fail(err *Error) error
+}
+
+// TierAware is an optional Output that learns which tier is about to write,
+// before its first Write: a vendor front door names the answering model in
+// its response headers and first event. It may be called again for another
+// tier after Discard.
+type TierAware interface {
+	BeginTier(tier, modelID string, degraded bool)
+}
+
+func beginTier(out Output, tier, modelID string, degraded bool) {
+	if ta, ok := out.(TierAware); ok {
+		ta.BeginTier(tier, modelID, degraded)
+	}
 }

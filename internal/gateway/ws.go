@@ -115,7 +115,7 @@ func (cn *wsConn) startTurn(ctx context.Context, f clientFrame) {
 			cn.sendError(tctx, f.RequestID, err)
 			return
 		}
-		out := cn.g.newStreamOutput(tctx, cn, f.RequestID)
+		out := cn.g.NewStreamOutput(tctx, cn, f.RequestID)
 		defer out.Close()
 		if _, err := cn.g.Run(tctx, t, out); err != nil && !out.Settled() {
 			cn.sendError(tctx, f.RequestID, err)

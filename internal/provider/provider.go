@@ -34,21 +34,33 @@ type Request struct {
 	MaxTokens int
 	// Locale is a hint ("ja", "en") a provider may use; real providers ignore it.
 	Locale string
+	// Temperature, when set, is passed to the vendor; nil leaves its default.
+	Temperature *float64
+	// StopSequences end the answer when the model produces one of them.
+	StopSequences []string
 }
 
 // Usage is what the provider reports it billed for the call.
 type Usage struct {
-	InputTokens       int
-	OutputTokens      int
+	InputTokens  int
+	OutputTokens int
+	// CachedInputTokens were read from the vendor's prompt cache.
 	CachedInputTokens int
+	// CacheWriteTokens were written to the vendor's prompt cache.
+	CacheWriteTokens int
+	// Estimated is set when the vendor reported no usage (a stream cut
+	// before its final event) and the figures are the gateway's estimate.
+	Estimated bool
 }
 
-// Add returns the sum of two usages.
+// Add returns the sum of two usages; the sum is estimated if either is.
 func (u Usage) Add(o Usage) Usage {
 	return Usage{
 		InputTokens:       u.InputTokens + o.InputTokens,
 		OutputTokens:      u.OutputTokens + o.OutputTokens,
 		CachedInputTokens: u.CachedInputTokens + o.CachedInputTokens,
+		CacheWriteTokens:  u.CacheWriteTokens + o.CacheWriteTokens,
+		Estimated:         u.Estimated || o.Estimated,
 	}
 }
 
@@ -109,7 +121,10 @@ type Error struct {
 	RetryAfter time.Duration
 	// Status is the HTTP status the provider answered, zero if none.
 	Status int
-	Err    error
+	// Code is the vendor's own error code (ThrottlingException,
+	// overloaded_error, …), kept for events; empty if none.
+	Code string
+	Err  error
 }
 
 func (e *Error) Error() string {

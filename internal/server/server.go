@@ -84,24 +84,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	}
 	s := &Server{cfg: cfg, log: log, admin: http.NewServeMux(), hasher: userHasher(cfg)}
 
-	simCfg := sim.Config{Models: make(map[string]sim.Settings, len(cfg.Sim.Models))}
-	for name, st := range cfg.Sim.Models {
-		simCfg.Models[name] = st
-	}
-	for _, m := range cfg.Models {
-		if m.Provider != "sim" {
-			continue
-		}
-		st, ok := simCfg.Models[m.Name]
-		if !ok {
-			st = sim.DefaultConfig().Models["haiku"]
-		}
-		if st.ModelID == "" {
-			st.ModelID = m.ModelID
-		}
-		simCfg.Models[m.Name] = st
-	}
-	sm, err := sim.New(simCfg, opts.SimOptions)
+	sm, err := sim.New(cfg.SimConfig(), opts.SimOptions)
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
@@ -110,9 +93,14 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 
 	providers := make(map[string]provider.Provider, len(cfg.Models))
 	for _, m := range cfg.Models {
-		providers[m.Name] = sm
+		p, err := s.provider(ctx, m)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("models: %s: %w", m.Name, err)
+		}
+		providers[m.Name] = p
 		if opts.WrapProvider != nil {
-			providers[m.Name] = opts.WrapProvider(m.Name, sm)
+			providers[m.Name] = opts.WrapProvider(m.Name, p)
 		}
 	}
 

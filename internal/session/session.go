@@ -13,13 +13,21 @@ import (
 	"github.com/fmgate/fmgate/internal/provider"
 )
 
-// Store keeps conversation history per session.
+// Store keeps conversation history per session. A session belongs to the
+// caller that owns it: the same session id sent by another caller names
+// another, separate conversation, so no caller ever reads or extends
+// someone else's history.
 type Store interface {
-	// History returns the session's messages, oldest first.
-	History(ctx context.Context, sessionID string) ([]provider.Message, error)
-	// Append records one exchange: the user's message and the answer.
-	Append(ctx context.Context, sessionID, user, assistant string) error
+	// History returns owner's session messages, oldest first.
+	History(ctx context.Context, owner, sessionID string) ([]provider.Message, error)
+	// Append records one exchange of owner's session: the user's message
+	// and the answer.
+	Append(ctx context.Context, owner, sessionID, user, assistant string) error
 }
+
+// Key is the store key of owner's session: the two ids joined by a byte
+// neither may hold, so no pair of ids collides with another.
+func Key(owner, sessionID string) string { return owner + "\x00" + sessionID }
 
 // Memory is an in-memory Store.
 type Memory struct {
@@ -57,7 +65,8 @@ func NewMemory(maxExchanges, maxSessions int, ttl time.Duration, now func() time
 }
 
 // History implements Store.
-func (m *Memory) History(_ context.Context, sessionID string) ([]provider.Message, error) {
+func (m *Memory) History(_ context.Context, owner, sessionID string) ([]provider.Message, error) {
+	sessionID = Key(owner, sessionID)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	el, ok := m.sessions[sessionID]
@@ -75,10 +84,11 @@ func (m *Memory) History(_ context.Context, sessionID string) ([]provider.Messag
 }
 
 // Append implements Store.
-func (m *Memory) Append(_ context.Context, sessionID, user, assistant string) error {
+func (m *Memory) Append(_ context.Context, owner, sessionID, user, assistant string) error {
 	if m.maxExchanges == 0 {
 		return nil
 	}
+	sessionID = Key(owner, sessionID)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
