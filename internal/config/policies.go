@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 
+	"github.com/fmgate/fmgate/internal/alerts"
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/events"
@@ -45,6 +46,9 @@ type Policies struct {
 	EventStore eventstore.Config `yaml:"eventStore"`
 	// Live sizes the live figures of the dashboards (GET /admin/live).
 	Live live.Config `yaml:"live"`
+	// Alerts are rules over the live figures, notified to webhooks in the
+	// Alertmanager format (GET /admin/alerts lists them).
+	Alerts alerts.Config `yaml:"alerts"`
 }
 
 func defaultPolicies() Policies {
@@ -67,6 +71,7 @@ func defaultPolicies() Policies {
 		}(),
 		EventStore: eventstore.DefaultConfig(),
 		Live:       live.DefaultConfig(),
+		Alerts:     alerts.DefaultConfig(),
 	}
 }
 
@@ -74,6 +79,7 @@ func (c Config) validatePolicies(v *validator) {
 	p := c.Policies
 	v.sub("rateLimit", p.RateLimit.Validate())
 	v.sub("live", p.Live.Validate())
+	v.sub("alerts", p.Alerts.Validate())
 	v.sub("budget", p.Budget.Validate())
 	v.sub("quota", p.Quota.Validate())
 	v.sub("queue", p.Queue.Validate())

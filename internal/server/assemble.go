@@ -129,6 +129,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		return gateway.Deps{}, err
 	}
 	s.mountAdmin()
+	s.alerting(cfg)
 	return gateway.Deps{
 		Tracer:     tracer,
 		UserHasher: s.hasher,

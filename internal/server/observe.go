@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sort"
 
+	"github.com/fmgate/fmgate/internal/alerts"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/gateway"
@@ -67,6 +68,34 @@ func (s *Server) observers(cfg config.Config) ([]events.Sink, error) {
 	s.admin.Handle("/admin/live", lv.Handler())
 	s.admin.Handle("/admin/live/", lv.Handler())
 	return []events.Sink{m, lv}, nil
+}
+
+// alerting runs the alert rules over the live figures, the sinks' losses
+// and the canary verdict, and serves GET /admin/alerts.
+func (s *Server) alerting(cfg config.Config) {
+	am := alerts.New(cfg.Alerts, nil, s.log)
+	primary := cfg.Models[0].ModelID
+	if primary == "" {
+		primary = cfg.Models[0].Name
+	}
+	observe := func(ctx context.Context) alerts.Observation {
+		obs := alerts.Observation{Live: s.Live.Snapshot(ctx), Primary: primary, Dropped: map[string]uint64{}}
+		if s.Events != nil {
+			for name, st := range s.Events.Stats().Sinks {
+				obs.Dropped[name] = st.Dropped
+			}
+		}
+		if s.canaryVerdict != nil {
+			obs.Canary = s.canaryVerdict()
+		}
+		return obs
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = am.Run(ctx, observe) }()
+	s.closers = append(s.closers, func() { cancel(); <-done })
+	s.Alerts = am
+	s.admin.Handle("/admin/alerts", am.Handler())
 }
 
 // readState reads the breakers, the quota ledger and the queue, each

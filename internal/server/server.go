@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fmgate/fmgate/internal/alerts"
 	"github.com/fmgate/fmgate/internal/artifacts"
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
@@ -65,6 +66,12 @@ type Server struct {
 	// Metrics are the Prometheus metrics; Live the dashboards' live figures.
 	Metrics *metrics.Metrics
 	Live    *live.Aggregator
+	// Alerts evaluates the alert rules (GET /admin/alerts).
+	Alerts *alerts.Manager
+
+	// canaryVerdict, when a canary runs, reports its latest verdict to the
+	// alert rules.
+	canaryVerdict func() *alerts.Canary
 
 	cfg     config.Config
 	log     *slog.Logger
