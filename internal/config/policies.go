@@ -5,6 +5,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/alerts"
 	"github.com/fmgate/fmgate/internal/breaker"
+	"github.com/fmgate/fmgate/internal/canary"
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/eventstore"
@@ -49,6 +50,9 @@ type Policies struct {
 	// Alerts are rules over the live figures, notified to webhooks in the
 	// Alertmanager format (GET /admin/alerts lists them).
 	Alerts alerts.Config `yaml:"alerts"`
+	// Canary routes a share of sessions to a candidate prompt version and
+	// judges it against the one in force (GET|PUT /admin/canary).
+	Canary canary.Config `yaml:"canary"`
 }
 
 func defaultPolicies() Policies {
@@ -72,6 +76,7 @@ func defaultPolicies() Policies {
 		EventStore: eventstore.DefaultConfig(),
 		Live:       live.DefaultConfig(),
 		Alerts:     alerts.DefaultConfig(),
+		Canary:     canary.DefaultConfig(),
 	}
 }
 
@@ -80,6 +85,7 @@ func (c Config) validatePolicies(v *validator) {
 	v.sub("rateLimit", p.RateLimit.Validate())
 	v.sub("live", p.Live.Validate())
 	v.sub("alerts", p.Alerts.Validate())
+	v.sub("canary", p.Canary.Validate())
 	v.sub("budget", p.Budget.Validate())
 	v.sub("quota", p.Quota.Validate())
 	v.sub("queue", p.Queue.Validate())

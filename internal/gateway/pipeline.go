@@ -105,7 +105,9 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	t.Received = g.now()
 	t.UserHash = g.hasher.Hash(t.UserID)
 	t.RequestHash = g.hasher.Hash(t.RequestID)
-	t.System, t.PromptVersion = g.prompts.Active()
+	if t.PromptVersion == "" { // a caller (the eval judge) may bring its own prompt
+		t.System, t.PromptVersion = g.promptFor(t)
+	}
 	events.SpanFromContext(ctx).SetPromptVersion(t.PromptVersion)
 	if t.Feature == "" {
 		t.Feature = "chat"
@@ -119,6 +121,15 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	} else {
 		g.log.Warn("session history unavailable; answering without it", "err", err)
 	}
+}
+
+// promptFor is the prompt in force for t's session: the canary's candidate
+// for the sessions in its share, the live prompt for the others.
+func (g *Gateway) promptFor(t *Turn) (text, version string) {
+	if sp, ok := g.prompts.(SessionPrompts); ok {
+		return sp.ForSession(t.UserID, t.SessionID)
+	}
+	return g.prompts.Active()
 }
 
 // invokeRoute tries the planned model tiers in order. It stops at the first

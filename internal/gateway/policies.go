@@ -68,6 +68,13 @@ type Prompts interface {
 	Active() (text, version string)
 }
 
+// SessionPrompts is an optional Prompts that gives each session its own
+// prompt version, the same at every turn of the session: a canary of a
+// candidate prompt.
+type SessionPrompts interface {
+	ForSession(owner, sessionID string) (text, version string)
+}
+
 // UserHasher turns a user id into the keyed hash that logs and events carry.
 type UserHasher interface {
 	Hash(userID string) string

@@ -128,12 +128,16 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	if err != nil {
 		return gateway.Deps{}, err
 	}
+	prompts, err := s.canary(cfg, versions, tracer, now)
+	if err != nil {
+		return gateway.Deps{}, err
+	}
 	s.mountAdmin()
 	s.alerting(cfg)
 	return gateway.Deps{
 		Tracer:     tracer,
 		UserHasher: s.hasher,
-		Prompts:    versions,
+		Prompts:    prompts,
 		Admitter:   admitter{l: limiter, obs: s.Metrics},
 		Budgeter:   budgeter{enf: enf, prices: prices(cfg)},
 		Planner:    planner{breakers: s.Breakers, ledger: ledger},
@@ -162,6 +166,7 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 			return nil, fmt.Errorf("eventStore: %w", err)
 		}
 		sinkList = append(sinkList, st)
+		s.store = st
 		s.admin.Handle("/admin/cost", st.Handler())
 		s.admin.Handle("/admin/cost/", st.Handler())
 		s.admin.Handle("/admin/eval", st.Handler())

@@ -17,10 +17,12 @@ import (
 	"github.com/fmgate/fmgate/internal/alerts"
 	"github.com/fmgate/fmgate/internal/artifacts"
 	"github.com/fmgate/fmgate/internal/breaker"
+	"github.com/fmgate/fmgate/internal/canary"
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/dashboard"
 	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/eventstore"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/live"
 	"github.com/fmgate/fmgate/internal/metrics"
@@ -69,6 +71,11 @@ type Server struct {
 	// Alerts evaluates the alert rules (GET /admin/alerts).
 	Alerts *alerts.Manager
 
+	// Canary routes a share of sessions to a candidate prompt; nil without
+	// one.
+	Canary *canary.Controller
+
+	store *eventstore.Store
 	// canaryVerdict, when a canary runs, reports its latest verdict to the
 	// alert rules.
 	canaryVerdict func() *alerts.Canary

@@ -1,0 +1,115 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/alerts"
+	"github.com/fmgate/fmgate/internal/canary"
+)
+
+// A candidate prompt that makes every turn far costlier (a bloated system
+// prompt the models bill as input) takes half the sessions, is judged worse
+// than the live prompt from the event store, rolled back automatically, and
+// an alert reaches a webhook receiver.
+func TestWorseCanaryIsRolledBackWithAnAlert(t *testing.T) {
+	got := make(chan alerts.Message, 16)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m alerts.Message
+		if json.NewDecoder(r.Body).Decode(&m) == nil {
+			got <- m
+		}
+	}))
+	defer hook.Close()
+
+	cfg := quickConfig()
+	cfg.Alerts.Interval = 50 * time.Millisecond
+	cfg.Alerts.Webhooks = []alerts.Webhook{{URL: hook.URL}}
+	cfg.Canary.Percent = 50
+	cfg.Canary.Prompt.Name = "mangaassist-system"
+	cfg.Canary.Prompt.System = cfg.Prompt.System + " " + strings.Repeat("Always consider every series in the catalogue, its history and its authors before answering. ", 150)
+	cfg.Canary.MinTurns = 10
+	cfg.Canary.Auto.Enabled = true
+	cfg.Canary.Auto.Interval = 200 * time.Millisecond
+	sc := newScenario(t, cfg)
+
+	for i := range 60 {
+		a := sc.chatSession(fmt.Sprintf("canary-user-%d", i), "s1", "Which manga should I read next?")
+		if a.Status != http.StatusOK {
+			t.Fatalf("turn %d: status %d", i, a.Status)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for sc.s.Canary.Percent() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("canary still at %.0f%% 20 s after the turns; verdict %+v", sc.s.Canary.Percent(), sc.s.Canary.Last())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var st canary.Status
+	getJSON(t, sc.srv, "/admin/canary", &st)
+	if st.Verdict == nil || st.Verdict.Status != canary.StatusFail || st.Percent != 0 {
+		t.Fatalf("GET /admin/canary = %+v, want a failed verdict and 0%%", st)
+	}
+	if st.Verdict.A.Turns < 10 || st.Verdict.B.Turns < 10 || !strings.Contains(strings.Join(st.Verdict.Reasons, ";"), "cost per turn") {
+		t.Fatalf("verdict %+v: want both sides counted and B failing on cost", st.Verdict)
+	}
+	last := st.Steps[len(st.Steps)-1]
+	if last.To != 0 || !strings.Contains(last.Reason, "rolled back") {
+		t.Fatalf("last step %+v", last)
+	}
+	m := waitMessage(t, got, "firing")
+	for m.Alerts[0].Labels["alertname"] != "FmgateCanaryFailed" {
+		m = waitMessage(t, got, "firing")
+	}
+	if m.Alerts[0].Labels["canary"] != st.B || !strings.Contains(m.Alerts[0].Annotations["description"], "cost per turn") {
+		t.Fatalf("canary alert %+v", m.Alerts[0])
+	}
+	// After the rollback every session gets the live prompt again.
+	for i := range 10 {
+		if _, v := sc.s.Canary.ForSession(fmt.Sprintf("canary-user-%d", i), "s1"); v != st.A {
+			t.Fatalf("session %d still on %s after the rollback", i, v)
+		}
+	}
+}
+
+func (sc *scenario) chatSession(user, session, message string) answer {
+	sc.t.Helper()
+	body, _ := json.Marshal(map[string]any{"sessionId": session, "message": message, "locale": "en"})
+	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat", strings.NewReader(string(body)))
+	req.Header.Set("X-User-Id", user)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a answer
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		sc.t.Fatalf("decode: %v", err)
+	}
+	a.Status = resp.StatusCode
+	return a
+}
+
+func getJSON(t *testing.T, srv *httptest.Server, path string, v any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", path, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}
