@@ -5,8 +5,8 @@ import (
 
 	"github.com/fmgate/fmgate/internal/alerts"
 	"github.com/fmgate/fmgate/internal/breaker"
-	"github.com/fmgate/fmgate/internal/canary"
 	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/canary"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/eventstore"
 	"github.com/fmgate/fmgate/internal/fallback"
