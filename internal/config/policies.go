@@ -10,6 +10,7 @@ import (
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/eventstore"
 	"github.com/fmgate/fmgate/internal/fallback"
+	"github.com/fmgate/fmgate/internal/judge"
 	"github.com/fmgate/fmgate/internal/live"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/queue"
@@ -53,6 +54,9 @@ type Policies struct {
 	// Canary routes a share of sessions to a candidate prompt version and
 	// judges it against the one in force (GET|PUT /admin/canary).
 	Canary canary.Config `yaml:"canary"`
+	// Judge grades a sample of completed turns at priority P2 through the
+	// same pipeline, filling eval_score for the quality dashboard.
+	Judge judge.Config `yaml:"judge"`
 }
 
 func defaultPolicies() Policies {
@@ -77,6 +81,7 @@ func defaultPolicies() Policies {
 		Live:       live.DefaultConfig(),
 		Alerts:     alerts.DefaultConfig(),
 		Canary:     canary.DefaultConfig(),
+		Judge:      judge.DefaultConfig(),
 	}
 }
 
@@ -86,6 +91,12 @@ func (c Config) validatePolicies(v *validator) {
 	v.sub("live", p.Live.Validate())
 	v.sub("alerts", p.Alerts.Validate())
 	v.sub("canary", p.Canary.Validate())
+	v.sub("judge", p.Judge.Validate())
+	if t := p.Judge.Tier; t != "" {
+		if _, ok := c.Model(t); !ok {
+			v.add("judge.tier", fmt.Sprintf("no model tier named %q", t))
+		}
+	}
 	v.sub("budget", p.Budget.Validate())
 	v.sub("quota", p.Quota.Validate())
 	v.sub("queue", p.Queue.Validate())

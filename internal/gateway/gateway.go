@@ -43,6 +43,7 @@ type Gateway struct {
 	reserve  Reserver
 	invoker  Invoker
 	fallback Fallback
+	judge    Judge
 
 	draining atomic.Bool
 	inflight sync.WaitGroup
@@ -72,6 +73,8 @@ type Deps struct {
 	Reserver Reserver
 	Invoker  Invoker
 	Fallback Fallback
+	// Judge grades a sample of completed turns; nil grades none.
+	Judge Judge
 	// AdminRoutes are mounted under /admin/ behind the admin token.
 	AdminRoutes http.Handler
 	// Tracer emits one event per span; nil switches events off.
@@ -106,6 +109,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		reserve:   d.Reserver,
 		invoker:   d.Invoker,
 		fallback:  d.Fallback,
+		judge:     d.Judge,
 		admin:     d.AdminRoutes,
 		tracer:    d.Tracer,
 	}
@@ -145,6 +149,9 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 	}
 	if g.fallback == nil {
 		g.fallback = gracefulOnly{}
+	}
+	if g.judge == nil {
+		g.judge = passJudge{}
 	}
 	return g, nil
 }

@@ -299,6 +299,7 @@ func (g *Gateway) record(ctx context.Context, t *Turn, res *Result) {
 		g.log.WarnContext(ctx, "budget record failed", "err", err)
 	}
 	span.SetCost(usd)
+	g.judge.Consider(ctx, t, res)
 }
 
 // appendSession keeps the exchange in the caller's session, unless the turn

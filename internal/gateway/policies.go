@@ -112,3 +112,13 @@ type onceInvoker struct{}
 func (onceInvoker) Invoke(ctx context.Context, _ string, call func(context.Context) error) (InvokeReport, error) {
 	return InvokeReport{Attempts: 1}, call(ctx)
 }
+
+// Judge sees every completed turn and may have it graded by the sampled
+// eval judge. Consider must not block the turn.
+type Judge interface {
+	Consider(ctx context.Context, t *Turn, res *Result)
+}
+
+type passJudge struct{}
+
+func (passJudge) Consider(context.Context, *Turn, *Result) {}

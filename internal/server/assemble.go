@@ -132,6 +132,14 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	if err != nil {
 		return gateway.Deps{}, err
 	}
+	judger, err := s.judge(cfg)
+	if err != nil {
+		return gateway.Deps{}, err
+	}
+	s.admin.HandleFunc("GET /admin/judge", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"tier": judger.tier, "prompt": judger.version,
+			"sampleRate": cfg.Judge.SampleRate, "saturatedSampleRate": cfg.Judge.SaturatedSampleRate, "stats": judger.stats()})
+	})
 	s.mountAdmin()
 	s.alerting(cfg)
 	return gateway.Deps{
@@ -144,6 +152,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		Reserver:   reserver{ledger: ledger, queue: q, maxOut: maxOut, obs: s.Metrics},
 		Invoker:    invoker{retrier: retrier, breakers: s.Breakers, obs: s.Metrics},
 		Fallback:   cascade{r: resolver, models: models},
+		Judge:      judger,
 	}, nil
 }
 

@@ -247,6 +247,9 @@ type answerParts struct {
 // its language, between minAnswerTokens and maxAnswerTokens tokens. count
 // returns the tokens of one line.
 func composeAnswer(req *provider.Request, rng *rand.Rand, count func(string) int) string {
+	if verdict, ok := judgeReply(req); ok {
+		return verdict
+	}
 	q := understand(req)
 	var p answerParts
 	if q.lang == japanese {
