@@ -201,6 +201,26 @@ func (m *Manager) Evaluate(obs Observation) {
 	}
 }
 
+// Announce notifies a one-off event — a canary ramped or rolled back — as
+// an alert that starts and ends at once (severity info unless labels say
+// otherwise), and keeps it with the recently resolved.
+func (m *Manager) Announce(name string, labels, annotations map[string]string) {
+	now := m.now()
+	a := Alert{Name: name, State: StateResolved, ActiveSince: now, StartsAt: &now, EndsAt: &now,
+		Labels:      map[string]string{"alertname": name, "severity": "info", "service": "fmgate"},
+		Annotations: annotations}
+	maps.Copy(a.Labels, labels)
+	a.Fingerprint = fingerprint(name, labels)
+	m.log.Info("announced", "alert", name, "labels", a.Labels)
+	m.mu.Lock()
+	m.recent = append(m.recent, a)
+	if over := len(m.recent) - m.cfg.Recent; over > 0 {
+		m.recent = slices.Delete(m.recent, 0, over)
+	}
+	m.mu.Unlock()
+	m.notify.send(a)
+}
+
 // signals lists the conditions holding in obs.
 func (m *Manager) signals(obs Observation) []signal {
 	r := m.cfg.Rules

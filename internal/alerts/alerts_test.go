@@ -276,3 +276,24 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestAnnounceSendsOneResolvedEvent(t *testing.T) {
+	rec := &receiver{ch: make(chan Message, 4)}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	cfg := DefaultConfig()
+	cfg.Webhooks = []Webhook{{URL: srv.URL}}
+	m := New(cfg, newClock().now, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m.notify.run(ctx)
+	m.Announce("FmgateCanaryStep", map[string]string{"canary": "p@bbb"}, map[string]string{"summary": "5% → 25%"})
+	msg := rec.next(t)
+	a := msg.Alerts[0]
+	if a.Labels["alertname"] != "FmgateCanaryStep" || a.Labels["severity"] != "info" || a.EndsAt.IsZero() || a.Annotations["summary"] != "5% → 25%" {
+		t.Fatalf("announcement %+v", a)
+	}
+	if l := m.List(); len(l.Recent) != 1 || len(l.Firing) != 0 {
+		t.Fatalf("list after an announcement: %+v", l)
+	}
+}

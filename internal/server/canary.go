@@ -58,6 +58,11 @@ func (s *Server) canary(cfg config.Config, base *artifacts.Ledger, tracer *event
 			span.SetErrorCode("set")
 		}
 		span.End()
+		if s.Alerts != nil {
+			s.Alerts.Announce("FmgateCanaryStep", map[string]string{"canary": b},
+				map[string]string{"summary": fmt.Sprintf("Canary %s: %.0f%% → %.0f%% of sessions", b, step.From, step.To),
+					"description": step.Reason})
+		}
 	}
 	s.Canary = ctl
 	s.canaryVerdict = func() *alerts.Canary {
