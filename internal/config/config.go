@@ -135,6 +135,12 @@ type Deadline struct {
 	MinAttempt time.Duration `yaml:"minAttempt"`
 	// Batch is the first-byte budget for batch turns. Default 60s.
 	Batch time.Duration `yaml:"batch"`
+	// Idle bounds the silence between two tokens of a model's answer, on
+	// every provider and entry point: a stalled stream is cancelled and,
+	// before the first byte reached the client, falls back like a timeout;
+	// after it, it ends with an error frame. Must be shorter than
+	// stream.maxDuration, which caps the whole answer. Default 10s.
+	Idle time.Duration `yaml:"idle"`
 }
 
 // Session bounds the conversation history kept per session.
@@ -208,6 +214,7 @@ func Default() Config {
 			Attempt:    2 * time.Second,
 			MinAttempt: 300 * time.Millisecond,
 			Batch:      60 * time.Second,
+			Idle:       10 * time.Second,
 		},
 		Session: Session{HistoryExchanges: 10, TTL: 30 * time.Minute, MaxSessions: 100_000},
 		Auth:    Auth{TrustUserHeader: true},
@@ -348,6 +355,9 @@ func (c Config) Validate() error {
 	}
 	if d.Batch <= 0 {
 		v.add("deadline.batch", "must be > 0")
+	}
+	if d.Idle <= 0 || (c.Stream.MaxDuration > 0 && d.Idle >= c.Stream.MaxDuration) {
+		v.add("deadline.idle", "must be > 0 and shorter than stream.maxDuration (a silence between tokens < the whole answer)")
 	}
 	if c.Session.HistoryExchanges < 0 {
 		v.add("session.historyExchanges", "must be >= 0")

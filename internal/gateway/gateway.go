@@ -236,6 +236,9 @@ func (g *Gateway) streamError(err error) *Error {
 	case errors.Is(err, errSlowClient):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeSlowClient,
 			Message: "The connection was too slow to receive the answer. Please check your network and ask again.", Err: err}
+	case errors.Is(err, errStreamIdle):
+		return &Error{Status: http.StatusGatewayTimeout, Code: CodeUpstream,
+			Message: "The model stopped answering part-way through. Please ask again.", Err: err}
 	case errors.Is(err, errStreamTooLong):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeStreamTimeout,
 			Message: "The answer took too long and was stopped. Please ask again, perhaps more briefly.", Err: err}
