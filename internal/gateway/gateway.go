@@ -50,7 +50,7 @@ type Gateway struct {
 	turnsMu sync.RWMutex
 
 	requests inflightSet
-	batches  batchJobs
+	batches  *batchJobs
 	connsMu  sync.Mutex
 	conns    map[*wsConn]struct{}
 	admin    http.Handler // extra admin routes (e.g. the simulator's)
@@ -108,6 +108,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		fallback:  d.Fallback,
 		admin:     d.AdminRoutes,
 		tracer:    d.Tracer,
+		batches:   newBatchJobs(cfg.Batch),
 	}
 	if g.prompts == nil {
 		text, err := cfg.SystemPrompt()
@@ -166,6 +167,8 @@ func (g *Gateway) Drain(ctx context.Context) error {
 	g.turnsMu.Lock()
 	g.draining.Store(true)
 	g.turnsMu.Unlock()
+	g.stopBatches() // batch work is resubmitted, not waited for
+
 	done := make(chan struct{})
 	go func() { g.inflight.Wait(); close(done) }()
 	select {

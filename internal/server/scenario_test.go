@@ -287,7 +287,9 @@ func (sc *scenario) batch(n int) string {
 
 func (sc *scenario) batchStatus(id string) batchStatus {
 	sc.t.Helper()
-	resp, err := http.Get(sc.srv.URL + "/v1/batch/" + id)
+	req, _ := http.NewRequest(http.MethodGet, sc.srv.URL+"/v1/batch/"+id, nil)
+	req.Header.Set("X-User-Id", "batch-driver")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		sc.t.Fatal(err)
 	}
