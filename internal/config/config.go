@@ -31,6 +31,7 @@ type Config struct {
 	Session  Session  `yaml:"session"`
 	Auth     Auth     `yaml:"auth"`
 	Fleet    Fleet    `yaml:"fleet"`
+	Batch    Batch    `yaml:"batch"`
 	// UnitCosts price what a turn consumes besides model tokens.
 	UnitCosts UnitCosts `yaml:"unitCosts"`
 
@@ -135,6 +136,12 @@ type Deadline struct {
 	MinAttempt time.Duration `yaml:"minAttempt"`
 	// Batch is the first-byte budget for batch turns. Default 60s.
 	Batch time.Duration `yaml:"batch"`
+	// Idle bounds the silence between two tokens of a model's answer, on
+	// every provider and entry point: a stalled stream is cancelled and,
+	// before the first byte reached the client, falls back like a timeout;
+	// after it, it ends with an error frame. Must be shorter than
+	// stream.maxDuration, which caps the whole answer. Default 10s.
+	Idle time.Duration `yaml:"idle"`
 }
 
 // Session bounds the conversation history kept per session.
@@ -178,6 +185,25 @@ type Fleet struct {
 	Size int `yaml:"size"`
 }
 
+// Batch bounds the jobs of POST /v1/batch, so that batch work cannot take
+// the memory live chat needs.
+type Batch struct {
+	// MaxMessages in one job. Default 1,000.
+	MaxMessages int `yaml:"maxMessages"`
+	// MaxBytes of one job's request body. Default 1 MiB.
+	MaxBytes int `yaml:"maxBytes"`
+	// MaxJobsPerUser queued or running at once for one caller; more are
+	// refused with 429. Default 2.
+	MaxJobsPerUser int `yaml:"maxJobsPerUser"`
+	// MaxJobs held in memory for all callers: queued, running, or finished
+	// and within ResultTTL. When full, the oldest finished job is dropped
+	// early; with none finished, a new job is refused with 429. Default 64.
+	MaxJobs int `yaml:"maxJobs"`
+	// ResultTTL is how long a finished job's results stay readable at
+	// GET /v1/batch/{id}. Default 1h.
+	ResultTTL time.Duration `yaml:"resultTtl"`
+}
+
 // Default returns the MangaAssist profile.
 func Default() Config {
 	return Config{
@@ -208,10 +234,12 @@ func Default() Config {
 			Attempt:    2 * time.Second,
 			MinAttempt: 300 * time.Millisecond,
 			Batch:      60 * time.Second,
+			Idle:       10 * time.Second,
 		},
 		Session: Session{HistoryExchanges: 10, TTL: 30 * time.Minute, MaxSessions: 100_000},
 		Auth:    Auth{TrustUserHeader: true},
 		Fleet:   Fleet{KeyPrefix: "fmgate:", Size: 1},
+		Batch:   Batch{MaxMessages: 1000, MaxBytes: 1 << 20, MaxJobsPerUser: 2, MaxJobs: 64, ResultTTL: time.Hour},
 
 		Policies: defaultPolicies(),
 	}
@@ -349,6 +377,9 @@ func (c Config) Validate() error {
 	if d.Batch <= 0 {
 		v.add("deadline.batch", "must be > 0")
 	}
+	if d.Idle <= 0 || (c.Stream.MaxDuration > 0 && d.Idle >= c.Stream.MaxDuration) {
+		v.add("deadline.idle", "must be > 0 and shorter than stream.maxDuration (a silence between tokens < the whole answer)")
+	}
 	if c.Session.HistoryExchanges < 0 {
 		v.add("session.historyExchanges", "must be >= 0")
 	}
@@ -371,6 +402,24 @@ func (c Config) Validate() error {
 				v.add(p+".priority", fmt.Sprintf("unknown priority %q (want P0..P3)", caller.Priority))
 			}
 		}
+	}
+	b := c.Batch
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"maxMessages", b.MaxMessages}, {"maxJobsPerUser", b.MaxJobsPerUser}, {"maxJobs", b.MaxJobs}} {
+		if f.v <= 0 {
+			v.add("batch."+f.name, "must be > 0")
+		}
+	}
+	if b.MaxBytes < c.Server.MaxMessageBytes {
+		v.add("batch.maxBytes", "must be at least server.maxMessageBytes")
+	}
+	if b.MaxJobsPerUser > b.MaxJobs {
+		v.add("batch.maxJobsPerUser", "must not exceed batch.maxJobs")
+	}
+	if b.ResultTTL <= 0 {
+		v.add("batch.resultTtl", "must be > 0")
 	}
 	if c.Fleet.Size < 1 {
 		v.add("fleet.size", "must be >= 1")

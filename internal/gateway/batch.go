@@ -7,16 +7,18 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/fmgate/fmgate/internal/config"
 )
 
 // Batch jobs run many messages through the same pipeline at priority P3, so
-// they pause first when quota saturates while live chat keeps flowing.
+// they pause first when quota saturates while live chat keeps flowing. Jobs
+// are bounded (config.Batch): messages and bytes per job, jobs per caller and
+// in all; a job belongs to its caller, and is dropped ResultTTL after it
+// ends. On drain, batch work stops at once: items not answered yet are
+// marked canceled, and the caller submits them again.
 
-const (
-	maxBatchMessages = 1000
-	batchWorkers     = 4
-	batchKeep        = time.Hour
-)
+const batchWorkers = 4
 
 type batchBody struct {
 	Messages []batchItemBody `json:"messages"`
@@ -32,12 +34,14 @@ type batchItemBody struct {
 // batchJob is the state of one job, served by GET /v1/batch/{id}.
 type batchJob struct {
 	mu        sync.Mutex
+	owner     string
 	ID        string        `json:"jobId"`
-	Status    string        `json:"status"` // queued, running, done
+	Status    string        `json:"status"` // queued, running, done, canceled
 	Priority  string        `json:"priority"`
 	Total     int           `json:"total"`
 	Completed int           `json:"completed"`
 	Failed    int           `json:"failed"`
+	Canceled  int           `json:"canceled"`
 	Created   time.Time     `json:"createdAt"`
 	Finished  *time.Time    `json:"finishedAt,omitempty"`
 	Results   []batchResult `json:"results"`
@@ -45,7 +49,7 @@ type batchJob struct {
 
 type batchResult struct {
 	Index    int        `json:"index"`
-	Status   string     `json:"status"` // pending, done, failed
+	Status   string     `json:"status"` // pending, done, failed, canceled
 	Text     string     `json:"text,omitempty"`
 	Tier     string     `json:"tier,omitempty"`
 	Degraded bool       `json:"degraded,omitempty"`
@@ -53,32 +57,77 @@ type batchResult struct {
 	Error    *errorJSON `json:"error,omitempty"`
 }
 
+func (j *batchJob) finished() *time.Time {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.Finished
+}
+
+// batchJobs holds the jobs, and the context their turns run under, which
+// Drain cancels.
 type batchJobs struct {
+	cfg    config.Batch
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	mu   sync.Mutex
 	jobs map[string]*batchJob
 }
 
-func (b *batchJobs) put(j *batchJob, now time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.jobs == nil {
-		b.jobs = make(map[string]*batchJob)
-	}
-	for id, old := range b.jobs {
-		old.mu.Lock()
-		expired := old.Finished != nil && now.Sub(*old.Finished) > batchKeep
-		old.mu.Unlock()
-		if expired {
-			delete(b.jobs, id)
-		}
-	}
-	b.jobs[j.ID] = j
+func newBatchJobs(cfg config.Batch) *batchJobs {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &batchJobs{cfg: cfg, ctx: ctx, cancel: cancel, jobs: make(map[string]*batchJob)}
 }
 
-func (b *batchJobs) get(id string) *batchJob {
+// put admits j, or refuses it when its owner or the gateway holds too many
+// jobs. Expired jobs are dropped first; when the store is full, the oldest
+// finished job makes room.
+func (b *batchJobs) put(j *batchJob, now time.Time) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.jobs[id]
+	var oldest *batchJob
+	mine := 0
+	for id, old := range b.jobs {
+		end := old.finished()
+		switch {
+		case end != nil && now.Sub(*end) >= b.cfg.ResultTTL:
+			delete(b.jobs, id)
+			continue
+		case end == nil && old.owner == j.owner:
+			mine++
+		case end != nil && (oldest == nil || end.Before(*oldest.finished())):
+			oldest = old
+		}
+	}
+	if mine >= b.cfg.MaxJobsPerUser {
+		return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, RetryAfter: 10 * time.Second,
+			Message: fmt.Sprintf("You have %d batch jobs queued or running (the limit is %d); submit more when one has finished.", mine, b.cfg.MaxJobsPerUser)}
+	}
+	if len(b.jobs) >= b.cfg.MaxJobs {
+		if oldest == nil {
+			return &Error{Status: http.StatusTooManyRequests, Code: CodeQueueFull, RetryAfter: 30 * time.Second,
+				Message: fmt.Sprintf("The gateway already holds %d batch jobs; submit again when some have finished.", b.cfg.MaxJobs)}
+		}
+		delete(b.jobs, oldest.ID)
+	}
+	b.jobs[j.ID] = j
+	return nil
+}
+
+// get returns owner's job id, nil when there is none or it is another
+// caller's (the two are not told apart).
+func (b *batchJobs) get(id, owner string, now time.Time) *batchJob {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	j := b.jobs[id]
+	if j == nil || j.owner != owner {
+		return nil
+	}
+	if end := j.finished(); end != nil && now.Sub(*end) >= b.cfg.ResultTTL {
+		delete(b.jobs, id)
+		return nil
+	}
+	return j
 }
 
 // serveBatch is POST /v1/batch: it accepts the job and answers 202 with its id.
@@ -88,13 +137,22 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request) {
 			Message: "The gateway is restarting; submit the batch again shortly.", RetryAfter: 5 * time.Second})
 		return
 	}
-	var body batchBody
-	limit := int64(g.cfg.Server.MaxMessageBytes+512) * maxBatchMessages
-	data, err := readLimited(r, limit)
-	if err != nil {
+	caller := &Turn{}
+	if err := g.authenticate(r, "", caller); err != nil {
 		writeError(w, err)
 		return
 	}
+	limits := g.cfg.Batch
+	data, err := readLimited(r, int64(limits.MaxBytes))
+	if e := asEdgeError(err); err != nil && e.Status == http.StatusRequestEntityTooLarge {
+		writeError(w, &Error{Status: e.Status, Code: e.Code,
+			Message: fmt.Sprintf("a batch body is at most %d bytes; split the job", limits.MaxBytes)})
+		return
+	} else if err != nil {
+		writeError(w, err)
+		return
+	}
+	var body batchBody
 	if err := decodeStrict(data, &body); err != nil {
 		writeError(w, err)
 		return
@@ -103,33 +161,37 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request) {
 	case n == 0:
 		writeError(w, invalid("messages must hold at least one message"))
 		return
-	case n > maxBatchMessages:
+	case n > limits.MaxMessages:
 		writeError(w, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
-			Message: fmt.Sprintf("a batch holds at most %d messages; got %d", maxBatchMessages, n)})
+			Message: fmt.Sprintf("a batch holds at most %d messages; got %d — split the job", limits.MaxMessages, n)})
 		return
 	}
+	job := &batchJob{owner: caller.UserID, ID: "b-" + newID(), Status: "queued", Priority: P3.String(), Total: len(body.Messages),
+		Created: g.now().UTC(), Results: make([]batchResult, len(body.Messages))}
+	for i := range job.Results {
+		job.Results[i] = batchResult{Index: i, Status: "pending"}
+	}
+	if err := g.batches.put(job, g.now()); err != nil {
+		writeError(w, err)
+		return
+	}
+	accepted := map[string]any{"jobId": job.ID, "status": job.Status, "total": job.Total, "statusUrl": "/v1/batch/" + job.ID}
+	go g.runBatch(g.batches.ctx, job, body, caller)
+	w.Header().Set("Location", "/v1/batch/"+job.ID)
+	writeJSON(w, http.StatusAccepted, accepted)
+}
+
+// serveBatchStatus is GET /v1/batch/{id}, for the job's owner only.
+func (g *Gateway) serveBatchStatus(w http.ResponseWriter, r *http.Request) {
 	caller := &Turn{}
 	if err := g.authenticate(r, "", caller); err != nil {
 		writeError(w, err)
 		return
 	}
-	job := &batchJob{ID: "b-" + newID(), Status: "queued", Priority: P3.String(), Total: len(body.Messages),
-		Created: g.now().UTC(), Results: make([]batchResult, len(body.Messages))}
-	for i := range job.Results {
-		job.Results[i] = batchResult{Index: i, Status: "pending"}
-	}
-	g.batches.put(job, g.now())
-	accepted := map[string]any{"jobId": job.ID, "status": job.Status, "total": job.Total, "statusUrl": "/v1/batch/" + job.ID}
-	go g.runBatch(job, body, caller)
-	w.Header().Set("Location", "/v1/batch/"+job.ID)
-	writeJSON(w, http.StatusAccepted, accepted)
-}
-
-// serveBatchStatus is GET /v1/batch/{id}.
-func (g *Gateway) serveBatchStatus(w http.ResponseWriter, r *http.Request) {
-	job := g.batches.get(r.PathValue("id"))
+	job := g.batches.get(r.PathValue("id"), caller.UserID, g.now())
 	if job == nil {
-		writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no batch job with that id (jobs are kept for an hour after they finish)"})
+		writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found",
+			Message: fmt.Sprintf("You have no batch job with that id (jobs are kept for %s after they finish).", g.cfg.Batch.ResultTTL)})
 		return
 	}
 	job.mu.Lock()
@@ -137,20 +199,20 @@ func (g *Gateway) serveBatchStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, job)
 }
 
-func (g *Gateway) runBatch(job *batchJob, body batchBody, caller *Turn) {
+// runBatch answers a job's messages, batchWorkers at a time, until they
+// are all answered or ctx (the gateway's batch context) ends.
+func (g *Gateway) runBatch(ctx context.Context, job *batchJob, body batchBody, caller *Turn) {
 	job.mu.Lock()
 	job.Status = "running"
 	job.mu.Unlock()
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range min(batchWorkers, len(body.Messages)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range work {
-				g.runBatchItem(job, i, body, caller)
+				g.runBatchItem(ctx, job, i, body, caller)
 			}
-		}()
+		})
 	}
 	for i := range body.Messages {
 		work <- i
@@ -160,10 +222,13 @@ func (g *Gateway) runBatch(job *batchJob, body batchBody, caller *Turn) {
 	job.mu.Lock()
 	now := g.now().UTC()
 	job.Status, job.Finished = "done", &now
+	if job.Canceled > 0 {
+		job.Status = "canceled"
+	}
 	job.mu.Unlock()
 }
 
-func (g *Gateway) runBatchItem(job *batchJob, i int, body batchBody, caller *Turn) {
+func (g *Gateway) runBatchItem(ctx context.Context, job *batchJob, i int, body batchBody, caller *Turn) {
 	m := body.Messages[i]
 	session := m.SessionID
 	if session == "" {
@@ -183,24 +248,46 @@ func (g *Gateway) runBatchItem(job *batchJob, i int, body batchBody, caller *Tur
 	}
 	// Batch work is paced by the same rate limits as live chat: a refused
 	// item waits as told and tries again, instead of failing the job.
-	out := &collector{}
-	res, err := g.Run(context.Background(), t, out)
-	for tries := 0; tries < 100 && isRateLimited(err); tries++ {
-		time.Sleep(asEdgeError(err).RetryAfter)
+	var (
+		out *collector
+		res *Result
+		err error
+	)
+	for tries := 0; tries < 100; tries++ {
+		if ctx.Err() != nil {
+			break
+		}
 		out = &collector{}
-		res, err = g.Run(context.Background(), t, out)
+		res, err = g.Run(ctx, t, out)
+		if !isRateLimited(err) {
+			break
+		}
+		wait := time.NewTimer(asEdgeError(err).RetryAfter)
+		select {
+		case <-ctx.Done():
+		case <-wait.C:
+		}
+		wait.Stop()
 	}
 	job.mu.Lock()
 	defer job.mu.Unlock()
-	if err != nil {
+	switch {
+	case res == nil && ctx.Err() != nil:
+		job.Results[i] = batchResult{Index: i, Status: "canceled", Error: &errorJSON{Code: CodeShuttingDown,
+			Message: "The gateway shut down before this message was answered; submit it again."}}
+		job.Canceled++
+	case err != nil:
 		e := asEdgeError(err)
 		job.Results[i] = batchResult{Index: i, Status: "failed", Error: &errorJSON{Code: e.Code, Message: e.Message, RetryAfterSeconds: e.RetryAfterSeconds()}}
 		job.Failed++
-		return
+	default:
+		job.Results[i] = batchResult{Index: i, Status: "done", Text: out.text(), Tier: res.Tier, Degraded: res.Degraded, CostUSD: res.CostUSD}
+		job.Completed++
 	}
-	job.Results[i] = batchResult{Index: i, Status: "done", Text: out.text(), Tier: res.Tier, Degraded: res.Degraded, CostUSD: res.CostUSD}
-	job.Completed++
 }
+
+// stopBatches cancels every batch turn; items not answered yet end canceled.
+func (g *Gateway) stopBatches() { g.batches.cancel() }
 
 func isRateLimited(err error) bool {
 	var e *Error

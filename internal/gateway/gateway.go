@@ -51,7 +51,7 @@ type Gateway struct {
 	turnsMu sync.RWMutex
 
 	requests inflightSet
-	batches  batchJobs
+	batches  *batchJobs
 	connsMu  sync.Mutex
 	conns    map[*wsConn]struct{}
 	admin    http.Handler // extra admin routes (e.g. the simulator's)
@@ -112,6 +112,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		judge:     d.Judge,
 		admin:     d.AdminRoutes,
 		tracer:    d.Tracer,
+		batches:   newBatchJobs(cfg.Batch),
 	}
 	if g.prompts == nil {
 		text, err := cfg.SystemPrompt()
@@ -173,6 +174,8 @@ func (g *Gateway) Drain(ctx context.Context) error {
 	g.turnsMu.Lock()
 	g.draining.Store(true)
 	g.turnsMu.Unlock()
+	g.stopBatches() // batch work is resubmitted, not waited for
+
 	done := make(chan struct{})
 	go func() { g.inflight.Wait(); close(done) }()
 	select {
@@ -243,6 +246,9 @@ func (g *Gateway) streamError(err error) *Error {
 	case errors.Is(err, errSlowClient):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeSlowClient,
 			Message: "The connection was too slow to receive the answer. Please check your network and ask again.", Err: err}
+	case errors.Is(err, errStreamIdle):
+		return &Error{Status: http.StatusGatewayTimeout, Code: CodeUpstream,
+			Message: "The model stopped answering part-way through. Please ask again.", Err: err}
 	case errors.Is(err, errStreamTooLong):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeStreamTimeout,
 			Message: "The answer took too long and was stopped. Please ask again, perhaps more briefly.", Err: err}

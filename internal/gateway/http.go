@@ -230,6 +230,10 @@ type errorJSON struct {
 	RetryAfterSeconds int    `json:"retryAfterSeconds,omitempty"`
 }
 
+// WriteError sends err as the contract's JSON error shape with its status
+// and headers; an error that is not an *Error becomes a 500 hiding its cause.
+func WriteError(w http.ResponseWriter, err error) { writeError(w, err) }
+
 // writeError sends err as the JSON error shape with its status and headers.
 func writeError(w http.ResponseWriter, err error) {
 	e := asEdgeError(err)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -203,11 +203,11 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		out.Discard()
 		beginTier(out, model, m.ModelID, model != g.primary())
 		span := g.attemptSpan(ctx, t, model, m.ModelID)
-		actx, firstToken, stop := g.watchFirstToken(ctx, t)
+		actx, token, stop := g.watchStream(ctx, t)
 		defer stop()
 		start := g.now()
 		r, err := p.Stream(actx, req, func(text string) error {
-			if firstToken() {
+			if token() {
 				ttft = g.now().Sub(start)
 			}
 			return out.Write(text)
@@ -219,7 +219,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		}
 		defer func() { endAttempt(span, m, attempt, err) }()
 		if err != nil {
-			if cause := context.Cause(actx); errors.Is(cause, errFirstTokenLate) && ctx.Err() == nil {
+			if cause := context.Cause(actx); isWatchdog(cause) && ctx.Err() == nil {
 				err = cause
 			}
 			if out.Started() {
@@ -324,26 +324,36 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 		Temperature: t.Temperature, StopSequences: t.StopSequences}
 }
 
-// watchFirstToken returns a context that is cancelled when no token arrives
-// within the attempt's share of the first-byte budget, a function to call on
-// every token (true on the first), and a stop function.
-func (g *Gateway) watchFirstToken(ctx context.Context, t *Turn) (context.Context, func() bool, func()) {
-	budget := min(g.cfg.Deadline.Attempt, g.firstByteLeft(t))
-	actx, cancel := context.WithCancelCause(ctx)
-	var once sync.Once
-	seen := false
-	timer := time.AfterFunc(budget, func() {
+// watchStream bounds one streaming attempt, whatever the provider: it
+// returns the attempt's context, a function to call on every token (true on
+// the first) and a stop function. The context is cancelled, with the reason
+// as its cause, when the first token is later than the attempt's share of
+// the first-byte budget (errFirstTokenLate), when the model then stays
+// silent for deadline.idle (errStreamIdle), or when the turn reaches
+// stream.maxDuration (errStreamTooLong). Before the first byte reaches the
+// client each is a timeout the cascade falls back from; after it, the
+// upstream call is cancelled and the client gets an error frame.
+func (g *Gateway) watchStream(ctx context.Context, t *Turn) (context.Context, func() bool, func()) {
+	capped, uncap := context.WithDeadlineCause(ctx, t.Received.Add(g.streamCfg.MaxDuration), errStreamTooLong)
+	actx, cancel := context.WithCancelCause(capped)
+	var seen atomic.Bool
+	timer := time.AfterFunc(min(g.cfg.Deadline.Attempt, g.firstByteLeft(t)), func() {
+		if seen.Load() {
+			cancel(&provider.Error{Kind: provider.KindTimeout, Err: errStreamIdle})
+			return
+		}
 		cancel(&provider.Error{Kind: provider.KindTimeout, Err: errFirstTokenLate})
 	})
-	first := func() bool {
-		if seen {
-			return false
-		}
-		seen = true
-		once.Do(func() { timer.Stop() })
-		return true
+	token := func() bool {
+		timer.Reset(g.cfg.Deadline.Idle)
+		return !seen.Swap(true)
 	}
-	return actx, first, func() { timer.Stop(); cancel(nil) }
+	return actx, token, func() { timer.Stop(); cancel(nil); uncap() }
+}
+
+// isWatchdog reports whether err is a reason watchStream cut an attempt.
+func isWatchdog(err error) bool {
+	return errors.Is(err, errFirstTokenLate) || errors.Is(err, errStreamIdle) || errors.Is(err, errStreamTooLong)
 }
 
 // firstByteLeft is what remains of the turn's budget to the first byte.
@@ -364,4 +374,5 @@ var (
 	errNoModel        = errors.New("no model tier available")
 	errNoTime         = errors.New("too little of the turn's deadline left to start a model call")
 	errFirstTokenLate = errors.New("no first token within the attempt deadline")
+	errStreamIdle     = errors.New("the model stopped sending tokens for longer than deadline.idle")
 )

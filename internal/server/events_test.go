@@ -28,6 +28,7 @@ func TestTurnEmitsSpanTree(t *testing.T) {
 	const probeMessage = "My card is 4111 1111 1111 1111, call me at 090-1234-5678"
 	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat",
 		strings.NewReader(`{"sessionId":"s1","message":"`+probeMessage+`","locale":"en"}`))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-User-Id", probeUser)
 	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
 	resp, err := http.DefaultClient.Do(req)

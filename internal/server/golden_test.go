@@ -33,6 +33,7 @@ func TestGoldenFallbackTurn(t *testing.T) {
 
 	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat",
 		strings.NewReader(`{"sessionId":"s-golden","message":"Recommend a manga like Frieren","locale":"en"}`))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-User-Id", "golden-user")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -71,6 +71,7 @@ func TestPIINeverLeaves(t *testing.T) {
 	}
 	post := func(path, user, body string) int {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		if user != "" {
 			req.Header.Set("X-User-Id", user)
 		}

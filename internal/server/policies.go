@@ -252,8 +252,11 @@ func (c cascade) Answer(ctx context.Context, t *gateway.Turn, cause error) (*gat
 	return &gateway.Result{Text: a.Text, Tier: a.Tier, Degraded: a.Degraded, Confidence: a.Confidence, CacheHit: a.CacheHit}, nil
 }
 
+// Remember caches a model's answer for other callers asking the same
+// question, unless the answer drew on the caller's own conversation: those
+// can hold what one user told the assistant, and the cache is shared.
 func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Result) bool {
-	if c.models[res.Tier] && !res.Simplified {
+	if c.models[res.Tier] && !res.Simplified && len(t.History) == 0 {
 		return c.r.Store(ctx, c.question(t), res.Text)
 	}
 	return false

@@ -116,6 +116,7 @@ func streamTurn(t *testing.T, base, user string, stopAfter int) string {
 	defer cancel()
 	body := `{"sessionId":"s-` + user + `","message":"Recommend a long fantasy manga series and explain why","locale":"en","stream":true}`
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-User-Id", user)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -86,6 +86,7 @@ func (sc *scenario) chat(user, message, locale string) answer {
 	sc.t.Helper()
 	body, _ := json.Marshal(map[string]any{"sessionId": "s-" + user, "message": message, "locale": locale})
 	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-User-Id", user)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -267,6 +268,7 @@ func (sc *scenario) batch(n int) string {
 	}
 	body, _ := json.Marshal(map[string]any{"messages": msgs, "feature": "catalog_enrichment"})
 	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/batch", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-User-Id", "batch-driver")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -285,7 +287,9 @@ func (sc *scenario) batch(n int) string {
 
 func (sc *scenario) batchStatus(id string) batchStatus {
 	sc.t.Helper()
-	resp, err := http.Get(sc.srv.URL + "/v1/batch/" + id)
+	req, _ := http.NewRequest(http.MethodGet, sc.srv.URL+"/v1/batch/"+id, nil)
+	req.Header.Set("X-User-Id", "batch-driver")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		sc.t.Fatal(err)
 	}
@@ -361,6 +365,7 @@ func TestScenarioRateLimitedUser(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat", strings.NewReader(`{"sessionId":"s","message":"hello","locale":"en"}`))
+			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("X-User-Id", "eager")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {

@@ -144,7 +144,7 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("/dashboard/", dash)
 	mux.Handle("GET /metrics", s.metricsHandler(adminToken))
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
-	return mux
+	return guardCrossSite(s.cfg.Server.OriginPatterns, mux)
 }
 
 // Close releases what New opened.

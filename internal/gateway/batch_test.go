@@ -1,0 +1,231 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// stallProvider sends the first tokens of an answer, then nothing until the
+// call is cancelled, like a model whose stream hangs.
+type stallProvider struct {
+	tokens   int // sent before the stall; 0 stalls before the first
+	canceled chan struct{}
+}
+
+func (p *stallProvider) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
+	return p.Stream(ctx, req, func(string) error { return nil })
+}
+
+func (p *stallProvider) Stream(ctx context.Context, req *provider.Request, emit func(string) error) (*provider.Response, error) {
+	resp := &provider.Response{ModelID: "test-" + req.Model, Usage: provider.Usage{InputTokens: 10}}
+	for i := range p.tokens {
+		if err := emit(fmt.Sprintf("w%d ", i)); err != nil {
+			return resp, err
+		}
+		resp.Usage.OutputTokens++
+	}
+	<-ctx.Done()
+	if p.canceled != nil {
+		select {
+		case p.canceled <- struct{}{}:
+		default:
+		}
+	}
+	return resp, ctx.Err()
+}
+
+// fakeNow is a clock tests move by hand.
+type fakeNow struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeNow) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeNow) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newBatchGateway(t *testing.T, p provider.Provider, now func() time.Time, edit func(*config.Config)) (*Gateway, *httptest.Server) {
+	t.Helper()
+	cfg := config.Default()
+	if edit != nil {
+		edit(&cfg)
+	}
+	g, err := New(cfg, Deps{Providers: both(p), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler("admin-secret", nil))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { g.stopBatches() })
+	return g, srv
+}
+
+func batchBodyOf(n, size int) string {
+	msgs := make([]map[string]string, n)
+	for i := range msgs {
+		msgs[i] = map[string]string{"message": strings.Repeat("a", size), "locale": "en"}
+	}
+	b, _ := json.Marshal(map[string]any{"messages": msgs})
+	return string(b)
+}
+
+type batchReply struct {
+	status int
+	JobID  string `json:"jobId"`
+	Status string `json:"status"`
+	Total  int    `json:"total"`
+	Done   int    `json:"completed"`
+	Cancel int    `json:"canceled"`
+	Error  struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+	Results []batchResult `json:"results"`
+}
+
+func batchDo(t *testing.T, srv *httptest.Server, method, path, user, body string) batchReply {
+	t.Helper()
+	req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User-Id", user)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r batchReply
+	_ = json.NewDecoder(resp.Body).Decode(&r)
+	r.status = resp.StatusCode
+	return r
+}
+
+// TestBatchJobIsOwnersOnly: another caller asking for a job's id gets the
+// same 404 as for an id that does not exist.
+func TestBatchJobIsOwnersOnly(t *testing.T) {
+	_, srv := newBatchGateway(t, &scriptProvider{answer: "ok "}, nil, nil)
+	job := batchDo(t, srv, "POST", "/v1/batch", "alice", batchBodyOf(1, 10))
+	if job.status != http.StatusAccepted {
+		t.Fatalf("submit: %+v", job)
+	}
+	mine := batchDo(t, srv, "GET", "/v1/batch/"+job.JobID, "alice", "")
+	bobs := batchDo(t, srv, "GET", "/v1/batch/"+job.JobID, "bob", "")
+	none := batchDo(t, srv, "GET", "/v1/batch/b-nosuchjob", "bob", "")
+	if mine.status != http.StatusOK || mine.JobID != job.JobID {
+		t.Fatalf("owner: %+v", mine)
+	}
+	if bobs.status != http.StatusNotFound || bobs.Error != none.Error || bobs.JobID != "" {
+		t.Fatalf("another caller got %+v; want the same 404 as an unknown id (%+v)", bobs, none)
+	}
+}
+
+// TestBatchBounds: jobs are bounded in messages, bytes, per caller and in
+// all, each refusal saying what to do.
+func TestBatchBounds(t *testing.T) {
+	_, srv := newBatchGateway(t, &stallProvider{}, nil, func(c *config.Config) {
+		c.Batch.MaxMessages = 5
+		c.Batch.MaxBytes = 16 << 10
+		c.Batch.MaxJobsPerUser = 2
+		c.Batch.MaxJobs = 3
+		c.Deadline.Batch = time.Hour // items stay in flight for the test
+	})
+	tests := []struct {
+		name       string
+		user       string
+		body       string
+		wantStatus int
+		wantCode   string
+	}{
+		{"too many messages", "u1", batchBodyOf(6, 10), 413, CodeTooLarge},
+		{"too many bytes", "u1", batchBodyOf(3, 6000), 413, CodeTooLarge},
+		{"first job", "u1", batchBodyOf(1, 10), 202, ""},
+		{"second job", "u1", batchBodyOf(1, 10), 202, ""},
+		{"third job in flight", "u1", batchBodyOf(1, 10), 429, CodeRateLimited},
+		{"another caller", "u2", batchBodyOf(1, 10), 202, ""},
+		{"gateway full", "u3", batchBodyOf(1, 10), 429, CodeQueueFull},
+	}
+	for _, tt := range tests {
+		got := batchDo(t, srv, "POST", "/v1/batch", tt.user, tt.body)
+		if got.status != tt.wantStatus || got.Error.Code != tt.wantCode {
+			t.Fatalf("%s: %d %+v, want %d %s", tt.name, got.status, got.Error, tt.wantStatus, tt.wantCode)
+		}
+		if got.status != 202 && !strings.ContainsAny(got.Error.Message, "0123456789") {
+			t.Fatalf("%s: message %q does not state the limit", tt.name, got.Error.Message)
+		}
+	}
+}
+
+// TestBatchResultsExpire: a finished job is readable for batch.resultTtl,
+// then gone, and it no longer counts against the store.
+func TestBatchResultsExpire(t *testing.T) {
+	clock := &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	_, srv := newBatchGateway(t, &scriptProvider{answer: "ok "}, clock.Now, func(c *config.Config) { c.Batch.MaxJobs, c.Batch.MaxJobsPerUser = 1, 1 })
+	job := batchDo(t, srv, "POST", "/v1/batch", "alice", batchBodyOf(2, 10))
+	for st := batchDo(t, srv, "GET", "/v1/batch/"+job.JobID, "alice", ""); st.Status != "done"; st = batchDo(t, srv, "GET", "/v1/batch/"+job.JobID, "alice", "") {
+		if st.status != http.StatusOK {
+			t.Fatalf("GET: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	clock.Advance(59 * time.Minute)
+	if st := batchDo(t, srv, "GET", "/v1/batch/"+job.JobID, "alice", ""); st.status != http.StatusOK || st.Done != 2 {
+		t.Fatalf("within the TTL: %+v", st)
+	}
+	clock.Advance(time.Minute)
+	if st := batchDo(t, srv, "GET", "/v1/batch/"+job.JobID, "alice", ""); st.status != http.StatusNotFound {
+		t.Fatalf("after the TTL: %+v", st)
+	}
+	if next := batchDo(t, srv, "POST", "/v1/batch", "alice", batchBodyOf(1, 10)); next.status != http.StatusAccepted {
+		t.Fatalf("the expired job still takes the only slot: %+v", next)
+	}
+}
+
+// TestDrainCancelsBatchWork: SIGTERM's drain does not wait for batch work:
+// items in flight are cancelled upstream, the rest are never started, and
+// the job says which items were canceled.
+func TestDrainCancelsBatchWork(t *testing.T) {
+	p := &stallProvider{canceled: make(chan struct{}, 1)}
+	g, srv := newBatchGateway(t, p, nil, func(c *config.Config) { c.Deadline.Batch = time.Hour })
+	job := batchDo(t, srv, "POST", "/v1/batch", "alice", batchBodyOf(10, 10))
+	<-waitRunning(t, srv, job.JobID)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.Drain(ctx); err != nil {
+		t.Fatalf("Drain waited for batch work: %v", err)
+	}
+	var st batchReply
+	for st = batchDo(t, srv, "GET", "/v1/batch/"+job.JobID, "alice", ""); st.Status == "running"; st = batchDo(t, srv, "GET", "/v1/batch/"+job.JobID, "alice", "") {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st.Status != "canceled" || st.Cancel != 10 {
+		t.Fatalf("job after drain: status %q, %d canceled; want canceled, 10", st.Status, st.Cancel)
+	}
+	for _, r := range st.Results {
+		if r.Status != "canceled" || r.Error == nil || r.Error.Code != CodeShuttingDown {
+			t.Fatalf("item %+v, want canceled with shutting_down", r)
+		}
+	}
+}
+
+// waitRunning closes its channel once the job's first items are upstream.
+func waitRunning(t *testing.T, srv *httptest.Server, id string) <-chan struct{} {
+	t.Helper()
+	ch := make(chan struct{})
+	for st := batchDo(t, srv, "GET", "/v1/batch/"+id, "alice", ""); st.Status != "running"; st = batchDo(t, srv, "GET", "/v1/batch/"+id, "alice", "") {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(ch)
+	return ch
+}
