@@ -27,6 +27,7 @@ import (
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/queue"
 	"github.com/fmgate/fmgate/internal/quota"
+	"github.com/fmgate/fmgate/internal/redishealth"
 	"github.com/fmgate/fmgate/internal/retry"
 	"github.com/fmgate/fmgate/internal/webui"
 )
@@ -58,6 +59,10 @@ type Server struct {
 	Estimator *budget.Estimator
 	// Redis is the fleet-mode client, nil on the embedded default.
 	Redis *redis.Client
+	// RedisHealth is Redis's health as this instance sees it (nil on the
+	// embedded default). Every command through Redis consults it already;
+	// a store built on another client wraps its calls in RedisHealth.Do.
+	RedisHealth *redishealth.Health
 	// Events is the span event emitter.
 	Events *events.Emitter
 	// Ledger holds the live artifact versions (prompt, graph, models).
