@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/fmgate/fmgate/internal/adminauth"
 	"log/slog"
 	"net/http"
 	"os"
@@ -127,15 +128,33 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 }
 
 // Handler is the gateway's HTTP routes with the embedded pages; /dashboard
-// is the operator dashboards, behind the admin token.
+// is the operator dashboards, behind the admin token. The admin API and
+// /metrics accept the admin token as a bearer credential or a dashboard
+// session; sessions belong to this handler, so a gateway started with a
+// new admin token knows none of the old ones.
 func (s *Server) Handler(adminToken string) http.Handler {
+	auth := adminauth.New(adminToken, adminauth.Options{ExternalURL: s.cfg.Server.ExternalURL})
 	mux := http.NewServeMux()
-	dash := dashboard.Handler(adminToken)
+	dash := dashboard.Handler(auth)
 	mux.Handle("/dashboard", dash)
 	mux.Handle("/dashboard/", dash)
-	mux.Handle("GET /metrics", s.metricsHandler(adminToken))
+	mux.Handle("GET /metrics", s.metricsHandler(auth))
+	mux.Handle("/admin/", requireAdmin(auth, s.admin))
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
 	return mux
+}
+
+// requireAdmin lets operators through to h and answers everyone else 401.
+func requireAdmin(auth *adminauth.Auth, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !auth.Authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fmgate admin"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"error": map[string]string{"code": "unauthorized",
+				"message": "The admin API needs Authorization: Bearer <admin token> (or a dashboard session: sign in at /dashboard/login)."}})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Close releases what New opened.
