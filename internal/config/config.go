@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -72,6 +73,12 @@ type Server struct {
 	DrainTimeout time.Duration `yaml:"drainTimeout"`
 	// OriginPatterns are extra origins allowed to open the WebSocket.
 	OriginPatterns []string `yaml:"originPatterns"`
+	// ExternalURL is the address operators reach the gateway at, when it is
+	// not the listener's own (e.g. https://gw.example.com behind a
+	// TLS-terminating proxy). When it is https, the dashboard's session
+	// cookie is marked Secure. Default "": Secure only for requests that
+	// reached fmgate over TLS.
+	ExternalURL string `yaml:"externalURL"`
 }
 
 // Prompt is the system prompt the models receive.
@@ -312,6 +319,11 @@ func (c Config) Validate() error {
 	}
 	if c.Server.DrainTimeout <= 0 {
 		v.add("server.drainTimeout", "must be > 0")
+	}
+	if u := c.Server.ExternalURL; u != "" {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			v.add("server.externalURL", "must be an absolute http:// or https:// URL, e.g. https://gw.example.com")
+		}
 	}
 	if len(c.Locales) == 0 {
 		v.add("locales", "must list at least one locale")

@@ -4,28 +4,31 @@
 // web/ with esbuild into dist/, which is committed and compiled into the
 // binary with go:embed, so running the gateway needs neither Node nor any
 // file on disk. The page reads the admin API (/admin/*) from the same
-// origin with the admin cookie this package sets at login.
+// origin with the session cookie set at login (see internal/adminauth).
 package dashboard
 
 //go:generate sh web/build.sh
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
 	"encoding/base64"
 	"html/template"
 	"io/fs"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/adminauth"
 )
 
 //go:embed dist
 var dist embed.FS
 
-// CookieName is the cookie that carries the admin token from the login form
-// to the dashboard and to the admin API.
-const CookieName = "fmgate_admin"
+// CookieName is the cookie that carries the dashboard session id (never the
+// admin token) from the login form to the dashboard and the admin API.
+const CookieName = adminauth.CookieName
 
 // Prefix is where the dashboards are mounted.
 const Prefix = "/dashboard"
@@ -33,17 +36,18 @@ const Prefix = "/dashboard"
 // maxLoginBody bounds the login form.
 const maxLoginBody = 8 << 10
 
-// Handler serves /dashboard and everything under it. adminToken is the
-// gateway's admin token: GET /dashboard/login shows a form for it, POST
-// /dashboard/login checks it and sets the admin cookie; every other route
-// needs the cookie (or an Authorization: Bearer header) and otherwise
-// redirects to the login page. An empty adminToken accepts no login.
-func Handler(adminToken string) http.Handler {
+// Handler serves /dashboard and everything under it. GET /dashboard/login
+// shows a form for the admin token; POST /dashboard/login checks it (at most
+// auth's attempts per minute per client, then 429 with Retry-After) and
+// opens a session; POST /dashboard/logout ends it. Every other route needs
+// a session (or an Authorization: Bearer header) and otherwise redirects to
+// the login page. An Auth without a token accepts no login.
+func Handler(auth *adminauth.Auth) http.Handler {
 	sub, err := fs.Sub(dist, "dist")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	h := &handler{token: digest(adminToken), enabled: adminToken != "", files: http.FileServerFS(sub)}
+	h := &handler{auth: auth, files: http.FileServerFS(sub)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+Prefix+"/login", h.loginForm)
 	mux.HandleFunc("POST "+Prefix+"/login", h.login)
@@ -56,39 +60,13 @@ func Handler(adminToken string) http.Handler {
 }
 
 type handler struct {
-	token   [sha256.Size]byte
-	enabled bool
-	files   http.Handler
-}
-
-// digest hashes a token so that comparing two digests takes the same time
-// whatever the tokens' lengths.
-func digest(s string) [sha256.Size]byte { return sha256.Sum256([]byte(s)) }
-
-func (h *handler) valid(token string) bool {
-	if !h.enabled || token == "" {
-		return false
-	}
-	got := digest(token)
-	return subtle.ConstantTimeCompare(got[:], h.token[:]) == 1
-}
-
-// authorized reports whether r carries the admin token, as the cookie or
-// as a bearer header.
-func (h *handler) authorized(r *http.Request) bool {
-	if c, err := r.Cookie(CookieName); err == nil && h.valid(c.Value) {
-		return true
-	}
-	auth := r.Header.Get("Authorization")
-	if len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
-		return h.valid(strings.TrimSpace(auth[7:]))
-	}
-	return false
+	auth  *adminauth.Auth
+	files http.Handler
 }
 
 func (h *handler) requireLogin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.authorized(r) {
+		if !h.auth.Authorized(r) {
 			http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
 			return
 		}
@@ -119,6 +97,12 @@ func (h *handler) loginForm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) login(w http.ResponseWriter, r *http.Request) {
+	if ok, wait := h.auth.AllowLogin(r); !ok {
+		secs := int((wait + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		renderLogin(w, http.StatusTooManyRequests, "Too many sign-in attempts from this address; try again in "+strconv.Itoa(secs)+" s.")
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 	if err := r.ParseForm(); err != nil {
 		renderLogin(w, http.StatusBadRequest, "The form could not be read; try again.")
@@ -126,32 +110,22 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	token := strings.TrimSpace(r.PostForm.Get("token"))
 	switch {
-	case !h.enabled:
+	case !h.auth.Enabled():
 		renderLogin(w, http.StatusUnauthorized, "No admin token is configured: set server.adminToken or FMGATE_ADMIN_TOKEN and restart.")
 		return
 	case token == "":
 		renderLogin(w, http.StatusBadRequest, "Enter the admin token.")
 		return
-	case !h.valid(token):
+	case !h.auth.ValidToken(token):
 		renderLogin(w, http.StatusUnauthorized, "That is not the admin token.")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{
-		Name:     CookieName,
-		Value:    token,
-		Path:     "/",
-		HttpOnly: true,
-		Secure:   r.TLS != nil,
-		SameSite: http.SameSiteStrictMode,
-	})
+	h.auth.StartSession(w, r)
 	http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
 }
 
 func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{
-		Name: CookieName, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
-	})
+	h.auth.EndSession(w, r)
 	http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
 }
 

@@ -10,9 +10,33 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/adminauth"
 )
 
 const token = "s3cret-admin-token"
+
+// handlerFor is the dashboard for admin token tok, with default options.
+func handlerFor(tok string) http.Handler { return Handler(adminauth.New(tok, adminauth.Options{})) }
+
+// session logs in to h and returns the session cookie.
+func session(t *testing.T, h http.Handler) *http.Cookie {
+	t.Helper()
+	resp := postLogin(t, h, token, false)
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 {
+		t.Fatalf("login: status %d cookies %v", resp.StatusCode, resp.Cookies())
+	}
+	return resp.Cookies()[0]
+}
+
+// opens reports whether the dashboard page opens with cookie c.
+func opens(t *testing.T, h http.Handler, c *http.Cookie) bool {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/dashboard/", nil)
+	req.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
+	return do(t, h, req).StatusCode == http.StatusOK
+}
 
 func do(t *testing.T, h http.Handler, req *http.Request) *http.Response {
 	t.Helper()
@@ -31,7 +55,8 @@ func body(t *testing.T, resp *http.Response) string {
 }
 
 func TestRoutesNeedTheAdminToken(t *testing.T) {
-	h := Handler(token)
+	h := handlerFor(token)
+	sid := session(t, h).Value
 	tests := []struct {
 		name         string
 		method       string
@@ -46,16 +71,17 @@ func TestRoutesNeedTheAdminToken(t *testing.T) {
 		{name: "page without login", path: "/dashboard/", wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
 		{name: "bundle without login", path: "/dashboard/app.js", wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
 		{name: "wrong cookie", path: "/dashboard/", cookie: "nope", wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
-		{name: "token prefix is not the token", path: "/dashboard/", cookie: token[:5], wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
+		{name: "the admin token is not a session", path: "/dashboard/", cookie: token, wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
+		{name: "session prefix is not the session", path: "/dashboard/", cookie: sid[:10], wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
 		{name: "login form is public", path: "/dashboard/login", wantStatus: http.StatusOK, wantBody: `name="token"`},
-		{name: "page with cookie", path: "/dashboard/", cookie: token, wantStatus: http.StatusOK, wantBody: `src="app.js"`},
-		{name: "bundle with cookie", path: "/dashboard/app.js", cookie: token, wantStatus: http.StatusOK, wantBody: "/admin/live"},
-		{name: "styles with cookie", path: "/dashboard/app.css", cookie: token, wantStatus: http.StatusOK, wantBody: ".waterfall"},
+		{name: "page with cookie", path: "/dashboard/", cookie: sid, wantStatus: http.StatusOK, wantBody: `src="app.js"`},
+		{name: "bundle with cookie", path: "/dashboard/app.js", cookie: sid, wantStatus: http.StatusOK, wantBody: "/admin/live"},
+		{name: "styles with cookie", path: "/dashboard/app.css", cookie: sid, wantStatus: http.StatusOK, wantBody: ".waterfall"},
 		{name: "page with bearer", path: "/dashboard/", bearer: token, wantStatus: http.StatusOK, wantBody: `id="tab-canary"`},
 		{name: "wrong bearer", path: "/dashboard/", bearer: "nope", wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
-		{name: "unknown file", path: "/dashboard/nope.js", cookie: token, wantStatus: http.StatusNotFound},
+		{name: "unknown file", path: "/dashboard/nope.js", cookie: sid, wantStatus: http.StatusNotFound},
 		{name: "other method without login", method: http.MethodPost, path: "/dashboard/", wantStatus: http.StatusSeeOther, wantLocation: "/dashboard/login"},
-		{name: "other method with login", method: http.MethodDelete, path: "/dashboard/app.js", cookie: token, wantStatus: http.StatusMethodNotAllowed},
+		{name: "other method with login", method: http.MethodDelete, path: "/dashboard/app.js", cookie: sid, wantStatus: http.StatusMethodNotAllowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,16 +126,20 @@ func postLogin(t *testing.T, h http.Handler, value string, tls bool) *http.Respo
 
 func TestLogin(t *testing.T) {
 	tests := []struct {
-		name       string
-		adminToken string
-		give       string
-		tls        bool
-		wantStatus int
-		wantCookie bool
-		wantError  string
+		name        string
+		adminToken  string
+		externalURL string
+		give        string
+		tls         bool
+		wantStatus  int
+		wantCookie  bool
+		wantSecure  bool
+		wantError   string
 	}{
 		{name: "right token", adminToken: token, give: token, wantStatus: http.StatusSeeOther, wantCookie: true},
-		{name: "right token over TLS", adminToken: token, give: token, tls: true, wantStatus: http.StatusSeeOther, wantCookie: true},
+		{name: "right token over TLS", adminToken: token, give: token, tls: true, wantStatus: http.StatusSeeOther, wantCookie: true, wantSecure: true},
+		{name: "behind an https external URL", adminToken: token, externalURL: "https://gw.example", give: token, wantStatus: http.StatusSeeOther, wantCookie: true, wantSecure: true},
+		{name: "http external URL", adminToken: token, externalURL: "http://127.0.0.1:8080", give: token, wantStatus: http.StatusSeeOther, wantCookie: true},
 		{name: "surrounding spaces are ignored", adminToken: token, give: "  " + token + "\n", wantStatus: http.StatusSeeOther, wantCookie: true},
 		{name: "wrong token", adminToken: token, give: "guess", wantStatus: http.StatusUnauthorized, wantError: "not the admin token"},
 		{name: "longer token", adminToken: token, give: token + "x", wantStatus: http.StatusUnauthorized, wantError: "not the admin token"},
@@ -118,7 +148,7 @@ func TestLogin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp := postLogin(t, Handler(tt.adminToken), tt.give, tt.tls)
+			resp := postLogin(t, Handler(adminauth.New(tt.adminToken, adminauth.Options{ExternalURL: tt.externalURL})), tt.give, tt.tls)
 			if resp.StatusCode != tt.wantStatus {
 				t.Fatalf("status %d, want %d", resp.StatusCode, tt.wantStatus)
 			}
@@ -140,17 +170,20 @@ func TestLogin(t *testing.T) {
 				t.Fatalf("cookies %v", cookies)
 			}
 			c := cookies[0]
-			if c.Name != CookieName || c.Value != token || c.Path != "/" || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Secure != tt.tls {
-				t.Fatalf("cookie %+v: want %s=<token>; Path=/; HttpOnly; SameSite=Strict; Secure only over TLS", c, CookieName)
+			if c.Name != CookieName || len(c.Value) != 64 || strings.Contains(c.Value, token) || c.Path != "/" || !c.HttpOnly ||
+				c.SameSite != http.SameSiteStrictMode || c.Secure != tt.wantSecure || c.MaxAge != int(adminauth.DefaultSessionTTL/time.Second) {
+				t.Fatalf("cookie %+v: want %s=<random session id>; Path=/; Max-Age=12h; HttpOnly; SameSite=Strict; Secure %v", c, CookieName, tt.wantSecure)
 			}
 		})
 	}
 }
 
-func TestLogoutClearsTheCookie(t *testing.T) {
+func TestLogoutRevokesTheSession(t *testing.T) {
+	h := handlerFor(token)
+	c := session(t, h)
 	req := httptest.NewRequest(http.MethodPost, "/dashboard/logout", nil)
-	req.AddCookie(&http.Cookie{Name: CookieName, Value: token})
-	resp := do(t, Handler(token), req)
+	req.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
+	resp := do(t, h, req)
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/dashboard/login" {
 		t.Fatalf("status %d location %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
@@ -158,13 +191,66 @@ func TestLogoutClearsTheCookie(t *testing.T) {
 	if len(cs) != 1 || cs[0].Name != CookieName || cs[0].MaxAge >= 0 || cs[0].Value != "" {
 		t.Fatalf("cookies %v: want %s expired", cs, CookieName)
 	}
+	// A copy of the cookie kept elsewhere is worthless now.
+	if opens(t, h, c) {
+		t.Fatal("the session still opens the dashboard after logout")
+	}
+}
+
+func TestSessionsExpireAndEndWithTheToken(t *testing.T) {
+	now := time.Now()
+	auth := adminauth.New(token, adminauth.Options{SessionTTL: time.Hour, Now: func() time.Time { return now }})
+	h := Handler(auth)
+	c := session(t, h)
+	if !opens(t, h, c) {
+		t.Fatal("a fresh session does not open the dashboard")
+	}
+	now = now.Add(time.Hour)
+	if opens(t, h, c) {
+		t.Fatal("the session still opens the dashboard after its expiry")
+	}
+	// A gateway started with another admin token knows no old session.
+	c = session(t, handlerFor(token))
+	if opens(t, handlerFor("an0ther-admin-token"), c) {
+		t.Fatal("a session opened under the old admin token works under the new one")
+	}
+}
+
+func TestLoginAttemptsAreLimitedPerClient(t *testing.T) {
+	now := time.Now()
+	h := Handler(adminauth.New(token, adminauth.Options{Now: func() time.Time { return now }}))
+	for i := range adminauth.DefaultLoginsPerMinute {
+		if resp := postLogin(t, h, "guess", false); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("attempt %d: status %d, want 401", i+1, resp.StatusCode)
+		}
+	}
+	// Even the right token waits: the limit is on attempts, not failures.
+	resp := postLogin(t, h, token, false)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "60" || len(resp.Cookies()) != 0 {
+		t.Fatalf("attempt %d: status %d Retry-After %q cookies %v; want 429, 60, none",
+			adminauth.DefaultLoginsPerMinute+1, resp.StatusCode, resp.Header.Get("Retry-After"), resp.Cookies())
+	}
+	if b := body(t, resp); !strings.Contains(b, "Too many sign-in attempts") {
+		t.Fatalf("429 page: %s", b)
+	}
+	// Another client is not held back by this one.
+	req := httptest.NewRequest(http.MethodPost, "/dashboard/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.RemoteAddr = "192.0.2.77:4000"
+	if resp := do(t, h, req); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("another client: status %d", resp.StatusCode)
+	}
+	now = now.Add(time.Minute)
+	if resp := postLogin(t, h, token, false); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("a minute later: status %d, want a login", resp.StatusCode)
+	}
 }
 
 func TestLoginBodyIsBounded(t *testing.T) {
 	big := strings.Repeat("a", maxLoginBody+10)
 	req := httptest.NewRequest(http.MethodPost, "/dashboard/login", strings.NewReader("token="+big))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp := do(t, Handler(token), req)
+	resp := do(t, handlerFor(token), req)
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("status %d for a %d-byte form", resp.StatusCode, len(big))
 	}
@@ -173,7 +259,7 @@ func TestLoginBodyIsBounded(t *testing.T) {
 // The login page's inline style is allowed by its hash only; a style that
 // drifts from the hash would be blocked and the form shown unstyled.
 func TestLoginStyleMatchesItsCSPHash(t *testing.T) {
-	resp := do(t, Handler(token), httptest.NewRequest(http.MethodGet, "/dashboard/login", nil))
+	resp := do(t, handlerFor(token), httptest.NewRequest(http.MethodGet, "/dashboard/login", nil))
 	b := body(t, resp)
 	m := regexp.MustCompile(`(?s)<style>(.*?)</style>`).FindStringSubmatch(b)
 	if m == nil {

@@ -42,13 +42,13 @@ const (
 	// ReasonGuardrail: the request was blocked; the redirect message, never
 	// a cached answer.
 	ReasonGuardrail Reason = "guardrail"
-	// ReasonBusy: throttled with the queue full; the "queued" message.
-	ReasonBusy Reason = "busy"
 )
 
 // ReasonFor maps a model failure to a reason: guardrail blocks and timeouts
-// have their own path, everything else is ReasonError. Circuit-open and busy
-// are decided by the gateway, which knows its breakers and queue.
+// have their own path, everything else is ReasonError. Circuit-open is
+// decided by the gateway, which knows its breakers. (A turn refused for lack
+// of capacity is not a fallback: it gets a 429 with Retry-After, since
+// nothing would answer it later.)
 func ReasonFor(err error) Reason {
 	switch provider.KindOf(err) {
 	case provider.KindGuardrail:
@@ -70,7 +70,6 @@ const (
 	StepFAQ        Step = TierFAQ
 	StepGraceful   Step = TierGraceful
 	StepRedirect   Step = "redirect"
-	StepBusy       Step = "busy"
 )
 
 // Plan returns the non-model steps for reason, in order, leaving out cache
@@ -80,8 +79,6 @@ func (c Config) Plan(reason Reason) []Step {
 	switch reason {
 	case ReasonGuardrail:
 		return []Step{StepRedirect}
-	case ReasonBusy:
-		return []Step{StepBusy}
 	case ReasonModelTimeout:
 		steps = append(steps, StepSimplified)
 	}
@@ -107,12 +104,15 @@ type Question struct {
 // Answer is what a non-model tier served.
 type Answer struct {
 	Text       string
-	Tier       string // TierCache, TierFAQ or TierGraceful (also for redirect and busy)
+	Tier       string // TierCache, TierFAQ or TierGraceful (also for redirect)
 	Confidence float64
 	Degraded   bool
 	CacheHit   bool
-	// Stale is set for a cache entry older than the TTL but within staleFor:
-	// the gateway should refresh it in the background.
+	// Stale is set for a cache entry older than the TTL but within
+	// staleFor. It is served with half the cache tier's confidence and not
+	// refreshed in the background: the cache answers only when the models
+	// cannot, so a refresh would call a failing model, while the next answer
+	// a model gives to the question replaces the entry anyway.
 	Stale bool
 	// FAQID is the matched FAQ entry, for the FAQ tier.
 	FAQID string
@@ -245,8 +245,6 @@ func (r *Resolver) Answer(ctx context.Context, q Question, reason Reason) Answer
 			}
 		case StepRedirect:
 			return r.answer(TierGraceful, Redirect(lang))
-		case StepBusy:
-			return r.answer(TierGraceful, Busy(lang))
 		}
 	}
 	return r.answer(TierGraceful, Graceful(lang, seedOf(q.Text)))
@@ -275,7 +273,9 @@ func (r *Resolver) fromCache(ctx context.Context, q Question) (Answer, bool) {
 	}
 	a := r.answer(TierCache, e.Text)
 	a.CacheHit = true
-	a.Stale = age >= r.cfg.Cache.TTL
+	if a.Stale = age >= r.cfg.Cache.TTL; a.Stale {
+		a.Confidence /= 2
+	}
 	return a, true
 }
 

@@ -17,7 +17,9 @@ func TestCacheKey(t *testing.T) {
 		{"region of the locale", Question{Text: "How long does shipping take?", Locale: "en-GB", PromptVersion: "v1"}, true},
 		{"locale guessed from text", Question{Text: "How long does shipping take?", PromptVersion: "v1"}, true},
 		{"other words", Question{Text: "How long does delivery take?", Locale: "en", PromptVersion: "v1"}, false},
-		{"other locale", Question{Text: "How long does shipping take?", Locale: "ja", PromptVersion: "v1"}, false},
+		// The answer is in the message's language whatever the locale field.
+		{"locale field disagreeing with the message", Question{Text: "How long does shipping take?", Locale: "ja", PromptVersion: "v1"}, true},
+		{"other language", Question{Text: "配送にはどれくらいかかりますか", Locale: "en", PromptVersion: "v1"}, false},
 		{"other prompt version", Question{Text: "How long does shipping take?", Locale: "en", PromptVersion: "v2"}, false},
 	}
 	want := CacheKey(base)

@@ -1,33 +1,19 @@
 package fallback
 
-import (
-	"strings"
-	"unicode"
-)
+import "github.com/fmgate/fmgate/internal/language"
 
 // Supported message languages; anything else is answered in English.
 const (
-	LangJA = "ja"
-	LangEN = "en"
+	LangJA = language.JA
+	LangEN = language.EN
 )
 
-// Lang reduces a locale ("ja-JP", "en_US", "JA") to its language. An empty
-// locale is guessed from text: Japanese if it holds kana or kanji, else
-// English.
+// Lang is the language a fallback answer to text is given in, LangJA or
+// LangEN: the language text is written in, or when that is unclear,
+// locale's ("ja-JP", "en_US", "JA"). It is the same decision as the
+// pipeline's and the models' (language.Of).
 func Lang(locale, text string) string {
-	l := strings.ToLower(locale)
-	if i := strings.IndexAny(l, "-_"); i >= 0 {
-		l = l[:i]
-	}
-	if l != "" {
-		return l
-	}
-	for _, r := range text {
-		if unicode.In(r, unicode.Hiragana, unicode.Katakana, unicode.Han) {
-			return LangJA
-		}
-	}
-	return LangEN
+	return language.Of(text, locale)
 }
 
 // supportHint points every graceful message at a person.
@@ -72,12 +58,4 @@ func Redirect(locale string) string {
 		return "そのリクエストにはお応えできません。漫画の検索、注文確認、またはおすすめをお試しください。"
 	}
 	return "I cannot help with that request. Try searching manga, checking orders, or asking for recommendations."
-}
-
-// Busy returns the message for a turn throttled while the queue is full.
-func Busy(locale string) string {
-	if Lang(locale, "") == LangJA {
-		return "現在アクセスが集中しています。ご質問は受け付けましたので、まもなく回答いたします。"
-	}
-	return "We're experiencing high demand. Your question has been queued and we'll respond shortly."
 }

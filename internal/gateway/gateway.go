@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
 
 	"github.com/fmgate/fmgate/internal/artifacts"
 	"github.com/fmgate/fmgate/internal/budget"
@@ -274,23 +273,6 @@ func isRefusal(err error) bool {
 // cost prices usage with the model's price table (one definition, in budget).
 func cost(m modelConfig, u provider.Usage) float64 {
 	return budget.Price{InputPerMTok: m.InputPerMTok, OutputPerMTok: m.OutputPerMTok, CachedInputPerMTok: m.CachedInputPerMTok}.Cost(u)
-}
-
-// detectLocale guesses ja when the text has kana or kanji.
-func detectLocale(text, fallback string) string {
-	for _, r := range text {
-		if unicode.In(r, unicode.Hiragana, unicode.Katakana, unicode.Han) {
-			return "ja"
-		}
-	}
-	if fallback == "ja" {
-		for _, r := range text {
-			if unicode.IsLetter(r) {
-				return "en"
-			}
-		}
-	}
-	return fallback
 }
 
 // final marks an error that must not be retried (text reached the client).

@@ -183,36 +183,27 @@ func clientIP(r *http.Request) string {
 	return host
 }
 
-// requireToken guards h with a bearer token compared in constant time.
-// AdminCookie is the cookie the dashboard's login sets; the admin API
-// accepts it in place of the Bearer header, so the browser's own requests
-// (fetch, EventSource) are authenticated.
-const AdminCookie = "fmgate_admin"
-
+// requireToken guards h with the admin token as a bearer credential,
+// compared in constant time. (The dashboard's session cookie is checked by
+// internal/adminauth where the dashboards are mounted; the token itself is
+// never accepted from a cookie.)
 func requireToken(token string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !AdminAuthorized(r, token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fmgate admin"`)
 			writeError(w, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
-				Message: "The admin API needs Authorization: Bearer <admin token> (or the dashboard's login cookie)."})
+				Message: "The admin API needs Authorization: Bearer <admin token>."})
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
 }
 
-// AdminAuthorized reports whether r carries the admin token, as a Bearer
-// header or as the AdminCookie.
+// AdminAuthorized reports whether r carries the admin token as a Bearer
+// header.
 func AdminAuthorized(r *http.Request, token string) bool {
 	got, ok := bearer(r)
-	if !ok {
-		c, err := r.Cookie(AdminCookie)
-		if err != nil {
-			return false
-		}
-		got = c.Value
-	}
-	return token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+	return ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
 func duplicate(id string) *Error {

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/language"
 	"github.com/fmgate/fmgate/internal/provider"
 )
 
@@ -92,10 +93,15 @@ func (g *Gateway) validate(t *Turn) error {
 		return invalid("sessionId must be at most 128 bytes of UTF-8")
 	}
 	if t.Locale == "" {
-		t.Locale = detectLocale(t.Message, g.cfg.Locales[0])
+		t.Locale = g.cfg.Locales[0]
 	}
 	if !g.supportsLocale(t.Locale) {
 		return invalid("locale %q is not supported (use one of %s)", t.Locale, strings.Join(g.cfg.Locales, ", "))
+	}
+	// The message's language wins over the locale field: the models, the
+	// cache, the FAQ and every message of this turn follow this one decision.
+	if l := language.Of(t.Message, t.Locale); g.supportsLocale(l) {
+		t.Locale = l
 	}
 	return nil
 }

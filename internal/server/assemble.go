@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/fmgate/fmgate/internal/queue"
 	"github.com/fmgate/fmgate/internal/quota"
 	"github.com/fmgate/fmgate/internal/ratelimit"
+	"github.com/fmgate/fmgate/internal/redishealth"
 	"github.com/fmgate/fmgate/internal/retry"
 )
 
@@ -43,7 +45,21 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 			Addr: cfg.Fleet.Redis, Password: pw,
 			DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
 			ContextTimeoutEnabled: true, PoolSize: 64,
+			// One retry, for a pooled connection Redis closed; more would
+			// make each command of an outage wait out the client's backoff
+			// before the health breaker has seen enough failures to open.
+			MaxRetries: 1,
 		})
+		// Every policy below shares this client, so every one of them
+		// consults the one health state and fails fast while Redis is away.
+		s.RedisHealth = redishealth.New(cfg.Breakers[redishealth.BreakerName], now, func(up bool) {
+			if up {
+				s.log.Warn("redis is back: shared state in use again", "redis", cfg.Fleet.Redis)
+				return
+			}
+			s.log.Warn("redis unreachable: policies follow their outage rules until a probe succeeds", "redis", cfg.Fleet.Redis)
+		})
+		rdb.AddHook(s.RedisHealth.Hook())
 		s.closers = append(s.closers, func() { _ = rdb.Close() })
 		s.Redis = rdb
 	}
@@ -99,7 +115,10 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		factory = breaker.RedisFactory(rdb, prefix, 0)
 	}
 	s.Retrier = retrier
-	s.Breakers = breaker.NewSet(factory, cfg.Breakers, breaker.WithTransitionHook(func(name string, from, to breaker.State) {
+	// The redis breaker is Redis's health (above), not a model's.
+	modelBreakers := maps.Clone(cfg.Breakers)
+	delete(modelBreakers, redishealth.BreakerName)
+	s.Breakers = breaker.NewSet(factory, modelBreakers, breaker.WithTransitionHook(func(name string, from, to breaker.State) {
 		s.log.Warn("breaker transition", "breaker", name, "from", from.String(), "to", to.String())
 	}))
 
@@ -206,7 +225,11 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 // mountAdmin adds the policies' admin routes.
 func (s *Server) mountAdmin() {
 	s.admin.HandleFunc("GET /admin/breakers", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.Breakers.Snapshots(r.Context()))
+		snaps := s.Breakers.Snapshots(r.Context())
+		if s.RedisHealth != nil {
+			snaps[redishealth.BreakerName] = s.RedisHealth.Snapshot(r.Context())
+		}
+		writeJSON(w, http.StatusOK, snaps)
 	})
 	s.admin.HandleFunc("GET /admin/quota", func(w http.ResponseWriter, r *http.Request) {
 		out := map[string]any{}

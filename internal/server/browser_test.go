@@ -96,7 +96,7 @@ func TestChatPageInBrowser(t *testing.T) {
 			t.Fatalf("no answer to %q: %v", question, err)
 		}
 		text, _ = chromedp.Run(ctx, chromedp.Evaluate[string](bot+`.querySelector(".text").textContent`))
-		tier, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`(`+bot+`.querySelector(".tier")||{dataset:{}}).dataset.tier || ""`))
+		tier, _ = chromedp.Run(ctx, chromedp.Evaluate[string](bot+`.dataset.tier || ""`))
 		chunks, _ = chromedp.Run(ctx, chromedp.Evaluate[string](bot+`.dataset.chunks || "0"`))
 		degraded, _ = chromedp.Run(ctx, chromedp.Evaluate[bool](`!!`+bot+`.querySelector(".degraded")`))
 		return text, tier, chunks, degraded
@@ -112,6 +112,13 @@ func TestChatPageInBrowser(t *testing.T) {
 	}
 	if chunks == "0" || chunks == "1" {
 		t.Fatalf("answer rendered from %s chunk(s); want progressive chunks", chunks)
+	}
+	// The shopper sees the answer, not the model, tokens or cost behind it.
+	shown, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("log").innerText`))
+	for _, internal := range []string{"sonnet", "tok", "$", "回答元"} {
+		if strings.Contains(shown, internal) {
+			t.Fatalf("the chat page shows shoppers %q:\n%s", internal, shown)
+		}
 	}
 
 	// Switch to English; with Sonnet down, Haiku answers and the page says degraded.
@@ -153,5 +160,18 @@ func TestChatPageInBrowser(t *testing.T) {
 	}
 	if _, tier, _, _ := ask("What manga do you recommend?"); tier != "sonnet" {
 		t.Fatalf("after reconnecting: tier %q", tier)
+	}
+
+	// Operators open the page with ?debug=1 to see tier, tokens and cost.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/?debug=1"),
+		chromedp.WaitVisible(`#conn[data-state="open"]`),
+	); err != nil {
+		t.Fatalf("open debug page: %v", err)
+	}
+	ask("What manga do you recommend?")
+	stats, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`[...document.querySelectorAll(".msg.bot .meta")].map(e => e.innerText).join("\n")`))
+	if !strings.Contains(stats, "sonnet") || !strings.Contains(stats, " tok") || !strings.Contains(stats, "$0.0") {
+		t.Fatalf("with ?debug=1 the answer's meta is %q; want tier, tokens and cost", stats)
 	}
 }

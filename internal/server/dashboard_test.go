@@ -280,6 +280,33 @@ func TestDashboardAuth(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("admin API with the login cookie: status %d", resp.StatusCode)
 	}
+	if cookie.Value == testAdminToken || strings.Contains(cookie.Value, testAdminToken) {
+		t.Fatalf("the login cookie carries the admin token: %q", cookie.Value)
+	}
+	adminStatus := func(c *http.Cookie) int {
+		req, _ := http.NewRequest(http.MethodGet, sc.srv.URL+"/admin/breakers", nil)
+		req.AddCookie(c)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// The admin token itself is no cookie credential.
+	if st := adminStatus(&http.Cookie{Name: "fmgate_admin", Value: testAdminToken}); st != http.StatusUnauthorized {
+		t.Fatalf("admin API with the raw token as cookie: status %d, want 401", st)
+	}
+	// Logout revokes the session on the server, for the admin API too.
+	req, _ = http.NewRequest(http.MethodPost, sc.srv.URL+"/dashboard/logout", nil)
+	req.AddCookie(cookie)
+	if resp, err = noRedirect.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if st := adminStatus(cookie); st != http.StatusUnauthorized {
+		t.Fatalf("admin API with a logged-out session: status %d, want 401", st)
+	}
 }
 
 func TestDashboardInBrowser(t *testing.T) {

@@ -3,13 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/fmgate/fmgate/internal/adminauth"
 	"net/http"
 	"sort"
 
 	"github.com/fmgate/fmgate/internal/alerts"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
-	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/live"
 	"github.com/fmgate/fmgate/internal/metrics"
 )
@@ -135,13 +135,13 @@ func (s *Server) readState(ctx context.Context) (live.State, error) {
 
 // metricsHandler serves GET /metrics: behind the admin token, unless
 // server.publicMetrics opens it to scrapers without credentials.
-func (s *Server) metricsHandler(adminToken string) http.Handler {
+func (s *Server) metricsHandler(auth *adminauth.Auth) http.Handler {
 	h := s.Metrics.Handler()
 	if s.cfg.Server.PublicMetrics {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !gateway.AdminAuthorized(r, adminToken) {
+		if !auth.Authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fmgate metrics"`)
 			http.Error(w, "GET /metrics needs Authorization: Bearer <admin token> (or set server.publicMetrics: true)", http.StatusUnauthorized)
 			return

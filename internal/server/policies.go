@@ -16,6 +16,7 @@ import (
 	"github.com/fmgate/fmgate/internal/queue"
 	"github.com/fmgate/fmgate/internal/quota"
 	"github.com/fmgate/fmgate/internal/ratelimit"
+	"github.com/fmgate/fmgate/internal/redishealth"
 	"github.com/fmgate/fmgate/internal/retry"
 )
 
@@ -79,7 +80,11 @@ func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Resu
 	if counts, ok := t.Calibration.(budget.ScriptCounts); ok && res.Usage.InputTokens > 0 {
 		b.enf.Estimator().Observe(res.Tier, counts, res.Usage.InputTokens)
 	}
-	return b.enf.Record(ctx, t.UserID, t.SessionID, res.Usage.InputTokens, res.Usage.OutputTokens, res.CostUSD)
+	err := b.enf.Record(ctx, t.UserID, t.SessionID, res.Usage.InputTokens, res.Usage.OutputTokens, res.CostUSD)
+	if errors.Is(err, redishealth.ErrDown) {
+		return nil // counters fail open while Redis is down; the outage was logged once
+	}
+	return err
 }
 
 // planner is step 5: the configured tiers minus models whose breaker is
@@ -160,6 +165,11 @@ func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (g
 			Message: localize(t.Locale, "Your request timed out in the queue while the models were at capacity. Please try again.",
 				"モデルが混み合っていたため、待ち行列でタイムアウトしました。もう一度お試しください。"),
 			RetryAfter: 5 * time.Second, Err: err}
+	case ctx.Err() == nil:
+		// The shared queue or ledger is unreachable: like the ledger for P0,
+		// fail open rather than fail the turn; the provider's own throttling
+		// still protects it.
+		return lease{q: r.queue}, nil
 	}
 	return nil, err
 }

@@ -176,6 +176,25 @@ func TestScenarioBothModelsDown(t *testing.T) {
 			t.Errorf("%q: status %d tier %q degraded %v text %q; want 200 from %s", tt.question, a.Status, a.Tier, a.Degraded, a.Text, tt.wantTier)
 		}
 	}
+	// The fallback tiers answer in the message's language, as the models
+	// do, whatever the locale field says.
+	langs := []struct {
+		question, locale string
+		wantTier         string
+		wantJA           bool
+		wantIn           string
+	}{
+		{"支払いの方法を教えて", "en", "faq", true, "クレジットカード"},
+		{"I want to cancel my order", "ja", "faq", false, "cancel an order"},
+		{"猫の冗談を言って", "en", "graceful", true, ""},
+		{"Tell me a joke about dogs", "ja", "graceful", false, ""},
+	}
+	for i, tt := range langs {
+		a := sc.chat(fmt.Sprintf("lang-%d", i), tt.question, tt.locale)
+		if a.Tier != tt.wantTier || hasJapanese(a.Text) != tt.wantJA || !strings.Contains(a.Text, tt.wantIn) {
+			t.Errorf("%q (locale %s): tier %q text %q; want a %s answer in the message's language", tt.question, tt.locale, a.Tier, a.Text, tt.wantTier)
+		}
+	}
 	// Many more turns: still no 5xx.
 	_, statuses := sc.run(40, 8, "Tell me about new releases")
 	for code, n := range statuses {

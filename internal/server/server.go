@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/fmgate/fmgate/internal/adminauth"
 	"log/slog"
 	"net/http"
 	"os"
@@ -30,6 +31,7 @@ import (
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/queue"
 	"github.com/fmgate/fmgate/internal/quota"
+	"github.com/fmgate/fmgate/internal/redishealth"
 	"github.com/fmgate/fmgate/internal/retry"
 	"github.com/fmgate/fmgate/internal/webui"
 )
@@ -61,6 +63,10 @@ type Server struct {
 	Estimator *budget.Estimator
 	// Redis is the fleet-mode client, nil on the embedded default.
 	Redis *redis.Client
+	// RedisHealth is Redis's health as this instance sees it (nil on the
+	// embedded default). Every command through Redis consults it already;
+	// a store built on another client wraps its calls in RedisHealth.Do.
+	RedisHealth *redishealth.Health
 	// Events is the span event emitter.
 	Events *events.Emitter
 	// Ledger holds the live artifact versions (prompt, graph, models).
@@ -136,15 +142,33 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 }
 
 // Handler is the gateway's HTTP routes with the embedded pages; /dashboard
-// is the operator dashboards, behind the admin token.
+// is the operator dashboards, behind the admin token. The admin API and
+// /metrics accept the admin token as a bearer credential or a dashboard
+// session; sessions belong to this handler, so a gateway started with a
+// new admin token knows none of the old ones.
 func (s *Server) Handler(adminToken string) http.Handler {
+	auth := adminauth.New(adminToken, adminauth.Options{ExternalURL: s.cfg.Server.ExternalURL})
 	mux := http.NewServeMux()
-	dash := dashboard.Handler(adminToken)
+	dash := dashboard.Handler(auth)
 	mux.Handle("/dashboard", dash)
 	mux.Handle("/dashboard/", dash)
-	mux.Handle("GET /metrics", s.metricsHandler(adminToken))
+	mux.Handle("GET /metrics", s.metricsHandler(auth))
+	mux.Handle("/admin/", requireAdmin(auth, s.admin))
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
 	return guardCrossSite(s.cfg.Server.OriginPatterns, mux)
+}
+
+// requireAdmin lets operators through to h and answers everyone else 401.
+func requireAdmin(auth *adminauth.Auth, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !auth.Authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fmgate admin"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"error": map[string]string{"code": "unauthorized",
+				"message": "The admin API needs Authorization: Bearer <admin token> (or a dashboard session: sign in at /dashboard/login)."}})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Close releases what New opened.

@@ -4,7 +4,7 @@
 // Two stores share one contract: Memory (an LRU bounded by entries and bytes,
 // the embedded default) and Redis (shared by a fleet). Both keep an entry for
 // TTL+StaleFor and report when it was stored; the caller decides whether an
-// entry older than TTL is served as stale (stale-while-revalidate).
+// entry older than TTL is served as stale (with less confidence, until a model's answer replaces it).
 package cache
 
 import (
@@ -35,8 +35,9 @@ type Entry struct {
 type Config struct {
 	// TTL is how long an entry is fresh. Default 1h.
 	TTL time.Duration `yaml:"ttl"`
-	// StaleFor is how long past TTL an entry is still served, marked stale,
-	// while the gateway refreshes it. Default 10m; 0 disables stale serving.
+	// StaleFor is how long past TTL an entry is still served, marked stale
+	// and with half the cache tier's confidence, until a model's answer to
+	// the same question replaces it. Default 10m; 0 disables stale serving.
 	StaleFor time.Duration `yaml:"staleFor"`
 	// MaxEntries bounds the memory store. Default 10,000.
 	MaxEntries int `yaml:"maxEntries"`

@@ -102,8 +102,8 @@ func (h Hit) Answer(lang string) string {
 var defaultIndex = sync.OnceValues(func() (*Index, error) { return Parse(defaultYAML) })
 
 // Default returns the index of the embedded MangaAssist FAQ (shipping,
-// returns, payment, tracking, recommendations, store hours, membership in
-// Japanese and English). It is built once.
+// returns, cancellation, payment, tracking, recommendations, store hours,
+// membership in Japanese and English). It is built once.
 func Default() (*Index, error) { return defaultIndex() }
 
 // Load reads and parses a user's FAQ file.

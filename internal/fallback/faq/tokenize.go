@@ -22,12 +22,13 @@ const (
 )
 
 // stopWords carry no topic. Question words are among them: "where" and
-// "when" would otherwise pull every question towards tracking and hours.
+// "when" would otherwise pull every question towards tracking and hours;
+// so is "manga", which every question in a manga store may use.
 var stopWords = toSet("a an the and or but if of to in on at for from by with about as is are was were be been " +
 	"being do does did done have has had i me my mine we us our you your it its this that these those what which " +
 	"who whom how when where why can could would should will shall may might must there here please tell get got " +
 	"just so than then too very not no yes hi hello thanks thank any some much many also up out into over more " +
-	"most want like know need let make one")
+	"most want like know need let make one manga")
 
 // stopBigrams are hiragana pairs that are grammar (endings, particles,
 // politeness), not topic.

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"unicode"
 
+	lang "github.com/fmgate/fmgate/internal/language"
 	"github.com/fmgate/fmgate/internal/provider"
 )
 
@@ -23,33 +23,10 @@ const (
 	japanese
 )
 
-// detectLanguage decides whether text is Japanese or English. Hiragana is
-// weighted double because particles (の, は, を) mark Japanese grammar, while
-// katakana or kanji alone may be a title quoted in an English sentence; each
-// Latin word counts three. A tie (including empty text) goes to locale.
+// detectLanguage is the turn's language decision (language.Of): the
+// simulated model answers in the language the message is written in.
 func detectLanguage(text, locale string) language {
-	ja, words := 0, 0
-	inWord := false
-	for _, r := range text {
-		switch {
-		case unicode.Is(unicode.Hiragana, r):
-			ja += 2
-		case unicode.Is(unicode.Katakana, r), unicode.Is(unicode.Han, r):
-			ja++
-		}
-		latin := r < unicode.MaxASCII && unicode.IsLetter(r)
-		if latin && !inWord {
-			words++
-		}
-		inWord = latin
-	}
-	switch en := 3 * words; {
-	case ja > en:
-		return japanese
-	case en > ja:
-		return english
-	}
-	if strings.HasPrefix(strings.ToLower(locale), "ja") {
+	if lang.Of(text, locale) == lang.JA {
 		return japanese
 	}
 	return english

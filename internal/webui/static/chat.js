@@ -26,6 +26,11 @@ sessionStorage.setItem("session", state.session);
 
 const $ = (id) => document.getElementById(id);
 
+// DEBUG (the page opened with ?debug=1) shows under each answer the model
+// tier, tokens, time and cost from the done frame, for operators; shoppers
+// never see them.
+const DEBUG = new URLSearchParams(location.search).get("debug") === "1";
+
 function t() { return TEXT[state.locale]; }
 
 function setLocale(l) {
@@ -99,25 +104,32 @@ function onFrame(f) {
     p.el.scrollIntoView({ block: "end" });
   } else if (f.type === "done") {
     p.el.classList.remove("streaming");
-    const meta = document.createElement("div");
-    meta.className = "meta";
-    meta.dataset.testid = "meta";
-    const tier = document.createElement("span");
-    tier.className = "tier";
-    tier.dataset.tier = f.tier;
-    tier.textContent = `${t().tier}: ${f.tier}`;
-    meta.appendChild(tier);
-    if (f.degraded) {
-      const d = document.createElement("span");
-      d.className = "degraded";
-      d.textContent = t().degraded;
-      meta.appendChild(d);
+    p.el.dataset.tier = f.tier;
+    // Shoppers see only whether the answer is a simplified one; which model
+    // answered, its tokens and its cost are for operators (?debug=1).
+    if (f.degraded || DEBUG) {
+      const meta = document.createElement("div");
+      meta.className = "meta";
+      meta.dataset.testid = "meta";
+      if (f.degraded) {
+        const d = document.createElement("span");
+        d.className = "degraded";
+        d.textContent = t().degraded;
+        meta.appendChild(d);
+      }
+      if (DEBUG) {
+        const tier = document.createElement("span");
+        tier.className = "tier";
+        tier.textContent = `${t().tier}: ${f.tier}`;
+        meta.appendChild(tier);
+        const m = f.metrics || {};
+        const stats = document.createElement("span");
+        stats.className = "stats";
+        stats.textContent = `${(f.tokens || {}).output || 0} tok · ${m.total_ms || 0} ms · $${(f.costUsd || 0).toFixed(5)}`;
+        meta.appendChild(stats);
+      }
+      p.el.appendChild(meta);
     }
-    const m = f.metrics || {};
-    const stats = document.createElement("span");
-    stats.textContent = `${(f.tokens || {}).output || 0} tok · ${m.total_ms || 0} ms · $${(f.costUsd || 0).toFixed(5)}`;
-    meta.appendChild(stats);
-    p.el.appendChild(meta);
     p.el.dataset.done = "true";
     state.pending.delete(f.requestId);
   } else if (f.type === "error") {

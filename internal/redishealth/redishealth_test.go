@@ -1,0 +1,96 @@
+package redishealth_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fmgate/fmgate/internal/breaker"
+	"github.com/fmgate/fmgate/internal/redishealth"
+	"github.com/fmgate/fmgate/internal/redistest"
+)
+
+func TestHealthFailsFastWhileRedisIsDownAndRecovers(t *testing.T) {
+	rs := redistest.Start(t)
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	var changes []bool
+	cfg := breaker.Defaults()["redis"]
+	h := redishealth.New(cfg, now, func(up bool) { changes = append(changes, up) })
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: 1, DialTimeout: 300 * time.Millisecond})
+	defer c.Close()
+	c.AddHook(h.Hook())
+	ctx := context.Background()
+
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, "missing").Err(); !errors.Is(err, redis.Nil) || !h.Healthy() {
+		t.Fatalf("a missing key (%v) must not count against Redis's health", err)
+	}
+
+	rs.Kill()
+	failures := 0
+	for h.Healthy() {
+		if failures++; failures > cfg.FailureThreshold {
+			t.Fatalf("still healthy after %d failed commands; threshold %d", failures, cfg.FailureThreshold)
+		}
+		if err := c.Get(ctx, "k").Err(); err == nil || errors.Is(err, redishealth.ErrDown) {
+			t.Fatalf("command %d to a killed Redis: %v, want a network error", failures, err)
+		}
+	}
+	// Down: commands fail at once, and say why in words, matching both the
+	// health error and the breaker's "state unavailable".
+	err := c.Get(ctx, "k").Err()
+	if !errors.Is(err, redishealth.ErrDown) || !errors.Is(err, breaker.ErrUnavailable) || !redishealth.IsOutage(err) {
+		t.Fatalf("with Redis down: %v; want ErrDown", err)
+	}
+	pipeErr := func() error {
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error { p.Get(ctx, "k"); p.Get(ctx, "j"); return nil })
+		return err
+	}()
+	if !errors.Is(pipeErr, redishealth.ErrDown) {
+		t.Fatalf("pipeline with Redis down: %v; want ErrDown", pipeErr)
+	}
+
+	// Back: after the open period the next command is a probe (its new
+	// connection's handshake included) and the stages close the breaker.
+	rs.Restart()
+	offset.Add(int64(cfg.OpenTimeout + time.Second))
+	for i := 0; !h.Healthy(); i++ {
+		if i > 20 {
+			t.Fatalf("Redis back, health still %+v", h.Snapshot(ctx))
+		}
+		if err := c.Set(ctx, "k", "again", 0).Err(); err != nil {
+			t.Fatalf("probe %d: %v", i, err)
+		}
+	}
+	if len(changes) != 2 || changes[0] || !changes[1] {
+		t.Fatalf("health changes %v; want [false true]", changes)
+	}
+}
+
+func TestIsOutage(t *testing.T) {
+	tests := []struct {
+		name string
+		give error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"missing key", redis.Nil, false},
+		{"deadline", context.DeadlineExceeded, true},
+		{"down", redishealth.ErrDown, true},
+		{"other", errors.New("dial tcp: connection refused"), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := redishealth.IsOutage(tt.give); got != tt.want {
+				t.Errorf("IsOutage(%v) = %v, want %v", tt.give, got, tt.want)
+			}
+		})
+	}
+}
