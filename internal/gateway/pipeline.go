@@ -45,6 +45,8 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	if err := g.step(ctx, "budget", func(ctx context.Context) error { return g.budget.Check(ctx, t, g.primary()) }); err != nil {
 		return nil, err
 	}
+	// 4½. Retrieve: catalog context for the question, within its share of the deadline.
+	g.retrieveContext(ctx, t)
 	// 5. Plan the route of model tiers.
 	route := g.plan.Plan(ctx, t, g.modelsFrom(t.StartTier))
 
@@ -230,7 +232,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		Tier:       model,
 		ModelID:    resp.ModelID,
 		StopReason: resp.StopReason,
-		Degraded:   model != g.primary(),
+		Degraded:   model != g.primary() || t.ContextUnavailable,
 		Confidence: m.Confidence,
 		Usage:      usage,
 		CostUSD:    cost(m, usage),
@@ -308,7 +310,7 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 	if t.MaxOutput > 0 && t.MaxOutput < maxOut {
 		maxOut = t.MaxOutput
 	}
-	return &provider.Request{Model: m.Name, System: t.System, Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
+	return &provider.Request{Model: m.Name, System: withContext(t.System, t.Context), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
 		Temperature: t.Temperature, StopSequences: t.StopSequences}
 }
 

@@ -63,6 +63,12 @@ type Turn struct {
 	MaxOutput     int
 	// EstimatedInput is the token estimate of everything sent to the model.
 	EstimatedInput int
+	// Context is reference text retrieved for the question (catalog search
+	// results); the model receives it after the system prompt.
+	Context string
+	// ContextUnavailable is set when the retrieval step could not search
+	// (down, slow, breaker open): the answer is degraded.
+	ContextUnavailable bool
 	// Calibration is opaque to the pipeline: the budget policy keeps what it
 	// needs here to calibrate its estimate once the provider reports usage.
 	Calibration any

@@ -128,8 +128,19 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	if err != nil {
 		return gateway.Deps{}, err
 	}
+	var retr gateway.Retriever
+	if cfg.Catalog.Enabled {
+		ix, err := s.openCatalog(cfg)
+		if err != nil {
+			return gateway.Deps{}, fmt.Errorf("catalog: %w", err)
+		}
+		s.Catalog = ix
+		s.mountCatalog(ix)
+		retr = retriever{ix: ix, br: s.Breakers.Get("search"), enf: enf, topK: cfg.Catalog.TopK, primary: cfg.Models[0].Name}
+	}
 	s.mountAdmin()
 	return gateway.Deps{
+		Retriever:  retr,
 		Tracer:     tracer,
 		UserHasher: s.hasher,
 		Prompts:    versions,

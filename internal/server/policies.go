@@ -253,7 +253,8 @@ func (c cascade) Answer(ctx context.Context, t *gateway.Turn, cause error) (*gat
 }
 
 func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Result) bool {
-	if c.models[res.Tier] && !res.Simplified {
+	// An answer given without the catalog (search down) is not worth reusing.
+	if c.models[res.Tier] && !res.Simplified && !t.ContextUnavailable {
 		return c.r.Store(ctx, c.question(t), res.Text)
 	}
 	return false

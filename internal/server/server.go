@@ -17,6 +17,7 @@ import (
 	"github.com/fmgate/fmgate/internal/artifacts"
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/catalog"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/dashboard"
 	"github.com/fmgate/fmgate/internal/events"
@@ -56,6 +57,8 @@ type Server struct {
 	Queue     *queue.Queue
 	Retrier   *retry.Retrier
 	Estimator *budget.Estimator
+	// Catalog is the retrieval step's index; nil when catalog.enabled is off.
+	Catalog *catalog.Index
 	// Redis is the fleet-mode client, nil on the embedded default.
 	Redis *redis.Client
 	// Events is the span event emitter.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/fmgate/fmgate/internal/catalog"
 	"github.com/fmgate/fmgate/internal/provider"
 )
 
@@ -179,7 +180,18 @@ type query struct {
 	topic     topic
 	mentioned *title // first catalogue title named, nil if none
 	genre     string
+	// stock is set when the question asks for a title's latest volume,
+	// price or stock, which only the store's catalog can answer.
+	stock bool
+	// found are the catalog items the gateway's retrieval step put in the
+	// system prompt, best first; nil without catalog context.
+	found []catalog.Entry
+	lower string
 }
+
+// stockWords ask what only the store's catalog knows.
+var stockWords = []string{"最新刊", "最新巻", "新刊", "在庫", "値段", "価格", "いくら", "セット", "予約",
+	"latest", "newest", "in stock", "price", "how much", "box set", "pre-order", "preorder", "volume"}
 
 func understand(req *provider.Request) query {
 	text := lastUserMessage(req)
@@ -212,6 +224,9 @@ func understand(req *provider.Request) query {
 	if q.topic == topicGeneral && q.mentioned != nil {
 		q.topic = topicTitle
 	}
+	q.lower = lower
+	q.found = catalog.ParseContext(req.System)
+	q.stock = containsAny(lower, stockWords) && (q.mentioned != nil || len(q.found) > 0)
 	return q
 }
 
@@ -249,9 +264,14 @@ type answerParts struct {
 func composeAnswer(req *provider.Request, rng *rand.Rand, count func(string) int) string {
 	q := understand(req)
 	var p answerParts
-	if q.lang == japanese {
+	switch {
+	case q.stock && len(q.found) > 0:
+		p = answerFromCatalog(q)
+	case q.stock:
+		p = cannotCheckStock(q)
+	case q.lang == japanese:
 		p = answerJA(q, rng)
-	} else {
+	default:
 		p = answerEN(q, rng)
 	}
 	return fit(p, count)
