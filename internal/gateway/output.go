@@ -15,6 +15,7 @@ import (
 type StreamOutput struct {
 	s       *stream.Stream
 	settled atomic.Bool
+	status  atomic.Bool // send status frames (EnableStatus)
 }
 
 // NewStreamOutput returns the Output of a streaming front door over s. Close

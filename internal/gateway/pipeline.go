@@ -12,6 +12,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/stream"
 )
 
 // Run takes one turn through the pipeline. The steps below are the order of
@@ -126,10 +127,14 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 // invokeRoute tries the planned model tiers in order. It stops at the first
 // answer, or as soon as text reached the client (no fallback after that).
 func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out Output) (*Result, error) {
+	ctx = withStatus(ctx, t, out)
 	var last error = errNoModel
-	for _, model := range route {
+	for i, model := range route {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if i > 0 {
+			NotifyStatus(ctx, Status{State: stream.StateFallingBack, Attempt: i + 1, Of: len(route)})
 		}
 		if g.firstByteLeft(t) < g.cfg.Deadline.MinAttempt {
 			last = fmt.Errorf("%s: %w", model, errNoTime)

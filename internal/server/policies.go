@@ -17,6 +17,7 @@ import (
 	"github.com/fmgate/fmgate/internal/quota"
 	"github.com/fmgate/fmgate/internal/ratelimit"
 	"github.com/fmgate/fmgate/internal/retry"
+	"github.com/fmgate/fmgate/internal/stream"
 )
 
 // This file adapts each policy package to the small interface the pipeline
@@ -134,10 +135,16 @@ func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (g
 		return lease{res: res, q: r.queue}, nil
 	}
 	var got quota.Reservation
+	queued := false
+	waitCtx := ctx
 	err := r.queue.Wait(ctx, queue.Ticket{ID: t.RequestID, Priority: queue.Priority(t.Priority)}, func(ctx context.Context) (bool, error) {
 		res, err := r.ledger.Reserve(ctx, model, prio, tokens)
 		if errors.Is(err, quota.ErrSaturated) {
 			r.obs.Throttle("quota")
+			if !queued {
+				queued = true
+				gateway.NotifyStatus(waitCtx, gateway.Status{State: stream.StateQueued})
+			}
 			return false, nil
 		}
 		if err != nil {
