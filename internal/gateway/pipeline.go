@@ -53,6 +53,8 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 
 	// 6–7. Reserve quota and invoke, tier by tier, until a model answers.
 	res, err = g.invokeRoute(ctx, t, route, out)
+	// 7½. Continue: with stream.continuation on, the next tier finishes an answer cut mid-stream.
+	res, err = g.continueAnswer(ctx, t, route, res, err, out)
 
 	// 8. Fall back when no model answered and nothing reached the client.
 	if res == nil && !out.Started() {
@@ -163,7 +165,7 @@ func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out 
 		}
 		last = err
 		if out.Started() || ctx.Err() != nil {
-			return nil, err
+			return res, err // res: the cut answer's text and usage so far, if any
 		}
 		out.Discard()
 		if provider.KindOf(err) == provider.KindGuardrail {
@@ -194,6 +196,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		usage provider.Usage
 		resp  *provider.Response
 		ttft  time.Duration
+		sofar string // the text of the last attempt, for a continuation
 	)
 	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
 		out.Discard()
@@ -212,6 +215,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		if r != nil {
 			attempt = r.Usage
 			usage = usage.Add(r.Usage)
+			sofar = r.Text
 		}
 		defer func() { endAttempt(span, m, attempt, err) }()
 		if err != nil {
@@ -227,8 +231,8 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		return nil
 	})
 	if err != nil {
-		if usage != (provider.Usage{}) {
-			return &Result{Tier: model, ModelID: m.ModelID, Usage: usage, CostUSD: cost(m, usage)}, err
+		if usage != (provider.Usage{}) || (out.Started() && sofar != "") {
+			return &Result{Text: sofar, Tier: model, ModelID: m.ModelID, Usage: usage, CostUSD: cost(m, usage)}, err
 		}
 		return nil, err
 	}

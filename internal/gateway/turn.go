@@ -92,6 +92,18 @@ type Result struct {
 	// StopReason is the model's (end_turn, max_tokens, stop_sequence); empty
 	// for the tiers below the models.
 	StopReason string
+	// Continued is set when the next tier finished an answer whose model
+	// failed mid-stream (stream.continuation); Parts are the tiers that wrote
+	// the text, in order. Usage and CostUSD then add up both parts.
+	Continued bool
+	Parts     []Part
+}
+
+// Part is a stretch of an answer written by one tier; Chars counts its
+// Unicode code points.
+type Part struct {
+	Tier  string
+	Chars int
 }
 
 // Output receives a turn's answer. The streaming front doors back it with a

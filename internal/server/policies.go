@@ -77,7 +77,8 @@ func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Resu
 	if _, isModel := b.prices[res.Tier]; !isModel {
 		return nil
 	}
-	if counts, ok := t.Calibration.(budget.ScriptCounts); ok && res.Usage.InputTokens > 0 {
+	// A continued answer's input counts two calls; it would skew calibration.
+	if counts, ok := t.Calibration.(budget.ScriptCounts); ok && res.Usage.InputTokens > 0 && !res.Continued {
 		b.enf.Estimator().Observe(res.Tier, counts, res.Usage.InputTokens)
 	}
 	return b.enf.Record(ctx, t.UserID, t.SessionID, res.Usage.InputTokens, res.Usage.OutputTokens, res.CostUSD)

@@ -111,6 +111,33 @@ type Done struct {
 	TraceID    string      `json:"traceId"`
 	// CacheHit is encoded only when true.
 	CacheHit bool `json:"cacheHit,omitempty"`
+	// Continued is set when a fallback model finished the answer after its
+	// first model failed mid-stream; Parts then names the tier of each part
+	// of the text, in order. Both are encoded only when Continued is set.
+	Continued bool           `json:"continued,omitempty"`
+	Parts     [MaxParts]Part `json:"-"`
+}
+
+// MaxParts is the most parts an answer has: its first model's and one
+// continuation.
+const MaxParts = 2
+
+// Part is a stretch of an answer's text written by one tier; Chars counts
+// its Unicode code points.
+type Part struct {
+	Tier  string `json:"tier"`
+	Chars int    `json:"chars"`
+}
+
+// partList is the parts in use, for the wire.
+func (d Done) partList() []Part {
+	var out []Part
+	for _, p := range d.Parts {
+		if p.Tier != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // ErrorFrame ends a failed answer, also after chunks were sent.
@@ -189,7 +216,11 @@ func (d Done) AppendJSON(dst []byte) ([]byte, error) {
 	wire := struct {
 		Type Type `json:"type"`
 		Done
-	}{TypeDone, d}
+		Parts []Part `json:"parts,omitempty"`
+	}{Type: TypeDone, Done: d}
+	if d.Continued {
+		wire.Parts = d.partList()
+	}
 	if err := enc.Encode(wire); err != nil {
 		return dst, fmt.Errorf("stream: done frame: %w", err)
 	}
@@ -232,6 +263,8 @@ type wireFrame struct {
 	Metrics           DoneMetrics `json:"metrics"`
 	TraceID           string      `json:"traceId"`
 	CacheHit          bool        `json:"cacheHit"`
+	Continued         bool        `json:"continued"`
+	Parts             []Part      `json:"parts"`
 	Code              string      `json:"code"`
 	Message           string      `json:"message"`
 	RetryAfterSeconds int         `json:"retryAfterSeconds"`
@@ -263,10 +296,21 @@ func DecodeFrame(b []byte) (Frame, error) {
 		}
 		return Frame{Type: TypeChunk, Chunk: c}, nil
 	case TypeDone:
-		return Frame{Type: TypeDone, Done: Done{
+		d := Done{
 			RequestID: w.RequestID, Tier: w.Tier, Degraded: w.Degraded, Confidence: w.Confidence,
 			Tokens: w.Tokens, CostUSD: w.CostUSD, Metrics: w.Metrics, TraceID: w.TraceID, CacheHit: w.CacheHit,
-		}}, nil
+			Continued: w.Continued,
+		}
+		if d.Continued {
+			n := 0
+			for _, p := range w.Parts {
+				if n < MaxParts && p.Tier != "" {
+					d.Parts[n] = Part{Tier: p.Tier, Chars: max(p.Chars, 0)}
+					n++
+				}
+			}
+		}
+		return Frame{Type: TypeDone, Done: d}, nil
 	case TypeError:
 		if w.Code == "" {
 			return Frame{}, errors.New("stream: decode frame: error frame needs a code")

@@ -274,7 +274,38 @@ func composeAnswer(req *provider.Request, rng *rand.Rand, count func(string) int
 	default:
 		p = answerEN(q, rng)
 	}
-	return fit(p, count)
+	full := fit(p, count)
+	if prefill := assistantPrefill(req); prefill != "" {
+		return continueFrom(full, prefill, q.lang)
+	}
+	return full
+}
+
+// assistantPrefill is the text of a trailing assistant message: the start of
+// an answer the model is asked to continue (a cut-off answer being finished
+// by another model).
+func assistantPrefill(req *provider.Request) string {
+	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == provider.RoleAssistant {
+		return req.Messages[n-1].Content
+	}
+	return ""
+}
+
+// continueFrom returns the rest of full after as much text as prefill holds,
+// so the continuation reads on from where the cut answer stopped; when full
+// is no longer than prefill, a closing line.
+func continueFrom(full, prefill string, lang language) string {
+	if rest, ok := strings.CutPrefix(full, prefill); ok && rest != "" {
+		return rest
+	}
+	runes, n := []rune(full), len([]rune(prefill))
+	if n < len(runes) {
+		return string(runes[n:])
+	}
+	if lang == japanese {
+		return "\nほかにご不明な点があれば、お気軽にお聞きください。"
+	}
+	return "\nLet me know if there is anything else I can help with!"
 }
 
 // fit joins parts line by line, adding extras up to minAnswerTokens and
