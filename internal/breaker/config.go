@@ -61,6 +61,7 @@ func DefaultConfig() Config {
 //	haiku          8 failures or 50%, 60s window, open 30s
 //	redis          15 failures or 40%, 30s window, open 15s
 //	session_store  10 failures or 20%, 30s window, open 30s
+//	search         5 failures or 30%, 30s window, open 45s (the catalog search)
 //
 // All use MinCalls 5, Stages [1, 3, 10] and HalfOpenWait 10s.
 func Defaults() map[string]Config {
@@ -74,6 +75,8 @@ func Defaults() map[string]Config {
 		"haiku":         with(8, 0.5, 60*time.Second, 30*time.Second),
 		"redis":         with(15, 0.4, 30*time.Second, 15*time.Second),
 		"session_store": with(10, 0.2, 30*time.Second, 30*time.Second),
+		// The catalog search (seed: opensearch), skipped while open.
+		"search": with(5, 0.3, 30*time.Second, 45*time.Second),
 	}
 }
 

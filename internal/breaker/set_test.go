@@ -25,8 +25,8 @@ func TestSet(t *testing.T) {
 	if got := snaps["haiku"]; got.State != Closed || got.Failures != 5 {
 		t.Errorf("haiku = %+v, want closed with 5 failures", got)
 	}
-	if len(snaps) != 4 {
-		t.Errorf("Snapshots has %d breakers, want the 4 defaults", len(snaps))
+	if len(snaps) != len(Defaults()) {
+		t.Errorf("Snapshots has %d breakers, want the %d defaults", len(snaps), len(Defaults()))
 	}
 	if want := []string{"closed->open"}; !slices.Equal(tr.get(), want) {
 		t.Errorf("transitions = %v, want %v", tr.get(), want)

@@ -400,3 +400,15 @@ func (b *Enforcer) Record(ctx context.Context, userID, sessionID string, in, out
 	}
 	return nil
 }
+
+// ContextRoom is how many input tokens retrieved context may add to a
+// request already estimated at input tokens with maxOut output granted: what
+// the per-request input budget and the context window leave. Context gets
+// only this room, so it is cut before any history is.
+func (b *Enforcer) ContextRoom(input, maxOut int) int {
+	if maxOut <= 0 || maxOut > b.cfg.RequestOutput {
+		maxOut = b.cfg.RequestOutput
+	}
+	window := b.cfg.ContextWindow - b.cfg.PromptOverhead - b.cfg.SafetyTokens - maxOut
+	return max(0, min(b.cfg.RequestInput, window)-input)
+}

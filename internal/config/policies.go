@@ -7,6 +7,7 @@ import (
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/canary"
+	"github.com/fmgate/fmgate/internal/catalog"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/eventstore"
 	"github.com/fmgate/fmgate/internal/fallback"
@@ -27,6 +28,9 @@ type Policies struct {
 	RateLimit ratelimit.Config `yaml:"rateLimit"`
 	// Budget is step 4: token and cost budgets.
 	Budget budget.Config `yaml:"budget"`
+	// Catalog is the retrieval step between budget and plan: the product
+	// catalog searched for reference context.
+	Catalog catalog.Config `yaml:"catalog"`
 	// Quota is step 6: TPM/RPM ceilings per model and priority classes.
 	Quota quota.Config `yaml:"quota"`
 	// Queue holds turns waiting for quota.
@@ -63,6 +67,7 @@ func defaultPolicies() Policies {
 	return Policies{
 		RateLimit: ratelimit.DefaultConfig(),
 		Budget:    budget.DefaultConfig(),
+		Catalog:   catalog.DefaultConfig(),
 		Quota:     quota.DefaultConfig(),
 		Queue:     queue.DefaultConfig(),
 		Retry:     retry.DefaultConfig(),
@@ -98,6 +103,7 @@ func (c Config) validatePolicies(v *validator) {
 		}
 	}
 	v.sub("budget", p.Budget.Validate())
+	v.sub("catalog", p.Catalog.Validate())
 	v.sub("quota", p.Quota.Validate())
 	v.sub("queue", p.Queue.Validate())
 	v.sub("retry", p.Retry.Validate())

@@ -302,6 +302,25 @@ func (s *Span) SetCapabilityFlags(flags ...string) {
 	s.set(func(e *Event) { e.Resource.CapabilityFlagsActive = f })
 }
 
+// AddCapabilityFlags adds flags to resource.capability_flags_active,
+// keeping those already set and skipping repeats; children started
+// afterwards inherit them.
+func (s *Span) AddCapabilityFlags(flags ...string) {
+	s.set(func(e *Event) {
+		f := append([]string(nil), e.Resource.CapabilityFlagsActive...)
+	next:
+		for _, fl := range flags {
+			for _, have := range f {
+				if have == fl {
+					continue next
+				}
+			}
+			f = append(f, fl)
+		}
+		e.Resource.CapabilityFlagsActive = f
+	})
+}
+
 // SetStatus sets outcome.status (default ok).
 func (s *Span) SetStatus(st Status) { s.set(func(e *Event) { e.Outcome.Status = st }) }
 

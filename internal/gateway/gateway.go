@@ -38,6 +38,7 @@ type Gateway struct {
 
 	admit    Admitter
 	budget   Budgeter
+	retrieve Retriever
 	plan     Planner
 	reserve  Reserver
 	invoker  Invoker
@@ -68,10 +69,12 @@ type Deps struct {
 
 	Admitter Admitter
 	Budgeter Budgeter
-	Planner  Planner
-	Reserver Reserver
-	Invoker  Invoker
-	Fallback Fallback
+	// Retriever is the catalog search; nil skips retrieval.
+	Retriever Retriever
+	Planner   Planner
+	Reserver  Reserver
+	Invoker   Invoker
+	Fallback  Fallback
 	// Judge grades a sample of completed turns; nil grades none.
 	Judge Judge
 	// AdminRoutes are mounted under /admin/ behind the admin token.
@@ -104,6 +107,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		units:     cfg.UnitCosts,
 		admit:     d.Admitter,
 		budget:    d.Budgeter,
+		retrieve:  d.Retriever,
 		plan:      d.Planner,
 		reserve:   d.Reserver,
 		invoker:   d.Invoker,

@@ -75,6 +75,7 @@ func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 		t.Surface = "sse"
 		sse := newSSESender(w)
 		out := g.NewStreamOutput(r.Context(), sse, t.RequestID)
+		out.EnableStatus()
 		defer out.Close()
 		if _, err := g.Run(r.Context(), t, out); err != nil && !sse.started() {
 			writeError(w, err)

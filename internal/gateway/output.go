@@ -15,6 +15,7 @@ import (
 type StreamOutput struct {
 	s       *stream.Stream
 	settled atomic.Bool
+	status  atomic.Bool // send status frames (EnableStatus)
 }
 
 // NewStreamOutput returns the Output of a streaming front door over s. Close
@@ -41,7 +42,7 @@ func (o *StreamOutput) Discard()      { o.s.Discard() }
 
 func (o *StreamOutput) Finish(res *Result) error {
 	o.settled.Store(true)
-	return o.s.Finish(stream.Done{
+	d := stream.Done{
 		Tier:       res.Tier,
 		Degraded:   res.Degraded,
 		Confidence: res.Confidence,
@@ -49,7 +50,14 @@ func (o *StreamOutput) Finish(res *Result) error {
 		CostUSD:    res.CostUSD,
 		TraceID:    res.TraceID,
 		CacheHit:   res.CacheHit,
-	})
+		Continued:  res.Continued,
+	}
+	for i, p := range res.Parts {
+		if i < stream.MaxParts {
+			d.Parts[i] = stream.Part{Tier: p.Tier, Chars: p.Chars}
+		}
+	}
+	return o.s.Finish(d)
 }
 
 func (o *StreamOutput) Fail(e *Error) error {

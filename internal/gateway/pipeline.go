@@ -13,6 +13,7 @@ import (
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/language"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/stream"
 )
 
 // Run takes one turn through the pipeline. The steps below are the order of
@@ -46,11 +47,15 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	if err := g.step(ctx, "budget", func(ctx context.Context) error { return g.budget.Check(ctx, t, g.primary()) }); err != nil {
 		return nil, err
 	}
+	// 4½. Retrieve: catalog context for the question, within its share of the deadline.
+	g.retrieveContext(ctx, t)
 	// 5. Plan the route of model tiers.
 	route := g.plan.Plan(ctx, t, g.modelsFrom(t.StartTier))
 
 	// 6–7. Reserve quota and invoke, tier by tier, until a model answers.
 	res, err = g.invokeRoute(ctx, t, route, out)
+	// 7½. Continue: with stream.continuation on, the next tier finishes an answer cut mid-stream.
+	res, err = g.continueAnswer(ctx, t, route, res, err, out)
 
 	// 8. Fall back when no model answered and nothing reached the client.
 	if res == nil && !out.Started() {
@@ -141,10 +146,14 @@ func (g *Gateway) promptFor(t *Turn) (text, version string) {
 // invokeRoute tries the planned model tiers in order. It stops at the first
 // answer, or as soon as text reached the client (no fallback after that).
 func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out Output) (*Result, error) {
+	ctx = withStatus(ctx, t, out)
 	var last error = errNoModel
-	for _, model := range route {
+	for i, model := range route {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if i > 0 {
+			NotifyStatus(ctx, Status{State: stream.StateFallingBack, Attempt: i + 1, Of: len(route)})
 		}
 		if g.firstByteLeft(t) < g.cfg.Deadline.MinAttempt {
 			last = fmt.Errorf("%s: %w", model, errNoTime)
@@ -173,7 +182,7 @@ func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out 
 		}
 		last = err
 		if out.Started() || ctx.Err() != nil {
-			return nil, err
+			return res, err // res: the cut answer's text and usage so far, if any
 		}
 		out.Discard()
 		if provider.KindOf(err) == provider.KindGuardrail {
@@ -204,6 +213,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		usage provider.Usage
 		resp  *provider.Response
 		ttft  time.Duration
+		sofar string // the text of the last attempt, for a continuation
 	)
 	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
 		out.Discard()
@@ -222,6 +232,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		if r != nil {
 			attempt = r.Usage
 			usage = usage.Add(r.Usage)
+			sofar = r.Text
 		}
 		defer func() { endAttempt(span, m, attempt, err) }()
 		if err != nil {
@@ -237,8 +248,8 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		return nil
 	})
 	if err != nil {
-		if usage != (provider.Usage{}) {
-			return &Result{Tier: model, ModelID: m.ModelID, Usage: usage, CostUSD: cost(m, usage)}, err
+		if usage != (provider.Usage{}) || (out.Started() && sofar != "") {
+			return &Result{Text: sofar, Tier: model, ModelID: m.ModelID, Usage: usage, CostUSD: cost(m, usage)}, err
 		}
 		return nil, err
 	}
@@ -247,7 +258,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		Tier:       model,
 		ModelID:    resp.ModelID,
 		StopReason: resp.StopReason,
-		Degraded:   model != g.primary(),
+		Degraded:   model != g.primary() || t.ContextUnavailable,
 		Confidence: m.Confidence,
 		Usage:      usage,
 		CostUSD:    cost(m, usage),
@@ -326,7 +337,7 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 	if t.MaxOutput > 0 && t.MaxOutput < maxOut {
 		maxOut = t.MaxOutput
 	}
-	return &provider.Request{Model: m.Name, System: t.System, Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
+	return &provider.Request{Model: m.Name, System: withContext(t.System, t.Context), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
 		Temperature: t.Temperature, StopSequences: t.StopSequences}
 }
 

@@ -22,6 +22,14 @@ type Budgeter interface {
 	Record(ctx context.Context, t *Turn, res *Result) error
 }
 
+// Retriever finds reference context for a turn (between budget and plan):
+// it sets t.Context, counting its tokens into t.EstimatedInput. It must
+// return by ctx's deadline, its share of the first-byte budget; an error
+// means the turn answers without context.
+type Retriever interface {
+	Retrieve(ctx context.Context, t *Turn) error
+}
+
 // Planner orders the model tiers for a turn (step 5).
 type Planner interface {
 	Plan(ctx context.Context, t *Turn, models []string) []string

@@ -63,6 +63,12 @@ type Turn struct {
 	MaxOutput     int
 	// EstimatedInput is the token estimate of everything sent to the model.
 	EstimatedInput int
+	// Context is reference text retrieved for the question (catalog search
+	// results); the model receives it after the system prompt.
+	Context string
+	// ContextUnavailable is set when the retrieval step could not search
+	// (down, slow, breaker open): the answer is degraded.
+	ContextUnavailable bool
 	// Calibration is opaque to the pipeline: the budget policy keeps what it
 	// needs here to calibrate its estimate once the provider reports usage.
 	Calibration any
@@ -86,6 +92,18 @@ type Result struct {
 	// StopReason is the model's (end_turn, max_tokens, stop_sequence); empty
 	// for the tiers below the models.
 	StopReason string
+	// Continued is set when the next tier finished an answer whose model
+	// failed mid-stream (stream.continuation); Parts are the tiers that wrote
+	// the text, in order. Usage and CostUSD then add up both parts.
+	Continued bool
+	Parts     []Part
+}
+
+// Part is a stretch of an answer written by one tier; Chars counts its
+// Unicode code points.
+type Part struct {
+	Tier  string
+	Chars int
 }
 
 // Output receives a turn's answer. The streaming front doors back it with a

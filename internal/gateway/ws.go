@@ -116,6 +116,7 @@ func (cn *wsConn) startTurn(ctx context.Context, f clientFrame) {
 			return
 		}
 		out := cn.g.NewStreamOutput(tctx, cn, f.RequestID)
+		out.EnableStatus()
 		defer out.Close()
 		if _, err := cn.g.Run(tctx, t, out); err != nil && !out.Settled() {
 			cn.sendError(tctx, f.RequestID, err)

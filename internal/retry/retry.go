@@ -201,11 +201,12 @@ func (r *Retrier) Do(ctx context.Context, model string, call func(ctx context.Co
 			r.pressure().Record(ctx, model, !blamesModel(kind))
 		}
 
-		wait, stop := r.next(ctx, model, err, &rep, &prev)
+		wait, of, stop := r.next(ctx, model, err, &rep, &prev)
 		if stop != "" {
 			rep.Stop = stop
 			return rep, err
 		}
+		traceWaiting(ctx, Wait{Attempt: rep.Retries + 2, Of: of, Delay: wait, Kind: kind})
 		if serr := r.sleep(ctx, wait); serr != nil {
 			rep.Stop = StopCanceled
 			return rep, err
@@ -215,39 +216,40 @@ func (r *Retrier) Do(ctx context.Context, model string, call func(ctx context.Co
 	}
 }
 
-// next decides whether to retry after err and how long to wait first. It
+// next decides whether to retry after err and how long to wait first, and
+// reports the most attempts the policy allows. It
 // withdraws from the budget only once every other check has passed, so a
 // retry that would not be made costs no token.
-func (r *Retrier) next(ctx context.Context, model string, err error, rep *Report, prev *time.Duration) (time.Duration, Stop) {
+func (r *Retrier) next(ctx context.Context, model string, err error, rep *Report, prev *time.Duration) (time.Duration, int, Stop) {
 	if IsFinal(err) {
-		return 0, StopFinal
+		return 0, 0, StopFinal
 	}
 	if ctx.Err() != nil {
-		return 0, StopCanceled
+		return 0, 0, StopCanceled
 	}
 	class, ok := Classify(err)
 	if !ok {
-		return 0, StopNotRetryable
+		return 0, 0, StopNotRetryable
 	}
 	rep.Level = r.pressure().Level(ctx, model)
 	if rep.Level == LevelCircuitOpen {
-		return 0, StopPressureOpen
+		return 0, 0, StopPressureOpen
 	}
 	pol := r.Policy(class, rep.Level)
 	if rep.Retries >= pol.MaxRetries {
-		return 0, StopExhausted
+		return 0, 0, StopExhausted
 	}
 	wait := r.rnd.delay(pol.Backoff, rep.Retries, *prev)
 	*prev = wait
 	wait = max(wait, provider.RetryAfterOf(err))
 	if dl, has := ctx.Deadline(); has && r.now().Add(wait+r.cfg.MinAttemptTime).After(dl) {
-		return 0, StopDeadline
+		return 0, 0, StopDeadline
 	}
 	if !r.budget().Withdraw(ctx) {
 		rep.BudgetRefused = true
-		return 0, StopBudget
+		return 0, 0, StopBudget
 	}
-	return wait, ""
+	return wait, pol.MaxRetries + 1, ""
 }
 
 func (r *Retrier) budget() Budget {

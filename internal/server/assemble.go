@@ -159,9 +159,20 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		writeJSON(w, http.StatusOK, map[string]any{"tier": judger.tier, "prompt": judger.version,
 			"sampleRate": cfg.Judge.SampleRate, "saturatedSampleRate": cfg.Judge.SaturatedSampleRate, "stats": judger.stats()})
 	})
+	var retr gateway.Retriever
+	if cfg.Catalog.Enabled {
+		ix, err := s.openCatalog(cfg)
+		if err != nil {
+			return gateway.Deps{}, fmt.Errorf("catalog: %w", err)
+		}
+		s.Catalog = ix
+		s.mountCatalog(ix)
+		retr = retriever{ix: ix, br: s.Breakers.Get("search"), enf: enf, topK: cfg.Catalog.TopK, primary: cfg.Models[0].Name}
+	}
 	s.mountAdmin()
 	s.alerting(cfg)
 	return gateway.Deps{
+		Retriever:  retr,
 		Tracer:     tracer,
 		UserHasher: s.hasher,
 		Prompts:    prompts,

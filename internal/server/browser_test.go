@@ -175,3 +175,37 @@ func TestChatPageInBrowser(t *testing.T) {
 		t.Fatalf("with ?debug=1 the answer's meta is %q; want tier, tokens and cost", stats)
 	}
 }
+
+// TestChatPageShowsStatus: while the primary throttles, the chat page shows
+// the gateway's status notice in the user's language, and removes it once
+// the answer's text arrives.
+func TestChatPageShowsStatus(t *testing.T) {
+	_, srv := startServer(t, fastConfig())
+	adminPut(t, srv, "/admin/sim/sonnet", `{"errorRate":{"throttled":1}}`)
+	ctx := browsertest.New(t, 60*time.Second)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(`#conn[data-state="open"]`),
+		chromedp.Click(`#locale-ja`),
+		chromedp.SendKeys(`#message`, "おすすめの漫画は？"),
+		chromedp.Click(`#send`),
+	); err != nil {
+		t.Fatalf("ask: %v", err)
+	}
+	shown, err := chromedp.Run(ctx, chromedp.Poll[string](
+		`(document.querySelector('.msg.bot [data-testid="status"]') || {}).textContent`))
+	if err != nil {
+		t.Fatalf("no status shown while the primary throttles: %v", err)
+	}
+	if !hasJapanese(shown) {
+		t.Fatalf("status %q is not in Japanese", shown)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!!document.querySelector('.msg.bot').dataset.done`)); err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	left, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!document.querySelector('.msg.bot [data-testid="status"]')`))
+	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('.msg.bot .text').textContent`))
+	if left || !hasJapanese(text) {
+		t.Fatalf("after the answer: status still shown %v, text %q", left, text)
+	}
+}

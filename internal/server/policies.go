@@ -18,6 +18,7 @@ import (
 	"github.com/fmgate/fmgate/internal/ratelimit"
 	"github.com/fmgate/fmgate/internal/redishealth"
 	"github.com/fmgate/fmgate/internal/retry"
+	"github.com/fmgate/fmgate/internal/stream"
 )
 
 // This file adapts each policy package to the small interface the pipeline
@@ -77,7 +78,8 @@ func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Resu
 	if _, isModel := b.prices[res.Tier]; !isModel {
 		return nil
 	}
-	if counts, ok := t.Calibration.(budget.ScriptCounts); ok && res.Usage.InputTokens > 0 {
+	// A continued answer's input counts two calls; it would skew calibration.
+	if counts, ok := t.Calibration.(budget.ScriptCounts); ok && res.Usage.InputTokens > 0 && !res.Continued {
 		b.enf.Estimator().Observe(res.Tier, counts, res.Usage.InputTokens)
 	}
 	err := b.enf.Record(ctx, t.UserID, t.SessionID, res.Usage.InputTokens, res.Usage.OutputTokens, res.CostUSD)
@@ -139,10 +141,16 @@ func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (g
 		return lease{res: res, q: r.queue}, nil
 	}
 	var got quota.Reservation
+	queued := false
+	waitCtx := ctx
 	err := r.queue.Wait(ctx, queue.Ticket{ID: t.RequestID, Priority: queue.Priority(t.Priority)}, func(ctx context.Context) (bool, error) {
 		res, err := r.ledger.Reserve(ctx, model, prio, tokens)
 		if errors.Is(err, quota.ErrSaturated) {
 			r.obs.Throttle("quota")
+			if !queued {
+				queued = true
+				gateway.NotifyStatus(waitCtx, gateway.Status{State: stream.StateQueued})
+			}
 			return false, nil
 		}
 		if err != nil {
@@ -266,7 +274,8 @@ func (c cascade) Answer(ctx context.Context, t *gateway.Turn, cause error) (*gat
 // question, unless the answer drew on the caller's own conversation: those
 // can hold what one user told the assistant, and the cache is shared.
 func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Result) bool {
-	if c.models[res.Tier] && !res.Simplified && len(t.History) == 0 {
+	// An answer given without the catalog (search down) is not worth reusing.
+	if c.models[res.Tier] && !res.Simplified && len(t.History) == 0 && !t.ContextUnavailable {
 		return c.r.Store(ctx, c.question(t), res.Text)
 	}
 	return false

@@ -20,6 +20,7 @@ import (
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/canary"
+	"github.com/fmgate/fmgate/internal/catalog"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/dashboard"
 	"github.com/fmgate/fmgate/internal/events"
@@ -61,6 +62,8 @@ type Server struct {
 	Queue     *queue.Queue
 	Retrier   *retry.Retrier
 	Estimator *budget.Estimator
+	// Catalog is the retrieval step's index; nil when catalog.enabled is off.
+	Catalog *catalog.Index
 	// Redis is the fleet-mode client, nil on the embedded default.
 	Redis *redis.Client
 	// RedisHealth is Redis's health as this instance sees it (nil on the

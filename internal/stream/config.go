@@ -43,6 +43,12 @@ type Config struct {
 	// blocks at this size until sending catches up (default 65536). It must
 	// be at least MaxBufferBytes.
 	MaxPendingBytes int `yaml:"maxPendingBytes"`
+	// Continuation, when on, lets a fallback model finish an answer whose
+	// model failed after text reached the client, in the same stream (at
+	// most once per turn); the done frame then says continued and names the
+	// tier of each part. Off by default: such an answer ends with an error
+	// frame.
+	Continuation bool `yaml:"continuation"`
 }
 
 // DefaultConfig returns the MangaAssist streaming defaults.

@@ -19,7 +19,54 @@ const (
 	TypeDone      Type = "done"
 	TypeError     Type = "error"
 	TypeHeartbeat Type = "heartbeat"
+	TypeStatus    Type = "status"
 )
+
+// Status states: why the answer has not started yet.
+const (
+	StateRetrying    = "retrying"     // the model failed; the turn tries it again after RetryInSeconds
+	StateFallingBack = "falling_back" // the turn moves to the next model tier
+	StateQueued      = "queued"       // the turn waits in the priority queue for quota
+)
+
+// StatusFrame tells the client why its answer has not started yet:
+// {"type":"status","requestId":"r1","state":"retrying","attempt":2,"of":4,
+// "retryInSeconds":2,"message":"…"}. It is only sent before the first chunk.
+type StatusFrame struct {
+	RequestID string
+	// State is StateRetrying, StateFallingBack or StateQueued.
+	State string
+	// Attempt (from 1) of Of: the model call or tier about to be tried;
+	// encoded only when positive.
+	Attempt, Of int
+	// RetryInSeconds is encoded only when positive.
+	RetryInSeconds int
+	// Message is in the user's language, safe to show.
+	Message string
+}
+
+// AppendJSON appends the wire form of s to dst.
+func (s StatusFrame) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"type":"status","requestId":`...)
+	dst = appendJSONString(dst, s.RequestID)
+	dst = append(dst, `,"state":`...)
+	dst = appendJSONString(dst, s.State)
+	if s.Attempt > 0 {
+		dst = append(dst, `,"attempt":`...)
+		dst = strconv.AppendInt(dst, int64(s.Attempt), 10)
+	}
+	if s.Of > 0 {
+		dst = append(dst, `,"of":`...)
+		dst = strconv.AppendInt(dst, int64(s.Of), 10)
+	}
+	if s.RetryInSeconds > 0 {
+		dst = append(dst, `,"retryInSeconds":`...)
+		dst = strconv.AppendInt(dst, int64(s.RetryInSeconds), 10)
+	}
+	dst = append(dst, `,"message":`...)
+	dst = appendJSONString(dst, s.Message)
+	return append(dst, '}')
+}
 
 // Chunk is a piece of answer text:
 // {"type":"chunk","requestId":"r1","index":0,"text":"…"}.
@@ -64,6 +111,33 @@ type Done struct {
 	TraceID    string      `json:"traceId"`
 	// CacheHit is encoded only when true.
 	CacheHit bool `json:"cacheHit,omitempty"`
+	// Continued is set when a fallback model finished the answer after its
+	// first model failed mid-stream; Parts then names the tier of each part
+	// of the text, in order. Both are encoded only when Continued is set.
+	Continued bool           `json:"continued,omitempty"`
+	Parts     [MaxParts]Part `json:"-"`
+}
+
+// MaxParts is the most parts an answer has: its first model's and one
+// continuation.
+const MaxParts = 2
+
+// Part is a stretch of an answer's text written by one tier; Chars counts
+// its Unicode code points.
+type Part struct {
+	Tier  string `json:"tier"`
+	Chars int    `json:"chars"`
+}
+
+// partList is the parts in use, for the wire.
+func (d Done) partList() []Part {
+	var out []Part
+	for _, p := range d.Parts {
+		if p.Tier != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // ErrorFrame ends a failed answer, also after chunks were sent.
@@ -83,6 +157,8 @@ type Frame struct {
 	Chunk Chunk
 	Done  Done
 	Error ErrorFrame
+	// Status is set for TypeStatus.
+	Status StatusFrame
 }
 
 var heartbeatJSON = []byte(`{"type":"heartbeat"}`)
@@ -140,7 +216,11 @@ func (d Done) AppendJSON(dst []byte) ([]byte, error) {
 	wire := struct {
 		Type Type `json:"type"`
 		Done
-	}{TypeDone, d}
+		Parts []Part `json:"parts,omitempty"`
+	}{Type: TypeDone, Done: d}
+	if d.Continued {
+		wire.Parts = d.partList()
+	}
 	if err := enc.Encode(wire); err != nil {
 		return dst, fmt.Errorf("stream: done frame: %w", err)
 	}
@@ -161,6 +241,8 @@ func (f Frame) AppendJSON(dst []byte) ([]byte, error) {
 		return f.Error.AppendJSON(dst), nil
 	case TypeHeartbeat:
 		return AppendHeartbeat(dst), nil
+	case TypeStatus:
+		return f.Status.AppendJSON(dst), nil
 	}
 	return dst, fmt.Errorf("stream: unknown frame type %q", f.Type)
 }
@@ -181,9 +263,15 @@ type wireFrame struct {
 	Metrics           DoneMetrics `json:"metrics"`
 	TraceID           string      `json:"traceId"`
 	CacheHit          bool        `json:"cacheHit"`
+	Continued         bool        `json:"continued"`
+	Parts             []Part      `json:"parts"`
 	Code              string      `json:"code"`
 	Message           string      `json:"message"`
 	RetryAfterSeconds int         `json:"retryAfterSeconds"`
+	State             string      `json:"state"`
+	Attempt           int         `json:"attempt"`
+	Of                int         `json:"of"`
+	RetryInSeconds    int         `json:"retryInSeconds"`
 }
 
 // DecodeFrame parses one server frame. Unknown fields are ignored; a missing
@@ -208,10 +296,21 @@ func DecodeFrame(b []byte) (Frame, error) {
 		}
 		return Frame{Type: TypeChunk, Chunk: c}, nil
 	case TypeDone:
-		return Frame{Type: TypeDone, Done: Done{
+		d := Done{
 			RequestID: w.RequestID, Tier: w.Tier, Degraded: w.Degraded, Confidence: w.Confidence,
 			Tokens: w.Tokens, CostUSD: w.CostUSD, Metrics: w.Metrics, TraceID: w.TraceID, CacheHit: w.CacheHit,
-		}}, nil
+			Continued: w.Continued,
+		}
+		if d.Continued {
+			n := 0
+			for _, p := range w.Parts {
+				if n < MaxParts && p.Tier != "" {
+					d.Parts[n] = Part{Tier: p.Tier, Chars: max(p.Chars, 0)}
+					n++
+				}
+			}
+		}
+		return Frame{Type: TypeDone, Done: d}, nil
 	case TypeError:
 		if w.Code == "" {
 			return Frame{}, errors.New("stream: decode frame: error frame needs a code")
@@ -223,6 +322,12 @@ func DecodeFrame(b []byte) (Frame, error) {
 		return Frame{Type: TypeError, Error: e}, nil
 	case TypeHeartbeat:
 		return Frame{Type: TypeHeartbeat}, nil
+	case TypeStatus:
+		if w.State == "" {
+			return Frame{}, errors.New("stream: decode frame: status frame needs a state")
+		}
+		return Frame{Type: TypeStatus, Status: StatusFrame{RequestID: w.RequestID, State: w.State,
+			Attempt: max(w.Attempt, 0), Of: max(w.Of, 0), RetryInSeconds: max(w.RetryInSeconds, 0), Message: w.Message}}, nil
 	}
 	return Frame{}, fmt.Errorf("stream: decode frame: unknown type %q", w.Type)
 }

@@ -118,6 +118,8 @@ func FuzzDecodeFrame(f *testing.F) {
 		`{"type":"done","requestId":"r1","tier":"sonnet","degraded":false,"confidence":1.0,"tokens":{"input":5,"output":6},"costUsd":0.0012,"metrics":{"ttft_ms":1,"total_ms":2,"tps":3.5,"chunks":4},"traceId":"t","cacheHit":true}`,
 		`{"type":"error","requestId":"r1","code":"rate_limited","message":"…","retryAfterSeconds":2}`,
 		`{"type":"heartbeat"}`,
+		`{"type":"done","requestId":"r1","tier":"haiku","degraded":true,"confidence":0.7,"tokens":{"input":5,"output":6},"costUsd":0.001,"metrics":{"ttft_ms":1,"total_ms":2,"tps":3.5,"chunks":4},"traceId":"t","continued":true,"parts":[{"tier":"","chars":1},{"tier":"sonnet","chars":12},{"tier":"haiku","chars":30},{"tier":"x","chars":1}]}`,
+		`{"type":"status","requestId":"r1","state":"retrying","attempt":2,"of":4,"retryInSeconds":2,"message":"もう一度試します"}`,
 		`{"type":"chunk","index":1e3,"text":"\xff"}`,
 	} {
 		f.Add([]byte(s))

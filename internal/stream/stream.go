@@ -95,6 +95,7 @@ type Stream struct {
 	pauseOver  bool
 	waiting    bool // the sender goroutine is idle in cond.Wait
 
+	status    *StatusFrame // the latest status not yet sent; dropped once text flows
 	final     *ending
 	finished  bool // Finish or Fail was called
 	finalDone bool
@@ -306,6 +307,23 @@ func (s *Stream) end(e ending) error {
 	return s.finalErr
 }
 
+// Status sends a status frame (RequestID is filled in) while no text has
+// been sent: a retry or fallback is keeping the client waiting. Only the
+// latest status waits to be sent; it is dropped once text is ready, so a
+// status never follows the answer's first chunk. It reports whether the
+// status was queued.
+func (s *Stream) Status(f StatusFrame) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.finished || s.deadErr != nil {
+		return false
+	}
+	f.RequestID = s.requestID
+	s.status = &f
+	s.cond.Broadcast()
+	return true
+}
+
 // Metrics returns the stream's measurements so far.
 func (s *Stream) Metrics() Metrics {
 	s.mu.Lock()
@@ -391,7 +409,7 @@ func (s *Stream) pauseDue() {
 
 // hasWorkLocked reports whether the sender goroutine has something to do.
 func (s *Stream) hasWorkLocked() bool {
-	return s.deadErr != nil || s.final != nil || s.hbReq || (s.flushReq && len(s.buf) > 0)
+	return s.deadErr != nil || s.final != nil || s.hbReq || s.status != nil || (s.flushReq && len(s.buf) > 0)
 }
 
 // run is the only goroutine calling Send, so frames leave in order and a
@@ -416,6 +434,16 @@ func (s *Stream) run() {
 				s.cond.Broadcast()
 			}
 			return
+		case s.status != nil && (len(s.buf) > 0 || s.started || s.final != nil):
+			s.status = nil // the answer itself is ready: the status is stale
+		case s.status != nil:
+			st := *s.status
+			s.status = nil
+			s.lastFrameAt = now
+			s.mu.Unlock()
+			frame = st.AppendJSON(frame[:0])
+			_ = s.deliver(frame)
+			s.mu.Lock()
 		case len(s.buf) > 0 && (s.flushReq || s.final != nil):
 			text := s.buf
 			s.buf, s.spare = s.spare[:0], nil

@@ -672,3 +672,29 @@ func waitLocked(t *testing.T, s *Stream, cond func() bool) {
 	}
 	t.Fatal("condition never held")
 }
+
+// TestStatusOnlyBeforeText: a status frame reaches a waiting client, the
+// latest one wins, and none is sent once the answer's text has started.
+func TestStatusOnlyBeforeText(t *testing.T) {
+	s, r, _ := newTestStream(t, DefaultConfig())
+	if !s.Status(StatusFrame{State: StateRetrying, Attempt: 2, Of: 4, RetryInSeconds: 2, Message: "retrying"}) {
+		t.Fatal("Status refused before any text")
+	}
+	frames := sent(t, s, r, 1)
+	want := StatusFrame{RequestID: "r1", State: StateRetrying, Attempt: 2, Of: 4, RetryInSeconds: 2, Message: "retrying"}
+	if frames[0].Type != TypeStatus || frames[0].Status != want {
+		t.Fatalf("frame = %+v, want status %+v", frames[0], want)
+	}
+	mustWrite(t, s, "こんにちは")
+	sent(t, s, r, 2)
+	if s.Status(StatusFrame{State: StateFallingBack, Message: "late"}) {
+		t.Fatal("Status accepted after text was sent")
+	}
+	if err := s.Finish(Done{Tier: "sonnet", Confidence: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, others := texts(r.decoded(t))
+	if want := []Type{TypeStatus, TypeDone}; !slices.Equal(others, want) {
+		t.Fatalf("non-chunk frames %v, want %v", others, want)
+	}
+}

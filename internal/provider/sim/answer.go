@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 
+	"github.com/fmgate/fmgate/internal/catalog"
 	lang "github.com/fmgate/fmgate/internal/language"
 	"github.com/fmgate/fmgate/internal/provider"
 )
@@ -156,7 +157,18 @@ type query struct {
 	topic     topic
 	mentioned *title // first catalogue title named, nil if none
 	genre     string
+	// stock is set when the question asks for a title's latest volume,
+	// price or stock, which only the store's catalog can answer.
+	stock bool
+	// found are the catalog items the gateway's retrieval step put in the
+	// system prompt, best first; nil without catalog context.
+	found []catalog.Entry
+	lower string
 }
+
+// stockWords ask what only the store's catalog knows.
+var stockWords = []string{"最新刊", "最新巻", "新刊", "在庫", "値段", "価格", "いくら", "セット", "予約",
+	"latest", "newest", "in stock", "price", "how much", "box set", "pre-order", "preorder", "volume"}
 
 func understand(req *provider.Request) query {
 	text := lastUserMessage(req)
@@ -189,6 +201,9 @@ func understand(req *provider.Request) query {
 	if q.topic == topicGeneral && q.mentioned != nil {
 		q.topic = topicTitle
 	}
+	q.lower = lower
+	q.found = catalog.ParseContext(req.System)
+	q.stock = containsAny(lower, stockWords) && (q.mentioned != nil || len(q.found) > 0)
 	return q
 }
 
@@ -229,12 +244,48 @@ func composeAnswer(req *provider.Request, rng *rand.Rand, count func(string) int
 	}
 	q := understand(req)
 	var p answerParts
-	if q.lang == japanese {
+	switch {
+	case q.stock && len(q.found) > 0:
+		p = answerFromCatalog(q)
+	case q.stock:
+		p = cannotCheckStock(q)
+	case q.lang == japanese:
 		p = answerJA(q, rng)
-	} else {
+	default:
 		p = answerEN(q, rng)
 	}
-	return fit(p, count)
+	full := fit(p, count)
+	if prefill := assistantPrefill(req); prefill != "" {
+		return continueFrom(full, prefill, q.lang)
+	}
+	return full
+}
+
+// assistantPrefill is the text of a trailing assistant message: the start of
+// an answer the model is asked to continue (a cut-off answer being finished
+// by another model).
+func assistantPrefill(req *provider.Request) string {
+	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == provider.RoleAssistant {
+		return req.Messages[n-1].Content
+	}
+	return ""
+}
+
+// continueFrom returns the rest of full after as much text as prefill holds,
+// so the continuation reads on from where the cut answer stopped; when full
+// is no longer than prefill, a closing line.
+func continueFrom(full, prefill string, lang language) string {
+	if rest, ok := strings.CutPrefix(full, prefill); ok && rest != "" {
+		return rest
+	}
+	runes, n := []rune(full), len([]rune(prefill))
+	if n < len(runes) {
+		return string(runes[n:])
+	}
+	if lang == japanese {
+		return "\nほかにご不明な点があれば、お気軽にお聞きください。"
+	}
+	return "\nLet me know if there is anything else I can help with!"
 }
 
 // fit joins parts line by line, adding extras up to minAnswerTokens and

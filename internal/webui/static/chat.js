@@ -97,6 +97,11 @@ function onFrame(f) {
     return;
   }
   if (!p) return;
+  if (f.type === "status") {
+    showStatus(p, f);
+    return;
+  }
+  clearStatus(p);
   if (f.type === "chunk") {
     p.text += f.text;
     p.el.dataset.chunks = String(Number(p.el.dataset.chunks || 0) + 1);
@@ -136,6 +141,28 @@ function onFrame(f) {
     fail(p, f);
     state.pending.delete(f.requestId);
   }
+}
+
+// showStatus tells the user why the answer has not started (the gateway is
+// retrying, falling back to another model, or waiting in line); the notice
+// goes away as soon as the answer's text arrives.
+function showStatus(p, f) {
+  let s = p.el.querySelector(".status");
+  if (!s) {
+    s = document.createElement("div");
+    s.className = "meta status";
+    s.dataset.testid = "status";
+    s.setAttribute("role", "status");
+    p.el.appendChild(s);
+  }
+  s.dataset.state = f.state;
+  s.textContent = f.message;
+  p.el.dataset.statusSeen = (p.el.dataset.statusSeen ? p.el.dataset.statusSeen + " " : "") + f.state;
+}
+
+function clearStatus(p) {
+  const s = p.el.querySelector(".status");
+  if (s) s.remove();
 }
 
 function fail(p, f) {

@@ -1,0 +1,109 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/fmgate/fmgate/internal/breaker"
+	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/catalog"
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/gateway"
+)
+
+// retriever is the retrieval step: the catalog search behind the "search"
+// breaker, its results fitted into what the token budget left.
+type retriever struct {
+	ix      *catalog.Index
+	br      breaker.Breaker
+	enf     *budget.Enforcer
+	topK    int
+	primary string
+}
+
+func (r retriever) Retrieve(ctx context.Context, t *gateway.Turn) error {
+	permit, err := r.br.Allow(ctx)
+	if errors.Is(err, breaker.ErrOpen) {
+		return fmt.Errorf("%w: %w", gateway.ErrSearchOpen, err)
+	}
+	hits, err := r.ix.Search(ctx, t.Message, r.topK)
+	permit.Done(ctx, err == nil)
+	if err != nil {
+		return err
+	}
+	lines := make([]string, len(hits))
+	for i, h := range hits {
+		lines[i] = catalog.Line(h.Item)
+	}
+	room := r.enf.ContextRoom(t.EstimatedInput, t.MaxOutput)
+	for ; len(lines) > 0; lines = lines[:len(lines)-1] {
+		text := catalog.Context(lines)
+		n := r.enf.Estimator().Estimate(r.primary, budget.Parts{Context: text}).Context
+		if n <= room {
+			t.Context = text
+			t.EstimatedInput += n
+			return nil
+		}
+	}
+	return nil
+}
+
+// openCatalog loads the catalog and builds its index within
+// catalog.buildTimeout.
+func (s *Server) openCatalog(cfg config.Config) (*catalog.Index, error) {
+	items, err := catalog.Load(cfg.Catalog)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Catalog.BuildTimeout)
+	defer cancel()
+	ix, err := catalog.New(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { _ = ix.Close() })
+	s.log.Info("catalog indexed", "items", ix.Len(), "build_ms", ix.BuildTime.Milliseconds())
+	return ix, nil
+}
+
+// mountCatalog adds the catalog's admin routes:
+//
+//	GET /admin/catalog/search?q=…&k=5   what the retrieval step would find
+//	GET /admin/catalog/faults           the injected faults
+//	PUT /admin/catalog/faults           {"fail":true} or {"latencyMs":500}; {} clears
+func (s *Server) mountCatalog(ix *catalog.Index) {
+	s.admin.HandleFunc("GET /admin/catalog/search", func(w http.ResponseWriter, r *http.Request) {
+		k, err := strconv.Atoi(r.URL.Query().Get("k"))
+		if err != nil || k <= 0 || k > 50 {
+			k = 5
+		}
+		hits, err := ix.Search(r.Context(), r.URL.Query().Get("q"), k)
+		if err != nil {
+			writeAdminError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		out := make([]map[string]any, len(hits))
+		for i, h := range hits {
+			out[i] = map[string]any{"score": h.Score, "item": h.Item}
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	s.admin.HandleFunc("GET /admin/catalog/faults", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, ix.Faults())
+	})
+	s.admin.HandleFunc("PUT /admin/catalog/faults", func(w http.ResponseWriter, r *http.Request) {
+		var f catalog.Faults
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil || f.LatencyMs < 0 {
+			writeAdminError(w, http.StatusBadRequest, `body must be {"fail":bool,"latencyMs":N} with N >= 0`)
+			return
+		}
+		ix.SetFaults(f)
+		writeJSON(w, http.StatusOK, f)
+	})
+}

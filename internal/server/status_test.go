@@ -1,0 +1,77 @@
+package server
+
+import (
+	"bufio"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/fmgate/fmgate/internal/stream"
+)
+
+// sseFrames posts a streaming chat and returns its frames in order.
+func sseFrames(t *testing.T, base, user, message, locale string) []stream.Frame {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat",
+		strings.NewReader(`{"sessionId":"s-`+user+`","message":"`+message+`","locale":"`+locale+`","stream":true}`))
+	req.Header.Set("X-User-Id", user)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var frames []stream.Frame
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		f, err := stream.DecodeFrame([]byte(data))
+		if err != nil {
+			t.Fatalf("frame %s: %v", data, err)
+		}
+		frames = append(frames, f)
+	}
+	return frames
+}
+
+// TestStatusFramesDuringThrottleStorm: while the primary throttles, the SSE
+// client hears why it waits — retrying (with the attempt and the wait) and
+// then falling back — in its language, all before the first chunk, and the
+// answer still comes.
+func TestStatusFramesDuringThrottleStorm(t *testing.T) {
+	sc := newScenario(t, quickConfig())
+	adminPut(t, sc.srv, "/admin/sim/sonnet", `{"errorRate":{"throttled":1}}`)
+
+	frames := sseFrames(t, sc.srv.URL, "storm-ja", "おすすめの漫画は？", "ja")
+	var states []string
+	firstChunk := -1
+	for i, f := range frames {
+		switch f.Type {
+		case stream.TypeStatus:
+			if firstChunk >= 0 {
+				t.Fatalf("status frame %d after the first chunk: %+v", i, f.Status)
+			}
+			states = append(states, f.Status.State)
+			if !hasJapanese(f.Status.Message) {
+				t.Errorf("status message %q is not in the user's language", f.Status.Message)
+			}
+			if f.Status.State == stream.StateRetrying && (f.Status.Attempt < 2 || f.Status.Of < f.Status.Attempt || f.Status.RetryInSeconds < 1) {
+				t.Errorf("retrying frame %+v: want attempt >= 2 of N and a wait", f.Status)
+			}
+		case stream.TypeChunk:
+			if firstChunk < 0 {
+				firstChunk = i
+			}
+		}
+	}
+	last := frames[len(frames)-1]
+	if last.Type != stream.TypeDone || last.Done.Tier != "haiku" {
+		t.Fatalf("last frame %+v: want done from haiku", last)
+	}
+	if len(states) < 2 || states[0] != stream.StateRetrying || states[len(states)-1] != stream.StateFallingBack {
+		t.Fatalf("status states %v: want retrying first and falling_back before the answer", states)
+	}
+}
