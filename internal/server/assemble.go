@@ -24,6 +24,7 @@ import (
 	"github.com/fmgate/fmgate/internal/quota"
 	"github.com/fmgate/fmgate/internal/ratelimit"
 	"github.com/fmgate/fmgate/internal/retry"
+	"github.com/fmgate/fmgate/internal/session"
 )
 
 // policies builds every pipeline policy: in memory (the embedded default), or
@@ -47,6 +48,9 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		s.closers = append(s.closers, func() { _ = rdb.Close() })
 		s.Redis = rdb
 	}
+
+	// Step 2: the session store.
+	sessions := s.sessions(cfg, rdb, now)
 
 	// Step 3: rate limits.
 	rlCfg := cfg.RateLimit
@@ -131,6 +135,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	s.mountAdmin()
 	return gateway.Deps{
 		Tracer:     tracer,
+		Sessions:   sessions,
 		UserHasher: s.hasher,
 		Prompts:    versions,
 		Admitter:   admitter{l: limiter, obs: s.Metrics},
@@ -140,6 +145,30 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		Invoker:    invoker{retrier: retrier, breakers: s.Breakers, obs: s.Metrics},
 		Fallback:   cascade{r: resolver, models: models},
 	}, nil
+}
+
+// sessions is the conversation history store: in memory, or in Redis when
+// fleet.redis is set, so that a conversation continues whichever instance
+// answers. The Redis store sits behind the session_store breaker, kept in
+// this process's memory even in fleet mode: it guards Redis itself, so its
+// state must not live there.
+func (s *Server) sessions(cfg config.Config, rdb *redis.Client, now func() time.Time) session.Store {
+	c := cfg.Session
+	if rdb == nil {
+		return session.NewMemory(c.HistoryExchanges, c.MaxSessions, c.TTL, now)
+	}
+	rs := session.NewRedis(rdb, cfg.Fleet.KeyPrefix+"session:", c.HistoryExchanges, c.TTL)
+	rs.Timeout = c.RedisTimeout
+	bcfg, ok := cfg.Breakers["session_store"]
+	if !ok {
+		bcfg = breaker.Defaults()["session_store"]
+	}
+	b := breaker.NewMemory("session_store", bcfg, now)
+	b.OnTransition = func(name string, from, to breaker.State) {
+		s.log.Warn("breaker transition", "breaker", name, "from", from.String(), "to", to.String())
+	}
+	s.SessionBreaker = b
+	return session.Guarded{Store: rs, Breaker: b}
 }
 
 // events opens the sinks, the embedded event store and the emitter, and
@@ -191,7 +220,11 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 // mountAdmin adds the policies' admin routes.
 func (s *Server) mountAdmin() {
 	s.admin.HandleFunc("GET /admin/breakers", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.Breakers.Snapshots(r.Context()))
+		snaps := s.Breakers.Snapshots(r.Context())
+		if s.SessionBreaker != nil {
+			snaps["session_store"], _ = s.SessionBreaker.Snapshot(r.Context())
+		}
+		writeJSON(w, http.StatusOK, snaps)
 	})
 	s.admin.HandleFunc("GET /admin/quota", func(w http.ResponseWriter, r *http.Request) {
 		out := map[string]any{}
