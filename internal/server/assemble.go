@@ -17,6 +17,7 @@ import (
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/events/sinks"
 	"github.com/fmgate/fmgate/internal/eventstore"
+	"github.com/fmgate/fmgate/internal/eventstore/pgstore"
 	"github.com/fmgate/fmgate/internal/fallback"
 	"github.com/fmgate/fmgate/internal/fallback/cache"
 	"github.com/fmgate/fmgate/internal/gateway"
@@ -184,15 +185,25 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 		return nil, err
 	}
 	sinkList = append(sinkList, watchers...)
-	if cfg.EventStore.Path != "" {
+	switch {
+	case cfg.EventStore.Driver == eventstore.DriverPostgres:
+		// The fleet's store: filled by fmgate ingest from NATS, only read
+		// here, so that no turn ever waits for PostgreSQL.
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		pg, err := pgstore.Open(octx, cfg.EventStore.PostgresDSN(), pgstore.Options{Log: s.log, ReadOnly: true})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("eventStore: %w", err)
+		}
+		s.closers = append(s.closers, func() { _ = pg.Close() })
+		s.mountCost(eventstore.NewHandler(pg, nil, s.log))
+	case cfg.EventStore.Path != "":
 		st, err := eventstore.Open(ctx, cfg.EventStore, nil)
 		if err != nil {
 			return nil, fmt.Errorf("eventStore: %w", err)
 		}
 		sinkList = append(sinkList, st)
-		s.admin.Handle("/admin/cost", st.Handler())
-		s.admin.Handle("/admin/cost/", st.Handler())
-		s.admin.Handle("/admin/eval", st.Handler())
+		s.mountCost(st.Handler())
 	}
 	em, err := events.New(ctx, cfg.Events, sinkList, s.log)
 	if err != nil {
@@ -215,6 +226,13 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 	opts.GraphVersion = graphVersion
 	opts.Hasher = s.hasher
 	return events.NewTracer(em, opts), nil
+}
+
+// mountCost serves the event store's cost and eval views.
+func (s *Server) mountCost(h http.Handler) {
+	s.admin.Handle("/admin/cost", h)
+	s.admin.Handle("/admin/cost/", h)
+	s.admin.Handle("/admin/eval", h)
 }
 
 // mountAdmin adds the policies' admin routes.

@@ -32,8 +32,13 @@ import (
 
 // Options tune a Store.
 type Options struct {
-	// Schema holds the tables; default "public". It is created if missing.
+	// Schema holds the tables, created if missing; default: the DSN's
+	// search_path (e.g. "...?search_path=fmgate"), else "public".
 	Schema string
+	// ReadOnly opens without creating anything and without connecting:
+	// the gateways only read what fmgate ingest writes, and start (and
+	// answer turns) while PostgreSQL is down.
+	ReadOnly bool
 	// MaxConns of the pool; default 8.
 	MaxConns int32
 	// Now is the clock of default query ranges; nil is time.Now.
@@ -58,9 +63,6 @@ var _ eventstore.Views = (*Store)(nil)
 // Open connects to dsn, creates the schema and tables if needed and
 // returns the store. Every wait is bounded by ctx.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
-	if opts.Schema == "" {
-		opts.Schema = "public"
-	}
 	if opts.MaxConns == 0 {
 		opts.MaxConns = 8
 	}
@@ -76,13 +78,18 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	cfg.MaxConns = opts.MaxConns
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
-	cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
+	if opts.Schema != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
+	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "fmgate"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
 	s := &Store{pool: pool, schema: opts.Schema, now: opts.Now, log: opts.Log, days: map[int64]bool{}}
+	if opts.ReadOnly {
+		return s, nil
+	}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -97,8 +104,10 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) migrate(ctx context.Context) error {
-	if _, err := s.pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{s.schema}.Sanitize()); err != nil && !isDuplicate(err) {
-		return fmt.Errorf("pgstore: schema: %w", err)
+	if s.schema != "" {
+		if _, err := s.pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{s.schema}.Sanitize()); err != nil && !isDuplicate(err) {
+			return fmt.Errorf("pgstore: schema: %w", err)
+		}
 	}
 	for _, q := range schema {
 		if _, err := s.pool.Exec(ctx, q); err != nil && !isDuplicate(err) {
