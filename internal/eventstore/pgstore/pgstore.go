@@ -213,6 +213,10 @@ func (s *Store) writeTx(ctx context.Context, rows [][]any) (int64, error) {
 		return 0, fmt.Errorf("pgstore: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
+	// Sorting and grouping a batch fits in memory.
+	if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
+		return 0, fmt.Errorf("pgstore: begin: %w", err)
+	}
 	if _, err := tx.Exec(ctx, createStage); err != nil {
 		return 0, fmt.Errorf("pgstore: staging: %w", err)
 	}

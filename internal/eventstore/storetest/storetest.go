@@ -35,13 +35,17 @@ var T0 = time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
 // every 37 seconds from T0 (some an hour before); every span of a turn
 // shares its feature, graph version and attribution, and starts at its own
 // millisecond.
-func Dataset(seed uint64, n int) []events.Event {
+func Dataset(seed uint64, n int) []events.Event { return DatasetEvery(seed, n, 37*time.Second) }
+
+// DatasetEvery is Dataset with turns starting every (about) every: 86ms is
+// MangaAssist's 1M turns a day.
+func DatasetEvery(seed uint64, n int, every time.Duration) []events.Event {
 	r := rand.New(rand.NewPCG(seed, 1))
 	users := []string{"a1b2c3d4e5f60718", "0f1e2d3c4b5a6978", "deadbeefcafe0001", "1111222233334444", "9999888877776666"}
 	features := []string{"chat", "recommend", "order_status"}
 	var out []events.Event
 	for i := range n {
-		start := T0.Add(time.Duration(i)*37*time.Second + time.Duration(r.IntN(900))*time.Millisecond)
+		start := T0.Add(time.Duration(i)*every + time.Duration(r.IntN(900))*time.Millisecond)
 		if i%17 == 0 {
 			start = start.Add(-time.Hour)
 		}
