@@ -61,7 +61,7 @@ func ingestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer store.Close()
-	in, err := ingest.New(ingest.Config{URL: n.URL, Stream: n.Stream, Subject: n.Subject, Durable: *durable,
+	in, err := ingest.New(ingest.Config{URL: n.URL, Stream: n.Stream, Subject: n.Subject, MaxAge: n.MaxAge, MaxBytes: n.MaxBytes, Durable: *durable,
 		Batch: *batch, Workers: *workers}, store, log)
 	if err != nil {
 		return err

@@ -38,6 +38,10 @@ type Config struct {
 	// URL, Stream and Subject of NATS JetStream, as the gateways' NATS sink
 	// publishes them (events.sinks.nats).
 	URL, Stream, Subject string
+	// MaxAge and MaxBytes bound the stream when the ingester creates it
+	// (no gateway has yet), as events.sinks.nats does; 0 is no bound.
+	MaxAge   time.Duration
+	MaxBytes int64
 	// Durable is the consumer's name, shared by every ingester of the
 	// fleet. Default "fmgate-ingest".
 	Durable string
@@ -148,7 +152,8 @@ func (in *Ingester) consumer(ctx context.Context, js jetstream.JetStream) (jetst
 	defer cancel()
 	if _, err := js.Stream(cctx, in.cfg.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateStream(cctx, jetstream.StreamConfig{Name: in.cfg.Stream, Subjects: []string{in.cfg.Subject},
-			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute})
+			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxAge: in.cfg.MaxAge,
+			MaxBytes: maxBytes(in.cfg.MaxBytes), Discard: jetstream.DiscardOld})
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return nil, fmt.Errorf("ingest: create stream %s: %w", in.cfg.Stream, err)
 		}
@@ -167,6 +172,13 @@ func (in *Ingester) consumer(ctx context.Context, js jetstream.JetStream) (jetst
 		return nil, fmt.Errorf("ingest: consumer %s: %w", in.cfg.Durable, err)
 	}
 	return cons, nil
+}
+
+func maxBytes(n int64) int64 {
+	if n == 0 {
+		return -1 // JetStream's "no limit"
+	}
+	return n
 }
 
 // work fetches and commits batches until ctx ends.
