@@ -161,4 +161,3 @@ func prefixed(p, cols string) string {
 	}
 	return strings.Join(parts, ", ")
 }
-
