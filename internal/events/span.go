@@ -321,6 +321,10 @@ func (s *Span) AddCapabilityFlags(flags ...string) {
 	})
 }
 
+// AddCapabilityFlag adds flag to resource.capability_flags_active unless it
+// is there already; children started afterwards inherit it.
+func (s *Span) AddCapabilityFlag(flag string) { s.AddCapabilityFlags(flag) }
+
 // SetStatus sets outcome.status (default ok).
 func (s *Span) SetStatus(st Status) { s.set(func(e *Event) { e.Outcome.Status = st }) }
 

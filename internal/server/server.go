@@ -64,6 +64,9 @@ type Server struct {
 	Estimator *budget.Estimator
 	// Catalog is the retrieval step's index; nil when catalog.enabled is off.
 	Catalog *catalog.Index
+	// SessionBreaker guards the session store in Redis (fleet mode only;
+	// nil on the embedded default).
+	SessionBreaker *breaker.Memory
 	// Redis is the fleet-mode client, nil on the embedded default.
 	Redis *redis.Client
 	// RedisHealth is Redis's health as this instance sees it (nil on the
@@ -84,7 +87,7 @@ type Server struct {
 	// one.
 	Canary *canary.Controller
 
-	store *eventstore.Store
+	store eventstore.Views
 	// canaryVerdict, when a canary runs, reports its latest verdict to the
 	// alert rules.
 	canaryVerdict func() *alerts.Canary
