@@ -20,6 +20,7 @@ commands:
   serve     run the gateway (the default)
   validate  check a config file and list every problem
   sim       serve the model simulator over the OpenAI, Anthropic and Bedrock APIs
+  scenario  run a game day against a fleet: scenario run NAME (primary-outage, …, all)
   version   print the version
 
 Run "fmgate <command> -h" for the command's flags.
@@ -38,6 +39,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return validate(args, stdout, stderr)
 	case "sim":
 		return simulate(ctx, args, stdout, stderr)
+	case "scenario":
+		return scenarioCmd(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "fmgate", buildVersion())
 		return nil
