@@ -129,6 +129,10 @@ func instanceConfig(opts Options, in *instance, redisAddr, prefix string) string
 	}
 	ttft := func(ms float64) int { return max(1, int(ms/pace)) }
 	tps := func(v float64) int { return int(v * pace) }
+	redisTimeout := ""
+	if opts.RateLimitRedisTimeout > 0 {
+		redisTimeout = fmt.Sprintf("  redisTimeout: %s\n", opts.RateLimitRedisTimeout)
+	}
 	var keys strings.Builder
 	for _, u := range users(opts.users()) {
 		if u.key == "" {
@@ -152,9 +156,9 @@ auth:
     sonnet: {ttftMs: %d, tokensPerSecond: %d}
     haiku: {ttftMs: %d, tokensPerSecond: %d}
 rateLimit:
-  user:
-    perSecond: {rate: %d, per: 1s, burst: %d}
-    perMinute: {rate: 100000, per: 1m}
+%s  user:
+    perSecond: {rate: 1000, per: 1s, burst: 1000}
+    perMinute: {rate: %d, per: 1m, burst: %d}
     perHour: {rate: 1000000, per: 1h}
     perDay: {rate: 10000000, per: 24h}
 events:
@@ -164,8 +168,8 @@ events:
 eventStore: {path: %q}
 prompt: {reloadInterval: 0s}
 `, in.addr, opts.AdminToken, drainTimeout, redisAddr, prefix, max(1, opts.Instances), keys.String(),
-		ttft(600), tps(60), ttft(250), tps(120),
-		probeRate, probeBurst,
+		ttft(600), tps(60), ttft(250), tps(120), redisTimeout,
+		probePerMinute, probeBurst,
 		filepath.Join(in.dir, "wal"), filepath.Join(in.dir, "events.jsonl"), filepath.Join(in.dir, "events.db"))
 }
 

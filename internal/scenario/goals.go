@@ -196,8 +196,8 @@ func evaluate(r *Result) []Goal {
 	default:
 		tol := max(goalRateAccuracy*rp.Expected, 1) // a count is exact to one turn
 		g = append(g, Goal{"fleet rate-limit accuracy", "±1% across instances (at least ±1 turn)",
-			fmt.Sprintf("%d admitted, %.1f expected (%d/s burst %d over %v): %.2f%% off; by instance %v",
-				rp.Admitted, rp.Expected, probeRate, probeBurst, rp.Elapsed.Round(time.Millisecond), 100*rp.Error, rp.ByInstance),
+			fmt.Sprintf("%d admitted, %.1f expected (burst %d + %d/min over %v): %.2f%% off; by instance %v",
+				rp.Admitted, rp.Expected, probeBurst, probePerMinute, rp.Elapsed.Round(time.Millisecond), 100*rp.Error, rp.ByInstance),
 			verdict(rp.Sent > 0 && abs(float64(rp.Admitted)-rp.Expected) <= tol)})
 	}
 	g = append(g, Goal{"no turn lost", "0 accepted turns ending in silence (a kill ends them in a visible error)",

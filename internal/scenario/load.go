@@ -102,6 +102,8 @@ type TurnRecord struct {
 	InputTokens           int
 	Rerouted              int // instances tried before this one
 	Probe                 bool
+
+	streaming bool // counted in runner.streaming
 }
 
 // recorder keeps the turn records and live counters for the display.
@@ -115,6 +117,15 @@ type recorder struct {
 func (rc *recorder) add(t TurnRecord) {
 	rc.mu.Lock()
 	rc.turns = append(rc.turns, t)
+	rc.mu.Unlock()
+}
+
+// reset drops what was recorded before the run's clock started, and
+// starts the clock.
+func (rc *recorder) reset() {
+	rc.mu.Lock()
+	rc.turns, rc.notes = nil, nil
+	rc.start = time.Now()
 	rc.mu.Unlock()
 }
 
@@ -199,6 +210,10 @@ func (r *runner) turn(ctx context.Context, u user, ch, session, msg, reqID strin
 			rec.Outcome, rec.Detail = outLost, "no end within "+turnTimeout.String()
 		}
 		cancel()
+		if rec.streaming {
+			rec.streaming = false
+			r.streaming[in.id].Add(-1)
+		}
 		if retry && pin == nil {
 			rec.Rerouted++
 			r.lb.setUp(in.id, false)
@@ -247,6 +262,10 @@ func (r *runner) onFrame(f frame, rec *TurnRecord) bool {
 	case "chunk":
 		if rec.FirstByte == 0 {
 			rec.FirstByte = r.since()
+		}
+		if !rec.streaming && rec.Instance >= 0 {
+			rec.streaming = true
+			r.streaming[rec.Instance].Add(1)
 		}
 	case "done":
 		if rec.FirstByte == 0 {

@@ -6,18 +6,22 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
 
-// The rate-limit probe's user limit, written into a started fleet's config:
-// probeRate turns per second, burst probeBurst, per user, fleet-wide.
+// The rate-limit probe's user limit, written into a started fleet's config
+// as the per-minute rule: probeBurst turns at once, refilled at
+// probePerMinute. The refill during the probe is about one turn, so the
+// count admitted hardly depends on timing and a fleet that shares its
+// limits admits probeBurst + a turn, whichever instances the turns hit.
 const (
-	probeRate  = 20
-	probeBurst = 20
-	// probeSendRate is how fast the probe sends, spread over the instances:
-	// three times its limit.
-	probeSendRate = 60
+	probePerMinute = 30
+	probeBurst     = 50
+	// probeSendRate is how fast the probe sends, round robin over the
+	// instances; it sends 1.5 × probeBurst turns.
+	probeSendRate = 30
 )
 
 // RateProbe is the fleet rate-limit accuracy measure: one user sends
@@ -32,7 +36,9 @@ type RateProbe struct {
 	Error float64
 	// ByInstance counts admitted turns per instance.
 	ByInstance []int
-	Skipped    string
+	// Outcomes counts the probe's turns by outcome and code.
+	Outcomes map[string]int
+	Skipped  string
 }
 
 func (r *runner) rateProbe(ctx context.Context) RateProbe {
@@ -41,10 +47,10 @@ func (r *runner) rateProbe(ctx context.Context) RateProbe {
 		p.Skipped = "the probe's limit is set in the config of a fleet the scenario starts"
 		return p
 	}
-	window := min(3*time.Second, r.opts.Duration/5)
-	n := max(10, int(window.Seconds()*probeSendRate))
+	n := probeBurst * 3 / 2
 	u := user{id: fmt.Sprintf("rl-probe-%d", r.opts.Seed%1e6), locale: "en", tier: "standard", priority: "P0"}
 	p.ByInstance = make([]int, len(r.fleet.instances))
+	p.Outcomes = map[string]int{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var first, last time.Duration
@@ -67,6 +73,7 @@ func (r *runner) rateProbe(ctx context.Context) RateProbe {
 			mu.Lock()
 			defer mu.Unlock()
 			p.Sent++
+			p.Outcomes[strings.TrimSuffix(rec.Outcome+" "+rec.Code, " ")]++
 			switch {
 			case rec.Code == "rate_limited":
 				p.Limited++
@@ -80,7 +87,7 @@ func (r *runner) rateProbe(ctx context.Context) RateProbe {
 	}
 	wg.Wait()
 	p.Elapsed = last - first
-	p.Expected = probeBurst + probeRate*p.Elapsed.Seconds()
+	p.Expected = probeBurst + probePerMinute*p.Elapsed.Minutes()
 	if p.Expected > float64(p.Sent) {
 		p.Expected = float64(p.Sent)
 	}

@@ -83,7 +83,7 @@ func (p *progress) loop(ctx context.Context) {
 	}
 	every := time.Second
 	if p.bar == nil {
-		every = plainEvery
+		every = min(plainEvery, max(time.Second, p.opts.Duration/4))
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -98,7 +98,7 @@ func (p *progress) loop(ctx context.Context) {
 			_ = p.bar.Set64(min(int64(time.Since(p.start).Seconds()), int64(p.opts.Duration.Seconds())))
 			continue
 		}
-		fmt.Fprintln(p.out, p.status(plainEvery))
+		fmt.Fprintln(p.out, p.status(every))
 	}
 }
 

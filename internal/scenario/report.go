@@ -89,6 +89,9 @@ func markdown(opts Options, results []*Result) string {
 		} else {
 			fmt.Fprintf(&b, "Batch job (P3, instance %d): %s, %d of %d completed, %d failed.\n", bt.Instance, bt.Status, bt.Completed, bt.Total, bt.Failed)
 		}
+		if len(r.RateProbe.Outcomes) > 0 {
+			fmt.Fprintf(&b, "Rate-limit probe: %d sent, outcomes %s.\n", r.RateProbe.Sent, mapLine(r.RateProbe.Outcomes))
+		}
 		for _, e := range r.SessionProbe.Examples {
 			fmt.Fprintf(&b, "- session probe: %s\n", e)
 		}

@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/fmgate/fmgate/internal/quota"
 )
 
 // Bounds of the run's waits.
@@ -35,6 +38,9 @@ type runner struct {
 	client *http.Client
 	rec    *recorder
 	lb     *balancer
+	// streaming counts, per instance, turns past their first byte and
+	// not yet ended.
+	streaming []atomic.Int64
 
 	mu    sync.Mutex
 	marks []Mark
@@ -55,11 +61,21 @@ func runOne(ctx context.Context, opts Options, def definition, dir string) (*Res
 		undo:   map[string]func(context.Context) error{},
 	}
 	r.lb = newBalancer(f.instances)
+	r.streaming = make([]atomic.Int64, len(f.instances))
 	defer r.client.CloseIdleConnections()
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r.warmUp(runCtx)
+	// The probes run on the healthy fleet before the load and the fault:
+	// they measure the fleet's shared state, not the fault.
+	var probes sync.WaitGroup
+	var rl RateProbe
+	var sess SessionProbe
+	probes.Go(func() { rl = r.rateProbe(runCtx) })
+	probes.Go(func() { sess = r.sessionProbe(runCtx) })
+	probes.Wait()
+	r.rec.reset()
 	r.start = time.Now()
 	r.rec.start = r.start
 
@@ -70,12 +86,6 @@ func runOne(ctx context.Context, opts Options, def definition, dir string) (*Res
 	prog := newProgress(opts, def.name, r.rec)
 	bg.Go(func() { prog.loop(runCtx) })
 
-	// Probes run beside the load, before the first fault.
-	var probes sync.WaitGroup
-	var rl RateProbe
-	var sess SessionProbe
-	probes.Go(func() { rl = r.rateProbe(runCtx) })
-	probes.Go(func() { sess = r.sessionProbe(runCtx) })
 	var batch BatchOutcome
 	batchID, batchInst, batchErr := r.startBatch(runCtx)
 
@@ -86,7 +96,6 @@ func runOne(ctx context.Context, opts Options, def definition, dir string) (*Res
 	inflight := r.load(runCtx)
 	loadEnd := time.Since(r.start)
 	ferr := <-faultErr
-	probes.Wait()
 	waitGroup(inflight, drainLoadLimit)
 
 	if batchErr != nil {
@@ -258,15 +267,18 @@ func (r *runner) cutTPM(ctx context.Context, model string, share float64) error 
 	if err != nil {
 		return err
 	}
+	// The ledger reports its limits after the safety margin; the ceiling
+	// PUT takes is the provider's, before it.
 	var q map[string]struct {
-		TPMCeiling int `json:"tpmCeiling"`
-		RPMCeiling int `json:"rpmCeiling"`
+		TPMLimit int `json:"TPMLimit"`
+		RPMLimit int `json:"RPMLimit"`
 	}
-	if status != http.StatusOK || json.Unmarshal(body, &q) != nil || q[model].TPMCeiling == 0 {
-		return fmt.Errorf("GET /admin/quota: status %d: cannot read %s's ceiling: %s", status, model, body)
+	if status != http.StatusOK || json.Unmarshal(body, &q) != nil || q[model].TPMLimit == 0 {
+		return fmt.Errorf("GET /admin/quota: status %d: cannot read %s's limit: %s", status, model, body)
 	}
-	tpm := max(1, int(float64(q[model].TPMCeiling)*share))
-	rpm := q[model].RPMCeiling
+	margin := quota.DefaultConfig().SafetyMargin
+	tpm := max(1, int(math.Round(float64(q[model].TPMLimit)/margin*share)))
+	rpm := int(math.Round(float64(q[model].RPMLimit) / margin))
 	for _, in := range r.fleet.instances {
 		b, st, err := r.admin(ctx, in, http.MethodPut, "/admin/quota/"+model, fmt.Sprintf(`{"tpm":%d,"rpm":%d}`, tpm, rpm))
 		if err != nil {
@@ -298,6 +310,15 @@ func (r *runner) clearFaults(ctx context.Context) {
 	r.mu.Unlock()
 	for _, f := range undo {
 		_ = f(ctx)
+	}
+}
+
+// waitStreaming waits, at most limit, until instance i has a turn
+// streaming.
+func (r *runner) waitStreaming(i int, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for r.streaming[i].Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -64,6 +64,10 @@ type Options struct {
 	Env        []string
 	// RedisServer is the redis-server binary (default: from PATH).
 	RedisServer string
+	// RateLimitRedisTimeout, when set, overrides rateLimit.redisTimeout in
+	// the started fleet's config (default: the gateway's own, 50 ms). Past
+	// it a limiter decides locally, which loosens fleet-wide accuracy.
+	RateLimitRedisTimeout time.Duration
 	// Pace speeds the simulated models up (2 = twice the tokens per second,
 	// half the time to first token); default 1, the MangaAssist profile.
 	Pace float64
@@ -279,6 +283,7 @@ var definitions = []definition{
 		ownFleet: true,
 		steps: []step{
 			{0.30, "SIGKILL instance 0", func(_ context.Context, r *runner) error {
+				r.waitStreaming(0, 3*time.Second) // mid-stream
 				return r.kill(0, syscall.SIGKILL)
 			}},
 			{0.50, "instance 0 restarted", func(ctx context.Context, r *runner) error {
