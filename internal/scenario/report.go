@@ -352,7 +352,7 @@ func svgChart(title, unit string, n int, ss []series, marks []Mark, stacked bool
 		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#111827" stroke-dasharray="4 3"/>`, xx, xx, T, H-B)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="#111827" font-size="10"><title>%s</title>⚑ %s</text>`, xx+3, T+10, html.EscapeString(m.Label), html.EscapeString(shorten(m.Label, 28)))
 	}
-	lx := float64(L + 260)
+	lx := float64(L) + 7.2*float64(len([]rune(title))) + 24
 	for _, s := range ss {
 		fmt.Fprintf(&b, `<rect x="%.0f" y="7" width="10" height="10" fill="%s"/><text x="%.0f" y="16">%s</text>`, lx, s.color, lx+14, html.EscapeString(s.name))
 		lx += 24 + 7*float64(len(s.name))

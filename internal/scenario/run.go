@@ -131,21 +131,23 @@ func waitGroup(wg *sync.WaitGroup, limit time.Duration) {
 	}
 }
 
-// warmUp sends a few turns to every instance before the clock starts, as
-// a load balancer's warm-up would: connection pools to Redis and the
-// simulator are open when the measured load begins.
+// warmUp sends two turns to every instance, one after the other, before
+// the clock starts, as a load balancer's slow start would: connection pools
+// to Redis are open and the simulator's tokenizer is loaded when the
+// measured load begins. (Cold instances hit all at once answer their first
+// calls slowly enough to time out and open the primary's breaker.)
 func (r *runner) warmUp(ctx context.Context) {
 	r.start = time.Now()
 	var wg sync.WaitGroup
 	for _, in := range r.fleet.instances {
-		for i := range 3 {
-			wg.Go(func() {
+		wg.Go(func() {
+			for i := range 2 {
 				u := user{id: fmt.Sprintf("warm-up-%d-%d", in.id, i), locale: "en", tier: "standard", priority: "P0"}
 				_ = r.chatOnce(ctx, in, u, "warm-up", "hello")
-			})
-		}
+			}
+		})
 	}
-	waitGroup(&wg, turnTimeout)
+	waitGroup(&wg, 2*turnTimeout)
 }
 
 // faults runs the scenario's steps at their times.
