@@ -74,9 +74,9 @@ type Server struct {
 	cfg        config.Config
 	instanceID string
 	log        *slog.Logger
-	hasher  *events.Hasher
-	admin   *http.ServeMux
-	closers []func()
+	hasher     *events.Hasher
+	admin      *http.ServeMux
+	closers    []func()
 }
 
 // New assembles a gateway from cfg.
