@@ -103,6 +103,15 @@ type Snapshot struct {
 	// StateError says why breakers, quota and queue could not be read; they
 	// are then empty while the span-derived figures stay. Omitted when fine.
 	StateError string `json:"stateError,omitempty"`
+	// Instances is the fleet breakdown when the aggregator shares its
+	// window with a fleet (SetFleet): one line per instance that published
+	// within the last 3 × Interval, sorted by id; the span-derived figures
+	// above are then the fleet's (histograms merged, so percentiles are of
+	// every turn of the fleet). Omitted without a fleet.
+	Instances []InstanceFigures `json:"instances,omitempty"`
+	// FleetError says why the fleet's windows could not be read; the
+	// figures are then this instance's alone. Omitted when fine.
+	FleetError string `json:"fleetError,omitempty"`
 }
 
 // Percentiles are nearest-rank percentiles (the ceil(q·n)-th smallest
@@ -164,6 +173,10 @@ type Aggregator struct {
 	running  atomic.Bool
 	dropped  atomic.Uint64 // frames not delivered to slow subscribers
 	pingEach time.Duration // SSE keep-alive period
+
+	fleet       Fleet  // nil: this instance alone
+	instance    string // this instance's id in the fleet
+	fleetErrors atomic.Uint64
 }
 
 // New returns an Aggregator. Zero fields of cfg take their defaults; the
@@ -282,6 +295,11 @@ func orDefault(s, d string) string {
 func (a *Aggregator) Snapshot(ctx context.Context) Snapshot {
 	now := a.now()
 	s := a.windowFigures(now)
+	if a.fleet != nil {
+		if err := a.fleetFigures(ctx, now, &s); err != nil {
+			s.FleetError = err.Error()
+		}
+	}
 	st, err := a.readState(ctx)
 	if err != nil {
 		s.StateError = err.Error()

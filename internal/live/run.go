@@ -119,6 +119,7 @@ func (a *Aggregator) stop() {
 
 // step is one tick of Run.
 func (a *Aggregator) step(ctx context.Context) {
+	a.publish(ctx)
 	s := a.Snapshot(ctx)
 	if ctx.Err() != nil { // stopping: the state read was cut short
 		return

@@ -68,52 +68,92 @@ func (a *Aggregator) bucketAt(t time.Time, nowSec int64) *bucket {
 // windowFigures sums the buckets of the window ending at now into the
 // span-derived part of a Snapshot.
 func (a *Aggregator) windowFigures(now time.Time) Snapshot {
-	nowSec := now.Unix()
 	s := Snapshot{
-		T:               now.UTC().Truncate(time.Millisecond),
-		WindowSeconds:   int(a.windowSec),
-		ErrorsByCode:    make(map[string]int64),
-		Tiers:           make(map[string]int64),
-		TokensPerMinute: make(map[string]float64),
+		T:             now.UTC().Truncate(time.Millisecond),
+		WindowSeconds: int(a.windowSec),
 	}
-	var lat, ttft hist
-	var cost float64
-	tokens := make(map[string]int64)
+	a.figures(&s, a.collect(now))
+	return s
+}
+
+// collected is a window's content summed over its buckets, or over the
+// windows of a fleet.
+type collected struct {
+	turns, failed       int64
+	errs, tiers, tokens map[string]int64
+	cost                float64
+	lat, ttft           hist
+}
+
+func newCollected() *collected {
+	return &collected{errs: make(map[string]int64), tiers: make(map[string]int64), tokens: make(map[string]int64)}
+}
+
+// add merges an instance's window.
+func (c *collected) add(w Window) {
+	c.turns += w.Turns
+	c.failed += w.Failed
+	c.cost += w.Cost
+	for k, v := range w.Errs {
+		inc(c.errs, k, v)
+	}
+	for k, v := range w.Tiers {
+		inc(c.tiers, k, v)
+	}
+	for k, v := range w.Tokens {
+		inc(c.tokens, k, v)
+	}
+	c.lat.mergeWire(w.Lat)
+	c.ttft.mergeWire(w.TTFT)
+}
+
+// collect sums the buckets of the window as of now.
+func (a *Aggregator) collect(now time.Time) *collected {
+	nowSec := now.Unix()
+	c := newCollected()
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	for i := range a.ring {
 		b := &a.ring[i]
 		if b.sec <= nowSec-a.windowSec || b.sec > nowSec {
 			continue
 		}
-		s.Turns += b.turns
-		s.Errors += b.failed
-		cost += b.cost
+		c.turns += b.turns
+		c.failed += b.failed
+		c.cost += b.cost
+		// Each bucket is bounded already; their union is kept whole.
 		for k, v := range b.errs {
-			s.ErrorsByCode[k] += v
+			c.errs[k] += v
 		}
 		for k, v := range b.tiers {
-			s.Tiers[k] += v
+			c.tiers[k] += v
 		}
 		for k, v := range b.tokens {
-			tokens[k] += v
+			c.tokens[k] += v
 		}
-		lat.merge(&b.lat)
-		ttft.merge(&b.ttft)
+		c.lat.merge(&b.lat)
+		c.ttft.merge(&b.ttft)
 	}
-	a.mu.Unlock()
+	return c
+}
 
+// figures fills the span-derived figures of s from c.
+func (a *Aggregator) figures(s *Snapshot, c *collected) {
 	perMinute := 60 / float64(a.windowSec)
+	s.Turns, s.Errors = c.turns, c.failed
+	s.ErrorsByCode, s.Tiers = c.errs, c.tiers
 	s.TurnsPerSecond = float64(s.Turns) / float64(a.windowSec)
+	s.ErrorRate = 0
 	if s.Turns > 0 {
 		s.ErrorRate = float64(s.Errors) / float64(s.Turns)
 	}
-	s.CostUSDPerMinute = cost * perMinute
-	for k, v := range tokens {
+	s.CostUSDPerMinute = c.cost * perMinute
+	s.TokensPerMinute = make(map[string]float64, len(c.tokens))
+	for k, v := range c.tokens {
 		s.TokensPerMinute[k] = float64(v) * perMinute
 	}
-	s.LatencyMs = percentiles(&lat)
-	s.TTFTMs = percentiles(&ttft)
-	return s
+	s.LatencyMs = percentiles(&c.lat)
+	s.TTFTMs = percentiles(&c.ttft)
 }
 
 func percentiles(h *hist) Percentiles {

@@ -2,9 +2,13 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"testing"
+	"time"
 
+	"github.com/fmgate/fmgate/internal/live"
 	"github.com/fmgate/fmgate/internal/redistest"
 )
 
@@ -64,4 +68,57 @@ func TestRedisDownStillServesTurns(t *testing.T) {
 		t.Fatalf("with Redis down: statuses %v tiers %v", statuses, tiers)
 	}
 	t.Logf("Redis down: tiers %v", tiers)
+}
+
+// TestFleetLiveFiguresAreFleetWide: three gateways sharing a Redis prefix
+// each answer turns; the live snapshot of any one of them counts the
+// whole fleet's turns, with a line per instance.
+func TestFleetLiveFiguresAreFleetWide(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Fleet.Redis = redistest.Addr()
+	cfg.Fleet.KeyPrefix = fleetConfig(t)
+	cfg.Fleet.Size = 3
+	var srvs []*httptest.Server
+	for i := range 3 {
+		s, err := New(context.Background(), isolate(t, cfg), Options{InstanceID: fmt.Sprintf("gw-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		srv := httptest.NewServer(s.Handler(testAdminToken))
+		t.Cleanup(srv.Close)
+		srvs = append(srvs, srv)
+	}
+	for i, srv := range srvs {
+		sc := &scenario{t: t, srv: srv}
+		for j := range i + 1 { // 1, 2 and 3 turns
+			if a := sc.chat(fmt.Sprintf("live-%d-%d", i, j), "おすすめの漫画は？", "ja"); a.Status != 200 {
+				t.Fatalf("gw-%d: %+v", i, a)
+			}
+		}
+	}
+	// Each instance publishes its window every second: poll, bounded.
+	var snap live.Snapshot
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if err := json.Unmarshal([]byte(adminGet(t, srvs[0].URL+"/admin/live/snapshot")), &snap); err != nil {
+			t.Fatal(err)
+		}
+		if (snap.Turns == 6 && len(snap.Instances) == 3) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if snap.Turns != 6 || len(snap.Instances) != 3 || snap.FleetError != "" {
+		t.Fatalf("gw-0's snapshot: %d turns, instances %+v, fleetError %q; want the fleet's 6 turns over 3 instances",
+			snap.Turns, snap.Instances, snap.FleetError)
+	}
+	for i, l := range snap.Instances {
+		if l.ID != fmt.Sprintf("gw-%d", i) || l.Turns != int64(i+1) || l.LastSeen.IsZero() {
+			t.Errorf("instance line %d: %+v; want gw-%d with %d turns", i, l, i, i+1)
+		}
+	}
+	if snap.LatencyMs.P99 == nil {
+		t.Error("no fleet latency percentiles")
+	}
 }

@@ -60,6 +60,10 @@ func (s *Server) observers(cfg config.Config) ([]events.Sink, error) {
 	s.Metrics = m
 
 	lv := live.New(cfg.Live, s.readState, nil)
+	if s.Redis != nil {
+		// Fleet mode: the live figures are the whole fleet's.
+		lv.SetFleet(live.NewRedisFleet(s.Redis, cfg.Fleet.KeyPrefix+"live:"), s.instanceID)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = lv.Run(ctx) }()

@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"github.com/fmgate/fmgate/internal/adminauth"
 	"log/slog"
@@ -50,6 +51,10 @@ type Options struct {
 	// ConfigPath is the file cfg was loaded from; the prompt section is
 	// re-read from it while running. Empty: the prompt is fixed.
 	ConfigPath string
+	// InstanceID names this gateway in the fleet's live figures (fleet
+	// mode). Default: $FMGATE_INSTANCE_ID, else host name, process id and
+	// a random suffix.
+	InstanceID string
 }
 
 // Server is an assembled gateway.
@@ -92,11 +97,12 @@ type Server struct {
 	// alert rules.
 	canaryVerdict func() *alerts.Canary
 
-	cfg     config.Config
-	log     *slog.Logger
-	hasher  *events.Hasher
-	admin   *http.ServeMux
-	closers []func()
+	cfg        config.Config
+	instanceID string
+	log        *slog.Logger
+	hasher     *events.Hasher
+	admin      *http.ServeMux
+	closers    []func()
 }
 
 // New assembles a gateway from cfg.
@@ -108,7 +114,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, admin: http.NewServeMux(), hasher: userHasher(cfg)}
+	s := &Server{cfg: cfg, log: log, admin: http.NewServeMux(), hasher: userHasher(cfg), instanceID: instanceID(opts.InstanceID)}
 
 	sm, err := sim.New(cfg.SimConfig(), opts.SimOptions)
 	if err != nil {
@@ -182,6 +188,23 @@ func (s *Server) Close() {
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		s.closers[i]()
 	}
+}
+
+// instanceID is id, else $FMGATE_INSTANCE_ID, else host-pid-random.
+func instanceID(id string) string {
+	if id != "" {
+		return id
+	}
+	if v := os.Getenv("FMGATE_INSTANCE_ID"); v != "" {
+		return v
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "fmgate"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b)
 }
 
 // userHasher keys the user id hash of logs and events with
