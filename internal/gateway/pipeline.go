@@ -29,6 +29,7 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	defer done()
 	ctx, span := g.startTurn(ctx, t)
 	out = g.traceStream(ctx, out)
+	beginTrace(out, g.traceID(ctx, t))
 	defer func() { g.endTurn(span, out, res, err) }()
 
 	// 1. Validate the request.
@@ -106,6 +107,9 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	t.UserHash = g.hasher.Hash(t.UserID)
 	t.RequestHash = g.hasher.Hash(t.RequestID)
 	t.System, t.PromptVersion = g.prompts.Active()
+	if t.ClientSystem != "" {
+		t.System = strings.TrimSpace(t.System + "\n\n" + t.ClientSystem)
+	}
 	events.SpanFromContext(ctx).SetPromptVersion(t.PromptVersion)
 	if t.Feature == "" {
 		t.Feature = "chat"

@@ -20,6 +20,7 @@ import (
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/dashboard"
 	"github.com/fmgate/fmgate/internal/events"
+	openaidoor "github.com/fmgate/fmgate/internal/frontdoor/openai"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/live"
 	"github.com/fmgate/fmgate/internal/metrics"
@@ -129,6 +130,11 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("/dashboard", dash)
 	mux.Handle("/dashboard/", dash)
 	mux.Handle("GET /metrics", s.metricsHandler(adminToken))
+	// The OpenAI-compatible front door.
+	oai := openaidoor.New(s.Gateway, openaidoor.Options{})
+	mux.Handle("/v1/chat/completions", oai)
+	mux.Handle("/v1/models", oai)
+	mux.Handle("/v1/models/", oai)
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
 	return mux
 }

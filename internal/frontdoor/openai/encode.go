@@ -3,6 +3,7 @@ package openai
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -34,6 +35,9 @@ type Usage struct {
 	CompletionTokens int
 	// CachedTokens were read from the prompt cache (part of PromptTokens).
 	CachedTokens int
+	// CostUSD is what fmgate priced the answer at, sent as usage.cost_usd
+	// when positive (an extension field the SDKs keep as an extra).
+	CostUSD float64
 }
 
 func (u Usage) appendJSON(dst []byte) []byte {
@@ -45,8 +49,12 @@ func (u Usage) appendJSON(dst []byte) []byte {
 	dst = strconv.AppendInt(dst, int64(u.PromptTokens+u.CompletionTokens), 10)
 	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(u.CachedTokens), 10)
-	dst = append(dst, `},"completion_tokens_details":{"reasoning_tokens":0}}`...)
-	return dst
+	dst = append(dst, `},"completion_tokens_details":{"reasoning_tokens":0}`...)
+	if u.CostUSD > 0 && !math.IsInf(u.CostUSD, 0) {
+		dst = append(dst, `,"cost_usd":`...)
+		dst = strconv.AppendFloat(dst, u.CostUSD, 'g', -1, 64)
+	}
+	return append(dst, '}')
 }
 
 // Completion is a whole chat.completion answer.
@@ -198,11 +206,11 @@ func (e *Error) Write(w http.ResponseWriter) {
 // first event, so a request that fails before any text still gets an HTTP
 // error with its status.
 type events struct {
-	w     http.ResponseWriter
-	rc    *http.ResponseController
-	meta  chunkMeta
-	buf   []byte
-	wrote bool // headers and at least one event are out
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	meta   chunkMeta
+	buf    []byte
+	wrote  bool // headers and at least one event are out
 	deltas int
 }
 

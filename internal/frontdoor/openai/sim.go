@@ -1,8 +1,6 @@
 package openai
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -50,7 +48,7 @@ func (h *simHandler) chat(w http.ResponseWriter, r *http.Request) {
 		Model: name, System: c.System, Messages: c.Messages(), MaxTokens: c.MaxTokens,
 		Temperature: c.Temperature, StopSequences: c.Stop,
 	}
-	meta := chunkMeta{id: "chatcmpl-" + randomID(), created: h.now().Unix(), includeUsage: c.IncludeUsage}
+	meta := chunkMeta{id: "chatcmpl-" + newID(), created: h.now().Unix(), includeUsage: c.IncludeUsage}
 	if st, ok := h.s.Settings(name); ok && st.ModelID != "" {
 		meta.model = st.ModelID
 	} else {
@@ -128,10 +126,4 @@ func simError(err error, model string) *Error {
 func modelNotFound(model string) *Error {
 	return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
 		Message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", truncate(model, 100))}
-}
-
-func randomID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
