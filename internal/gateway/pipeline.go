@@ -31,6 +31,7 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	defer done()
 	ctx, span := g.startTurn(ctx, t)
 	out = g.traceStream(ctx, out)
+	beginTrace(out, g.traceID(ctx, t))
 	defer func() { g.endTurn(span, out, res, err) }()
 
 	// 1. Validate the request.
@@ -118,6 +119,9 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	t.RequestHash = g.hasher.Hash(t.RequestID)
 	if t.PromptVersion == "" { // a caller (the eval judge) may bring its own prompt
 		t.System, t.PromptVersion = g.promptFor(t)
+	}
+	if t.ClientSystem != "" {
+		t.System = strings.TrimSpace(t.System + "\n\n" + t.ClientSystem)
 	}
 	events.SpanFromContext(ctx).SetPromptVersion(t.PromptVersion)
 	if t.Feature == "" {

@@ -132,6 +132,14 @@ func (o *tracedOutput) Finish(res *Result) error {
 	return o.Output.Finish(res)
 }
 
+// BeginTier and BeginTrace reach the front door's output through the
+// tracing wrapper.
+func (o *tracedOutput) BeginTier(tier, modelID string, degraded bool) {
+	beginTier(o.Output, tier, modelID, degraded)
+}
+
+func (o *tracedOutput) BeginTrace(traceID string) { beginTrace(o.Output, traceID) }
+
 func (o *tracedOutput) Fail(e *Error) error {
 	o.end(nil, e.Code)
 	return o.Output.Fail(e)

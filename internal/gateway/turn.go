@@ -40,6 +40,10 @@ type Turn struct {
 	// front door, as the vendors' APIs do) and neither read nor write the
 	// session store.
 	Stateless bool
+	// ClientSystem is the system prompt a vendor front door's client sent;
+	// the turn's System is fmgate's configured prompt followed by it, so
+	// the operator's instructions stay in force.
+	ClientSystem string
 	// Temperature and StopSequences pass through to the model.
 	Temperature   *float64
 	StopSequences []string
@@ -130,6 +134,19 @@ type Output interface {
 // tier after Discard.
 type TierAware interface {
 	BeginTier(tier, modelID string, degraded bool)
+}
+
+// TraceAware is an optional Output that learns the turn's trace id when the
+// turn starts, before any tier writes: a streaming vendor front door sends
+// it in its response headers.
+type TraceAware interface {
+	BeginTrace(traceID string)
+}
+
+func beginTrace(out Output, traceID string) {
+	if ta, ok := out.(TraceAware); ok {
+		ta.BeginTrace(traceID)
+	}
 }
 
 func beginTier(out Output, tier, modelID string, degraded bool) {

@@ -3,9 +3,12 @@ package server
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/provider/openai"
+	"github.com/fmgate/fmgate/internal/provider/sim"
 )
 
 // provider builds the backend of one model tier from its config. Each
@@ -15,6 +18,19 @@ func (s *Server) provider(_ context.Context, m config.Model) (provider.Provider,
 	switch m.Provider {
 	case "sim":
 		return s.Sim, nil
+	case "openai":
+		key := ""
+		if m.APIKeyEnv != "" {
+			key = os.Getenv(m.APIKeyEnv)
+		}
+		return openai.New(openai.Config{Name: m.Name, ModelID: m.ModelID, BaseURL: m.Endpoint, APIKey: key, Estimate: estimateTokens})
 	}
 	return nil, fmt.Errorf("provider %q is not available in this build", m.Provider)
+}
+
+// estimateTokens counts a call's tokens with the cl100k_base tokenizer when
+// a vendor's stream ended before it reported usage (a cut or a cancelled
+// stream); answers that complete are billed with the vendor's own figures.
+func estimateTokens(req *provider.Request, output string) provider.Usage {
+	return provider.Usage{InputTokens: sim.InputTokens(req), OutputTokens: sim.CountTokens(output)}
 }

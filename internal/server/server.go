@@ -26,6 +26,7 @@ import (
 	"github.com/fmgate/fmgate/internal/dashboard"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/eventstore"
+	openaidoor "github.com/fmgate/fmgate/internal/frontdoor/openai"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/live"
 	"github.com/fmgate/fmgate/internal/metrics"
@@ -166,6 +167,11 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("/dashboard/", dash)
 	mux.Handle("GET /metrics", s.metricsHandler(auth))
 	mux.Handle("/admin/", requireAdmin(auth, s.admin))
+	// The OpenAI-compatible front door.
+	oai := openaidoor.New(s.Gateway, openaidoor.Options{})
+	mux.Handle("/v1/chat/completions", oai)
+	mux.Handle("/v1/models", oai)
+	mux.Handle("/v1/models/", oai)
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
 	return guardCrossSite(s.cfg.Server.OriginPatterns, mux)
 }

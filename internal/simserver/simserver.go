@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/fmgate/fmgate/internal/frontdoor/openai"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 )
 
@@ -26,6 +27,8 @@ func Handler(s *sim.Sim) http.Handler {
 		_ = json.NewEncoder(w).Encode(map[string]string{"status": "ok"})
 	})
 	// The vendors' wire protocols.
+	resolve := func(model string) (string, bool) { return Resolve(s, model) }
+	mux.Handle("POST /v1/chat/completions", openai.Sim(s, resolve, nil))
 	return mux
 }
 

@@ -1,0 +1,456 @@
+// Package openai speaks the OpenAI Chat Completions wire protocol on the
+// server side: it decodes POST /v1/chat/completions bodies and encodes
+// chat.completion answers, chat.completion.chunk server-sent events and
+// OpenAI's error shape. Two handlers share this one codec: New, fmgate's
+// drop-in front door that runs each request through the gateway's pipeline,
+// and Sim, the simulator's wire server that answers from sim.Sim directly and
+// fails the way OpenAI fails.
+//
+// Supported request fields: model, messages (system, developer, user and
+// assistant roles; string or text-part content), stream,
+// stream_options.include_usage, max_tokens / max_completion_tokens,
+// temperature, stop (a string or up to 4 strings) and user. Fields that
+// would change an OpenAI answer but that fmgate cannot honour (tools,
+// images, n>1, logprobs, response_format other than text, penalties, seed,
+// audio …) are refused with a 400 naming the field, never dropped.
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// Limits of a request, as OpenAI documents them.
+const (
+	// MaxStop is the most stop sequences a request may carry.
+	MaxStop = 4
+	// MaxUserBytes bounds the user field.
+	MaxUserBytes = 128
+	// DefaultMaxBodyBytes bounds a request body when the caller sets no limit:
+	// a whole conversation travels in every request.
+	DefaultMaxBodyBytes = 4 << 20
+)
+
+// Chat is a decoded chat completion request.
+type Chat struct {
+	// Model is the request's model, as sent.
+	Model string
+	// System joins the system and developer messages, in order.
+	System string
+	// History is the conversation before the last user message;
+	// consecutive messages of one role are joined.
+	History []provider.Message
+	// Message is the last user message.
+	Message string
+	Stream  bool
+	// IncludeUsage asks for the final usage chunk of a stream.
+	IncludeUsage bool
+	// MaxTokens is the smaller of max_tokens and max_completion_tokens; 0
+	// when neither is set.
+	MaxTokens   int
+	Temperature *float64
+	Stop        []string
+	User        string
+}
+
+// Messages returns the conversation as a provider sees it: History, then
+// the last user message.
+func (c *Chat) Messages() []provider.Message {
+	msgs := make([]provider.Message, 0, len(c.History)+1)
+	msgs = append(msgs, c.History...)
+	return append(msgs, provider.Message{Role: provider.RoleUser, Content: c.Message})
+}
+
+// chatRequest is the JSON body. Fields fmgate refuses whenever they carry
+// a value are raw, so that an explicit null is accepted like an absent field.
+type chatRequest struct {
+	Model               string          `json:"model"`
+	Messages            []chatMessage   `json:"messages"`
+	Stream              *bool           `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Temperature         *float64        `json:"temperature"`
+	Stop                json.RawMessage `json:"stop"`
+	User                *string         `json:"user"`
+
+	// Accepted at the value that changes nothing.
+	N                *int            `json:"n"`
+	Logprobs         *bool           `json:"logprobs"`
+	TopP             *float64        `json:"top_p"`
+	PresencePenalty  *float64        `json:"presence_penalty"`
+	FrequencyPenalty *float64        `json:"frequency_penalty"`
+	Store            *bool           `json:"store"`
+	ResponseFormat   *responseFormat `json:"response_format"`
+	Modalities       []string        `json:"modalities"`
+
+	// Refused when set.
+	Tools             json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls json.RawMessage `json:"parallel_tool_calls"`
+	Functions         json.RawMessage `json:"functions"`
+	FunctionCall      json.RawMessage `json:"function_call"`
+	TopLogprobs       json.RawMessage `json:"top_logprobs"`
+	LogitBias         json.RawMessage `json:"logit_bias"`
+	Seed              json.RawMessage `json:"seed"`
+	Audio             json.RawMessage `json:"audio"`
+	Prediction        json.RawMessage `json:"prediction"`
+	WebSearchOptions  json.RawMessage `json:"web_search_options"`
+	Metadata          json.RawMessage `json:"metadata"`
+	ReasoningEffort   json.RawMessage `json:"reasoning_effort"`
+	Verbosity         json.RawMessage `json:"verbosity"`
+	ServiceTier       json.RawMessage `json:"service_tier"`
+	PromptCacheKey    json.RawMessage `json:"prompt_cache_key"`
+	SafetyIdentifier  json.RawMessage `json:"safety_identifier"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+	// IncludeObfuscation pads deltas against side channels; fmgate's
+	// deltas carry no padding, which the flag permits.
+	IncludeObfuscation *bool `json:"include_obfuscation"`
+}
+
+type responseFormat struct {
+	Type       string          `json:"type"`
+	JSONSchema json.RawMessage `json:"json_schema"`
+}
+
+type chatMessage struct {
+	Role         string          `json:"role"`
+	Content      json.RawMessage `json:"content"`
+	Name         json.RawMessage `json:"name"`
+	ToolCalls    json.RawMessage `json:"tool_calls"`
+	ToolCallID   json.RawMessage `json:"tool_call_id"`
+	FunctionCall json.RawMessage `json:"function_call"`
+	Refusal      json.RawMessage `json:"refusal"`
+	Audio        json.RawMessage `json:"audio"`
+}
+
+// ReadChat reads and decodes a request body of at most limit bytes (0:
+// DefaultMaxBodyBytes). Every error is an *Error in OpenAI's shape.
+func ReadChat(r *http.Request, limit int64) (Chat, *Error) {
+	if limit <= 0 {
+		limit = DefaultMaxBodyBytes
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return Chat{}, invalidRequest("", "Could not read the request body: %v", err)
+	}
+	if int64(len(data)) > limit {
+		e := invalidRequest("", "The request body is larger than %d bytes.", limit)
+		e.Status = http.StatusRequestEntityTooLarge
+		return Chat{}, e
+	}
+	return DecodeChat(data)
+}
+
+// DecodeChat decodes a request body. Every error is an *Error with status
+// 400 in OpenAI's shape, naming the offending parameter.
+func DecodeChat(data []byte) (Chat, *Error) {
+	var c Chat
+	if !utf8.Valid(data) {
+		return c, invalidRequest("", "The request body must be UTF-8 encoded JSON.")
+	}
+	var req chatRequest
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return c, jsonError(err)
+	}
+	if dec.More() {
+		return c, invalidRequest("", "The request body must hold one JSON object, with nothing after it.")
+	}
+	if e := req.refusals(); e != nil {
+		return c, e
+	}
+	if req.Model == "" {
+		return c, invalidRequest("model", "you must provide a model parameter")
+	}
+	c.Model = req.Model
+	if req.Stream != nil {
+		c.Stream = *req.Stream
+	}
+	if req.StreamOptions != nil {
+		if !c.Stream {
+			return c, invalidRequest("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
+		}
+		c.IncludeUsage = req.StreamOptions.IncludeUsage
+	}
+	for _, lim := range []struct {
+		param string
+		v     *int
+	}{{"max_tokens", req.MaxTokens}, {"max_completion_tokens", req.MaxCompletionTokens}} {
+		if lim.v == nil {
+			continue
+		}
+		if *lim.v < 1 {
+			return c, invalidRequest(lim.param, "Invalid '%s': integer below minimum value. Expected a value >= 1, but got %d instead.", lim.param, *lim.v)
+		}
+		if c.MaxTokens == 0 || *lim.v < c.MaxTokens {
+			c.MaxTokens = *lim.v
+		}
+	}
+	if t := req.Temperature; t != nil {
+		if *t < 0 || *t > 2 {
+			return c, invalidRequest("temperature", "Invalid 'temperature': expected a number between 0 and 2, but got %g instead.", *t)
+		}
+		c.Temperature = t
+	}
+	var e *Error
+	if c.Stop, e = decodeStop(req.Stop); e != nil {
+		return c, e
+	}
+	if req.User != nil {
+		if len(*req.User) > MaxUserBytes {
+			return c, invalidRequest("user", "Invalid 'user': string too long. Expected a string with maximum length %d.", MaxUserBytes)
+		}
+		c.User = *req.User
+	}
+	if e := c.decodeMessages(req.Messages); e != nil {
+		return c, e
+	}
+	return c, nil
+}
+
+// refusals names the first field set to a value fmgate cannot honour.
+func (req *chatRequest) refusals() *Error {
+	unsupported := func(param, what string) *Error {
+		return invalidRequest(param, "fmgate does not support '%s' (%s); remove it from the request.", param, what)
+	}
+	switch {
+	case req.N != nil && *req.N != 1:
+		return unsupported("n", "only one choice per request")
+	case req.Logprobs != nil && *req.Logprobs:
+		return unsupported("logprobs", "log probabilities are not available")
+	case req.TopP != nil && *req.TopP != 1:
+		return unsupported("top_p", "use temperature instead")
+	case req.PresencePenalty != nil && *req.PresencePenalty != 0:
+		return unsupported("presence_penalty", "penalties are not available")
+	case req.FrequencyPenalty != nil && *req.FrequencyPenalty != 0:
+		return unsupported("frequency_penalty", "penalties are not available")
+	case req.Store != nil && *req.Store:
+		return unsupported("store", "fmgate does not store completions for later retrieval")
+	case req.ResponseFormat != nil && req.ResponseFormat.Type != "text":
+		return unsupported("response_format", "only text answers are available")
+	}
+	for _, m := range req.Modalities {
+		if m != "text" {
+			return unsupported("modalities", "only text output is available")
+		}
+	}
+	for _, f := range []struct {
+		param, what string
+		v           json.RawMessage
+	}{
+		{"tools", "tool calling is not available", req.Tools},
+		{"tool_choice", "tool calling is not available", req.ToolChoice},
+		{"parallel_tool_calls", "tool calling is not available", req.ParallelToolCalls},
+		{"functions", "function calling is not available", req.Functions},
+		{"function_call", "function calling is not available", req.FunctionCall},
+		{"top_logprobs", "log probabilities are not available", req.TopLogprobs},
+		{"logit_bias", "token biases are not available", req.LogitBias},
+		{"seed", "deterministic sampling is not available", req.Seed},
+		{"audio", "only text output is available", req.Audio},
+		{"prediction", "predicted outputs are not available", req.Prediction},
+		{"web_search_options", "web search is not available", req.WebSearchOptions},
+		{"metadata", "completions are not stored", req.Metadata},
+		{"reasoning_effort", "the model tier decides", req.ReasoningEffort},
+		{"verbosity", "the model tier decides", req.Verbosity},
+		{"service_tier", "fmgate's priority classes come from the API key", req.ServiceTier},
+		{"prompt_cache_key", "the model tier's provider manages its prompt cache", req.PromptCacheKey},
+		{"safety_identifier", "send the end user's id in 'user'", req.SafetyIdentifier},
+	} {
+		if isSet(f.v) {
+			return unsupported(f.param, f.what)
+		}
+	}
+	return nil
+}
+
+func isSet(v json.RawMessage) bool {
+	return len(v) > 0 && !bytes.Equal(v, []byte("null"))
+}
+
+func decodeStop(raw json.RawMessage) ([]string, *Error) {
+	if !isSet(raw) {
+		return nil, nil
+	}
+	var stops []string
+	var one string
+	if err := json.Unmarshal(raw, &one); err == nil {
+		stops = []string{one}
+	} else if err := json.Unmarshal(raw, &stops); err != nil {
+		return nil, invalidRequest("stop", "Invalid 'stop': expected a string or an array of strings.")
+	}
+	if len(stops) > MaxStop {
+		return nil, invalidRequest("stop", "Invalid 'stop': array too long. Expected an array with maximum length %d, but got an array with length %d instead.", MaxStop, len(stops))
+	}
+	for _, s := range stops {
+		if s == "" {
+			return nil, invalidRequest("stop", "Invalid 'stop': a stop sequence must not be empty.")
+		}
+	}
+	return stops, nil
+}
+
+// decodeMessages splits the conversation into the system prompt, the
+// history and the last user message.
+func (c *Chat) decodeMessages(msgs []chatMessage) *Error {
+	if len(msgs) == 0 {
+		return invalidRequest("messages", "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.")
+	}
+	var system []string
+	var conv []provider.Message
+	for i, m := range msgs {
+		param := fmt.Sprintf("messages[%d]", i)
+		for _, f := range []struct {
+			name string
+			v    json.RawMessage
+		}{{"name", m.Name}, {"tool_calls", m.ToolCalls}, {"tool_call_id", m.ToolCallID}, {"function_call", m.FunctionCall}, {"refusal", m.Refusal}, {"audio", m.Audio}} {
+			if isSet(f.v) {
+				return invalidRequest(param+"."+f.name, "fmgate does not support '%s.%s'; send plain text messages.", param, f.name)
+			}
+		}
+		text, e := decodeContent(m.Content, param)
+		if e != nil {
+			return e
+		}
+		var role provider.Role
+		switch m.Role {
+		case "system", "developer":
+			system = append(system, text)
+			continue
+		case "user":
+			role = provider.RoleUser
+		case "assistant":
+			role = provider.RoleAssistant
+		case "tool", "function":
+			return invalidRequest(param+".role", "fmgate does not support '%s' messages; tool calling is not available.", m.Role)
+		case "":
+			return invalidRequest(param+".role", "Missing required parameter: '%s.role'.", param)
+		default:
+			return invalidRequest(param+".role", "Invalid '%s.role': %q is not one of system, developer, user, assistant.", param, truncate(m.Role, 40))
+		}
+		if n := len(conv); n > 0 && conv[n-1].Role == role {
+			conv[n-1].Content += "\n\n" + text
+			continue
+		}
+		conv = append(conv, provider.Message{Role: role, Content: text})
+	}
+	c.System = strings.Join(system, "\n\n")
+	if len(conv) == 0 || conv[len(conv)-1].Role != provider.RoleUser {
+		return invalidRequest("messages", "The last message must come from the user: fmgate answers a user's message.")
+	}
+	last := conv[len(conv)-1]
+	if strings.TrimSpace(last.Content) == "" {
+		return invalidRequest("messages", "The last user message must not be empty.")
+	}
+	c.Message = last.Content
+	c.History = conv[:len(conv)-1]
+	return nil
+}
+
+// decodeContent reads a message's content: a string, or an array of text
+// parts, joined.
+func decodeContent(raw json.RawMessage, param string) (string, *Error) {
+	param += ".content"
+	if !isSet(raw) {
+		return "", invalidRequest(param, "Missing required parameter: '%s'.", param)
+	}
+	var s string
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", invalidRequest(param, "Invalid '%s': expected a string or an array of text parts.", param)
+		}
+		return s, nil
+	}
+	var parts []json.RawMessage
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", invalidRequest(param, "Invalid '%s': expected a string or an array of text parts.", param)
+	}
+	var b strings.Builder
+	for j, p := range parts {
+		pp := fmt.Sprintf("%s[%d]", param, j)
+		var part struct {
+			Type string  `json:"type"`
+			Text *string `json:"text"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(p))
+		if err := dec.Decode(&part); err != nil {
+			return "", invalidRequest(pp, "Invalid '%s': expected an object with a type.", pp)
+		}
+		if part.Type != "text" {
+			return "", invalidRequest(pp+".type", "fmgate does not support content parts of type %q; send text parts only.", truncate(part.Type, 40))
+		}
+		if part.Text == nil {
+			return "", invalidRequest(pp+".text", "Missing required parameter: '%s.text'.", pp)
+		}
+		var extra map[string]json.RawMessage
+		_ = json.Unmarshal(p, &extra)
+		for k, v := range extra {
+			if k != "type" && k != "text" && isSet(v) {
+				return "", invalidRequest(pp+"."+k, "fmgate does not support '%s.%s' on a text part.", pp, truncate(k, 40))
+			}
+		}
+		b.WriteString(*part.Text)
+	}
+	return b.String(), nil
+}
+
+// jsonError explains a body encoding/json refused.
+func jsonError(err error) *Error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return invalidRequest("", "We could not parse the JSON body of your request at byte %d. The OpenAI API expects a JSON payload.", syn.Offset)
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return invalidRequest("", "The request body must be a JSON object.")
+		}
+		return invalidRequest(field, "Invalid type for '%s': expected %s, but got a JSON %s instead.", field, jsonKind(typ.Type.Kind().String()), typ.Value)
+	case errors.Is(err, io.EOF):
+		return invalidRequest("", "The request body is empty; send a JSON object.")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalidRequest("", "The JSON body of your request ends too early.")
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name = strings.Trim(name, `"`)
+		return invalidRequest(name, "Unrecognized request argument supplied: %s", truncate(name, 60))
+	}
+	return invalidRequest("", "We could not parse the JSON body of your request.")
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "int", "int64", "float64":
+		return "a number"
+	case "bool":
+		return "a boolean"
+	case "string":
+		return "a string"
+	case "slice":
+		return "an array"
+	}
+	return "an object"
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,367 @@
+package openai
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/stream"
+)
+
+// Pipeline is what the front door needs of the gateway.
+type Pipeline interface {
+	Run(ctx context.Context, t *gateway.Turn, out gateway.Output) (*gateway.Result, error)
+	NewStreamOutput(ctx context.Context, s stream.Sender, requestID string) *gateway.StreamOutput
+	Authenticate(r *http.Request, key, bodyUser string, t *gateway.Turn) error
+	ResolveModel(name string) (config.Model, bool)
+	Models() []config.Model
+}
+
+// Options tune the front door; zero values are the defaults.
+type Options struct {
+	// MaxBodyBytes bounds a request body, the whole conversation included.
+	// Default DefaultMaxBodyBytes (4 MiB).
+	MaxBodyBytes int64
+	// Now stamps the answers' created time; nil is time.Now.
+	Now func() time.Time
+}
+
+// Response headers that say how an answer was served.
+const (
+	HeaderTier     = "X-Fmgate-Tier"
+	HeaderDegraded = "X-Fmgate-Degraded"
+	HeaderTraceID  = "X-Fmgate-Trace-Id"
+	// HeaderFeature, on a request, attributes the turn to a product feature
+	// (default "chat"), at most 64 bytes.
+	HeaderFeature = "X-Fmgate-Feature"
+)
+
+// New is the OpenAI-compatible front door over g:
+//
+//	POST /v1/chat/completions  a chat completion, JSON or SSE (stream:true)
+//	GET  /v1/models            the model tiers
+//	GET  /v1/models/{model}    one tier
+//
+// The caller's key is Authorization: Bearer, an auth.keys entry. "model"
+// names a tier or its modelId and the turn starts there, falling down the
+// cascade below it; any other model name starts at the primary tier, so an
+// app keeps its model name and learns the tier that answered from the
+// response's "model" and the X-Fmgate-* headers. The request carries the
+// whole conversation: fmgate's session store is neither read nor written.
+// System and developer messages follow fmgate's configured prompt. "user"
+// names the end user when fmgate trusts a user header (no auth.keys).
+func New(g Pipeline, opts Options) http.Handler {
+	d := &door{g: g, maxBody: opts.MaxBodyBytes, now: opts.Now}
+	if d.maxBody <= 0 {
+		d.maxBody = DefaultMaxBodyBytes
+	}
+	if d.now == nil {
+		d.now = time.Now
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", d.chat)
+	mux.HandleFunc("GET /v1/models", d.models)
+	mux.HandleFunc("GET /v1/models/{model}", d.model)
+	return mux
+}
+
+type door struct {
+	g       Pipeline
+	maxBody int64
+	now     func() time.Time
+}
+
+func (d *door) chat(w http.ResponseWriter, r *http.Request) {
+	c, e := ReadChat(r, d.maxBody)
+	if e != nil {
+		e.Write(w)
+		return
+	}
+	feature := r.Header.Get(HeaderFeature)
+	if len(feature) > 64 {
+		invalidRequest("", "The %s header must be at most 64 bytes.", HeaderFeature).Write(w)
+		return
+	}
+	id := newID()
+	t := &gateway.Turn{
+		RequestID:     id,
+		SessionID:     id,
+		Message:       c.Message,
+		Route:         "chat",
+		Surface:       "openai",
+		TraceParent:   r.Header.Get("traceparent"),
+		Feature:       feature,
+		Stateless:     true,
+		History:       c.History,
+		ClientSystem:  c.System,
+		MaxOutput:     c.MaxTokens,
+		Temperature:   c.Temperature,
+		StopSequences: c.Stop,
+	}
+	if _, ok := d.g.ResolveModel(c.Model); ok {
+		t.StartTier = c.Model
+	}
+	key, _ := gateway.Bearer(r)
+	if err := d.g.Authenticate(r, key, c.User, t); err != nil {
+		fromGateway(err).Write(w)
+		return
+	}
+	w.Header().Set("X-Request-Id", id)
+	meta := chunkMeta{id: "chatcmpl-" + id, created: d.now().Unix(), includeUsage: c.IncludeUsage}
+	if c.Stream {
+		d.stream(w, r, t, meta)
+		return
+	}
+	out := &collector{}
+	res, err := d.g.Run(r.Context(), t, out)
+	if err != nil {
+		fromGateway(err).Write(w)
+		return
+	}
+	servedBy(w.Header(), res.Tier, res.Degraded, res.TraceID)
+	body := Completion{
+		ID: meta.id, Created: meta.created, Model: answeredBy(res.ModelID, res.Tier), Text: out.buf.String(),
+		FinishReason: FinishReason(res.StopReason), Usage: usageOf(res),
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(append(body.AppendJSON(make([]byte, 0, 512+out.buf.Len())), '\n'))
+}
+
+// stream runs the turn into chat.completion.chunk events. A turn refused
+// before any text gets an HTTP error; a failure after text ends the stream
+// with an error event and no [DONE].
+func (d *door) stream(w http.ResponseWriter, r *http.Request, t *gateway.Turn, meta chunkMeta) {
+	tx := &transcoder{ev: newEvents(w, meta)}
+	out := &streamOutput{tx: tx}
+	out.StreamOutput = d.g.NewStreamOutput(r.Context(), tx, t.RequestID)
+	defer out.Close()
+	if _, err := d.g.Run(r.Context(), t, out); err != nil && !tx.started() {
+		fromGateway(err).Write(w)
+	}
+}
+
+// streamOutput is the pipeline's chunk aggregator, telling the transcoder
+// which tier writes and how the answer ended.
+type streamOutput struct {
+	*gateway.StreamOutput
+	tx *transcoder
+}
+
+func (o *streamOutput) BeginTier(tier, modelID string, degraded bool) {
+	o.tx.mu.Lock()
+	defer o.tx.mu.Unlock()
+	o.tx.tier, o.tx.degraded = tier, degraded
+	o.tx.ev.meta.model = answeredBy(modelID, tier)
+}
+
+func (o *streamOutput) BeginTrace(traceID string) {
+	o.tx.mu.Lock()
+	defer o.tx.mu.Unlock()
+	o.tx.traceID = traceID
+}
+
+func (o *streamOutput) Finish(res *gateway.Result) error {
+	o.tx.mu.Lock()
+	o.tx.finish, o.tx.usage = FinishReason(res.StopReason), usageOf(res)
+	o.tx.mu.Unlock()
+	return o.StreamOutput.Finish(res)
+}
+
+// transcoder is the stream's Sender: it turns the contract's frames into
+// OpenAI's events.
+type transcoder struct {
+	mu       sync.Mutex
+	ev       *events
+	tier     string
+	degraded bool
+	traceID  string
+	finish   string
+	usage    Usage
+}
+
+func (tx *transcoder) started() bool {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	return tx.ev.wrote
+}
+
+// Send implements stream.Sender.
+func (tx *transcoder) Send(ctx context.Context, frame []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f, err := stream.DecodeFrame(frame)
+	if err != nil {
+		return err
+	}
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if f.Type == stream.TypeHeartbeat && !tx.ev.wrote {
+		return nil // nothing to keep alive yet; the status is still open
+	}
+	if f.Type == stream.TypeError && !tx.ev.wrote {
+		return nil // the door answers with an HTTP error instead
+	}
+	if !tx.ev.wrote {
+		servedBy(tx.ev.w.Header(), tx.tier, tx.degraded, tx.traceID)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = tx.ev.rc.SetWriteDeadline(dl)
+	}
+	switch f.Type {
+	case stream.TypeChunk:
+		return tx.ev.delta(f.Chunk.Text)
+	case stream.TypeDone:
+		u := tx.usage
+		if u == (Usage{}) {
+			u = Usage{PromptTokens: f.Done.Tokens.Input, CompletionTokens: f.Done.Tokens.Output, CostUSD: f.Done.CostUSD}
+		}
+		return tx.ev.finish(orElse(tx.finish, FinishStop), u)
+	case stream.TypeError:
+		return tx.ev.fail(fromFrame(f.Error))
+	case stream.TypeHeartbeat:
+		return tx.ev.comment()
+	}
+	return nil
+}
+
+// collector is the Output of a JSON answer.
+type collector struct{ buf strings.Builder }
+
+func (c *collector) Write(text string) error      { c.buf.WriteString(text); return nil }
+func (c *collector) Started() bool                { return false }
+func (c *collector) Discard()                     { c.buf.Reset() }
+func (c *collector) Finish(*gateway.Result) error { return nil }
+func (c *collector) Fail(*gateway.Error) error    { return nil }
+
+func (d *door) models(w http.ResponseWriter, r *http.Request) {
+	if e := d.authenticate(r); e != nil {
+		e.Write(w)
+		return
+	}
+	buf := append(make([]byte, 0, 256), `{"object":"list","data":[`...)
+	for i, m := range d.g.Models() {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = appendModel(buf, m.Name)
+	}
+	buf = append(buf, "]}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(buf)
+}
+
+func (d *door) model(w http.ResponseWriter, r *http.Request) {
+	if e := d.authenticate(r); e != nil {
+		e.Write(w)
+		return
+	}
+	m, ok := d.g.ResolveModel(r.PathValue("model"))
+	if !ok {
+		modelNotFound(r.PathValue("model")).Write(w)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(appendModel(nil, m.Name), '\n'))
+}
+
+func (d *door) authenticate(r *http.Request) *Error {
+	key, _ := gateway.Bearer(r)
+	if err := d.g.Authenticate(r, key, "", &gateway.Turn{}); err != nil {
+		return fromGateway(err)
+	}
+	return nil
+}
+
+func appendModel(dst []byte, name string) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = appendString(dst, name)
+	return append(dst, `,"object":"model","created":0,"owned_by":"fmgate"}`...)
+}
+
+// servedBy sets the headers that say how an answer was served.
+func servedBy(h http.Header, tier string, degraded bool, traceID string) {
+	h.Set(HeaderTier, tier)
+	h.Set(HeaderDegraded, strconv.FormatBool(degraded))
+	if traceID != "" {
+		h.Set(HeaderTraceID, traceID)
+	}
+}
+
+// answeredBy is the response's "model": the provider's model id, or the
+// name of the fallback tier (cache, faq, graceful) that answered.
+func answeredBy(modelID, tier string) string {
+	return orElse(modelID, tier)
+}
+
+func usageOf(res *gateway.Result) Usage {
+	return Usage{PromptTokens: res.Usage.InputTokens, CompletionTokens: res.Usage.OutputTokens,
+		CachedTokens: res.Usage.CachedInputTokens, CostUSD: res.CostUSD}
+}
+
+// fromGateway is the OpenAI error for a turn the gateway refused or failed.
+func fromGateway(err error) *Error {
+	var ge *gateway.Error
+	if !errors.As(err, &ge) {
+		return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: gateway.CodeInternal,
+			Message: "Something went wrong on our side. Please try again."}
+	}
+	e := &Error{Status: ge.Status, Message: ge.Message, Code: ge.Code, RetryAfter: ge.RetryAfter, Header: ge.Header, Type: errorType(ge.Status, ge.Code)}
+	switch {
+	case ge.Status == http.StatusUnauthorized:
+		e.Code = "invalid_api_key"
+	case ge.Status == 499: // the client went away
+		e.Status = http.StatusBadRequest
+	}
+	return e
+}
+
+// fromFrame is the error event for an error frame mid-stream.
+func fromFrame(f stream.ErrorFrame) *Error {
+	e := &Error{Message: f.Message, Code: f.Code, Type: errorType(http.StatusInternalServerError, f.Code)}
+	if f.RetryAfterSeconds > 0 {
+		e.RetryAfter = time.Duration(f.RetryAfterSeconds) * time.Second
+	}
+	return e
+}
+
+// errorType is OpenAI's error type for a status.
+func errorType(status int, code string) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "invalid_request_error"
+	case status == http.StatusForbidden:
+		return "permission_error"
+	case status == http.StatusPaymentRequired:
+		return "insufficient_quota"
+	case status == http.StatusTooManyRequests && code == gateway.CodeQuotaExhausted:
+		return "tokens"
+	case status == http.StatusTooManyRequests:
+		return "requests"
+	case status >= 500:
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+func orElse(s, fallback string) string {
+	if s == "" {
+		return fallback
+	}
+	return s
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

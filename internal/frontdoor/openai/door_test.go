@@ -1,0 +1,313 @@
+package openai_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+
+	sdk "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/provider/sim"
+	"github.com/fmgate/fmgate/internal/ratelimit"
+	"github.com/fmgate/fmgate/internal/server"
+)
+
+const (
+	testKey    = "sk-fmgate-door-test"
+	adminToken = "door-admin"
+)
+
+// gateway is a running fmgate whose tiers are the built-in simulator.
+type gateway struct {
+	t   *testing.T
+	s   *server.Server
+	srv *httptest.Server
+}
+
+func quickConfig(t *testing.T) config.Config {
+	cfg := config.Default()
+	for name, st := range cfg.Sim.Models {
+		st.TTFTMs = 5
+		st.TokensPerSecond = 3000
+		cfg.Sim.Models[name] = st
+	}
+	dir := t.TempDir()
+	cfg.EventStore.Path = filepath.Join(dir, "events.db")
+	cfg.Events.WAL.Dir = filepath.Join(dir, "wal")
+	cfg.Auth.Keys = map[string]config.Caller{testKey: {UserID: "door-user", Tier: "standard", Priority: "P0"}}
+	cfg.Auth.TrustUserHeader = false
+	cfg.RateLimit.User = ratelimit.UserRules{}
+	// A loaded test machine: the model tiers, not the deadlines, answer.
+	cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 20*time.Second, 15*time.Second
+	sim.CountTokens("load the tokenizer before the first turn's deadline runs")
+	return cfg
+}
+
+func startGateway(t *testing.T, cfg config.Config) *gateway {
+	t.Helper()
+	s, err := server.New(context.Background(), cfg, server.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler(adminToken))
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	return &gateway{t: t, s: s, srv: srv}
+}
+
+// sim changes a simulated model's faults through the admin API.
+func (g *gateway) sim(model, body string) {
+	g.t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, g.srv.URL+"/admin/sim/"+model, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		g.t.Fatalf("PUT /admin/sim/%s: %s", model, resp.Status)
+	}
+}
+
+func (g *gateway) client(key string) *sdk.Client {
+	c := sdk.NewClient(option.WithBaseURL(g.srv.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	return &c
+}
+
+func hasJapanese(s string) bool {
+	for _, r := range s {
+		if unicode.In(r, unicode.Hiragana, unicode.Katakana, unicode.Han) {
+			return true
+		}
+	}
+	return false
+}
+
+func params(model, question string) sdk.ChatCompletionNewParams {
+	return sdk.ChatCompletionNewParams{
+		Model: model,
+		Messages: []sdk.ChatCompletionMessageParamUnion{
+			sdk.SystemMessage("Answer briefly."),
+			sdk.UserMessage("hello"),
+			sdk.AssistantMessage("Hello! How can I help?"),
+			sdk.UserMessage(question),
+		},
+		MaxCompletionTokens: sdk.Int(300),
+	}
+}
+
+func TestGoSDKAnswersJSONAndStream(t *testing.T) {
+	g := startGateway(t, quickConfig(t))
+	c := g.client(testKey)
+	for _, q := range []struct{ lang, text string }{{"en", "Recommend a fantasy manga series"}, {"ja", "おすすめのファンタジー漫画を教えて"}} {
+		t.Run(q.lang+"/json", func(t *testing.T) {
+			var raw *http.Response
+			cc, err := c.Chat.Completions.New(context.Background(), params("sonnet", q.text), option.WithResponseInto(&raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := cc.Choices[0].Message.Content
+			if text == "" || hasJapanese(text) != (q.lang == "ja") {
+				t.Fatalf("answer %q to a %s question", text, q.lang)
+			}
+			if cc.Usage.PromptTokens == 0 || cc.Usage.CompletionTokens == 0 || cc.Usage.TotalTokens != cc.Usage.PromptTokens+cc.Usage.CompletionTokens {
+				t.Errorf("usage %+v", cc.Usage)
+			}
+			if cc.Choices[0].FinishReason != "stop" || cc.Model != modelIDOf(t, g, "sonnet") {
+				t.Errorf("finish %q model %q", cc.Choices[0].FinishReason, cc.Model)
+			}
+			if raw.Header.Get("X-Fmgate-Tier") != "sonnet" || raw.Header.Get("X-Fmgate-Degraded") != "false" || raw.Header.Get("X-Fmgate-Trace-Id") == "" {
+				t.Errorf("headers %v", raw.Header)
+			}
+		})
+		t.Run(q.lang+"/stream", func(t *testing.T) {
+			p := params("sonnet", q.text)
+			p.StreamOptions = sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)}
+			var raw *http.Response
+			s := c.Chat.Completions.NewStreaming(context.Background(), p, option.WithResponseInto(&raw))
+			var acc sdk.ChatCompletionAccumulator
+			chunks := 0
+			for s.Next() {
+				acc.AddChunk(s.Current())
+				chunks++
+			}
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			text := acc.Choices[0].Message.Content
+			if text == "" || hasJapanese(text) != (q.lang == "ja") {
+				t.Fatalf("answer %q to a %s question", text, q.lang)
+			}
+			if acc.Usage.PromptTokens == 0 || acc.Usage.CompletionTokens == 0 {
+				t.Errorf("no usage chunk: %+v", acc.Usage)
+			}
+			if acc.Choices[0].FinishReason != "stop" || chunks < 3 {
+				t.Errorf("finish %q after %d chunks", acc.Choices[0].FinishReason, chunks)
+			}
+			if raw.Header.Get("X-Fmgate-Tier") != "sonnet" || raw.Header.Get("X-Fmgate-Trace-Id") == "" {
+				t.Errorf("headers %v", raw.Header)
+			}
+		})
+	}
+}
+
+func modelIDOf(t *testing.T, g *gateway, tier string) string {
+	m, ok := g.s.Gateway.ResolveModel(tier)
+	if !ok {
+		t.Fatalf("no tier %s", tier)
+	}
+	return m.ModelID
+}
+
+func TestGoSDKSeesDegradedAnswerUnderOutage(t *testing.T) {
+	g := startGateway(t, quickConfig(t))
+	g.sim("sonnet", `{"outage":true}`)
+	var raw *http.Response
+	cc, err := g.client(testKey).Chat.Completions.New(context.Background(), params("sonnet", "Recommend a manga"), option.WithResponseInto(&raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw.StatusCode != 200 || raw.Header.Get("X-Fmgate-Degraded") != "true" || raw.Header.Get("X-Fmgate-Tier") != "haiku" {
+		t.Fatalf("status %d headers %v", raw.StatusCode, raw.Header)
+	}
+	if cc.Model != modelIDOf(t, g, "haiku") || cc.Choices[0].Message.Content == "" {
+		t.Fatalf("model %q text %q: want haiku's answer", cc.Model, cc.Choices[0].Message.Content)
+	}
+}
+
+func TestGoSDKErrors(t *testing.T) {
+	cfg := quickConfig(t)
+	cfg.RateLimit.Routes = map[string]ratelimit.Rule{"chat": {Limit: ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1}}}
+	g := startGateway(t, cfg)
+	tests := []struct {
+		name       string
+		key        string
+		params     sdk.ChatCompletionNewParams
+		wantStatus int
+		wantCode   string
+		wantParam  string
+	}{
+		{name: "unsupported tools", key: testKey, params: func() sdk.ChatCompletionNewParams {
+			p := params("sonnet", "hi")
+			p.Tools = []sdk.ChatCompletionToolUnionParam{sdk.ChatCompletionFunctionTool(sdk.FunctionDefinitionParam{Name: "lookup"})}
+			return p
+		}(), wantStatus: 400, wantParam: "tools"},
+		{name: "n>1", key: testKey, params: func() sdk.ChatCompletionNewParams { p := params("sonnet", "hi"); p.N = sdk.Int(2); return p }(), wantStatus: 400, wantParam: "n"},
+		{name: "wrong key", key: "sk-wrong", params: params("sonnet", "hi"), wantStatus: 401, wantCode: "invalid_api_key"},
+		{name: "first call passes the limit", key: testKey, params: params("sonnet", "hi"), wantStatus: 200},
+		{name: "rate limited", key: testKey, params: params("sonnet", "hi"), wantStatus: 429, wantCode: "rate_limited"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var raw *http.Response
+			_, err := g.client(tt.key).Chat.Completions.New(context.Background(), tt.params, option.WithResponseInto(&raw))
+			if tt.wantStatus == 200 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var apiErr *sdk.Error
+			if !errors.As(err, &apiErr) {
+				t.Fatalf("error %v, want an API error", err)
+			}
+			if apiErr.StatusCode != tt.wantStatus || (tt.wantCode != "" && apiErr.Code != tt.wantCode) || apiErr.Param != tt.wantParam || apiErr.Message == "" {
+				t.Fatalf("got %d code %q param %q message %q; want %d %q %q", apiErr.StatusCode, apiErr.Code, apiErr.Param, apiErr.Message, tt.wantStatus, tt.wantCode, tt.wantParam)
+			}
+			if tt.wantStatus == 429 && (raw.Header.Get("Retry-After") == "" || raw.Header.Get("Retry-After-Ms") == "") {
+				t.Errorf("429 without retry headers: %v", raw.Header)
+			}
+		})
+	}
+}
+
+func TestMidStreamFailureIsAnErrorEvent(t *testing.T) {
+	cfg := quickConfig(t)
+	g := startGateway(t, cfg)
+	g.sim("sonnet", `{"cutAfterTokens":20}`)
+	p := params("sonnet", "Recommend a long fantasy manga series and explain why")
+	s := g.client(testKey).Chat.Completions.NewStreaming(context.Background(), p)
+	text := ""
+	for s.Next() {
+		for _, c := range s.Current().Choices {
+			text += c.Delta.Content
+			if c.FinishReason != "" {
+				t.Fatalf("a cut stream finished with %q", c.FinishReason)
+			}
+		}
+	}
+	var se *ssestream.StreamError
+	if !errors.As(s.Err(), &se) || text == "" {
+		t.Fatalf("error %v after %q; want the stream's error event after some text", s.Err(), text)
+	}
+
+	// On the wire: an error event, and no [DONE] after it.
+	req, _ := http.NewRequest(http.MethodPost, g.srv.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"sonnet","stream":true,"messages":[{"role":"user","content":"Recommend a long fantasy manga series and explain why"}]}`))
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `data: {"error":{"message":`) || strings.Contains(string(body), "[DONE]") {
+		t.Fatalf("stream:\n%s", body)
+	}
+}
+
+// fmgate in front of fmgate: a tier on the openai provider pointed at
+// another gateway's front door.
+func TestFmgateFrontsFmgate(t *testing.T) {
+	upstream := startGateway(t, quickConfig(t))
+	t.Setenv("UPSTREAM_FMGATE_KEY", testKey)
+	cfg := quickConfig(t)
+	cfg.Models[0].Provider = "openai"
+	cfg.Models[0].ModelID = "sonnet"
+	cfg.Models[0].Endpoint = upstream.srv.URL + "/v1"
+	cfg.Models[0].APIKeyEnv = "UPSTREAM_FMGATE_KEY"
+	front := startGateway(t, cfg)
+
+	p := params("sonnet", "Recommend a fantasy manga series")
+	p.StreamOptions = sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)}
+	s := front.client(testKey).Chat.Completions.NewStreaming(context.Background(), p)
+	var acc sdk.ChatCompletionAccumulator
+	for s.Next() {
+		acc.AddChunk(s.Current())
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if acc.Choices[0].Message.Content == "" || acc.Usage.PromptTokens == 0 {
+		t.Fatalf("answer %q usage %+v", acc.Choices[0].Message.Content, acc.Usage)
+	}
+	// The front gateway's sonnet is the upstream's whole pipeline: its
+	// simulator billed what the front reports (the prompts add up: the
+	// front's configured prompt and the upstream's).
+	if up := upstream.s.Sim.Usage("sonnet"); up.OutputTokens != int(acc.Usage.CompletionTokens) || up.InputTokens != int(acc.Usage.PromptTokens) {
+		t.Fatalf("front reports %+v, the upstream's simulator billed %+v", acc.Usage, up)
+	}
+	// A stream names the tier's configured model id from its first chunk;
+	// a JSON answer names the model the upstream reported.
+	if acc.Model != "sonnet" {
+		t.Errorf("stream's model %q, want the tier's modelId", acc.Model)
+	}
+	cc, err := front.client(testKey).Chat.Completions.New(context.Background(), params("sonnet", "おすすめの漫画は？"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := modelIDOf(t, upstream, "sonnet"); cc.Model != want || !hasJapanese(cc.Choices[0].Message.Content) {
+		t.Errorf("model %q answer %q; want %s in Japanese", cc.Model, cc.Choices[0].Message.Content, want)
+	}
+}

@@ -1,0 +1,325 @@
+package openai
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Finish reasons of a choice, as OpenAI names them.
+const (
+	FinishStop          = "stop"
+	FinishLength        = "length"
+	FinishContentFilter = "content_filter"
+)
+
+// FinishReason maps a provider's stop reason (end_turn, max_tokens,
+// stop_sequence, Bedrock's and OpenAI's own names) to OpenAI's.
+func FinishReason(stop string) string {
+	switch stop {
+	case "max_tokens", "length", "model_context_window_exceeded":
+		return FinishLength
+	case "content_filter", "content_filtered", "guardrail_intervened", "refusal":
+		return FinishContentFilter
+	}
+	return FinishStop
+}
+
+// Usage is the usage object of an answer.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+	// CachedTokens were read from the prompt cache (part of PromptTokens).
+	CachedTokens int
+	// CostUSD is what fmgate priced the answer at, sent as usage.cost_usd
+	// when positive (an extension field the SDKs keep as an extra).
+	CostUSD float64
+}
+
+func (u Usage) appendJSON(dst []byte) []byte {
+	dst = append(dst, `{"prompt_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.PromptTokens), 10)
+	dst = append(dst, `,"completion_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.CompletionTokens), 10)
+	dst = append(dst, `,"total_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.PromptTokens+u.CompletionTokens), 10)
+	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.CachedTokens), 10)
+	dst = append(dst, `},"completion_tokens_details":{"reasoning_tokens":0}`...)
+	if u.CostUSD > 0 && !math.IsInf(u.CostUSD, 0) {
+		dst = append(dst, `,"cost_usd":`...)
+		dst = strconv.AppendFloat(dst, u.CostUSD, 'g', -1, 64)
+	}
+	return append(dst, '}')
+}
+
+// Completion is a whole chat.completion answer.
+type Completion struct {
+	ID      string
+	Created int64
+	Model   string
+	Text    string
+	// FinishReason is one of the Finish constants.
+	FinishReason string
+	Usage        Usage
+}
+
+// AppendJSON appends the chat.completion object.
+func (c Completion) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = appendString(dst, c.ID)
+	dst = append(dst, `,"object":"chat.completion","created":`...)
+	dst = strconv.AppendInt(dst, c.Created, 10)
+	dst = append(dst, `,"model":`...)
+	dst = appendString(dst, c.Model)
+	dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
+	dst = appendString(dst, c.Text)
+	dst = append(dst, `,"refusal":null},"logprobs":null,"finish_reason":`...)
+	dst = appendString(dst, c.FinishReason)
+	dst = append(dst, `}],"usage":`...)
+	dst = c.Usage.appendJSON(dst)
+	return append(dst, '}')
+}
+
+// chunkMeta is what every chunk of one stream repeats.
+type chunkMeta struct {
+	id           string
+	created      int64
+	model        string
+	includeUsage bool
+}
+
+func (m chunkMeta) appendStart(dst []byte) []byte {
+	dst = append(dst, `data: {"id":`...)
+	dst = appendString(dst, m.id)
+	dst = append(dst, `,"object":"chat.completion.chunk","created":`...)
+	dst = strconv.AppendInt(dst, m.created, 10)
+	dst = append(dst, `,"model":`...)
+	dst = appendString(dst, m.model)
+	return dst
+}
+
+func (m chunkMeta) appendEnd(dst []byte) []byte {
+	if m.includeUsage {
+		dst = append(dst, `,"usage":null`...)
+	}
+	return append(dst, "}\n\n"...)
+}
+
+// appendDelta appends a content chunk event; the first one carries the role.
+func (m chunkMeta) appendDelta(dst []byte, text string, first bool) []byte {
+	dst = m.appendStart(dst)
+	dst = append(dst, `,"choices":[{"index":0,"delta":{`...)
+	if first {
+		dst = append(dst, `"role":"assistant",`...)
+	}
+	dst = append(dst, `"content":`...)
+	dst = appendString(dst, text)
+	dst = append(dst, `},"logprobs":null,"finish_reason":null}]`...)
+	return m.appendEnd(dst)
+}
+
+// appendFinish appends the events that end a stream: the chunk with the
+// finish reason, the usage chunk when asked for, and [DONE].
+func (m chunkMeta) appendFinish(dst []byte, finish string, u Usage, first bool) []byte {
+	dst = m.appendStart(dst)
+	dst = append(dst, `,"choices":[{"index":0,"delta":{`...)
+	if first {
+		dst = append(dst, `"role":"assistant","content":""`...)
+	}
+	dst = append(dst, `},"logprobs":null,"finish_reason":`...)
+	dst = appendString(dst, finish)
+	dst = append(dst, "}]"...)
+	dst = m.appendEnd(dst)
+	if m.includeUsage {
+		dst = m.appendStart(dst)
+		dst = append(dst, `,"choices":[],"usage":`...)
+		dst = u.appendJSON(dst)
+		dst = append(dst, "}\n\n"...)
+	}
+	return append(dst, "data: [DONE]\n\n"...)
+}
+
+// Error is a failure in OpenAI's shape:
+// {"error":{"message","type","param","code"}} with its HTTP status.
+type Error struct {
+	Status  int
+	Message string
+	// Type is OpenAI's error type: invalid_request_error,
+	// authentication_error, rate_limit_exceeded, server_error, ….
+	Type string
+	// Code and Param are sent as null when empty.
+	Code  string
+	Param string
+	// RetryAfter, when positive, is sent as retry-after (whole seconds,
+	// rounded up) and retry-after-ms, which the OpenAI SDKs honour.
+	RetryAfter time.Duration
+	// Header holds extra response headers (RateLimit-Policy …).
+	Header http.Header
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("openai: %d %s: %s", e.Status, e.Type, e.Message)
+}
+
+func invalidRequest(param, format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// AppendJSON appends the error object {"error":{…}}.
+func (e *Error) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"error":{"message":`...)
+	dst = appendString(dst, e.Message)
+	dst = append(dst, `,"type":`...)
+	dst = appendString(dst, e.Type)
+	dst = append(dst, `,"param":`...)
+	dst = appendNullable(dst, e.Param)
+	dst = append(dst, `,"code":`...)
+	dst = appendNullable(dst, e.Code)
+	return append(dst, "}}"...)
+}
+
+// Write sends e as the response, with its status and retry headers.
+func (e *Error) Write(w http.ResponseWriter) {
+	h := w.Header()
+	for k, vs := range e.Header {
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+	if e.RetryAfter > 0 {
+		secs := max(int64((e.RetryAfter+time.Second-1)/time.Second), 1)
+		h.Set("Retry-After", strconv.FormatInt(secs, 10))
+		h.Set("Retry-After-Ms", strconv.FormatInt(max(e.RetryAfter.Milliseconds(), 1), 10))
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(append(e.AppendJSON(make([]byte, 0, 256)), '\n'))
+}
+
+// events writes a chat.completion.chunk stream. Headers go out with the
+// first event, so a request that fails before any text still gets an HTTP
+// error with its status.
+type events struct {
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	meta   chunkMeta
+	buf    []byte
+	wrote  bool // headers and at least one event are out
+	deltas int
+}
+
+func newEvents(w http.ResponseWriter, meta chunkMeta) *events {
+	return &events{w: w, rc: http.NewResponseController(w), meta: meta, buf: make([]byte, 0, 512)}
+}
+
+// begin sends the stream's headers.
+func (e *events) begin() {
+	if e.wrote {
+		return
+	}
+	h := e.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	e.w.WriteHeader(http.StatusOK)
+	e.wrote = true
+}
+
+func (e *events) delta(text string) error {
+	e.buf = e.meta.appendDelta(e.buf[:0], text, e.deltas == 0)
+	e.deltas++
+	return e.flush()
+}
+
+func (e *events) finish(reason string, u Usage) error {
+	e.buf = e.meta.appendFinish(e.buf[:0], reason, u, e.deltas == 0)
+	return e.flush()
+}
+
+// fail ends the stream with an error event, which the OpenAI SDKs raise as
+// an APIError; no [DONE] follows it.
+func (e *events) fail(err *Error) error {
+	e.buf = append(err.AppendJSON(append(e.buf[:0], "data: "...)), "\n\n"...)
+	return e.flush()
+}
+
+// comment keeps an idle connection open; clients ignore it.
+func (e *events) comment() error {
+	e.buf = append(e.buf[:0], ": keep-alive\n\n"...)
+	return e.flush()
+}
+
+func (e *events) flush() error {
+	e.begin()
+	if _, err := e.w.Write(e.buf); err != nil {
+		return err
+	}
+	if err := e.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+func appendNullable(dst []byte, s string) []byte {
+	if s == "" {
+		return append(dst, "null"...)
+	}
+	return appendString(dst, s)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
