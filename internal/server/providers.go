@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/provider/anthropic"
 )
 
 // provider builds the backend of one model tier from its config. Each
@@ -15,6 +17,8 @@ func (s *Server) provider(_ context.Context, m config.Model) (provider.Provider,
 	switch m.Provider {
 	case "sim":
 		return s.Sim, nil
+	case "anthropic":
+		return anthropic.New(m, os.Getenv, nil)
 	}
 	return nil, fmt.Errorf("provider %q is not available in this build", m.Provider)
 }

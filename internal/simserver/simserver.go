@@ -26,6 +26,7 @@ func Handler(s *sim.Sim) http.Handler {
 		_ = json.NewEncoder(w).Encode(map[string]string{"status": "ok"})
 	})
 	// The vendors' wire protocols.
+	mux.Handle("POST /v1/messages", anthropicMessages(s))
 	return mux
 }
 
