@@ -106,6 +106,7 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	t.UserHash = g.hasher.Hash(t.UserID)
 	t.RequestHash = g.hasher.Hash(t.RequestID)
 	t.System, t.PromptVersion = g.prompts.Active()
+	t.System = appendPrompt(t.System, t.ClientSystem)
 	events.SpanFromContext(ctx).SetPromptVersion(t.PromptVersion)
 	if t.Feature == "" {
 		t.Feature = "chat"
@@ -119,6 +120,17 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	} else {
 		g.log.Warn("session history unavailable; answering without it", "err", err)
 	}
+}
+
+// appendPrompt adds the client's system prompt after fmgate's.
+func appendPrompt(own, client string) string {
+	switch {
+	case client == "":
+		return own
+	case own == "":
+		return client
+	}
+	return own + "\n\n" + client
 }
 
 // invokeRoute tries the planned model tiers in order. It stops at the first
