@@ -109,6 +109,11 @@ type tracedOutput struct {
 	ended bool
 }
 
+// BeginTier passes the tier on to a TierAware output.
+func (o *tracedOutput) BeginTier(tier, modelID string, degraded bool) {
+	beginTier(o.Output, tier, modelID, degraded)
+}
+
 func (o *tracedOutput) Write(text string) error {
 	o.mu.Lock()
 	if o.first.IsZero() {
