@@ -82,7 +82,7 @@ func hasJapanese(s string) bool {
 
 type jsAnswer struct {
 	Text, Deltas, Model, StopReason, Tier, Degraded, TraceID string
-	Usage                                                   struct {
+	Usage                                                    struct {
 		Input  int `json:"input_tokens"`
 		Output int `json:"output_tokens"`
 	}
@@ -131,8 +131,8 @@ func TestJavaScriptSDK(t *testing.T) {
 		t.Fatalf("node: %v\n%s", err, stderr.String())
 	}
 	var got struct {
-		JSONEN, JSONJA, StreamEN, StreamJA, FirstLimited, DegradedJSON, DegradedStream jsAnswer
-		WrongKey, WrongToken, Unsupported, UnknownModel, RateLimited, RateLimitedStream  jsFailure
+		JSONEN, JSONJA, StreamEN, StreamJA, FirstLimited, DegradedJSON, DegradedStream  jsAnswer
+		WrongKey, WrongToken, Unsupported, UnknownModel, RateLimited, RateLimitedStream jsFailure
 	}
 	if err := json.Unmarshal(outb, &got); err != nil {
 		t.Fatalf("script output %s: %v", outb, err)

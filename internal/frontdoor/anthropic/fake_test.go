@@ -46,4 +46,6 @@ func (f fakePipeline) Run(_ context.Context, t *gateway.Turn, out gateway.Output
 	return res, out.Finish(res)
 }
 
-func newDoorWith(p anthropic.Pipeline) http.Handler { return anthropic.New(p, anthropic.Options{MaxBodyBytes: 64 << 10}) }
+func newDoorWith(p anthropic.Pipeline) http.Handler {
+	return anthropic.New(p, anthropic.Options{MaxBodyBytes: 64 << 10})
+}
