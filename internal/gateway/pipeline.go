@@ -120,9 +120,7 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	if t.PromptVersion == "" { // a caller (the eval judge) may bring its own prompt
 		t.System, t.PromptVersion = g.promptFor(t)
 	}
-	if t.ClientSystem != "" {
-		t.System = strings.TrimSpace(t.System + "\n\n" + t.ClientSystem)
-	}
+	t.System = appendPrompt(t.System, t.ClientSystem)
 	events.SpanFromContext(ctx).SetPromptVersion(t.PromptVersion)
 	if t.Feature == "" {
 		t.Feature = "chat"
@@ -160,6 +158,17 @@ func (g *Gateway) promptFor(t *Turn) (text, version string) {
 		return sp.ForSession(t.UserID, t.SessionID)
 	}
 	return g.prompts.Active()
+}
+
+// appendPrompt adds the client's system prompt after fmgate's.
+func appendPrompt(own, client string) string {
+	switch {
+	case client == "":
+		return own
+	case own == "":
+		return client
+	}
+	return own + "\n\n" + client
 }
 
 // invokeRoute tries the planned model tiers in order. It stops at the first

@@ -40,9 +40,10 @@ type Turn struct {
 	// front door, as the vendors' APIs do) and neither read nor write the
 	// session store.
 	Stateless bool
-	// ClientSystem is the system prompt a vendor front door's client sent;
-	// the turn's System is fmgate's configured prompt followed by it, so
-	// the operator's instructions stay in force.
+	// ClientSystem is the system prompt a vendor front door's client sent.
+	// It is appended to fmgate's own prompt, which stays in force (store
+	// policy, tone, safety), so the app can add instructions but not
+	// remove fmgate's.
 	ClientSystem string
 	// Temperature and StopSequences pass through to the model.
 	Temperature   *float64

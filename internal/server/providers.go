@@ -7,6 +7,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/provider/anthropic"
 	"github.com/fmgate/fmgate/internal/provider/openai"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 )
@@ -24,6 +25,8 @@ func (s *Server) provider(_ context.Context, m config.Model) (provider.Provider,
 			key = os.Getenv(m.APIKeyEnv)
 		}
 		return openai.New(openai.Config{Name: m.Name, ModelID: m.ModelID, BaseURL: m.Endpoint, APIKey: key, Estimate: estimateTokens})
+	case "anthropic":
+		return anthropic.New(m, os.Getenv, nil)
 	}
 	return nil, fmt.Errorf("provider %q is not available in this build", m.Provider)
 }

@@ -29,6 +29,7 @@ func Handler(s *sim.Sim) http.Handler {
 	// The vendors' wire protocols.
 	resolve := func(model string) (string, bool) { return Resolve(s, model) }
 	mux.Handle("POST /v1/chat/completions", openai.Sim(s, resolve, nil))
+	mux.Handle("POST /v1/messages", anthropicMessages(s))
 	return mux
 }
 

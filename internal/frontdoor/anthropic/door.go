@@ -1,0 +1,386 @@
+package anthropic
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/stream"
+)
+
+// Pipeline is what the front door needs of the gateway.
+type Pipeline interface {
+	Run(ctx context.Context, t *gateway.Turn, out gateway.Output) (*gateway.Result, error)
+	NewStreamOutput(ctx context.Context, s stream.Sender, requestID string) *gateway.StreamOutput
+	Authenticate(r *http.Request, key, bodyUser string, t *gateway.Turn) error
+	ResolveModel(name string) (config.Model, bool)
+}
+
+// Options tune the door. The zero value is the default.
+type Options struct {
+	// MaxBodyBytes bounds a request body (the whole conversation).
+	// Default DefaultMaxBodyBytes (4 MiB).
+	MaxBodyBytes int64
+}
+
+// Response headers saying how an answer was served.
+const (
+	HeaderTier     = "x-fmgate-tier"
+	HeaderDegraded = "x-fmgate-degraded"
+	HeaderTraceID  = "x-fmgate-trace-id"
+	// HeaderFeature, on a request, attributes the turn to a product
+	// feature in events and cost views; default "chat".
+	HeaderFeature = "x-fmgate-feature"
+)
+
+// New returns fmgate's Anthropic front door: POST /v1/messages runs each
+// request through g's pipeline as a stateless turn and answers in the
+// Messages API's JSON or SSE event sequence.
+//
+//   - model names a tier or its modelId (404 not_found_error otherwise);
+//     the turn starts at that tier and falls down the cascade below it.
+//     The answer's model field, and x-fmgate-tier, name who answered.
+//   - The key comes from x-api-key, or Authorization: Bearer; the
+//     anthropic-version and anthropic-beta headers are tolerated.
+//   - system is appended to fmgate's own system prompt.
+//   - messages bring the whole conversation; fmgate's session store is
+//     neither read nor written.
+//   - Refusals come in Anthropic's error shape and status: 400
+//     invalid_request_error, 401 authentication_error, 402 billing_error
+//     (budget exceeded), 404 not_found_error, 413 request_too_large, 429
+//     rate_limit_error with retry-after, 529 overloaded_error (fmgate is
+//     draining or the client was too slow), 500 api_error. A stream that
+//     breaks after its first event ends with an `error` event.
+func New(g Pipeline, opts Options) http.Handler {
+	d := &door{g: g, maxBody: opts.MaxBodyBytes}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/messages", d.serveMessages)
+	return mux
+}
+
+type door struct {
+	g       Pipeline
+	maxBody int64
+}
+
+func (d *door) serveMessages(w http.ResponseWriter, r *http.Request) {
+	req, werr := DecodeRequest(r.Body, d.maxBody)
+	if werr != nil {
+		WriteError(w, werr)
+		return
+	}
+	m, ok := d.g.ResolveModel(req.Model)
+	if !ok {
+		WriteError(w, &Error{Status: http.StatusNotFound, Type: ErrNotFound,
+			Message: "model: " + req.Model + " is not a model tier of this gateway (use a tier name or its modelId)"})
+		return
+	}
+	t := d.turn(r, req, m)
+	traceID := ensureTrace(t)
+	w.Header().Set(HeaderTraceID, traceID)
+	key := r.Header.Get("x-api-key")
+	if key == "" {
+		key, _ = gateway.Bearer(r)
+	}
+	if err := d.g.Authenticate(r, key, req.UserID, t); err != nil {
+		writeGatewayError(w, err)
+		return
+	}
+	if req.Stream {
+		d.stream(w, r, t, traceID)
+		return
+	}
+	out := &collector{}
+	res, err := d.g.Run(r.Context(), t, out)
+	if err != nil {
+		writeGatewayError(w, err)
+		return
+	}
+	servedBy(w.Header(), res.Tier, res.Degraded, res.TraceID)
+	msg := NewMessage(t.RequestID, answeredBy(res.Tier, res.ModelID))
+	msg.Content = []ContentBlock{{Type: "text", Text: out.text()}}
+	msg.StopReason = Ptr(StopReason(res.StopReason))
+	msg.Usage = UsageOf(res.Usage)
+	WriteMessage(w, msg)
+}
+
+// turn is the pipeline's turn for req: the last user message, the
+// conversation before it, the client's system prompt and sampling.
+func (d *door) turn(r *http.Request, req *Request, m config.Model) *gateway.Turn {
+	id := "msg_" + newID()
+	last := len(req.Messages) - 1
+	feature := r.Header.Get(HeaderFeature)
+	if feature == "" || len(feature) > 64 {
+		feature = "chat"
+	}
+	return &gateway.Turn{
+		RequestID:     id,
+		SessionID:     id,
+		Message:       req.Messages[last].Content,
+		History:       append([]provider.Message(nil), req.Messages[:last]...),
+		Stateless:     true,
+		StartTier:     m.Name,
+		ClientSystem:  req.System,
+		MaxOutput:     req.MaxTokens,
+		Temperature:   req.Temperature,
+		StopSequences: req.StopSequences,
+		Route:         "chat",
+		Surface:       "anthropic",
+		Feature:       feature,
+		TraceParent:   r.Header.Get("traceparent"),
+	}
+}
+
+func (d *door) stream(w http.ResponseWriter, r *http.Request, t *gateway.Turn, traceID string) {
+	snd := &sender{ev: NewEvents(w), id: t.RequestID, traceID: traceID}
+	so := d.g.NewStreamOutput(r.Context(), snd, t.RequestID)
+	_, err := d.g.Run(r.Context(), t, &streamOutput{StreamOutput: so, snd: snd})
+	so.Close() // the sender goroutine is done: w is ours again
+	if err != nil && !snd.began() {
+		writeGatewayError(w, err)
+	}
+}
+
+// streamOutput is the chunk aggregator, telling the sender which tier
+// answers and the whole result (stop reason, every usage field) before the
+// done frame goes out.
+type streamOutput struct {
+	*gateway.StreamOutput
+	snd *sender
+}
+
+func (o *streamOutput) BeginTier(tier, modelID string, degraded bool) {
+	o.snd.mu.Lock()
+	o.snd.tier, o.snd.model, o.snd.degraded = tier, answeredBy(tier, modelID), degraded
+	o.snd.mu.Unlock()
+}
+
+func (o *streamOutput) Finish(res *gateway.Result) error {
+	o.snd.mu.Lock()
+	o.snd.res = res
+	o.snd.mu.Unlock()
+	return o.StreamOutput.Finish(res)
+}
+
+// sender transcodes the contract's frames into the Messages API's events.
+// Headers go out with the first text (or the end of an empty answer), so a
+// turn refused before it still gets a JSON error with its status. A
+// heartbeat before then is dropped; after it, it is a ping.
+type sender struct {
+	ev      *Events
+	id      string
+	traceID string
+
+	mu       sync.Mutex
+	tier     string
+	model    string
+	degraded bool
+	res      *gateway.Result
+	started  bool
+}
+
+func (s *sender) began() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
+}
+
+// Send implements stream.Sender.
+func (s *sender) Send(ctx context.Context, frame []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f, err := stream.DecodeFrame(frame)
+	if err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		s.ev.SetWriteDeadline(dl)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch f.Type {
+	case stream.TypeChunk:
+		if err := s.openLocked(); err != nil {
+			return err
+		}
+		return s.ev.TextDelta(0, f.Chunk.Text)
+	case stream.TypeHeartbeat:
+		if !s.started {
+			return nil
+		}
+		return s.ev.Ping()
+	case stream.TypeDone:
+		s.tier, s.degraded = f.Done.Tier, f.Done.Degraded
+		if err := s.openLocked(); err != nil {
+			return err
+		}
+		stop, usage := StopEndTurn, Usage{InputTokens: f.Done.Tokens.Input, OutputTokens: f.Done.Tokens.Output}
+		if s.res != nil {
+			stop, usage = StopReason(s.res.StopReason), UsageOf(s.res.Usage)
+		}
+		if err := s.ev.BlockStop(0); err != nil {
+			return err
+		}
+		if err := s.ev.MessageDelta(stop, nil, usage); err != nil {
+			return err
+		}
+		return s.ev.MessageStop()
+	case stream.TypeError:
+		if !s.started {
+			return nil // the door answers with the error's status instead
+		}
+		e := errorFor(f.Error.Code, statusOfCode(f.Error.Code), f.Error.Message, 0)
+		return s.ev.Error(e.Type, e.Message)
+	}
+	return nil
+}
+
+// openLocked sends the headers, message_start and the text block's start.
+func (s *sender) openLocked() error {
+	if s.started {
+		return nil
+	}
+	s.started = true
+	servedBy(s.ev.w.Header(), s.tier, s.degraded, s.traceID)
+	if err := s.ev.MessageStart(NewMessage(s.id, s.model)); err != nil {
+		return err
+	}
+	return s.ev.BlockStart(0)
+}
+
+func servedBy(h http.Header, tier string, degraded bool, traceID string) {
+	if tier != "" {
+		h.Set(HeaderTier, tier)
+	}
+	h.Set(HeaderDegraded, strconv.FormatBool(degraded))
+	if traceID != "" {
+		h.Set(HeaderTraceID, traceID)
+	}
+}
+
+// ensureTrace gives t a W3C traceparent when the client sent none, so the
+// turn's trace id is known before the first byte (a streamed answer's
+// headers carry it), and returns that trace id.
+func ensureTrace(t *gateway.Turn) string {
+	if tc, ok := events.ParseTraceparent(t.TraceParent); ok {
+		return tc.TraceHex()
+	}
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	b[0] |= 1  // an all-zero trace id is invalid
+	b[16] |= 1 // so is an all-zero parent id
+	trace, parent := hex.EncodeToString(b[:16]), hex.EncodeToString(b[16:])
+	t.TraceParent = "00-" + trace + "-" + parent + "-01"
+	return trace
+}
+
+// answeredBy is the model field of an answer: the provider's model id, or
+// for the tiers below the models (cache, faq, graceful) the tier's name.
+func answeredBy(tier, modelID string) string {
+	if modelID != "" {
+		return modelID
+	}
+	return tier
+}
+
+// writeGatewayError sends a pipeline refusal in Anthropic's shape.
+func writeGatewayError(w http.ResponseWriter, err error) {
+	var ge *gateway.Error
+	if !errors.As(err, &ge) {
+		WriteError(w, &Error{Status: http.StatusInternalServerError, Type: ErrAPI,
+			Message: "Something went wrong on our side. Please try again."})
+		return
+	}
+	for k, vs := range ge.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	WriteError(w, errorFor(ge.Code, ge.Status, ge.Message, ge.RetryAfter))
+}
+
+// errorFor maps a pipeline refusal (status and code) to Anthropic's type
+// and status. 503s (draining, slow client, shutting down) become 529
+// overloaded_error, which Anthropic's SDKs retry after a pause.
+func errorFor(code string, status int, message string, retryAfter time.Duration) *Error {
+	e := &Error{Status: status, Message: message, RetryAfter: retryAfter}
+	switch {
+	case status == http.StatusUnauthorized:
+		e.Type = ErrAuthentication
+	case status == http.StatusPaymentRequired:
+		e.Type = ErrBilling
+	case status == http.StatusForbidden:
+		e.Type = ErrPermission
+	case status == http.StatusNotFound:
+		e.Type = ErrNotFound
+	case status == http.StatusRequestEntityTooLarge:
+		e.Type = ErrRequestTooLarge
+	case status == http.StatusTooManyRequests:
+		e.Type = ErrRateLimit
+	case status == http.StatusServiceUnavailable:
+		e.Status, e.Type = StatusOverloaded, ErrOverloaded
+	case status == http.StatusGatewayTimeout:
+		e.Type = ErrTimeout
+	case status == 499: // the client went away; nobody reads this
+		e.Status, e.Type = http.StatusBadRequest, ErrInvalidRequest
+	case status >= 500:
+		e.Status, e.Type = http.StatusInternalServerError, ErrAPI
+	default:
+		e.Type = ErrInvalidRequest
+	}
+	if code == gateway.CodeDuplicate {
+		e.Type = ErrInvalidRequest
+	}
+	return e
+}
+
+// statusOfCode is the status of a pipeline error code carried by an error
+// frame, which has no status of its own.
+func statusOfCode(code string) int {
+	switch code {
+	case gateway.CodeInvalidRequest:
+		return http.StatusBadRequest
+	case gateway.CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case gateway.CodeUnauthorized:
+		return http.StatusUnauthorized
+	case gateway.CodeBudgetExceeded:
+		return http.StatusPaymentRequired
+	case gateway.CodeRateLimited, gateway.CodeQuotaExhausted, gateway.CodeQueueFull:
+		return http.StatusTooManyRequests
+	case gateway.CodeShuttingDown, gateway.CodeSlowClient, gateway.CodeStreamTimeout:
+		return http.StatusServiceUnavailable
+	case gateway.CodeQueueTimeout:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// collector is the Output of a JSON answer: it holds the text until the end.
+type collector struct{ buf strings.Builder }
+
+func (c *collector) Write(text string) error { c.buf.WriteString(text); return nil }
+func (c *collector) Started() bool           { return false }
+func (c *collector) Discard()                { c.buf.Reset() }
+func (c *collector) Finish(*gateway.Result) error {
+	return nil
+}
+func (c *collector) Fail(*gateway.Error) error { return nil }
+func (c *collector) text() string              { return c.buf.String() }
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

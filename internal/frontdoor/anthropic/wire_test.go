@@ -1,0 +1,92 @@
+package anthropic
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestDecodeRequest(t *testing.T) {
+	body := `{"model":"haiku","max_tokens":100,"temperature":0.3,"stop_sequences":["END"],"metadata":{"user_id":"u-7"},
+		"system":[{"type":"text","text":"Be brief."},{"type":"text","text":"Be kind.","cache_control":{"type":"ephemeral"}}],
+		"messages":[{"role":"user","content":"hi"},{"role":"user","content":[{"type":"text","text":"there"}]},
+		{"role":"assistant","content":"Hello!"},{"role":"user","content":"Recommend a manga"}]}`
+	r, err := DecodeRequest(strings.NewReader(body), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Model != "haiku" || r.MaxTokens != 100 || *r.Temperature != 0.3 || r.StopSequences[0] != "END" || r.UserID != "u-7" || r.Stream {
+		t.Errorf("decoded %+v", r)
+	}
+	if r.System != "Be brief.\n\nBe kind." {
+		t.Errorf("system %q", r.System)
+	}
+	if len(r.Messages) != 3 || r.Messages[0].Content != "hi\n\nthere" || r.Messages[2].Content != "Recommend a manga" {
+		t.Errorf("messages %+v: consecutive user messages should be joined", r.Messages)
+	}
+}
+
+func TestDecodeRequestRefusals(t *testing.T) {
+	tests := []struct {
+		name, body, want string
+		status           int
+	}{
+		{"empty", ``, "JSON object", 400},
+		{"array", `[]`, "JSON object", 400},
+		{"null", `null`, "JSON object", 400},
+		{"no model", `{"max_tokens":1,"messages":[{"role":"user","content":"x"}]}`, "model: Field required", 400},
+		{"zero max_tokens", `{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"x"}]}`, "max_tokens", 400},
+		{"temperature", `{"model":"m","max_tokens":1,"temperature":3,"messages":[{"role":"user","content":"x"}]}`, "temperature", 400},
+		{"top_p", `{"model":"m","max_tokens":1,"top_p":0.5,"messages":[{"role":"user","content":"x"}]}`, "top_p", 400},
+		{"tool_choice", `{"model":"m","max_tokens":1,"tool_choice":{},"messages":[{"role":"user","content":"x"}]}`, "tool_choice", 400},
+		{"no messages", `{"model":"m","max_tokens":1}`, "messages: Field required", 400},
+		{"empty messages", `{"model":"m","max_tokens":1,"messages":[]}`, "at least one", 400},
+		{"bad role", `{"model":"m","max_tokens":1,"messages":[{"role":"system","content":"x"}]}`, "role", 400},
+		{"document", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"document"}]}]}`, "document", 400},
+		{"tool_result", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_result"}]}]}`, "tool_result", 400},
+		{"citations", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"text","text":"x","citations":[]}]}]}`, "citations", 400},
+		{"metadata extra", `{"model":"m","max_tokens":1,"metadata":{"x":1},"messages":[{"role":"user","content":"x"}]}`, "metadata.x", 400},
+		{"blank last", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"  "}]}`, "empty", 400},
+		{"too large", `{"model":"` + strings.Repeat("m", 300) + `"}`, "exceeds", 413},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeRequest(strings.NewReader(tt.body), 256)
+			if err == nil || err.Status != tt.status || !strings.Contains(err.Message, tt.want) {
+				t.Fatalf("error %v, want %d mentioning %q", err, tt.status, tt.want)
+			}
+			wantType := ErrInvalidRequest
+			if tt.status == http.StatusRequestEntityTooLarge {
+				wantType = ErrRequestTooLarge
+			}
+			if err.Type != wantType {
+				t.Fatalf("type %q, want %q", err.Type, wantType)
+			}
+		})
+	}
+}
+
+// FuzzDecodeRequest: any bytes decode or are refused in Anthropic's 400/413
+// shape; nothing panics.
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add([]byte(`{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`))
+	f.Add([]byte(`{"model":"sonnet","max_tokens":10,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"text","text":"日本"}]}],"stream":true}`))
+	f.Add([]byte(`{"model":"m","max_tokens":1e400,"messages":null}`))
+	f.Add([]byte(`{"messages":[{"role":"assistant","content":[{"type":"text","text":"\ud800"}]}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := DecodeRequest(bytes.NewReader(body), 1<<16)
+		if err != nil {
+			if (err.Status != 400 || err.Type != ErrInvalidRequest) && (err.Status != 413 || err.Type != ErrRequestTooLarge) {
+				t.Fatalf("refusal %+v is not Anthropic's 400/413 shape", err)
+			}
+			if err.Message == "" {
+				t.Fatal("refusal without a message")
+			}
+			return
+		}
+		if r.Model == "" || r.MaxTokens < 1 || len(r.Messages) == 0 || r.Messages[len(r.Messages)-1].Role != "user" {
+			t.Fatalf("accepted an invalid request: %+v", r)
+		}
+	})
+}

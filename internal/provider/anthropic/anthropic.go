@@ -1,0 +1,350 @@
+// Package anthropic is the provider of a model tier served by the Anthropic
+// Messages API, through Anthropic's official Go SDK (anthropic-sdk-go):
+// Messages.New for Complete, Messages.NewStreaming with the SDK's
+// accumulator (Message.Accumulate) for Stream.
+//
+// The SDK's own retries are off: fmgate's retry loop, retry budget and
+// breakers own retrying. Failures are normalised to provider kinds, keeping
+// Anthropic's error type in provider.Error.Code:
+//
+//	429 rate_limit_error        throttled (retry-after-ms / retry-after honoured)
+//	529 overloaded_error        unavailable: Anthropic as a whole is short of
+//	                            capacity, not this key over its limit, so the
+//	                            breaker counts it and the cascade moves on
+//	500 api_error, other 5xx    unavailable
+//	504 timeout_error           timeout
+//	400 invalid_request_error   validation (413 request_too_large too)
+//	401, 403, 402 billing_error access_denied
+//	404 not_found_error         not_found
+//	SSE error event             as its error type
+//	stop_reason "refusal"       guardrail
+//	connection dropped          unavailable
+//
+// Usage is Anthropic's own: input, output, cache-read and cache-write tokens
+// from message_start and the final message_delta. A stream that breaks
+// before its final usage returns what arrived, with the output tokens
+// estimated and Usage.Estimated set.
+package anthropic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	sdk "github.com/anthropics/anthropic-sdk-go"
+	"github.com/anthropics/anthropic-sdk-go/option"
+
+	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// Timeouts of the pooled HTTP client. The turn's context carries the real
+// deadlines; these bound what the context cannot see.
+const (
+	// ConnectTimeout bounds a TCP (and TLS) connection to the API.
+	ConnectTimeout = 5 * time.Second
+	// ResponseHeaderTimeout bounds the wait for response headers. A
+	// non-streamed answer sends its headers only when complete, so this is
+	// generous; the turn's deadline is usually shorter.
+	ResponseHeaderTimeout = 2 * time.Minute
+)
+
+// Provider calls one model on the Anthropic Messages API.
+type Provider struct {
+	client  sdk.Client
+	name    string
+	modelID string
+	now     func() time.Time
+	est     *budget.Estimator
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New returns the provider of tier m. The API key is read from the
+// environment variable m.APIKeyEnv with getenv (os.Getenv in production);
+// m.Endpoint, when set, replaces Anthropic's base URL (e.g. `fmgate sim`,
+// or another fmgate's Anthropic front door). A nil client gets a pooled
+// client of its own (keep-alive, HTTP/2 over TLS).
+func New(m config.Model, getenv func(string) string, client *http.Client) (*Provider, error) {
+	if m.APIKeyEnv == "" {
+		return nil, errors.New("anthropic: apiKeyEnv must name the environment variable holding the API key")
+	}
+	key := getenv(m.APIKeyEnv)
+	if key == "" {
+		return nil, fmt.Errorf("anthropic: set %s to the Anthropic API key", m.APIKeyEnv)
+	}
+	if client == nil {
+		client = NewHTTPClient()
+	}
+	opts := []option.RequestOption{
+		option.WithAPIKey(key),
+		option.WithHTTPClient(client),
+		option.WithMaxRetries(0),
+	}
+	if m.Endpoint != "" {
+		opts = append(opts, option.WithBaseURL(m.Endpoint))
+	}
+	return &Provider{
+		client:  sdk.NewClient(opts...),
+		name:    m.Name,
+		modelID: m.ModelID,
+		now:     time.Now,
+		est:     budget.NewEstimator(),
+	}, nil
+}
+
+// NewHTTPClient is the pooled client a provider uses by default: connect
+// and response-header timeouts, keep-alive, HTTP/2 where the server offers
+// it over TLS.
+func NewHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = ConnectTimeout
+	t.ResponseHeaderTimeout = ResponseHeaderTimeout
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 64
+	t.IdleConnTimeout = 90 * time.Second
+	t.ForceAttemptHTTP2 = true
+	return &http.Client{Transport: t}
+}
+
+func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
+	msgs := make([]sdk.MessageParam, 0, len(req.Messages))
+	for _, m := range req.Messages {
+		block := sdk.NewTextBlock(m.Content)
+		if m.Role == provider.RoleAssistant {
+			msgs = append(msgs, sdk.NewAssistantMessage(block))
+		} else {
+			msgs = append(msgs, sdk.NewUserMessage(block))
+		}
+	}
+	params := sdk.MessageNewParams{
+		Model:     sdk.Model(p.modelID),
+		MaxTokens: int64(req.MaxTokens),
+		Messages:  msgs,
+	}
+	if req.System != "" {
+		params.System = []sdk.TextBlockParam{{Text: req.System}}
+	}
+	if req.Temperature != nil {
+		params.Temperature = sdk.Float(*req.Temperature)
+	}
+	if len(req.StopSequences) > 0 {
+		params.StopSequences = req.StopSequences
+	}
+	return params
+}
+
+// Complete asks for the whole answer in one JSON response.
+func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
+	start := p.now()
+	msg, err := p.client.Messages.New(ctx, p.params(req))
+	if err != nil {
+		return &provider.Response{ModelID: p.modelID}, p.normalise(ctx, err)
+	}
+	resp := &provider.Response{
+		Text:       textOf(msg),
+		Usage:      usageOf(msg.Usage),
+		StopReason: string(msg.StopReason),
+		ModelID:    p.answeredBy(msg.Model),
+		TTFT:       p.now().Sub(start),
+	}
+	return resp, p.refused(msg.StopReason)
+}
+
+// Stream asks for the answer as server-sent events and emits each text
+// delta. The SDK's accumulator builds the message; its final usage comes
+// from message_delta.
+func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(text string) error) (*provider.Response, error) {
+	start := p.now()
+	resp := &provider.Response{ModelID: p.modelID}
+	st := p.client.Messages.NewStreaming(ctx, p.params(req))
+	defer st.Close()
+
+	var (
+		acc              sdk.Message
+		text             strings.Builder
+		started, usageIn bool
+		stopped          bool
+	)
+	finish := func(err error) (*provider.Response, error) {
+		resp.Text = text.String()
+		if started {
+			resp.ModelID = p.answeredBy(acc.Model)
+		}
+		resp.StopReason = string(acc.StopReason)
+		resp.Usage = usageOf(acc.Usage)
+		if !usageIn {
+			resp.Usage = p.estimate(req, acc, started, resp.Text)
+		}
+		return resp, err
+	}
+	for st.Next() {
+		ev := st.Current()
+		if err := acc.Accumulate(ev); err != nil {
+			return finish(&provider.Error{Kind: provider.KindUnavailable, Model: p.name, Err: fmt.Errorf("anthropic: stream: %w", err)})
+		}
+		switch ev.Type {
+		case "message_start":
+			started = true
+		case "message_delta":
+			usageIn = true
+		case "message_stop":
+			stopped = true
+		case "content_block_delta":
+			if ev.Delta.Type != "text_delta" || ev.Delta.Text == "" {
+				continue
+			}
+			if text.Len() == 0 {
+				resp.TTFT = p.now().Sub(start)
+			}
+			text.WriteString(ev.Delta.Text)
+			if err := emit(ev.Delta.Text); err != nil {
+				return finish(err)
+			}
+		}
+	}
+	if err := st.Err(); err != nil {
+		return finish(p.normalise(ctx, err))
+	}
+	if !stopped {
+		if ctx.Err() != nil {
+			return finish(p.normalise(ctx, ctx.Err()))
+		}
+		return finish(&provider.Error{Kind: provider.KindUnavailable, Model: p.name,
+			Err: errors.New("anthropic: stream ended before message_stop (connection dropped)")})
+	}
+	return finish(p.refused(acc.StopReason))
+}
+
+// answeredBy is the model id Anthropic reports, or the configured one.
+func (p *Provider) answeredBy(model sdk.Model) string {
+	if model != "" {
+		return string(model)
+	}
+	return p.modelID
+}
+
+func (p *Provider) refused(reason sdk.StopReason) error {
+	if reason != sdk.StopReasonRefusal {
+		return nil
+	}
+	return &provider.Error{Kind: provider.KindGuardrail, Model: p.name, Code: string(reason),
+		Err: errors.New("anthropic: the model refused to answer (stop_reason refusal)")}
+}
+
+// estimate is the usage of a stream cut before its final usage: the input
+// Anthropic reported in message_start (or an estimate), and the larger of
+// the output it reported and an estimate of the text received.
+func (p *Provider) estimate(req *provider.Request, acc sdk.Message, started bool, text string) provider.Usage {
+	u := usageOf(acc.Usage)
+	u.Estimated = true
+	if !started {
+		var in strings.Builder
+		in.WriteString(req.System)
+		for _, m := range req.Messages {
+			in.WriteString(m.Content)
+		}
+		u.InputTokens = int(p.est.Tokens(p.name, budget.Count(in.String())) + 0.5)
+	}
+	if text != "" {
+		u.OutputTokens = max(u.OutputTokens, int(p.est.Tokens(p.name, budget.Count(text))+0.5))
+	}
+	return u
+}
+
+func usageOf(u sdk.Usage) provider.Usage {
+	return provider.Usage{
+		InputTokens:       int(u.InputTokens),
+		OutputTokens:      int(u.OutputTokens),
+		CachedInputTokens: int(u.CacheReadInputTokens),
+		CacheWriteTokens:  int(u.CacheCreationInputTokens),
+	}
+}
+
+func textOf(m *sdk.Message) string {
+	var b strings.Builder
+	for _, c := range m.Content {
+		if c.Type == "text" {
+			b.WriteString(c.Text)
+		}
+	}
+	return b.String()
+}
+
+// normalise maps an SDK or transport failure to a *provider.Error.
+func (p *Provider) normalise(ctx context.Context, err error) error {
+	pe := &provider.Error{Model: p.name, Err: fmt.Errorf("anthropic: %w", err)}
+	var ae *sdk.Error
+	switch {
+	case errors.As(err, &ae):
+		pe.Code = string(ae.Type())
+		if ae.StatusCode != http.StatusOK { // 200: an error event inside a stream
+			pe.Status = ae.StatusCode
+		}
+		pe.Kind = kindOf(pe.Code, pe.Status)
+		if ae.Response != nil {
+			pe.RetryAfter = retryAfter(ae.Response.Header, p.now())
+		}
+	case errors.Is(err, context.Canceled) || ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled):
+		pe.Kind = provider.KindCanceled
+	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
+		pe.Kind = provider.KindTimeout
+	default:
+		pe.Kind = provider.KindUnavailable // connection refused, reset or dropped
+	}
+	return pe
+}
+
+// kindOf decides by Anthropic's error type, and by status when the type is
+// unknown.
+func kindOf(errType string, status int) provider.Kind {
+	switch errType {
+	case "rate_limit_error":
+		return provider.KindThrottled
+	case "overloaded_error", "api_error":
+		return provider.KindUnavailable
+	case "timeout_error":
+		return provider.KindTimeout
+	case "invalid_request_error", "request_too_large":
+		return provider.KindValidation
+	case "authentication_error", "permission_error", "billing_error":
+		return provider.KindAccessDenied
+	case "not_found_error":
+		return provider.KindNotFound
+	}
+	if status == 529 {
+		return provider.KindUnavailable
+	}
+	if status == 0 {
+		return provider.KindUnavailable
+	}
+	return provider.KindFromStatus(status)
+}
+
+// retryAfter reads retry-after-ms, then retry-after (seconds or an HTTP
+// date); zero when neither is usable.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	if v := h.Get("retry-after-ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := h.Get("retry-after")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil && s > 0 {
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

@@ -1,0 +1,187 @@
+package simserver
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+
+	"github.com/fmgate/fmgate/internal/frontdoor/anthropic"
+	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/provider/sim"
+)
+
+// anthropicMessages serves the Anthropic Messages API (POST /v1/messages)
+// from s, JSON or the SSE event sequence. Any API key is accepted. The
+// simulator's faults come out as Anthropic sends them:
+//
+//   - throttled, or over the TPM ceiling: 429 rate_limit_error with
+//     retry-after;
+//   - unavailable: 529 overloaded_error, or in a stream the 200 event
+//     sequence ending in an `error` event of that type (as Anthropic does
+//     when it is overloaded after accepting a stream);
+//   - outage: 500 api_error; not_ready: 503 api_error (Anthropic has no
+//     "model not ready" of its own); timeout: 504 timeout_error;
+//   - guardrail: a 200 answer with stop_reason "refusal" and no text;
+//   - cutAfterTokens: the connection dropped mid-answer.
+func anthropicMessages(s *sim.Sim) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req, werr := anthropic.DecodeRequest(r.Body, 0)
+		if werr != nil {
+			anthropic.WriteError(w, werr)
+			return
+		}
+		name, ok := Resolve(s, req.Model)
+		if !ok {
+			anthropic.WriteError(w, &anthropic.Error{Status: http.StatusNotFound, Type: anthropic.ErrNotFound,
+				Message: "model: " + req.Model})
+			return
+		}
+		a := simAnswer{s: s, name: name, req: req, preq: req.ProviderRequest(name), id: messageID()}
+		if req.Stream {
+			a.stream(w, r)
+			return
+		}
+		a.json(w, r)
+	}
+}
+
+type simAnswer struct {
+	s    *sim.Sim
+	name string
+	req  *anthropic.Request
+	preq *provider.Request
+	id   string
+}
+
+func (a simAnswer) modelID() string {
+	if st, ok := a.s.Settings(a.name); ok && st.ModelID != "" {
+		return st.ModelID
+	}
+	return a.name
+}
+
+func (a simAnswer) json(w http.ResponseWriter, r *http.Request) {
+	resp, err := a.s.Complete(r.Context(), a.preq)
+	msg := anthropic.NewMessage(a.id, a.modelID())
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+		f := a.fault(err)
+		switch {
+		case f.drop:
+			panic(http.ErrAbortHandler)
+		case f.refusal:
+			msg.StopReason = anthropic.Ptr(anthropic.StopRefusal)
+			msg.Usage = anthropic.UsageOf(resp.Usage)
+			anthropic.WriteMessage(w, msg)
+		default:
+			anthropic.WriteError(w, f.err)
+		}
+		return
+	}
+	msg.Content = []anthropic.ContentBlock{{Type: "text", Text: resp.Text}}
+	msg.StopReason = anthropic.Ptr(anthropic.StopReason(resp.StopReason))
+	msg.Usage = anthropic.UsageOf(resp.Usage)
+	anthropic.WriteMessage(w, msg)
+}
+
+func (a simAnswer) stream(w http.ResponseWriter, r *http.Request) {
+	ev := anthropic.NewEvents(w)
+	start := anthropic.NewMessage(a.id, a.modelID())
+	start.Usage.InputTokens = sim.InputTokens(a.preq)
+	blockOpen := false
+	open := func() error {
+		if blockOpen {
+			return nil
+		}
+		blockOpen = true
+		if err := ev.MessageStart(start); err != nil {
+			return err
+		}
+		if err := ev.BlockStart(0); err != nil {
+			return err
+		}
+		return ev.Ping()
+	}
+	resp, err := a.s.Stream(r.Context(), a.preq, func(text string) error {
+		if err := open(); err != nil {
+			return err
+		}
+		return ev.TextDelta(0, text)
+	})
+	if err != nil {
+		if r.Context().Err() != nil {
+			return
+		}
+		f := a.fault(err)
+		switch {
+		case f.drop:
+			panic(http.ErrAbortHandler)
+		case f.refusal:
+			_ = ev.MessageStart(start)
+			_ = ev.MessageDelta(anthropic.StopRefusal, nil, anthropic.UsageOf(resp.Usage))
+			_ = ev.MessageStop()
+		case !ev.Began() && f.err.Type != anthropic.ErrOverloaded:
+			anthropic.WriteError(w, f.err)
+		default:
+			if !ev.Began() {
+				_ = ev.MessageStart(start)
+			}
+			_ = ev.Error(f.err.Type, f.err.Message)
+		}
+		return
+	}
+	if err := open(); err != nil {
+		return
+	}
+	_ = ev.BlockStop(0)
+	_ = ev.MessageDelta(anthropic.StopReason(resp.StopReason), nil, anthropic.UsageOf(resp.Usage))
+	_ = ev.MessageStop()
+}
+
+// simFault is how one simulator failure goes on Anthropic's wire.
+type simFault struct {
+	err     *anthropic.Error
+	drop    bool // drop the connection
+	refusal bool // a 200 answer stopped for refusal
+}
+
+func (a simAnswer) fault(err error) simFault {
+	var pe *provider.Error
+	if !errors.As(err, &pe) {
+		return simFault{err: &anthropic.Error{Status: http.StatusInternalServerError, Type: anthropic.ErrAPI, Message: err.Error()}}
+	}
+	msg := pe.Err.Error()
+	switch pe.Kind {
+	case provider.KindThrottled:
+		return simFault{err: &anthropic.Error{Status: http.StatusTooManyRequests, Type: anthropic.ErrRateLimit,
+			Message: msg, RetryAfter: pe.RetryAfter}}
+	case provider.KindUnavailable:
+		if pe.Status == 0 {
+			return simFault{drop: true} // cutAfterTokens
+		}
+		if st, _ := a.s.Settings(a.name); st.Outage {
+			return simFault{err: &anthropic.Error{Status: http.StatusInternalServerError, Type: anthropic.ErrAPI, Message: msg}}
+		}
+		return simFault{err: &anthropic.Error{Status: anthropic.StatusOverloaded, Type: anthropic.ErrOverloaded, Message: msg}}
+	case provider.KindNotReady:
+		return simFault{err: &anthropic.Error{Status: http.StatusServiceUnavailable, Type: anthropic.ErrAPI, Message: msg}}
+	case provider.KindTimeout:
+		return simFault{err: &anthropic.Error{Status: http.StatusGatewayTimeout, Type: anthropic.ErrTimeout, Message: msg}}
+	case provider.KindGuardrail:
+		return simFault{refusal: true}
+	case provider.KindNotFound:
+		return simFault{err: &anthropic.Error{Status: http.StatusNotFound, Type: anthropic.ErrNotFound, Message: msg}}
+	case provider.KindCanceled:
+		return simFault{drop: true}
+	}
+	return simFault{err: &anthropic.Error{Status: http.StatusInternalServerError, Type: anthropic.ErrAPI, Message: msg}}
+}
+
+func messageID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "msg_sim_" + hex.EncodeToString(b[:])
+}
