@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/fmgate/fmgate/internal/frontdoor/bedrock"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 )
 
@@ -26,6 +27,7 @@ func Handler(s *sim.Sim) http.Handler {
 		_ = json.NewEncoder(w).Encode(map[string]string{"status": "ok"})
 	})
 	// The vendors' wire protocols.
+	mux.Handle("POST /model/", bedrock.Sim(s, func(model string) (string, bool) { return Resolve(s, model) }))
 	return mux
 }
 
