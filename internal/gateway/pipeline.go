@@ -105,7 +105,8 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	t.Received = g.now()
 	t.UserHash = g.hasher.Hash(t.UserID)
 	t.RequestHash = g.hasher.Hash(t.RequestID)
-	t.System, t.PromptVersion = g.prompts.Active()
+	active, version := g.prompts.Active()
+	t.System, t.PromptVersion = withClientPrompt(active, t.System), version
 	events.SpanFromContext(ctx).SetPromptVersion(t.PromptVersion)
 	if t.Feature == "" {
 		t.Feature = "chat"
@@ -119,6 +120,15 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	} else {
 		g.log.Warn("session history unavailable; answering without it", "err", err)
 	}
+}
+
+// withClientPrompt is fmgate's prompt followed by the system prompt a vendor
+// front door's client sent, if any: fmgate's instructions stay in force.
+func withClientPrompt(active, client string) string {
+	if client == "" {
+		return active
+	}
+	return active + "\n\n" + client
 }
 
 // invokeRoute tries the planned model tiers in order. It stops at the first

@@ -118,6 +118,11 @@ func (o *tracedOutput) Write(text string) error {
 	return o.Output.Write(text)
 }
 
+// BeginTier passes the tier on to a TierAware output.
+func (o *tracedOutput) BeginTier(tier, modelID string, degraded bool) {
+	beginTier(o.Output, tier, modelID, degraded)
+}
+
 func (o *tracedOutput) Discard() {
 	o.Output.Discard()
 	if !o.Output.Started() {

@@ -20,6 +20,7 @@ import (
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/dashboard"
 	"github.com/fmgate/fmgate/internal/events"
+	bedrockdoor "github.com/fmgate/fmgate/internal/frontdoor/bedrock"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/live"
 	"github.com/fmgate/fmgate/internal/metrics"
@@ -129,6 +130,7 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("/dashboard", dash)
 	mux.Handle("/dashboard/", dash)
 	mux.Handle("GET /metrics", s.metricsHandler(adminToken))
+	mux.Handle("POST /model/", bedrockdoor.New(s.Gateway, bedrockdoor.Options{}))
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
 	return mux
 }
