@@ -2,18 +2,23 @@ package bedrock
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/smithy-go/encoding/httpbinding"
 )
 
 // MaxClockSkew is how far a request's X-Amz-Date may be from the door's
@@ -128,25 +133,108 @@ func verifySigV4(ctx context.Context, r *http.Request, body []byte, secret strin
 		return mismatch("x-amz-content-sha256 does not match the SHA-256 of the request body")
 	}
 
-	vreq, token, err := canonicalRequest(r, s.SignedHeaders, len(body))
+	var want string
+	if slices.Contains(strings.Split(s.SignedHeaders, ";"), ":authority") {
+		// The JavaScript SDK's HTTP/2 handler signs the :authority
+		// pseudo-header in place of host, which aws-sdk-go-v2's signer
+		// cannot express (it always signs host).
+		want, err = authoritySignature(r, s, payloadHash, len(body), secret, signedAt)
+	} else {
+		want, err = sdkSignature(ctx, r, s, payloadHash, len(body), secret, signedAt)
+	}
 	if err != nil {
 		return err
 	}
-	creds := aws.Credentials{AccessKeyID: s.AccessKeyID, SecretAccessKey: secret, SessionToken: token}
-	if err := (v4.NewSigner()).SignHTTP(ctx, creds, vreq, payloadHash, s.Service, s.Region, signedAt); err != nil {
-		return mismatch("the signature could not be computed: %v", err)
-	}
-	want, err := parseSigV4(vreq.Header.Get("Authorization"))
-	if err != nil {
-		return mismatch("the signature could not be computed: %v", err)
-	}
-	if want.SignedHeaders != s.SignedHeaders {
-		return mismatch("the signed headers %q cannot be verified (this server signs %q)", truncate(s.SignedHeaders, 200), want.SignedHeaders)
-	}
-	if subtle.ConstantTimeCompare([]byte(want.Signature), []byte(s.Signature)) != 1 {
+	if subtle.ConstantTimeCompare([]byte(want), []byte(s.Signature)) != 1 {
 		return mismatch("The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method.")
 	}
 	return nil
+}
+
+// sdkSignature recomputes the signature with aws-sdk-go-v2's v4 signer,
+// over a copy of r holding only the headers the client signed.
+func sdkSignature(ctx context.Context, r *http.Request, s sigV4, payloadHash string, bodyLen int, secret string, signedAt time.Time) (string, error) {
+	vreq, token, err := canonicalRequest(r, s.SignedHeaders, bodyLen)
+	if err != nil {
+		return "", err
+	}
+	creds := aws.Credentials{AccessKeyID: s.AccessKeyID, SecretAccessKey: secret, SessionToken: token}
+	if err := v4.NewSigner().SignHTTP(ctx, creds, vreq, payloadHash, s.Service, s.Region, signedAt); err != nil {
+		return "", mismatch("the signature could not be computed: %v", err)
+	}
+	want, err := parseSigV4(vreq.Header.Get("Authorization"))
+	if err != nil {
+		return "", mismatch("the signature could not be computed: %v", err)
+	}
+	if want.SignedHeaders != s.SignedHeaders {
+		return "", mismatch("the signed headers %q cannot be verified (this server signs %q)", truncate(s.SignedHeaders, 200), want.SignedHeaders)
+	}
+	return want.Signature, nil
+}
+
+// authoritySignature computes SigV4 as the signer does (canonical request,
+// string to sign, derived key), for requests whose signed headers name
+// :authority, whose value is the request's host.
+func authoritySignature(r *http.Request, s sigV4, payloadHash string, bodyLen int, secret string, signedAt time.Time) (string, error) {
+	var canon strings.Builder
+	canon.WriteString(r.Method + "\n")
+	canon.WriteString(httpbinding.EscapePath(r.URL.EscapedPath(), false) + "\n")
+	canon.WriteString(canonicalQuery(r.URL.Query()) + "\n")
+	names := strings.Split(s.SignedHeaders, ";")
+	if !slices.IsSorted(names) {
+		return "", mismatch("SignedHeaders must be sorted")
+	}
+	for _, name := range names {
+		var values []string
+		switch name {
+		case ":authority", "host":
+			values = []string{r.Host}
+		case "content-length":
+			values = []string{strconv.Itoa(bodyLen)}
+		default:
+			if ignoredBySigner[name] {
+				return "", mismatch("the signed header %q cannot be verified; do not sign it", truncate(name, 40))
+			}
+			values = slices.Clone(r.Header.Values(name))
+		}
+		if len(values) == 0 {
+			return "", mismatch("the signed header %q is missing from the request", truncate(name, 40))
+		}
+		for i, v := range values {
+			values[i] = strings.Join(strings.Fields(v), " ")
+		}
+		canon.WriteString(name + ":" + strings.Join(values, ",") + "\n")
+	}
+	canon.WriteString("\n" + s.SignedHeaders + "\n" + payloadHash)
+
+	scope := s.Date + "/" + s.Region + "/" + s.Service + "/aws4_request"
+	hash := sha256.Sum256([]byte(canon.String()))
+	toSign := sigV4Algorithm + "\n" + signedAt.UTC().Format(amzDateFormat) + "\n" + scope + "\n" + hex.EncodeToString(hash[:])
+	key := hmacSHA256([]byte("AWS4"+secret), s.Date)
+	for _, part := range []string{s.Region, s.Service, "aws4_request"} {
+		key = hmacSHA256(key, part)
+	}
+	return hex.EncodeToString(hmacSHA256(key, toSign)), nil
+}
+
+func hmacSHA256(key []byte, data string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(data))
+	return m.Sum(nil)
+}
+
+// canonicalQuery is the query sorted by key then value, each escaped the
+// AWS way.
+func canonicalQuery(q url.Values) string {
+	keys := slices.Sorted(maps.Keys(q))
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		vs := slices.Sorted(slices.Values(q[k]))
+		for _, v := range vs {
+			parts = append(parts, httpbinding.EscapePath(k, true)+"="+httpbinding.EscapePath(v, true))
+		}
+	}
+	return strings.Join(parts, "&")
 }
 
 // canonicalRequest is a copy of r holding only the headers the client
