@@ -4,9 +4,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/simserver"
 )
@@ -94,3 +96,37 @@ func TestCostReconcilesBedrock(t *testing.T) {
 	reconcileCosts(t, onBedrock(cfg, endpoint), map[string]*sim.Sim{"sonnet": up}, false)
 }
 
+
+// TestScenarioBedrockThrottling: Sonnet on Bedrock answers every call with
+// ThrottlingException; the gateway retries it, then falls back to Haiku,
+// and every client gets a 200.
+func TestScenarioBedrockThrottling(t *testing.T) {
+	cfg := quickConfig()
+	st := cfg.Sim.Models["sonnet"]
+	st.ErrorRate = map[provider.Kind]float64{provider.KindThrottled: 1}
+	_, endpoint := bedrockUpstream(t, st)
+	sc := newScenario(t, onBedrock(cfg, endpoint))
+	const n = 2
+	tiers, statuses := sc.run(n, 1, "Which manga should I read next?")
+	if statuses[200] != n || tiers["haiku"] != n {
+		t.Fatalf("tiers %v statuses %v; want haiku answering every turn with a 200", tiers, statuses)
+	}
+	if got := sc.upstream["sonnet"].calls.Load(); got <= 1 {
+		t.Fatalf("sonnet on bedrock was called %d times for %d turns; want the throttled call retried", got, n)
+	}
+	t.Logf("sonnet attempts %d for %d turns", sc.upstream["sonnet"].calls.Load(), n)
+}
+
+// TestScenarioBedrockCutMidStream: the connection to Bedrock drops after a
+// few tokens; the client's stream ends with an error frame, never done.
+func TestScenarioBedrockCutMidStream(t *testing.T) {
+	cfg := quickConfig()
+	st := cfg.Sim.Models["sonnet"]
+	st.CutAfterTokens = 8
+	_, endpoint := bedrockUpstream(t, st)
+	sc := newScenario(t, onBedrock(cfg, endpoint))
+	got := streamTurn(t, sc.srv.URL, "cut-user", 0)
+	if !strings.Contains(got, `"type":"chunk"`) || !strings.Contains(got, `"type":"error"`) || strings.Contains(got, `"type":"done"`) {
+		t.Fatalf("stream %q: want chunks, then an error frame and no done", got)
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
@@ -120,6 +121,10 @@ func loadConfig(ctx context.Context, m config.Model, opts Options) (aws.Config, 
 		awsconfig.WithRegion(m.Region),
 		awsconfig.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
 		awsconfig.WithHTTPClient(httpClient(opts)),
+		// The SDK's own log lines (e.g. the instance-role probe falling back
+		// to IMDSv1) would break the one-line report; failures surface as
+		// errors instead.
+		awsconfig.WithLogger(logging.Nop{}),
 	}
 	if opts.Credentials != nil {
 		load = append(load, awsconfig.WithCredentialsProvider(opts.Credentials))

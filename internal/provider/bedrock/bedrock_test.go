@@ -296,3 +296,33 @@ func TestCredentialsFromTheDefaultChain(t *testing.T) {
 		t.Fatalf("a call with the environment's keys: %v", err)
 	}
 }
+
+// TestHangingInstanceRoleProbeIsBounded: an instance-metadata endpoint that
+// accepts connections and never answers (an offline machine's worst case)
+// makes New fail with ErrNoCredentials once CredentialTimeout is spent,
+// instead of hanging start-up.
+func TestHangingInstanceRoleProbeIsBounded(t *testing.T) {
+	release := make(chan struct{})
+	imds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer imds.Close()
+	defer close(release)
+	home := t.TempDir()
+	for k, v := range map[string]string{
+		"HOME": home, "AWS_CONFIG_FILE": filepath.Join(home, "config"), "AWS_SHARED_CREDENTIALS_FILE": filepath.Join(home, "credentials"),
+		"AWS_PROFILE": "", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SESSION_TOKEN": "",
+		"AWS_EC2_METADATA_DISABLED": "", "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.URL,
+		"AWS_CONTAINER_CREDENTIALS_FULL_URI": "", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "", "AWS_WEB_IDENTITY_TOKEN_FILE": "",
+	} {
+		t.Setenv(k, v)
+	}
+	m := config.Model{Name: "sonnet", Provider: "bedrock", ModelID: sonnetID, Region: "us-east-1"}
+	_, err := bedrock.New(context.Background(), m, bedrock.Options{CredentialTimeout: 200 * time.Millisecond})
+	if !errors.Is(err, bedrock.ErrNoCredentials) {
+		t.Fatalf("err = %v, want ErrNoCredentials", err)
+	}
+}
