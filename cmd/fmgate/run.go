@@ -37,7 +37,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "serve":
 		return serve(ctx, args, stdout, stderr)
 	case "validate":
-		return validate(args, stdout, stderr)
+		return validate(ctx, args, stdout, stderr)
 	case "sim":
 		return simulate(ctx, args, stdout, stderr)
 	case "ingest":
@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("unknown command %q", cmd)
 }
 
-func validate(args []string, stdout, stderr io.Writer) error {
+func validate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "config file to check (YAML)")
@@ -69,15 +69,20 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	if err == nil {
 		err = cfg.CheckSecrets()
 	}
+	var lines []string
 	if err != nil {
 		var p *config.Problems
-		if errors.As(err, &p) {
-			for _, line := range p.List {
-				fmt.Fprintln(stdout, line)
-			}
-			return fmt.Errorf("%s: %d problem(s)", *path, len(p.List))
+		if !errors.As(err, &p) {
+			return err
 		}
-		return err
+		lines = p.List
+	}
+	lines = append(lines, credentialProblems(ctx, cfg)...)
+	if len(lines) > 0 {
+		for _, line := range lines {
+			fmt.Fprintln(stdout, line)
+		}
+		return fmt.Errorf("%s: %d problem(s)", *path, len(lines))
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", *path)
 	return nil

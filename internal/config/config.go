@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -182,6 +184,11 @@ type Caller struct {
 	Tier string `yaml:"tier"`
 	// Priority is P0..P3; default P0 for chat.
 	Priority string `yaml:"priority"`
+	// SecretKeyEnv names the environment variable holding the secret access
+	// key of this key when it is used as an AWS access key id on the Bedrock
+	// front door (SigV4 signatures are verified with it). The secret never
+	// goes in the config file. Empty: the key cannot sign Bedrock requests.
+	SecretKeyEnv string `yaml:"secretKeyEnv"`
 }
 
 // Fleet configures shared state for several gateway instances.
@@ -421,6 +428,9 @@ func (c Config) Validate() error {
 				v.add(p+".priority", fmt.Sprintf("unknown priority %q (want P0..P3)", caller.Priority))
 			}
 		}
+		if caller.SecretKeyEnv != "" && !envName(caller.SecretKeyEnv) {
+			v.add(p+".secretKeyEnv", fmt.Sprintf("%q is not an environment variable name (letters, digits and _)", caller.SecretKeyEnv))
+		}
 	}
 	b := c.Batch
 	for _, f := range []struct {
@@ -489,7 +499,22 @@ func (c Config) CheckSecrets() error {
 			v.add(fmt.Sprintf("models[%d].apiKeyEnv", i), fmt.Sprintf("environment variable %s is not set; export %s=<your %s API key>", m.APIKeyEnv, m.APIKeyEnv, m.Provider))
 		}
 	}
+	for _, k := range slices.Sorted(maps.Keys(c.Auth.Keys)) {
+		if env := c.Auth.Keys[k].SecretKeyEnv; env != "" && os.Getenv(env) == "" {
+			v.add("auth.keys."+redactKey(k)+".secretKeyEnv", fmt.Sprintf("environment variable %s is not set; export %s=<the secret access key Bedrock clients sign with>", env, env))
+		}
+	}
 	return v.err()
+}
+
+// envName reports whether s is a portable environment variable name.
+func envName(s string) bool {
+	for i, r := range s {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // ParsePriority reads "P0".."P3".

@@ -61,7 +61,9 @@ type Turn struct {
 	// a client's request id may carry anything, so logs get only this.
 	RequestHash string
 	// System and PromptVersion are the prompt in force when the turn
-	// started; the whole turn uses them even if the prompt switches.
+	// started; the whole turn uses them even if the prompt switches. A
+	// vendor front door may set System to its client's system prompt; the
+	// pipeline appends it to fmgate's own.
 	System        string
 	PromptVersion string
 	History       []provider.Message

@@ -8,6 +8,7 @@ import (
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/anthropic"
+	"github.com/fmgate/fmgate/internal/provider/bedrock"
 	"github.com/fmgate/fmgate/internal/provider/openai"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 )
@@ -15,7 +16,7 @@ import (
 // provider builds the backend of one model tier from its config. Each
 // vendor's adapter lives in its own package under internal/provider; secrets
 // come from the environment or the vendor's credential chain.
-func (s *Server) provider(_ context.Context, m config.Model) (provider.Provider, error) {
+func (s *Server) provider(ctx context.Context, m config.Model) (provider.Provider, error) {
 	switch m.Provider {
 	case "sim":
 		return s.Sim, nil
@@ -27,6 +28,8 @@ func (s *Server) provider(_ context.Context, m config.Model) (provider.Provider,
 		return openai.New(openai.Config{Name: m.Name, ModelID: m.ModelID, BaseURL: m.Endpoint, APIKey: key, Estimate: estimateTokens})
 	case "anthropic":
 		return anthropic.New(m, os.Getenv, nil)
+	case "bedrock":
+		return bedrock.New(ctx, m, bedrock.Options{})
 	}
 	return nil, fmt.Errorf("provider %q is not available in this build", m.Provider)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/eventstore"
 	anthropicdoor "github.com/fmgate/fmgate/internal/frontdoor/anthropic"
+	bedrockdoor "github.com/fmgate/fmgate/internal/frontdoor/bedrock"
 	openaidoor "github.com/fmgate/fmgate/internal/frontdoor/openai"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/live"
@@ -174,6 +175,7 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("/v1/models", oai)
 	mux.Handle("/v1/models/", oai)
 	mux.Handle("POST /v1/messages", anthropicdoor.New(s.Gateway, anthropicdoor.Options{}))
+	mux.Handle("POST /model/", bedrockdoor.New(s.Gateway, bedrockdoor.Options{}))
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
 	return guardCrossSite(s.cfg.Server.OriginPatterns, mux)
 }

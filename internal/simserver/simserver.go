@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/fmgate/fmgate/internal/frontdoor/bedrock"
 	"github.com/fmgate/fmgate/internal/frontdoor/openai"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 )
@@ -30,6 +31,7 @@ func Handler(s *sim.Sim) http.Handler {
 	resolve := func(model string) (string, bool) { return Resolve(s, model) }
 	mux.Handle("POST /v1/chat/completions", openai.Sim(s, resolve, nil))
 	mux.Handle("POST /v1/messages", anthropicMessages(s))
+	mux.Handle("POST /model/", bedrock.Sim(s, func(model string) (string, bool) { return Resolve(s, model) }))
 	return mux
 }
 

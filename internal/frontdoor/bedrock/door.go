@@ -1,0 +1,362 @@
+package bedrock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/stream"
+)
+
+// Pipeline is what the door needs of the gateway (*gateway.Gateway).
+type Pipeline interface {
+	Run(ctx context.Context, t *gateway.Turn, out gateway.Output) (*gateway.Result, error)
+	NewStreamOutput(ctx context.Context, s stream.Sender, requestID string) *gateway.StreamOutput
+	Authenticate(r *http.Request, key, bodyUser string, t *gateway.Turn) error
+	Caller(key string) (config.Caller, bool)
+	ResolveModel(name string) (config.Model, bool)
+}
+
+// Options tune the door. Zero values are the defaults.
+type Options struct {
+	// Now is the clock SigV4 dates are checked against; default time.Now.
+	Now func() time.Time
+	// Getenv reads a key's secret (config.Caller.SecretKeyEnv); default
+	// os.Getenv, read on every request so a rotated secret applies at once.
+	Getenv func(string) string
+	// MaxBodyBytes bounds a request body; default DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+}
+
+// FeatureHeader names the product feature a turn is attributed to
+// (default "chat").
+const FeatureHeader = "X-Fmgate-Feature"
+
+// Headers every answer carries, saying how it was served.
+const (
+	HeaderTier     = "X-Fmgate-Tier"
+	HeaderDegraded = "X-Fmgate-Degraded"
+	HeaderTraceID  = "X-Fmgate-Trace-Id"
+)
+
+// New is the Bedrock Runtime front door: POST /model/{modelId}/converse and
+// /converse-stream in front of g's pipeline. Mount it at "POST /model/".
+//
+// Authentication: a SigV4-signed request's access key id must be an
+// auth.keys entry with secretKeyEnv; its signature is recomputed with that
+// secret (aws-sdk-go-v2's signer), its X-Amz-Date must be within 5 minutes,
+// and a signed x-amz-content-sha256 must match the body. The signing region
+// is the client's choice; the service must be "bedrock". A Bedrock API key
+// (Authorization: Bearer) is accepted as an auth.keys key. With no
+// auth.keys configured (the demo profile), the caller is the trusted
+// X-User-Id header, as on /v1/chat, and signatures are not checked.
+//
+// The conversation comes whole in each request (turns are stateless). The
+// path's model id names a tier or its modelId; the answer starts there and
+// falls down the cascade; a degraded answer is still a 200 in Bedrock's
+// shape, with X-Fmgate-Tier, X-Fmgate-Degraded and X-Fmgate-Trace-Id saying
+// how it was served. The request's system blocks are appended to fmgate's
+// own prompt. Fields fmgate does not support get a ValidationException.
+func New(g Pipeline, opts Options) http.Handler {
+	d := &door{g: g, now: opts.Now, getenv: opts.Getenv, maxBody: opts.MaxBodyBytes}
+	if d.now == nil {
+		d.now = time.Now
+	}
+	if d.getenv == nil {
+		d.getenv = os.Getenv
+	}
+	if d.maxBody <= 0 {
+		d.maxBody = DefaultMaxBodyBytes
+	}
+	return d
+}
+
+type door struct {
+	g       Pipeline
+	now     func() time.Time
+	getenv  func(string) string
+	maxBody int64
+}
+
+func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := d.now()
+	w.Header().Set("X-Amzn-RequestId", newRequestID())
+	modelID, op, err := ParsePath(r.URL.EscapedPath())
+	if err != nil {
+		WriteException(w, Validation(err.Error()))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, d.maxBody))
+	if err != nil {
+		WriteException(w, Validation(fmt.Sprintf("the request body could not be read or exceeds %d bytes", d.maxBody)))
+		return
+	}
+	t := &gateway.Turn{
+		RequestID:   newRequestID(),
+		Route:       "chat",
+		Surface:     "bedrock",
+		Feature:     r.Header.Get(FeatureHeader),
+		TraceParent: traceparent(r),
+		Stateless:   true,
+	}
+	if ex, ok := d.authenticate(r, body, t); !ok {
+		WriteException(w, ex)
+		return
+	}
+	req, err := Decode(modelID, body)
+	if err != nil {
+		WriteException(w, Validation(err.Error()))
+		return
+	}
+	if _, ok := d.g.ResolveModel(req.ModelID); !ok {
+		WriteException(w, Validation(fmt.Sprintf("The provided model identifier is invalid: %q names no model tier of this gateway.", truncate(req.ModelID, 80))))
+		return
+	}
+	last := len(req.Messages) - 1
+	t.SessionID = "bedrock:" + t.RequestID
+	t.Message = req.Messages[last].Content
+	t.History = req.Messages[:last]
+	t.ClientSystem = req.System
+	t.StartTier = req.ModelID
+	t.MaxOutput = req.MaxTokens
+	t.Temperature = req.Temperature
+	t.StopSequences = req.StopSequences
+	if op == OpConverse {
+		d.converse(w, r, t, start)
+		return
+	}
+	d.converseStream(w, r, t, start)
+}
+
+// authenticate fills t's caller; on refusal it returns the exception.
+func (d *door) authenticate(r *http.Request, body []byte, t *gateway.Turn) (Exception, bool) {
+	key := ""
+	if IsSigV4(r) {
+		akid, err := accessKeyID(r)
+		if err != nil {
+			return Exception{Status: http.StatusForbidden, Type: InvalidSignatureException, Message: err.Error()}, false
+		}
+		if caller, found := d.g.Caller(akid); found {
+			secret := ""
+			if caller.SecretKeyEnv != "" {
+				secret = d.getenv(caller.SecretKeyEnv)
+			}
+			if secret == "" {
+				return Exception{Status: http.StatusForbidden, Type: UnrecognizedClientException,
+					Message: "This access key has no secret configured for signed requests (auth.keys secretKeyEnv)."}, false
+			}
+			if err := verifySigV4(r.Context(), r, body, secret, d.now()); err != nil {
+				return Exception{Status: http.StatusForbidden, Type: InvalidSignatureException, Message: err.Error()}, false
+			}
+		}
+		key = akid
+	} else if k, ok := gateway.Bearer(r); ok {
+		key = k
+	}
+	if err := d.g.Authenticate(r, key, "", t); err != nil {
+		return exceptionFor(err), false
+	}
+	return Exception{}, true
+}
+
+// converse answers with one JSON body.
+func (d *door) converse(w http.ResponseWriter, r *http.Request, t *gateway.Turn, start time.Time) {
+	out := &collector{}
+	res, err := d.g.Run(r.Context(), t, out)
+	if err != nil {
+		WriteException(w, exceptionFor(err))
+		return
+	}
+	setServedHeaders(w.Header(), res.Tier, res.Degraded, res.TraceID)
+	WriteConverse(w, out.text.String(), stopReason(res.StopReason), res.Usage, d.now().Sub(start))
+}
+
+// converseStream answers with the event stream: the pipeline's frames,
+// transcoded by eventSender.
+func (d *door) converseStream(w http.ResponseWriter, r *http.Request, t *gateway.Turn, start time.Time) {
+	es := &eventSender{w: w, ew: NewEventWriter(w), traceID: traceIDOf(t.TraceParent)}
+	so := d.g.NewStreamOutput(r.Context(), es, t.RequestID)
+	res, err := d.g.Run(r.Context(), t, &tierOutput{StreamOutput: so, s: es})
+	so.Close() // no frame is sent after this
+	switch {
+	case err != nil && !es.ew.Started():
+		WriteException(w, exceptionFor(err))
+	case err != nil:
+		if !es.failed {
+			e := exceptionFor(err)
+			_ = es.ew.Exception(streamException(e.Type), e.Message)
+		}
+	default:
+		es.begin()
+		_ = es.ew.Stop(stopReason(res.StopReason), res.Usage, d.now().Sub(start))
+	}
+}
+
+// stopReason is the model's stop reason, or end_turn for the tiers below
+// the models (cache, FAQ, graceful message).
+func stopReason(s string) string {
+	if s == "" {
+		return StopEndTurn
+	}
+	return s
+}
+
+// collector holds a JSON answer's text until the end.
+type collector struct{ text strings.Builder }
+
+func (c *collector) Write(s string) error         { c.text.WriteString(s); return nil }
+func (c *collector) Started() bool                { return false }
+func (c *collector) Discard()                     { c.text.Reset() }
+func (c *collector) Finish(*gateway.Result) error { return nil }
+func (c *collector) Fail(*gateway.Error) error    { return nil }
+
+// tierOutput is the stream's Output, telling the sender which tier writes.
+type tierOutput struct {
+	*gateway.StreamOutput
+	s *eventSender
+}
+
+func (o *tierOutput) BeginTier(tier, _ string, degraded bool) { o.s.beginTier(tier, degraded) }
+
+// eventSender turns the pipeline's contract frames into Converse stream
+// events. Chunks become contentBlockDelta events; an error frame after the
+// first delta becomes an event-stream exception. The done frame is left to
+// converseStream, which knows the stop reason and the full usage.
+type eventSender struct {
+	w       http.ResponseWriter
+	ew      *EventWriter
+	traceID string
+
+	mu       sync.Mutex
+	tier     string
+	degraded bool
+	failed   bool
+}
+
+func (s *eventSender) beginTier(tier string, degraded bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tier, s.degraded = tier, degraded
+}
+
+// begin sends the headers, naming the tier that writes, and messageStart.
+func (s *eventSender) begin() {
+	if s.ew.Started() {
+		return
+	}
+	s.mu.Lock()
+	tier, degraded := s.tier, s.degraded
+	s.mu.Unlock()
+	setServedHeaders(s.w.Header(), tier, degraded, s.traceID)
+	_ = s.ew.Start()
+}
+
+// Send implements stream.Sender.
+func (s *eventSender) Send(ctx context.Context, b []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f, err := stream.DecodeFrame(b)
+	if err != nil {
+		return err
+	}
+	switch f.Type {
+	case stream.TypeChunk:
+		s.begin()
+		return s.ew.Delta(f.Chunk.Text)
+	case stream.TypeError:
+		if !s.ew.Started() {
+			return nil // converseStream sends the HTTP error
+		}
+		s.failed = true
+		return s.ew.Exception(streamException(exceptionForCode(f.Error.Code).Type), f.Error.Message)
+	}
+	return nil // heartbeats have no Bedrock event; done is sent by converseStream
+}
+
+func setServedHeaders(h http.Header, tier string, degraded bool, traceID string) {
+	h.Set(HeaderTier, tier)
+	h.Set(HeaderDegraded, strconv.FormatBool(degraded))
+	if traceID != "" {
+		h.Set(HeaderTraceID, traceID)
+	}
+}
+
+// exceptionFor maps a refusal of the pipeline to Bedrock's exception.
+func exceptionFor(err error) Exception {
+	var ge *gateway.Error
+	if !errors.As(err, &ge) {
+		return Exception{Status: http.StatusInternalServerError, Type: InternalServerException,
+			Message: "Something went wrong on our side. Please try again."}
+	}
+	e := exceptionForCode(ge.Code)
+	e.Message, e.RetryAfter = ge.Message, ge.RetryAfter
+	return e
+}
+
+func exceptionForCode(code string) Exception {
+	switch code {
+	case gateway.CodeInvalidRequest, gateway.CodeTooLarge, gateway.CodeDuplicate:
+		return Exception{Status: http.StatusBadRequest, Type: ValidationException}
+	case gateway.CodeUnauthorized:
+		return Exception{Status: http.StatusForbidden, Type: UnrecognizedClientException}
+	case gateway.CodeRateLimited, gateway.CodeQuotaExhausted, gateway.CodeQueueFull, gateway.CodeQueueTimeout:
+		return Exception{Status: http.StatusTooManyRequests, Type: ThrottlingException}
+	case gateway.CodeBudgetExceeded:
+		return Exception{Status: http.StatusBadRequest, Type: ServiceQuotaExceededException}
+	case gateway.CodeShuttingDown:
+		return Exception{Status: http.StatusServiceUnavailable, Type: ServiceUnavailableException}
+	case gateway.CodeStreamTimeout:
+		return Exception{Status: http.StatusRequestTimeout, Type: ModelTimeoutException}
+	case gateway.CodeUpstream, gateway.CodeSlowClient, gateway.CodeCanceled:
+		return Exception{Status: http.StatusServiceUnavailable, Type: ModelStreamErrorException}
+	}
+	return Exception{Status: http.StatusInternalServerError, Type: InternalServerException}
+}
+
+// streamException is the event-stream member of an exception type.
+func streamException(exType string) string {
+	switch exType {
+	case ThrottlingException, ServiceQuotaExceededException:
+		return "throttlingException"
+	case ValidationException:
+		return "validationException"
+	case ServiceUnavailableException:
+		return "serviceUnavailableException"
+	case InternalServerException:
+		return "internalServerException"
+	}
+	return "modelStreamErrorException"
+}
+
+// traceparent is the request's W3C traceparent, or a new one, so that the
+// trace id is known before the first byte of a stream.
+func traceparent(r *http.Request) string {
+	if h := r.Header.Get("traceparent"); h != "" {
+		if _, ok := events.ParseTraceparent(h); ok {
+			return h
+		}
+	}
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
+}
+
+func traceIDOf(tp string) string {
+	if tc, ok := events.ParseTraceparent(tp); ok {
+		return hex.EncodeToString(tc.TraceID[:])
+	}
+	return ""
+}

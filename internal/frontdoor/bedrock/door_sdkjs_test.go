@@ -1,0 +1,153 @@
+package bedrock_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/ratelimit"
+)
+
+// jsUsage and jsAnswer are what converse.cjs prints of an answer.
+type jsUsage struct {
+	InputTokens  int `json:"inputTokens"`
+	OutputTokens int `json:"outputTokens"`
+	TotalTokens  int `json:"totalTokens"`
+}
+
+type jsAnswer struct {
+	Text       string   `json:"text"`
+	StopReason string   `json:"stopReason"`
+	Usage      *jsUsage `json:"usage"`
+	Tier       string   `json:"tier"`
+	Degraded   string   `json:"degraded"`
+	TraceID    string   `json:"traceId"`
+	Deltas     int      `json:"deltas"`
+	Events     []string `json:"events"`
+}
+
+type jsError struct {
+	Name             string `json:"name"`
+	Status           int    `json:"status"`
+	ThrottlingClass  bool   `json:"throttlingClass"`
+	ServiceException bool   `json:"serviceException"`
+	Message          string `json:"message"`
+}
+
+// runJS runs testdata/converse.cjs's scenario against url with the official
+// JavaScript client and decodes what it printed into v.
+func runJS(t *testing.T, url, scenario string, v any) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("node is not installed; scripts/test installs it")
+	}
+	modules, err := filepath.Abs("../testdata/sdk/node_modules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(modules, "@aws-sdk", "client-bedrock-runtime")); err != nil {
+		t.Fatalf("the Bedrock JavaScript client is not installed (run scripts/test, or npm ci in internal/frontdoor/testdata/sdk): %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "testdata/converse.cjs", scenario)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "FMGATE_URL="+url, "FMGATE_KEY_ID="+testKeyID, "FMGATE_SECRET="+testSecret)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node converse.cjs %s: %v\n%s", scenario, err, stderr.String())
+	}
+	if err := json.Unmarshal(stdout.Bytes(), v); err != nil {
+		t.Fatalf("node converse.cjs %s printed %q: %v", scenario, stdout.String(), err)
+	}
+}
+
+func checkAnswer(t *testing.T, what string, a jsAnswer, wantJA bool, wantTier string) {
+	t.Helper()
+	if a.Text == "" || hasJapanese(a.Text) != wantJA {
+		t.Errorf("%s: answer %q, Japanese = %v, want %v", what, a.Text, hasJapanese(a.Text), wantJA)
+	}
+	if a.Usage == nil || a.Usage.InputTokens == 0 || a.Usage.OutputTokens == 0 || a.Usage.TotalTokens != a.Usage.InputTokens+a.Usage.OutputTokens {
+		t.Errorf("%s: usage %+v", what, a.Usage)
+	}
+	if a.StopReason != "end_turn" {
+		t.Errorf("%s: stop reason %q", what, a.StopReason)
+	}
+	if a.Tier != wantTier || a.Degraded != map[bool]string{true: "true", false: "false"}[wantTier != "sonnet"] || a.TraceID == "" {
+		t.Errorf("%s: served by %q degraded %q trace %q; want %s", what, a.Tier, a.Degraded, a.TraceID, wantTier)
+	}
+}
+
+func TestJavaScriptSDK(t *testing.T) {
+	s, srv := startGateway(t, gatewayConfig(t))
+
+	t.Run("converse", func(t *testing.T) {
+		var got struct {
+			Handler string
+			JA, EN  jsAnswer
+		}
+		runJS(t, srv.URL, "converse", &got)
+		if got.Handler != "NodeHttp2Handler" {
+			t.Errorf("the client used %s, want its default NodeHttp2Handler", got.Handler)
+		}
+		checkAnswer(t, "ja", got.JA, true, "sonnet")
+		checkAnswer(t, "en", got.EN, false, "sonnet")
+	})
+	t.Run("stream", func(t *testing.T) {
+		var got struct{ JA, EN jsAnswer }
+		runJS(t, srv.URL, "stream", &got)
+		for name, a := range map[string]jsAnswer{"ja": got.JA, "en": got.EN} {
+			checkAnswer(t, name, a, name == "ja", "sonnet")
+			want := []string{"messageStart", "contentBlockDelta", "contentBlockStop", "messageStop", "metadata"}
+			if len(a.Events) != len(want) || a.Deltas < 2 {
+				t.Errorf("%s: events %v with %d deltas; want %v with several deltas", name, a.Events, a.Deltas, want)
+			}
+			for i := range min(len(want), len(a.Events)) {
+				if a.Events[i] != want[i] {
+					t.Errorf("%s: events %v, want %v", name, a.Events, want)
+					break
+				}
+			}
+		}
+	})
+	t.Run("wrong secret", func(t *testing.T) {
+		var got struct{ Error *jsError }
+		runJS(t, srv.URL, "wrongSecret", &got)
+		if e := got.Error; e == nil || e.Name != "InvalidSignatureException" || e.Status != 403 || !e.ServiceException {
+			t.Fatalf("error %+v; want the SDK's InvalidSignatureException, 403", got.Error)
+		}
+	})
+	t.Run("degraded under a sonnet outage", func(t *testing.T) {
+		st, _ := s.Sim.Settings("sonnet")
+		st.Outage = true
+		if err := s.Sim.SetSettings("sonnet", st); err != nil {
+			t.Fatal(err)
+		}
+		var got struct{ Converse, Stream jsAnswer }
+		runJS(t, srv.URL, "degraded", &got)
+		checkAnswer(t, "converse", got.Converse, false, "haiku")
+		checkAnswer(t, "stream", got.Stream, true, "haiku")
+	})
+	t.Run("rate limited", func(t *testing.T) {
+		cfg := gatewayConfig(t)
+		cfg.Policies.RateLimit.Routes["chat"] = ratelimit.Rule{Limit: ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1}}
+		_, limited := startGateway(t, cfg)
+		var got struct {
+			Error      *jsError
+			RetryAfter string
+		}
+		runJS(t, limited.URL, "throttled", &got)
+		if e := got.Error; e == nil || e.Name != "ThrottlingException" || !e.ThrottlingClass || e.Status != 429 {
+			t.Fatalf("error %+v; want the SDK's ThrottlingException class, 429", got.Error)
+		}
+		if got.RetryAfter == "" {
+			t.Error("the client saw no retry-after")
+		}
+	})
+}

@@ -1,0 +1,427 @@
+package bedrock_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/provider"
+	providerbedrock "github.com/fmgate/fmgate/internal/provider/bedrock"
+	"github.com/fmgate/fmgate/internal/ratelimit"
+	"github.com/fmgate/fmgate/internal/server"
+)
+
+const (
+	testKeyID     = "AKIDFMGATEDOORTEST"
+	testSecretEnv = "FMGATE_TEST_BEDROCK_SECRET"
+	testSecret    = "door-test-secret-0123456789"
+	sonnetModelID = "anthropic.claude-3-5-sonnet-20240620-v1:0"
+)
+
+func h2c() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
+}
+
+// gatewayConfig is the MangaAssist profile with a fast simulator, one
+// SigV4 key and the signing region's model ids on its tiers.
+func gatewayConfig(t *testing.T) config.Config {
+	t.Helper()
+	cfg := config.Default()
+	for name, st := range cfg.Sim.Models {
+		st.TTFTMs = 5
+		st.TokensPerSecond = 3000
+		cfg.Sim.Models[name] = st
+	}
+	cfg.Models[0].ModelID = sonnetModelID
+	cfg.Auth.TrustUserHeader = false
+	cfg.Auth.Keys = map[string]config.Caller{testKeyID: {UserID: "door-app", SecretKeyEnv: testSecretEnv}}
+	dir := t.TempDir()
+	cfg.EventStore.Path = filepath.Join(dir, "events.db")
+	cfg.Events.WAL.Dir = filepath.Join(dir, "wal")
+	return cfg
+}
+
+// startGateway runs a whole gateway with cfg on an h2c listener.
+func startGateway(t *testing.T, cfg config.Config) (*server.Server, *httptest.Server) {
+	t.Helper()
+	t.Setenv(testSecretEnv, testSecret)
+	s, err := server.New(context.Background(), cfg, server.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	srv := httptest.NewUnstartedServer(s.Handler("admin-token"))
+	srv.Config.Protocols = h2c()
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return s, srv
+}
+
+func client(url, keyID, secret string) *bedrockruntime.Client {
+	return bedrockruntime.New(bedrockruntime.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(url),
+		Credentials:  credentials.NewStaticCredentialsProvider(keyID, secret, ""),
+		Retryer:      aws.NopRetryer{},
+	})
+}
+
+func userMessage(text string) []types.Message {
+	return []types.Message{{Role: types.ConversationRoleUser, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: text}}}}
+}
+
+func hasJapanese(s string) bool {
+	for _, r := range s {
+		if unicode.In(r, unicode.Hiragana, unicode.Katakana, unicode.Han) {
+			return true
+		}
+	}
+	return false
+}
+
+func header(md middleware.Metadata, name string) string {
+	resp, ok := awsmiddleware.GetRawResponse(md).(*smithyhttp.Response)
+	if !ok {
+		return ""
+	}
+	return resp.Header.Get(name)
+}
+
+func TestGoSDKConverse(t *testing.T) {
+	_, srv := startGateway(t, gatewayConfig(t))
+	c := client(srv.URL, testKeyID, testSecret)
+	tests := []struct {
+		name   string
+		model  string
+		msg    string
+		wantJA bool
+	}{
+		{"en by model id", sonnetModelID, "Recommend a fantasy manga", false},
+		{"ja by tier name", "sonnet", "おすすめの漫画を教えて", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := c.Converse(context.Background(), &bedrockruntime.ConverseInput{
+				ModelId:  aws.String(tt.model),
+				Messages: userMessage(tt.msg),
+				System:   []types.SystemContentBlock{&types.SystemContentBlockMemberText{Value: "Answer briefly."}},
+				InferenceConfig: &types.InferenceConfiguration{
+					MaxTokens: aws.Int32(400), Temperature: aws.Float32(0.2), StopSequences: []string{"\n\n\n"},
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg := out.Output.(*types.ConverseOutputMemberMessage).Value
+			text := msg.Content[0].(*types.ContentBlockMemberText).Value
+			if text == "" || hasJapanese(text) != tt.wantJA || msg.Role != types.ConversationRoleAssistant {
+				t.Fatalf("answer %q (role %s): Japanese = %v, want %v", text, msg.Role, hasJapanese(text), tt.wantJA)
+			}
+			if out.StopReason != types.StopReasonEndTurn {
+				t.Fatalf("stop reason %q", out.StopReason)
+			}
+			u := out.Usage
+			if aws.ToInt32(u.InputTokens) == 0 || aws.ToInt32(u.OutputTokens) == 0 || aws.ToInt32(u.TotalTokens) != aws.ToInt32(u.InputTokens)+aws.ToInt32(u.OutputTokens) {
+				t.Fatalf("usage %d in, %d out, %d total", aws.ToInt32(u.InputTokens), aws.ToInt32(u.OutputTokens), aws.ToInt32(u.TotalTokens))
+			}
+			if got := header(out.ResultMetadata, "X-Fmgate-Tier"); got != "sonnet" {
+				t.Fatalf("x-fmgate-tier %q, want sonnet", got)
+			}
+			if header(out.ResultMetadata, "X-Fmgate-Degraded") != "false" || header(out.ResultMetadata, "X-Fmgate-Trace-Id") == "" {
+				t.Fatal("x-fmgate-degraded / x-fmgate-trace-id missing")
+			}
+		})
+	}
+}
+
+func TestGoSDKConverseStream(t *testing.T) {
+	_, srv := startGateway(t, gatewayConfig(t))
+	c := client(srv.URL, testKeyID, testSecret)
+	out, err := c.ConverseStream(context.Background(), &bedrockruntime.ConverseStreamInput{
+		ModelId:  aws.String(sonnetModelID),
+		Messages: userMessage("ワンピースのおすすめを教えて"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := header(out.ResultMetadata, "X-Fmgate-Tier"); got != "sonnet" {
+		t.Fatalf("x-fmgate-tier %q, want sonnet", got)
+	}
+	es := out.GetStream()
+	defer es.Close()
+	var (
+		text  strings.Builder
+		order []string
+		stop  types.StopReason
+		usage *types.TokenUsage
+	)
+	for ev := range es.Events() {
+		switch v := ev.(type) {
+		case *types.ConverseStreamOutputMemberMessageStart:
+			order = append(order, "messageStart")
+		case *types.ConverseStreamOutputMemberContentBlockDelta:
+			if len(order) == 0 || order[len(order)-1] != "delta" {
+				order = append(order, "delta")
+			}
+			text.WriteString(v.Value.Delta.(*types.ContentBlockDeltaMemberText).Value)
+		case *types.ConverseStreamOutputMemberContentBlockStop:
+			order = append(order, "contentBlockStop")
+		case *types.ConverseStreamOutputMemberMessageStop:
+			order = append(order, "messageStop")
+			stop = v.Value.StopReason
+		case *types.ConverseStreamOutputMemberMetadata:
+			order = append(order, "metadata")
+			usage = v.Value.Usage
+		}
+	}
+	if err := es.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(order, ","); got != "messageStart,delta,contentBlockStop,messageStop,metadata" {
+		t.Fatalf("events %s", got)
+	}
+	if !hasJapanese(text.String()) || stop != types.StopReasonEndTurn || usage == nil || aws.ToInt32(usage.OutputTokens) == 0 {
+		t.Fatalf("text %q stop %q usage %+v", text.String(), stop, usage)
+	}
+}
+
+// TestSignatureIsVerified: a wrong secret, an unknown key, a stale date, a
+// body that is not the signed one: each is refused with Bedrock's 403.
+func TestSignatureIsVerified(t *testing.T) {
+	_, srv := startGateway(t, gatewayConfig(t))
+	t.Run("wrong secret", func(t *testing.T) {
+		_, err := client(srv.URL, testKeyID, "not-the-secret").Converse(context.Background(), &bedrockruntime.ConverseInput{
+			ModelId: aws.String("sonnet"), Messages: userMessage("hello")})
+		wantAPIError(t, err, "InvalidSignatureException", 403)
+	})
+	t.Run("unknown key", func(t *testing.T) {
+		_, err := client(srv.URL, "AKIDUNKNOWN", testSecret).Converse(context.Background(), &bedrockruntime.ConverseInput{
+			ModelId: aws.String("sonnet"), Messages: userMessage("hello")})
+		wantAPIError(t, err, "UnrecognizedClientException", 403)
+	})
+	body := `{"messages":[{"role":"user","content":[{"text":"hello"}]}]}`
+	tests := []struct {
+		name     string
+		signedAt time.Time
+		send     string // the body sent, when not the signed one
+		wantType string
+		wantMsg  string
+	}{
+		{"signed 10 minutes ago", time.Now().Add(-10 * time.Minute), "", "InvalidSignatureException", "expired"},
+		{"signed 10 minutes ahead", time.Now().Add(10 * time.Minute), "", "InvalidSignatureException", "expired"},
+		{"body swapped after signing", time.Now(), `{"messages":[{"role":"user","content":[{"text":"something else"}]}]}`, "InvalidSignatureException", "x-amz-content-sha256"},
+		{"signed now", time.Now(), "", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := signedRequest(t, srv.URL+"/model/sonnet/converse", body, tt.signedAt)
+			if tt.send != "" {
+				req.Body = io.NopCloser(strings.NewReader(tt.send))
+				req.ContentLength = int64(len(tt.send))
+			}
+			status, errType, msg := do(t, req)
+			if tt.wantType == "" {
+				if status != 200 {
+					t.Fatalf("status %d %s %s", status, errType, msg)
+				}
+				return
+			}
+			if status != 403 || errType != tt.wantType || !strings.Contains(msg, tt.wantMsg) {
+				t.Fatalf("status %d, %s %q; want 403 %s mentioning %q", status, errType, msg, tt.wantType, tt.wantMsg)
+			}
+		})
+	}
+}
+
+// signedRequest signs body for url with the test key at signedAt, as the
+// SDKs do (x-amz-content-sha256 included).
+func signedRequest(t *testing.T, url, body string, signedAt time.Time) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	sum := sha256.Sum256([]byte(body))
+	hash := hex.EncodeToString(sum[:])
+	req.Header.Set("X-Amz-Content-Sha256", hash)
+	creds := aws.Credentials{AccessKeyID: testKeyID, SecretAccessKey: testSecret}
+	if err := v4.NewSigner().SignHTTP(context.Background(), creds, req, hash, "bedrock", "us-east-1", signedAt); err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+func do(t *testing.T, req *http.Request) (status int, errType, message string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Message string `json:"message"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(b, &body)
+	return resp.StatusCode, resp.Header.Get("X-Amzn-ErrorType"), body.Message
+}
+
+func wantAPIError(t *testing.T, err error, code string, status int) {
+	t.Helper()
+	var ae smithy.APIError
+	if !errors.As(err, &ae) || ae.ErrorCode() != code {
+		t.Fatalf("err = %v; want %s", err, code)
+	}
+	var re *smithyhttp.ResponseError
+	if !errors.As(err, &re) || re.HTTPStatusCode() != status {
+		t.Fatalf("err = %v; want HTTP %d", err, status)
+	}
+}
+
+// TestUnsupportedFieldsAreRefused: what fmgate cannot honour gets a
+// ValidationException naming it, through the real SDK.
+func TestUnsupportedFieldsAreRefused(t *testing.T) {
+	_, srv := startGateway(t, gatewayConfig(t))
+	c := client(srv.URL, testKeyID, testSecret)
+	tests := []struct {
+		name string
+		in   *bedrockruntime.ConverseInput
+		want string
+	}{
+		{"tools", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("hi"),
+			ToolConfig: &types.ToolConfiguration{Tools: []types.Tool{&types.ToolMemberToolSpec{Value: types.ToolSpecification{
+				Name: aws.String("lookup"), InputSchema: &types.ToolInputSchemaMemberJson{}}}}}}, "toolConfig"},
+		{"image block", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: []types.Message{{Role: types.ConversationRoleUser,
+			Content: []types.ContentBlock{&types.ContentBlockMemberImage{Value: types.ImageBlock{Format: types.ImageFormatPng,
+				Source: &types.ImageSourceMemberBytes{Value: []byte{1, 2, 3}}}}}}}}, "image"},
+		{"topP", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("hi"),
+			InferenceConfig: &types.InferenceConfiguration{TopP: aws.Float32(0.5)}}, "topP"},
+		{"guardrail", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("hi"),
+			GuardrailConfig: &types.GuardrailConfiguration{GuardrailIdentifier: aws.String("g"), GuardrailVersion: aws.String("1")}}, "guardrailConfig"},
+		{"unknown model", &bedrockruntime.ConverseInput{ModelId: aws.String("amazon.titan-text-express-v1"), Messages: userMessage("hi")}, "model identifier"},
+		{"ends with the assistant", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: []types.Message{
+			{Role: types.ConversationRoleUser, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: "hi"}}},
+			{Role: types.ConversationRoleAssistant, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: "hello"}}},
+		}}, "last message"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := c.Converse(context.Background(), tt.in)
+			wantAPIError(t, err, "ValidationException", 400)
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("%v does not mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestRateLimitedIsThrottling: the gateway's 429 reaches the SDK as
+// ThrottlingException with Retry-After.
+func TestRateLimitedIsThrottling(t *testing.T) {
+	cfg := gatewayConfig(t)
+	cfg.Policies.RateLimit.Routes["chat"] = ratelimit.Rule{Limit: ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1}}
+	_, srv := startGateway(t, cfg)
+	c := client(srv.URL, testKeyID, testSecret)
+	in := &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("hello")}
+	if _, err := c.Converse(context.Background(), in); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	_, err := c.Converse(context.Background(), in)
+	wantAPIError(t, err, "ThrottlingException", 429)
+	var te *types.ThrottlingException
+	if !errors.As(err, &te) {
+		t.Fatalf("err %T is not the SDK's ThrottlingException", err)
+	}
+	var re *smithyhttp.ResponseError
+	errors.As(err, &re)
+	if re.Response.Header.Get("Retry-After") == "" {
+		t.Fatal("no Retry-After")
+	}
+}
+
+// TestDegradedAnswerUnderSonnetOutage: with Sonnet down, Haiku answers; the
+// SDK gets a normal 200 and the headers say how it was served.
+func TestDegradedAnswerUnderSonnetOutage(t *testing.T) {
+	s, srv := startGateway(t, gatewayConfig(t))
+	st, _ := s.Sim.Settings("sonnet")
+	st.Outage = true
+	if err := s.Sim.SetSettings("sonnet", st); err != nil {
+		t.Fatal(err)
+	}
+	c := client(srv.URL, testKeyID, testSecret)
+	out, err := c.Converse(context.Background(), &bedrockruntime.ConverseInput{ModelId: aws.String(sonnetModelID), Messages: userMessage("Recommend a manga")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if header(out.ResultMetadata, "X-Fmgate-Tier") != "haiku" || header(out.ResultMetadata, "X-Fmgate-Degraded") != "true" {
+		t.Fatalf("tier %q degraded %q; want haiku true", header(out.ResultMetadata, "X-Fmgate-Tier"), header(out.ResultMetadata, "X-Fmgate-Degraded"))
+	}
+	sout, err := c.ConverseStream(context.Background(), &bedrockruntime.ConverseStreamInput{ModelId: aws.String(sonnetModelID), Messages: userMessage("Recommend a manga")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range sout.GetStream().Events() {
+		n++
+	}
+	if err := sout.GetStream().Err(); err != nil || n < 5 {
+		t.Fatalf("%d events, err %v", n, err)
+	}
+	if header(sout.ResultMetadata, "X-Fmgate-Tier") != "haiku" || header(sout.ResultMetadata, "X-Fmgate-Degraded") != "true" {
+		t.Fatalf("stream: tier %q degraded %q; want haiku true", header(sout.ResultMetadata, "X-Fmgate-Tier"), header(sout.ResultMetadata, "X-Fmgate-Degraded"))
+	}
+}
+
+// TestFmgateFrontsFmgate: fmgate's own bedrock provider, pointed at another
+// gateway's door, streams its answers, usage included.
+func TestFmgateFrontsFmgate(t *testing.T) {
+	_, upstream := startGateway(t, gatewayConfig(t))
+	p, err := providerbedrock.New(context.Background(), config.Model{
+		Name: "upstream", Provider: "bedrock", ModelID: sonnetModelID, Region: "us-east-1", Endpoint: upstream.URL,
+	}, providerbedrock.Options{Credentials: credentials.NewStaticCredentialsProvider(testKeyID, testSecret, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &provider.Request{Model: "upstream", MaxTokens: 300, Messages: []provider.Message{
+		{Role: provider.RoleUser, Content: "Recommend a manga"},
+		{Role: provider.RoleAssistant, Content: "Do you like fantasy?"},
+		{Role: provider.RoleUser, Content: "はい、ファンタジーが好きです"},
+	}}
+	var deltas int
+	resp, err := p.Stream(context.Background(), req, func(string) error { deltas++; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deltas == 0 || !hasJapanese(resp.Text) || resp.Usage.InputTokens == 0 || resp.Usage.OutputTokens == 0 || resp.Usage.Estimated {
+		t.Fatalf("%d deltas, text %q, usage %+v", deltas, resp.Text, resp.Usage)
+	}
+	resp, err = p.Complete(context.Background(), req)
+	if err != nil || resp.Text == "" || resp.StopReason != "end_turn" {
+		t.Fatalf("complete: %v %q %q", err, resp.Text, resp.StopReason)
+	}
+}

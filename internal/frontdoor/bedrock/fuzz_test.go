@@ -1,0 +1,104 @@
+package bedrock
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/stream"
+)
+
+// fakePipeline answers every turn at once with a fixed text, trusting any
+// caller (the demo profile): the fuzz targets exercise the door's decoding.
+type fakePipeline struct{}
+
+func (fakePipeline) Run(_ context.Context, t *gateway.Turn, out gateway.Output) (*gateway.Result, error) {
+	if t.Message == "" || t.StartTier == "" {
+		return nil, errors.New("the door passed an empty turn")
+	}
+	if err := out.Write("ok"); err != nil {
+		return nil, err
+	}
+	res := &gateway.Result{Text: "ok", Tier: "sonnet", StopReason: "end_turn"}
+	return res, out.Finish(res)
+}
+
+func (fakePipeline) NewStreamOutput(context.Context, stream.Sender, string) *gateway.StreamOutput {
+	panic("not used: the fuzz targets call converse")
+}
+
+func (fakePipeline) Authenticate(_ *http.Request, _, _ string, t *gateway.Turn) error {
+	t.UserID = "fuzz"
+	return nil
+}
+
+func (fakePipeline) Caller(string) (config.Caller, bool) { return config.Caller{}, false }
+
+func (fakePipeline) ResolveModel(name string) (config.Model, bool) {
+	return config.Model{Name: "sonnet"}, name == "sonnet"
+}
+
+var seeds = []string{
+	`{"messages":[{"role":"user","content":[{"text":"hello"}]}]}`,
+	`{"messages":[{"role":"user","content":[{"text":"こんにちは"},{"text":"!"}]},{"role":"assistant","content":[{"text":"はい"}]},{"role":"user","content":[{"text":"続けて"}]}],"system":[{"text":"be brief"}],"inferenceConfig":{"maxTokens":10,"temperature":0.5,"stopSequences":["END"]}}`,
+	`{"messages":[{"role":"user","content":[{"image":{"format":"png","source":{"bytes":"AAAA"}}}]}]}`,
+	`{"messages":[],"toolConfig":{"tools":[]}}`,
+	`{"messages":[{"role":"user","content":[{"text":1}]}]}`,
+	`{"messages":[{"role":"user","content":[{"text":"x"}]}],"inferenceConfig":{"topP":0.1}}`,
+	`{"messages":null}`, `[]`, `{`, ``, `{"messages":[{"role":"user","content":[{"text":"x"}]}]} {}`,
+}
+
+// FuzzDecode: any body decodes or is refused with a ValidationError; a
+// decoded request always ends with a user message.
+func FuzzDecode(f *testing.F) {
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := Decode("sonnet", body)
+		if err != nil {
+			var ve *ValidationError
+			if !errors.As(err, &ve) || ve.Msg == "" {
+				t.Fatalf("err %v is not a ValidationError", err)
+			}
+			return
+		}
+		if len(req.Messages) == 0 || req.Messages[len(req.Messages)-1].Role != "user" {
+			t.Fatalf("decoded %+v", req)
+		}
+	})
+}
+
+// FuzzDoor: whatever path and body arrive, the door answers 200 or
+// Bedrock's 4xx shape (X-Amzn-ErrorType and a JSON message), never a 5xx.
+func FuzzDoor(f *testing.F) {
+	for _, s := range seeds {
+		f.Add("sonnet", []byte(s))
+	}
+	f.Add("anthropic.claude-3-5-sonnet-20240620-v1%3A0", []byte(seeds[0]))
+	f.Add("a%2Fb", []byte(seeds[1]))
+	h := New(fakePipeline{}, Options{})
+	f.Fuzz(func(t *testing.T, model string, body []byte) {
+		if strings.ContainsAny(model, "/?# \t\r\n") {
+			model = "x" // keep the path one segment, as a client would encode it
+		}
+		r := httptest.NewRequest(http.MethodPost, "/model/sonnet/converse", strings.NewReader(string(body)))
+		r.URL.RawPath = "/model/" + model + "/converse"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		switch {
+		case w.Code == http.StatusOK:
+		case w.Code >= 400 && w.Code < 500:
+			if w.Header().Get("X-Amzn-ErrorType") == "" || !strings.HasPrefix(w.Body.String(), `{"message":`) {
+				t.Fatalf("%d without Bedrock's error shape: %q", w.Code, w.Body.String())
+			}
+		default:
+			t.Fatalf("status %d: %s", w.Code, w.Body.String())
+		}
+	})
+}

@@ -1,0 +1,112 @@
+package bedrock
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/provider/sim"
+)
+
+// guardrailText is what the simulator answers when its guardrail fault
+// fires, as a Bedrock guardrail's blocked-input message.
+const guardrailText = "Sorry, this request was blocked by a guardrail."
+
+// Sim serves the simulator s on Bedrock's wire: POST /model/{modelId}/converse
+// and /converse-stream. resolve maps the path's model id (a simulated model's
+// name or its modelId) to the simulator's model name. The simulator's faults
+// come out as Bedrock sends them: refusals before the answer as HTTP errors
+// with X-Amzn-ErrorType (throttling 429 ThrottlingException with
+// Retry-After, outage 503 ServiceUnavailableException, not_ready 429
+// ModelNotReadyException, timeout 408 ModelTimeoutException), a guardrail
+// as a 200 whose stopReason is guardrail_intervened, a failure mid-stream as
+// an event-stream exception, and cutAfterTokens as a dropped connection.
+// Request signatures are not checked: bind the simulator to loopback.
+func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Amzn-RequestId", newRequestID())
+		modelID, op, err := ParsePath(r.URL.EscapedPath())
+		if err != nil {
+			WriteException(w, Exception{Status: http.StatusNotFound, Type: ResourceNotFoundException, Message: err.Error()})
+			return
+		}
+		name, ok := resolve(modelID)
+		if !ok {
+			WriteException(w, Exception{Status: http.StatusNotFound, Type: ResourceNotFoundException,
+				Message: fmt.Sprintf("The simulator has no model %q.", truncate(modelID, 80))})
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, DefaultMaxBodyBytes))
+		if err != nil {
+			WriteException(w, Validation("the request body could not be read, or exceeds 1 MiB"))
+			return
+		}
+		req, err := Decode(modelID, body)
+		if err != nil {
+			WriteException(w, Validation(err.Error()))
+			return
+		}
+		preq := &provider.Request{Model: name, System: req.System, Messages: req.Messages,
+			MaxTokens: req.MaxTokens, Temperature: req.Temperature, StopSequences: req.StopSequences}
+		st, _ := s.Settings(name)
+		start := time.Now()
+		if op == OpConverse {
+			simConverse(w, r, s, preq, st, start)
+			return
+		}
+		simStream(w, r, s, preq, st, start)
+	})
+}
+
+func simConverse(w http.ResponseWriter, r *http.Request, s *sim.Sim, req *provider.Request, st sim.Settings, start time.Time) {
+	resp, err := s.Complete(r.Context(), req)
+	switch {
+	case err == nil:
+		WriteConverse(w, resp.Text, resp.StopReason, resp.Usage, time.Since(start))
+	case cut(st, resp, err):
+		panic(http.ErrAbortHandler) // the connection drops, as a cut upstream would
+	case provider.KindOf(err) == provider.KindGuardrail:
+		WriteConverse(w, guardrailText, StopGuardrailIntervened, resp.Usage, time.Since(start))
+	default:
+		WriteException(w, simException(err))
+	}
+}
+
+func simStream(w http.ResponseWriter, r *http.Request, s *sim.Sim, req *provider.Request, st sim.Settings, start time.Time) {
+	ew := NewEventWriter(w)
+	resp, err := s.Stream(r.Context(), req, ew.Delta)
+	switch {
+	case err == nil:
+		_ = ew.Stop(resp.StopReason, resp.Usage, time.Since(start))
+	case cut(st, resp, err):
+		_ = ew.Start()
+		panic(http.ErrAbortHandler)
+	case provider.KindOf(err) == provider.KindGuardrail:
+		_ = ew.Stop(StopGuardrailIntervened, resp.Usage, time.Since(start))
+	case !ew.Started():
+		WriteException(w, simException(err))
+	default:
+		_ = ew.Exception(StreamExceptionType(provider.KindOf(err)), err.Error())
+	}
+}
+
+// cut reports whether err is the simulator's dropped connection.
+func cut(st sim.Settings, resp *provider.Response, err error) bool {
+	return st.CutAfterTokens > 0 && resp != nil && resp.Usage.OutputTokens == st.CutAfterTokens &&
+		provider.KindOf(err) == provider.KindUnavailable
+}
+
+func simException(err error) Exception {
+	var pe *provider.Error
+	if !errors.As(err, &pe) {
+		return ExceptionForKind(provider.KindUnknown, "internal error", 0)
+	}
+	msg := "simulated failure"
+	if pe.Err != nil {
+		msg = pe.Err.Error()
+	}
+	return ExceptionForKind(pe.Kind, msg, pe.RetryAfter)
+}

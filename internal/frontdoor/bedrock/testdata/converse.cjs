@@ -1,0 +1,121 @@
+// Drives fmgate's Bedrock Runtime front door with the official JavaScript
+// client (@aws-sdk/client-bedrock-runtime: its default HTTP/2 handler, real
+// SigV4 signing). Run by door_sdkjs_test.go with NODE_PATH pointing at
+// internal/frontdoor/testdata/sdk/node_modules:
+//
+//   FMGATE_URL=http://127.0.0.1:PORT FMGATE_KEY_ID=… FMGATE_SECRET=… node converse.cjs SCENARIO
+//
+// It prints one JSON object describing what the client saw.
+'use strict';
+const {
+  BedrockRuntimeClient, ConverseCommand, ConverseStreamCommand,
+  ThrottlingException, BedrockRuntimeServiceException,
+} = require('@aws-sdk/client-bedrock-runtime');
+
+const url = process.env.FMGATE_URL;
+const model = process.env.FMGATE_MODEL || 'anthropic.claude-3-5-sonnet-20240620-v1:0';
+
+function client(secret) {
+  const c = new BedrockRuntimeClient({
+    region: 'us-east-1',
+    endpoint: url,
+    credentials: { accessKeyId: process.env.FMGATE_KEY_ID, secretAccessKey: secret || process.env.FMGATE_SECRET },
+    maxAttempts: 1,
+  });
+  // Keep the last response's headers: x-fmgate-* say how it was served.
+  c.headers = {};
+  c.middlewareStack.add((next) => async (args) => {
+    const out = await next(args);
+    c.headers = out.response.headers;
+    return out;
+  }, { step: 'deserialize', name: 'fmgateHeaders' });
+  c.protocol = c.config.requestHandler && c.config.requestHandler.constructor.name;
+  return c;
+}
+
+function served(c) {
+  return { tier: c.headers['x-fmgate-tier'], degraded: c.headers['x-fmgate-degraded'], traceId: c.headers['x-fmgate-trace-id'] };
+}
+
+const messages = (text) => [{ role: 'user', content: [{ text }] }];
+const questions = { ja: 'おすすめの漫画を教えて', en: 'Recommend a fantasy manga series' };
+
+async function converse(c, text) {
+  const out = await c.send(new ConverseCommand({
+    modelId: model, messages: messages(text),
+    system: [{ text: 'Answer briefly.' }],
+    inferenceConfig: { maxTokens: 400, temperature: 0.3 },
+  }));
+  return { text: out.output.message.content.map((b) => b.text).join(''), stopReason: out.stopReason, usage: out.usage, ...served(c) };
+}
+
+async function converseStream(c, text) {
+  const out = await c.send(new ConverseStreamCommand({ modelId: model, messages: messages(text) }));
+  const r = { text: '', deltas: 0, events: [], ...served(c) };
+  for await (const ev of out.stream) {
+    const kind = Object.keys(ev)[0];
+    if (kind === 'contentBlockDelta') {
+      r.text += ev.contentBlockDelta.delta.text;
+      r.deltas++;
+      if (r.events[r.events.length - 1] !== kind) r.events.push(kind);
+      continue;
+    }
+    r.events.push(kind);
+    if (kind === 'messageStop') r.stopReason = ev.messageStop.stopReason;
+    if (kind === 'metadata') r.usage = ev.metadata.usage;
+  }
+  return r;
+}
+
+function describe(e) {
+  return {
+    name: e.name,
+    status: e.$metadata && e.$metadata.httpStatusCode,
+    throttlingClass: e instanceof ThrottlingException,
+    serviceException: e instanceof BedrockRuntimeServiceException,
+    message: e.message,
+  };
+}
+
+const scenarios = {
+  async converse() {
+    const c = client();
+    return { handler: c.protocol, ja: await converse(c, questions.ja), en: await converse(c, questions.en) };
+  },
+  async stream() {
+    const c = client();
+    return { ja: await converseStream(c, questions.ja), en: await converseStream(c, questions.en) };
+  },
+  async throttled() {
+    const c = client();
+    await converse(c, questions.en); // the one call the limit allows
+    try {
+      await converse(c, questions.en);
+      return { error: null };
+    } catch (e) {
+      return { error: describe(e), retryAfter: e.$response && e.$response.headers && e.$response.headers['retry-after'] };
+    }
+  },
+  async wrongSecret() {
+    try {
+      await converse(client('not-the-secret'), questions.en);
+      return { error: null };
+    } catch (e) {
+      return { error: describe(e) };
+    }
+  },
+  async degraded() {
+    const c = client();
+    return { converse: await converse(c, questions.en), stream: await converseStream(c, questions.ja) };
+  },
+};
+
+const run = scenarios[process.argv[2]];
+if (!run) {
+  console.error('unknown scenario ' + process.argv[2]);
+  process.exit(2);
+}
+run().then(
+  (r) => { process.stdout.write(JSON.stringify(r)); process.exit(0); },
+  (e) => { console.error(e); process.exit(1); },
+);

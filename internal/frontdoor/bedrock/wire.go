@@ -1,0 +1,582 @@
+// Package bedrock speaks the AWS Bedrock Runtime Converse API on the server
+// side: POST /model/{modelId}/converse (JSON) and /converse-stream (the AWS
+// event stream, application/vnd.amazon.eventstream), with Bedrock's error
+// shape (X-Amzn-ErrorType and {"message"}). The same request decoder and
+// response encoders serve two handlers: New, fmgate's drop-in front door in
+// front of its pipeline (SigV4 verified), and Sim, the model simulator on
+// Bedrock's wire, which fmgate's own bedrock provider is tested against.
+package bedrock
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
+
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// Limits of a decoded request. Bedrock's own limits are higher; these bound
+// what one untrusted request can make fmgate hold.
+const (
+	// DefaultMaxBodyBytes bounds a request body: 1 MiB.
+	DefaultMaxBodyBytes = 1 << 20
+	// maxMessages bounds the conversation a request carries.
+	maxMessages = 200
+	// maxStopSequences and maxStopSequenceBytes bound inferenceConfig.stopSequences.
+	maxStopSequences     = 8
+	maxStopSequenceBytes = 256
+	// maxModelIDBytes bounds the model id in the path.
+	maxModelIDBytes = 2048
+)
+
+// Operations of the Converse API.
+const (
+	OpConverse       = "converse"
+	OpConverseStream = "converse-stream"
+)
+
+// Stop reasons of the Converse API that fmgate produces or recognises.
+const (
+	StopEndTurn             = "end_turn"
+	StopMaxTokens           = "max_tokens"
+	StopSequence            = "stop_sequence"
+	StopGuardrailIntervened = "guardrail_intervened"
+	StopContentFiltered     = "content_filtered"
+)
+
+// Request is a decoded Converse / ConverseStream request: the parts fmgate
+// supports. Everything else Bedrock accepts (toolConfig, image and document
+// blocks, guardrailConfig, additionalModelRequestFields, …) is refused by
+// Decode with a ValidationException, never silently dropped.
+type Request struct {
+	ModelID string
+	// System is the request's system blocks joined by blank lines.
+	System string
+	// Messages alternate user and assistant turns and end with a user turn.
+	Messages      []provider.Message
+	MaxTokens     int // 0: not set
+	Temperature   *float64
+	StopSequences []string
+}
+
+// ParsePath splits an escaped request path, /model/{modelId}/{op}, into the
+// unescaped model id and the operation. Model ids arrive URL-encoded
+// (anthropic.claude-3-5-sonnet-20240620-v1%3A0; an ARN's slashes as %2F), so
+// the path is split before it is unescaped.
+func ParsePath(escaped string) (modelID, op string, err error) {
+	rest, ok := strings.CutPrefix(escaped, "/model/")
+	if !ok {
+		return "", "", errors.New("the path must be /model/{modelId}/converse or /model/{modelId}/converse-stream")
+	}
+	i := strings.LastIndexByte(rest, '/')
+	if i <= 0 {
+		return "", "", errors.New("the path must be /model/{modelId}/converse or /model/{modelId}/converse-stream")
+	}
+	op = rest[i+1:]
+	if op != OpConverse && op != OpConverseStream {
+		return "", "", fmt.Errorf("unknown operation %q: this endpoint serves converse and converse-stream", truncate(op, 40))
+	}
+	id, err := url.PathUnescape(rest[:i])
+	if err != nil {
+		return "", "", fmt.Errorf("the model id in the path is not URL-encoded correctly: %w", err)
+	}
+	if id == "" || len(id) > maxModelIDBytes || !utf8.ValidString(id) || strings.ContainsAny(id, "\x00\r\n") {
+		return "", "", errors.New("the model id in the path must be 1 to 2048 bytes of text")
+	}
+	return id, op, nil
+}
+
+// wireRequest is the JSON body of a Converse request. Fields fmgate does
+// not support are kept raw so that Decode can name them in its refusal.
+type wireRequest struct {
+	Messages                          []wireMessage     `json:"messages"`
+	System                            []json.RawMessage `json:"system"`
+	InferenceConfig                   *wireInference    `json:"inferenceConfig"`
+	ToolConfig                        json.RawMessage   `json:"toolConfig"`
+	GuardrailConfig                   json.RawMessage   `json:"guardrailConfig"`
+	AdditionalModelRequestFields      json.RawMessage   `json:"additionalModelRequestFields"`
+	AdditionalModelResponseFieldPaths json.RawMessage   `json:"additionalModelResponseFieldPaths"`
+	PromptVariables                   json.RawMessage   `json:"promptVariables"`
+	RequestMetadata                   json.RawMessage   `json:"requestMetadata"`
+	PerformanceConfig                 json.RawMessage   `json:"performanceConfig"`
+	ServiceTier                       json.RawMessage   `json:"serviceTier"`
+}
+
+type wireMessage struct {
+	Role    string            `json:"role"`
+	Content []json.RawMessage `json:"content"`
+}
+
+type wireInference struct {
+	MaxTokens     *int     `json:"maxTokens"`
+	Temperature   *float64 `json:"temperature"`
+	TopP          *float64 `json:"topP"`
+	StopSequences []string `json:"stopSequences"`
+}
+
+// ValidationError is a request Decode refuses; its message is safe to send
+// back as a ValidationException.
+type ValidationError struct{ Msg string }
+
+func (e *ValidationError) Error() string { return e.Msg }
+
+func invalidf(format string, args ...any) *ValidationError {
+	return &ValidationError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Decode parses and checks a Converse request body for modelID. Every
+// refusal is a *ValidationError naming the field.
+func Decode(modelID string, body []byte) (*Request, error) {
+	if !utf8.Valid(body) {
+		return nil, invalidf("the request body must be UTF-8 JSON")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var w wireRequest
+	if err := dec.Decode(&w); err != nil {
+		return nil, invalidf("the request body is not a valid Converse request: %s", jsonProblem(err))
+	}
+	if dec.More() {
+		return nil, invalidf("the request body must hold one JSON object")
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{
+		{"toolConfig", w.ToolConfig},
+		{"guardrailConfig", w.GuardrailConfig},
+		{"additionalModelRequestFields", w.AdditionalModelRequestFields},
+		{"additionalModelResponseFieldPaths", w.AdditionalModelResponseFieldPaths},
+		{"promptVariables", w.PromptVariables},
+		{"requestMetadata", w.RequestMetadata},
+		{"performanceConfig", w.PerformanceConfig},
+		{"serviceTier", w.ServiceTier},
+	} {
+		if len(f.raw) > 0 && string(f.raw) != "null" {
+			return nil, invalidf("%s is not supported by this endpoint; remove it from the request", f.name)
+		}
+	}
+	req := &Request{ModelID: modelID}
+	system, err := decodeSystem(w.System)
+	if err != nil {
+		return nil, err
+	}
+	req.System = system
+	if err := decodeMessages(w.Messages, req); err != nil {
+		return nil, err
+	}
+	if ic := w.InferenceConfig; ic != nil {
+		if err := decodeInference(ic, req); err != nil {
+			return nil, err
+		}
+	}
+	return req, nil
+}
+
+func decodeSystem(blocks []json.RawMessage) (string, error) {
+	parts := make([]string, 0, len(blocks))
+	for i, raw := range blocks {
+		text, err := textBlock(raw, fmt.Sprintf("system[%d]", i))
+		if err != nil {
+			return "", err
+		}
+		parts = append(parts, text)
+	}
+	return strings.Join(parts, "\n\n"), nil
+}
+
+func decodeMessages(msgs []wireMessage, req *Request) error {
+	switch {
+	case len(msgs) == 0:
+		return invalidf("messages must hold at least one user message")
+	case len(msgs) > maxMessages:
+		return invalidf("messages holds %d messages; the limit is %d", len(msgs), maxMessages)
+	}
+	req.Messages = make([]provider.Message, 0, len(msgs))
+	for i, m := range msgs {
+		var role provider.Role
+		switch m.Role {
+		case "user":
+			role = provider.RoleUser
+		case "assistant":
+			role = provider.RoleAssistant
+		default:
+			return invalidf("messages[%d].role must be user or assistant, not %q", i, truncate(m.Role, 20))
+		}
+		if (i%2 == 0) != (role == provider.RoleUser) {
+			return invalidf("messages must alternate user and assistant, starting with user (messages[%d] is %s)", i, m.Role)
+		}
+		if len(m.Content) == 0 {
+			return invalidf("messages[%d].content must hold at least one text block", i)
+		}
+		parts := make([]string, 0, len(m.Content))
+		for j, raw := range m.Content {
+			text, err := textBlock(raw, fmt.Sprintf("messages[%d].content[%d]", i, j))
+			if err != nil {
+				return err
+			}
+			parts = append(parts, text)
+		}
+		req.Messages = append(req.Messages, provider.Message{Role: role, Content: strings.Join(parts, "")})
+	}
+	if req.Messages[len(req.Messages)-1].Role != provider.RoleUser {
+		return invalidf("the last message must be the user's")
+	}
+	return nil
+}
+
+// textBlock reads a content block that must be {"text": "…"}; any other
+// kind of block (image, document, toolUse, cachePoint, …) is refused.
+func textBlock(raw json.RawMessage, where string) (string, error) {
+	var block map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &block); err != nil || block == nil {
+		return "", invalidf("%s must be an object such as {\"text\": \"…\"}", where)
+	}
+	for k := range block {
+		if k != "text" {
+			return "", invalidf("%s: %s blocks are not supported by this endpoint; send text blocks only", where, truncate(k, 40))
+		}
+	}
+	var text string
+	if err := json.Unmarshal(block["text"], &text); err != nil || block["text"] == nil {
+		return "", invalidf("%s.text must be a string", where)
+	}
+	return text, nil
+}
+
+func decodeInference(ic *wireInference, req *Request) error {
+	if ic.TopP != nil {
+		return invalidf("inferenceConfig.topP is not supported by this endpoint; remove it (temperature is)")
+	}
+	if ic.MaxTokens != nil {
+		if *ic.MaxTokens < 1 {
+			return invalidf("inferenceConfig.maxTokens must be at least 1")
+		}
+		req.MaxTokens = *ic.MaxTokens
+	}
+	if t := ic.Temperature; t != nil {
+		if *t < 0 || *t > 1 {
+			return invalidf("inferenceConfig.temperature must be between 0 and 1")
+		}
+		req.Temperature = t
+	}
+	if len(ic.StopSequences) > maxStopSequences {
+		return invalidf("inferenceConfig.stopSequences holds %d sequences; the limit is %d", len(ic.StopSequences), maxStopSequences)
+	}
+	for i, s := range ic.StopSequences {
+		if s == "" || len(s) > maxStopSequenceBytes {
+			return invalidf("inferenceConfig.stopSequences[%d] must be 1 to %d bytes", i, maxStopSequenceBytes)
+		}
+	}
+	req.StopSequences = ic.StopSequences
+	return nil
+}
+
+func jsonProblem(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("malformed JSON at byte %d", se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("%s has the wrong type (want %s)", te.Field, te.Type)
+	case errors.Is(err, io.EOF):
+		return "the body is empty"
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return "unknown field " + truncate(f, 60) + " (not a Converse field, or not supported here)"
+	}
+	return truncate(msg, 120)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// Usage is the Converse API's token usage.
+type Usage struct {
+	InputTokens           int `json:"inputTokens"`
+	OutputTokens          int `json:"outputTokens"`
+	TotalTokens           int `json:"totalTokens"`
+	CacheReadInputTokens  int `json:"cacheReadInputTokens,omitempty"`
+	CacheWriteInputTokens int `json:"cacheWriteInputTokens,omitempty"`
+}
+
+// UsageOf converts a provider usage to the wire's.
+func UsageOf(u provider.Usage) Usage {
+	return Usage{
+		InputTokens:           u.InputTokens,
+		OutputTokens:          u.OutputTokens,
+		TotalTokens:           u.InputTokens + u.OutputTokens + u.CachedInputTokens + u.CacheWriteTokens,
+		CacheReadInputTokens:  u.CachedInputTokens,
+		CacheWriteInputTokens: u.CacheWriteTokens,
+	}
+}
+
+type metrics struct {
+	LatencyMs int64 `json:"latencyMs"`
+}
+
+type textContent struct {
+	Text string `json:"text"`
+}
+
+type outMessage struct {
+	Role    string        `json:"role"`
+	Content []textContent `json:"content"`
+}
+
+type converseResponse struct {
+	Output struct {
+		Message outMessage `json:"message"`
+	} `json:"output"`
+	StopReason string  `json:"stopReason"`
+	Usage      Usage   `json:"usage"`
+	Metrics    metrics `json:"metrics"`
+}
+
+// WriteConverse sends a Converse answer: the assistant's text, the stop
+// reason, usage and latency.
+func WriteConverse(w http.ResponseWriter, text, stopReason string, u provider.Usage, latency time.Duration) {
+	var body converseResponse
+	body.Output.Message = outMessage{Role: "assistant", Content: []textContent{{Text: text}}}
+	body.StopReason = stopReason
+	body.Usage = UsageOf(u)
+	body.Metrics.LatencyMs = latency.Milliseconds()
+	writeJSON(w, http.StatusOK, body)
+}
+
+// Exception is an error in Bedrock's shape: the HTTP status, the
+// exception's name (sent as X-Amzn-ErrorType) and a message.
+type Exception struct {
+	Status     int
+	Type       string
+	Message    string
+	RetryAfter time.Duration
+}
+
+// Bedrock's exception names.
+const (
+	ThrottlingException           = "ThrottlingException"
+	ServiceQuotaExceededException = "ServiceQuotaExceededException"
+	ServiceUnavailableException   = "ServiceUnavailableException"
+	InternalServerException       = "InternalServerException"
+	ModelNotReadyException        = "ModelNotReadyException"
+	ModelTimeoutException         = "ModelTimeoutException"
+	ModelStreamErrorException     = "ModelStreamErrorException"
+	ModelErrorException           = "ModelErrorException"
+	ValidationException           = "ValidationException"
+	AccessDeniedException         = "AccessDeniedException"
+	ResourceNotFoundException     = "ResourceNotFoundException"
+	UnrecognizedClientException   = "UnrecognizedClientException"
+	InvalidSignatureException     = "InvalidSignatureException"
+)
+
+// Validation returns a ValidationException (400) with msg.
+func Validation(msg string) Exception {
+	return Exception{Status: http.StatusBadRequest, Type: ValidationException, Message: msg}
+}
+
+// ExceptionForKind is the exception Bedrock answers for a provider failure
+// of kind k (its status as Bedrock sends it).
+func ExceptionForKind(k provider.Kind, msg string, retryAfter time.Duration) Exception {
+	e := Exception{Message: msg, RetryAfter: retryAfter}
+	switch k {
+	case provider.KindThrottled:
+		e.Status, e.Type = http.StatusTooManyRequests, ThrottlingException
+	case provider.KindNotReady:
+		e.Status, e.Type = http.StatusTooManyRequests, ModelNotReadyException
+	case provider.KindTimeout:
+		e.Status, e.Type = http.StatusRequestTimeout, ModelTimeoutException
+	case provider.KindValidation, provider.KindGuardrail:
+		e.Status, e.Type = http.StatusBadRequest, ValidationException
+	case provider.KindAccessDenied:
+		e.Status, e.Type = http.StatusForbidden, AccessDeniedException
+	case provider.KindNotFound:
+		e.Status, e.Type = http.StatusNotFound, ResourceNotFoundException
+	case provider.KindUnavailable:
+		e.Status, e.Type = http.StatusServiceUnavailable, ServiceUnavailableException
+	default:
+		e.Status, e.Type = http.StatusInternalServerError, InternalServerException
+	}
+	return e
+}
+
+type errorBody struct {
+	Message string `json:"message"`
+}
+
+// WriteException sends e as Bedrock does: X-Amzn-ErrorType, a JSON body
+// {"message"}, and Retry-After (whole seconds, at least 1) when set.
+func WriteException(w http.ResponseWriter, e Exception) {
+	h := w.Header()
+	h.Set("X-Amzn-ErrorType", e.Type)
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(retryAfterSeconds(e.RetryAfter)))
+	}
+	writeJSON(w, e.Status, errorBody{Message: e.Message})
+}
+
+func retryAfterSeconds(d time.Duration) int {
+	return max(int((d+time.Second-1)/time.Second), 1)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // only plain structs are encoded here
+		status, b = http.StatusInternalServerError, []byte(`{"message":"encoding failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// EventWriter writes a ConverseStream answer as AWS event-stream messages,
+// flushing each one. Start sends the 200 and the messageStart event; the
+// headers must be set before.
+type EventWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	enc     *eventstream.Encoder
+	started bool
+	buf     bytes.Buffer
+}
+
+// NewEventWriter returns an EventWriter over w.
+func NewEventWriter(w http.ResponseWriter) *EventWriter {
+	return &EventWriter{w: w, rc: http.NewResponseController(w), enc: eventstream.NewEncoder()}
+}
+
+// Started reports whether the 200 and messageStart went out.
+func (e *EventWriter) Started() bool { return e.started }
+
+// Start sends the response header and the messageStart event.
+func (e *EventWriter) Start() error {
+	if e.started {
+		return nil
+	}
+	e.started = true
+	h := e.w.Header()
+	h.Set("Content-Type", "application/vnd.amazon.eventstream")
+	h.Set("Cache-Control", "no-store")
+	e.w.WriteHeader(http.StatusOK)
+	return e.event("messageStart", map[string]string{"role": "assistant"})
+}
+
+// Delta sends a contentBlockDelta event with text.
+func (e *EventWriter) Delta(text string) error {
+	if err := e.Start(); err != nil {
+		return err
+	}
+	return e.event("contentBlockDelta", struct {
+		Index int         `json:"contentBlockIndex"`
+		Delta textContent `json:"delta"`
+	}{0, textContent{Text: text}})
+}
+
+// Stop sends contentBlockStop, messageStop with the stop reason, and the
+// metadata event with usage and latency.
+func (e *EventWriter) Stop(stopReason string, u provider.Usage, latency time.Duration) error {
+	if err := e.Start(); err != nil {
+		return err
+	}
+	if err := e.event("contentBlockStop", map[string]int{"contentBlockIndex": 0}); err != nil {
+		return err
+	}
+	if err := e.event("messageStop", map[string]string{"stopReason": stopReason}); err != nil {
+		return err
+	}
+	return e.event("metadata", struct {
+		Usage   Usage   `json:"usage"`
+		Metrics metrics `json:"metrics"`
+	}{UsageOf(u), metrics{LatencyMs: latency.Milliseconds()}})
+}
+
+// Exception ends the stream with an exception message; exType is the
+// stream member's name (throttlingException, modelStreamErrorException,
+// serviceUnavailableException, internalServerException,
+// validationException).
+func (e *EventWriter) Exception(exType, msg string) error {
+	if err := e.Start(); err != nil {
+		return err
+	}
+	var m eventstream.Message
+	m.Headers.Set(":message-type", eventstream.StringValue("exception"))
+	m.Headers.Set(":exception-type", eventstream.StringValue(exType))
+	m.Headers.Set(":content-type", eventstream.StringValue("application/json"))
+	m.Payload, _ = json.Marshal(errorBody{Message: msg})
+	return e.write(m)
+}
+
+// StreamExceptionType is the event-stream exception member for a failure
+// of kind k after the stream started.
+func StreamExceptionType(k provider.Kind) string {
+	switch k {
+	case provider.KindThrottled:
+		return "throttlingException"
+	case provider.KindUnavailable:
+		return "serviceUnavailableException"
+	case provider.KindValidation:
+		return "validationException"
+	case provider.KindUnknown:
+		return "internalServerException"
+	}
+	return "modelStreamErrorException"
+}
+
+func (e *EventWriter) event(eventType string, payload any) error {
+	var m eventstream.Message
+	m.Headers.Set(":message-type", eventstream.StringValue("event"))
+	m.Headers.Set(":event-type", eventstream.StringValue(eventType))
+	m.Headers.Set(":content-type", eventstream.StringValue("application/json"))
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return fmt.Errorf("bedrock: encode %s: %w", eventType, err)
+	}
+	m.Payload = b
+	return e.write(m)
+}
+
+func (e *EventWriter) write(m eventstream.Message) error {
+	e.buf.Reset()
+	if err := e.enc.Encode(&e.buf, m); err != nil {
+		return fmt.Errorf("bedrock: encode event: %w", err)
+	}
+	if _, err := e.w.Write(e.buf.Bytes()); err != nil {
+		return err
+	}
+	if err := e.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+// newRequestID is an x-amzn-RequestId: a random UUID.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}

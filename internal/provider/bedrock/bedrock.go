@@ -1,0 +1,385 @@
+// Package bedrock is fmgate's AWS Bedrock Runtime provider: Converse and
+// ConverseStream through aws-sdk-go-v2's bedrockruntime client.
+//
+// Credentials come from the SDK's default chain (AWS_ACCESS_KEY_ID /
+// AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the shared config files, web
+// identity, the ECS or EC2 instance role); they are resolved once when the
+// provider is built, within CredentialTimeout, so that a machine without
+// credentials fails at start-up with one line naming what to set, not at
+// the first turn. On a machine that is not on EC2, the instance-role probe
+// (IMDS) is the slow part of that chain: it is bounded by the same timeout,
+// and AWS_EC2_METADATA_DISABLED=true skips it.
+//
+// The SDK's own retries are off (fmgate's retry loop, retry budget and
+// breakers own retrying); one pooled HTTP client per provider, with a
+// connect timeout and a response-header timeout inside the turn's deadlines,
+// which the call's context carries.
+package bedrock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
+
+	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// Defaults of Options.
+const (
+	// DefaultCredentialTimeout bounds resolving credentials at start-up.
+	DefaultCredentialTimeout = 5 * time.Second
+	// DefaultConnectTimeout bounds dialling Bedrock.
+	DefaultConnectTimeout = 3 * time.Second
+	// DefaultResponseHeaderTimeout bounds the wait for response headers.
+	// Converse sends its headers only with the whole answer, so this is an
+	// outer guard; the turn's deadlines in the call's context are tighter.
+	DefaultResponseHeaderTimeout = 60 * time.Second
+)
+
+// Options tune a Provider. Zero values are the defaults.
+type Options struct {
+	// Credentials replaces the SDK's default chain (tests use static keys).
+	Credentials aws.CredentialsProvider
+	// CredentialTimeout bounds resolving credentials in New.
+	CredentialTimeout time.Duration
+	// ConnectTimeout and ResponseHeaderTimeout bound the HTTP client.
+	ConnectTimeout        time.Duration
+	ResponseHeaderTimeout time.Duration
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+// Provider calls one Bedrock model. It is safe for concurrent use.
+type Provider struct {
+	name    string // the gateway's model name
+	modelID string
+	client  *bedrockruntime.Client
+	now     func() time.Time
+	est     *budget.Estimator
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// ErrNoCredentials is returned by New and CheckCredentials when the SDK's
+// default chain resolved no credentials.
+var ErrNoCredentials = errors.New("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run with an IAM role (AWS_EC2_METADATA_DISABLED=true skips the instance-role probe off EC2)")
+
+// New builds the provider of model tier m (provider: bedrock) and resolves
+// its credentials, failing with ErrNoCredentials when there are none.
+func New(ctx context.Context, m config.Model, opts Options) (*Provider, error) {
+	if m.Region == "" {
+		return nil, errors.New("bedrock: region is required")
+	}
+	cfg, err := loadConfig(ctx, m, opts)
+	if err != nil {
+		return nil, err
+	}
+	client := bedrockruntime.NewFromConfig(cfg, func(o *bedrockruntime.Options) {
+		if m.Endpoint != "" {
+			o.BaseEndpoint = aws.String(m.Endpoint)
+		}
+		o.Retryer = aws.NopRetryer{}
+		o.RetryMaxAttempts = 1
+	})
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Provider{name: m.Name, modelID: m.ModelID, client: client, now: now, est: budget.NewEstimator()}, nil
+}
+
+// CheckCredentials resolves the AWS credentials m would use, within the
+// credential timeout, for `fmgate validate`.
+func CheckCredentials(ctx context.Context, m config.Model) error {
+	_, err := loadConfig(ctx, m, Options{})
+	return err
+}
+
+func loadConfig(ctx context.Context, m config.Model, opts Options) (aws.Config, error) {
+	timeout := opts.CredentialTimeout
+	if timeout <= 0 {
+		timeout = DefaultCredentialTimeout
+	}
+	load := []func(*awsconfig.LoadOptions) error{
+		awsconfig.WithRegion(m.Region),
+		awsconfig.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
+		awsconfig.WithHTTPClient(httpClient(opts)),
+		// The SDK's own log lines (e.g. the instance-role probe falling back
+		// to IMDSv1) would break the one-line report; failures surface as
+		// errors instead.
+		awsconfig.WithLogger(logging.Nop{}),
+	}
+	if opts.Credentials != nil {
+		load = append(load, awsconfig.WithCredentialsProvider(opts.Credentials))
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cfg, err := awsconfig.LoadDefaultConfig(cctx, load...)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("bedrock: AWS config: %w", err)
+	}
+	if cfg.Credentials == nil {
+		return aws.Config{}, ErrNoCredentials
+	}
+	creds, err := cfg.Credentials.Retrieve(cctx)
+	if err != nil || !creds.HasKeys() {
+		return aws.Config{}, ErrNoCredentials
+	}
+	return cfg, nil
+}
+
+// httpClient is the provider's pooled client: keep-alive, HTTP/2 where the
+// endpoint offers it over TLS, bounded connect and response-header waits.
+func httpClient(opts Options) *awshttp.BuildableClient {
+	connect := opts.ConnectTimeout
+	if connect <= 0 {
+		connect = DefaultConnectTimeout
+	}
+	header := opts.ResponseHeaderTimeout
+	if header <= 0 {
+		header = DefaultResponseHeaderTimeout
+	}
+	return awshttp.NewBuildableClient().
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = connect }).
+		WithTransportOptions(func(t *http.Transport) {
+			t.ResponseHeaderTimeout = header
+			t.TLSHandshakeTimeout = connect
+			t.MaxIdleConnsPerHost = 64
+			t.ForceAttemptHTTP2 = true
+		})
+}
+
+// Complete answers req with one Converse call.
+func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
+	start := p.now()
+	resp := &provider.Response{ModelID: p.modelID}
+	in := &bedrockruntime.ConverseInput{ModelId: aws.String(p.modelID)}
+	in.System, in.Messages, in.InferenceConfig = p.input(req)
+	out, err := p.client.Converse(ctx, in)
+	if err != nil {
+		return resp, p.normalise(ctx, err)
+	}
+	if msg, ok := out.Output.(*types.ConverseOutputMemberMessage); ok {
+		var text strings.Builder
+		for _, b := range msg.Value.Content {
+			if t, ok := b.(*types.ContentBlockMemberText); ok {
+				text.WriteString(t.Value)
+			}
+		}
+		resp.Text = text.String()
+	}
+	resp.TTFT = p.now().Sub(start)
+	resp.StopReason = string(out.StopReason)
+	resp.Usage = usageOf(out.Usage)
+	return resp, p.stopError(resp.StopReason)
+}
+
+// Stream answers req with ConverseStream, emitting each text delta. Usage is
+// the metadata event's; a stream that ends without it (cut, cancelled) is
+// billed an estimate flagged Usage.Estimated.
+func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(string) error) (*provider.Response, error) {
+	start := p.now()
+	resp := &provider.Response{ModelID: p.modelID}
+	in := &bedrockruntime.ConverseStreamInput{ModelId: aws.String(p.modelID)}
+	in.System, in.Messages, in.InferenceConfig = p.input(req)
+	out, err := p.client.ConverseStream(ctx, in)
+	if err != nil {
+		return resp, p.normalise(ctx, err)
+	}
+	es := out.GetStream()
+	defer es.Close()
+
+	var (
+		text     strings.Builder
+		gotUsage bool
+		emitErr  error
+	)
+	for ev := range es.Events() {
+		switch v := ev.(type) {
+		case *types.ConverseStreamOutputMemberContentBlockDelta:
+			d, ok := v.Value.Delta.(*types.ContentBlockDeltaMemberText)
+			if !ok || d.Value == "" {
+				continue
+			}
+			if text.Len() == 0 {
+				resp.TTFT = p.now().Sub(start)
+			}
+			text.WriteString(d.Value)
+			if emit != nil {
+				emitErr = emit(d.Value)
+			}
+		case *types.ConverseStreamOutputMemberMessageStop:
+			resp.StopReason = string(v.Value.StopReason)
+		case *types.ConverseStreamOutputMemberMetadata:
+			resp.Usage, gotUsage = usageOf(v.Value.Usage), true
+		}
+		if emitErr != nil {
+			break
+		}
+	}
+	resp.Text = text.String()
+	err = emitErr
+	if err == nil {
+		if serr := es.Err(); serr != nil {
+			err = p.normalise(ctx, serr)
+		} else if ctx.Err() != nil {
+			err = p.normalise(ctx, ctx.Err())
+		} else if !gotUsage || resp.StopReason == "" {
+			err = &provider.Error{Kind: provider.KindUnavailable, Model: p.name, Code: "IncompleteStream",
+				Err: errors.New("bedrock: the event stream ended before messageStop and metadata")}
+		}
+	}
+	if !gotUsage {
+		resp.Usage = p.estimate(req, resp.Text)
+	}
+	if err != nil {
+		return resp, err
+	}
+	return resp, p.stopError(resp.StopReason)
+}
+
+// input maps a provider request to Converse's system, messages and
+// inference configuration.
+func (p *Provider) input(req *provider.Request) ([]types.SystemContentBlock, []types.Message, *types.InferenceConfiguration) {
+	var system []types.SystemContentBlock
+	if req.System != "" {
+		system = []types.SystemContentBlock{&types.SystemContentBlockMemberText{Value: req.System}}
+	}
+	msgs := make([]types.Message, 0, len(req.Messages))
+	for _, m := range req.Messages {
+		role := types.ConversationRoleUser
+		if m.Role == provider.RoleAssistant {
+			role = types.ConversationRoleAssistant
+		}
+		msgs = append(msgs, types.Message{Role: role, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: m.Content}}})
+	}
+	ic := &types.InferenceConfiguration{StopSequences: req.StopSequences}
+	if req.MaxTokens > 0 {
+		ic.MaxTokens = aws.Int32(int32(min(req.MaxTokens, math.MaxInt32)))
+	}
+	if req.Temperature != nil {
+		ic.Temperature = aws.Float32(float32(*req.Temperature))
+	}
+	return system, msgs, ic
+}
+
+// stopError turns a guardrail's or content filter's stop into a guardrail
+// failure; the response keeps the usage to bill.
+func (p *Provider) stopError(stop string) error {
+	switch stop {
+	case string(types.StopReasonGuardrailIntervened), string(types.StopReasonContentFiltered):
+		return &provider.Error{Kind: provider.KindGuardrail, Model: p.name, Code: stop,
+			Err: fmt.Errorf("bedrock: the answer stopped with %s", stop)}
+	}
+	return nil
+}
+
+func usageOf(u *types.TokenUsage) provider.Usage {
+	if u == nil {
+		return provider.Usage{}
+	}
+	return provider.Usage{
+		InputTokens:       int(aws.ToInt32(u.InputTokens)),
+		OutputTokens:      int(aws.ToInt32(u.OutputTokens)),
+		CachedInputTokens: int(aws.ToInt32(u.CacheReadInputTokens)),
+		CacheWriteTokens:  int(aws.ToInt32(u.CacheWriteInputTokens)),
+	}
+}
+
+// estimate is the usage of a stream that ended before Bedrock reported it.
+func (p *Provider) estimate(req *provider.Request, text string) provider.Usage {
+	in := budget.Count(req.System)
+	for _, m := range req.Messages {
+		in = in.Add(budget.Count(m.Content))
+	}
+	out := 0
+	if text != "" {
+		out = int(math.Ceil(p.est.Tokens(p.name, budget.Count(text))))
+	}
+	return provider.Usage{InputTokens: int(math.Ceil(p.est.Tokens(p.name, in))), OutputTokens: out, Estimated: true}
+}
+
+// kinds maps Bedrock's exception names to fmgate's failure kinds.
+var kinds = map[string]provider.Kind{
+	"ThrottlingException":           provider.KindThrottled,
+	"ServiceQuotaExceededException": provider.KindThrottled,
+	"ServiceUnavailableException":   provider.KindUnavailable,
+	"InternalServerException":       provider.KindUnavailable,
+	"ModelStreamErrorException":     provider.KindUnavailable,
+	"ModelErrorException":           provider.KindUnavailable,
+	"ModelNotReadyException":        provider.KindNotReady,
+	"ModelTimeoutException":         provider.KindTimeout,
+	"ValidationException":           provider.KindValidation,
+	"AccessDeniedException":         provider.KindAccessDenied,
+	"UnrecognizedClientException":   provider.KindAccessDenied,
+	"InvalidSignatureException":     provider.KindAccessDenied,
+	"ExpiredTokenException":         provider.KindAccessDenied,
+	"ResourceNotFoundException":     provider.KindNotFound,
+}
+
+// normalise turns an SDK error into a *provider.Error: the kind from
+// Bedrock's exception name (or the HTTP status, or the context), the
+// exception name in Code, Retry-After in RetryAfter.
+func (p *Provider) normalise(ctx context.Context, err error) error {
+	pe := &provider.Error{Kind: provider.KindUnavailable, Model: p.name, Err: fmt.Errorf("bedrock: %w", err)}
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) && re.Response != nil {
+		pe.Status = re.HTTPStatusCode()
+		pe.RetryAfter = retryAfter(re.Response.Header, p.now())
+		pe.Kind = provider.KindFromStatus(pe.Status)
+	}
+	var ae smithy.APIError
+	switch {
+	case ctx.Err() != nil:
+		pe.Kind = provider.KindOf(ctx.Err())
+		if c := context.Cause(ctx); c != nil {
+			pe.Kind = provider.KindOf(c)
+		}
+	case errors.As(err, &ae):
+		pe.Code = ae.ErrorCode()
+		if k, ok := kinds[pe.Code]; ok {
+			pe.Kind = k
+		}
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		pe.Code = "ConnectionDropped"
+	}
+	if pe.Kind == provider.KindUnknown {
+		pe.Kind = provider.KindUnavailable
+	}
+	return pe
+}
+
+// retryAfter reads Retry-After (seconds or an HTTP date) or retry-after-ms.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	if ms, err := strconv.Atoi(h.Get("Retry-After-Ms")); err == nil && ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil {
+		return max(time.Duration(s)*time.Second, 0)
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return 0
+}
