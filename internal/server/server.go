@@ -143,6 +143,7 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("/dashboard", dash)
 	mux.Handle("/dashboard/", dash)
 	mux.Handle("GET /metrics", s.metricsHandler(adminToken))
+	mux.Handle("/debug/pprof/", pprofHandler(adminToken))
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
 	return mux
 }
