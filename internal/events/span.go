@@ -151,7 +151,11 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...StartOption) (c
 		s.tc.Flags = 1
 	}
 	s.tc.SpanID = t.newSpanID()
-	s.ev.TraceID = s.tc.TraceHex()
+	if v.span != nil {
+		s.ev.TraceID = v.span.ev.TraceID // immutable once started: share the parent's string
+	} else {
+		s.ev.TraceID = s.tc.TraceHex()
+	}
 	s.ev.SpanID = s.tc.SpanHex()
 	if s.ev.WorkflowID == "" {
 		// One turn is one workflow unless the caller names a longer one.

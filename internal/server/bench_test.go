@@ -15,6 +15,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/ratelimit"
 )
 
@@ -166,4 +167,61 @@ func benchConfig() config.Config {
 		cfg.Quota.Models[m] = c
 	}
 	return cfg
+}
+
+// fixedProvider answers every call at once with the same short text and
+// usage, as a provider that reports usage does: what is left of a turn's
+// cost is the gateway's own.
+type fixedProvider struct{}
+
+func (fixedProvider) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
+	return fixedProvider{}.Stream(ctx, req, func(string) error { return nil })
+}
+
+func (fixedProvider) Stream(_ context.Context, req *provider.Request, emit func(string) error) (*provider.Response, error) {
+	const text = "Try Frieren: Beyond Journey's End."
+	if err := emit(text); err != nil {
+		return &provider.Response{}, err
+	}
+	return &provider.Response{Text: text, ModelID: req.Model, StopReason: "end_turn",
+		Usage: provider.Usage{InputTokens: 120, OutputTokens: 9}}, nil
+}
+
+// BenchmarkPipeline is the gateway's own cost per turn: the whole chain on
+// in memory mode — every rate-limit scope decided (limits set high, not
+// off), budgets, quota reservation and settlement, breaker, retry wrapper,
+// events to the write-ahead log and the embedded store, Prometheus metrics
+// and live figures — in front of a provider that costs nothing.
+//
+//	go test -run '^$' -bench BenchmarkPipeline -benchmem ./internal/server
+func BenchmarkPipeline(b *testing.B) {
+	cfg := benchConfig()
+	cfg.RateLimit = ratelimit.DefaultConfig()
+	high := ratelimit.PerSecond(1_000_000, 1_000_000)
+	cfg.RateLimit.Global = ratelimit.Rule{Limit: high}
+	for r := range cfg.RateLimit.Routes {
+		cfg.RateLimit.Routes[r] = ratelimit.Rule{Limit: high}
+	}
+	cfg.RateLimit.User = ratelimit.UserRules{PerSecond: ratelimit.Rule{Limit: high},
+		PerMinute: ratelimit.Rule{Limit: ratelimit.Limit{Rate: 1_000_000, Per: time.Minute}},
+		PerHour:   ratelimit.Rule{Limit: ratelimit.Limit{Rate: 1_000_000, Per: time.Hour}},
+		PerDay:    ratelimit.Rule{Limit: ratelimit.Limit{Rate: 1_000_000, Per: 24 * time.Hour}}}
+	cfg.Budget.SessionInput, cfg.Budget.SessionOutput, cfg.Budget.DailyCostUSD = 1<<30, 1<<30, 1e9
+	cfg.Judge.SampleRate = 0
+	s, err := New(context.Background(), isolate(b, cfg), Options{
+		WrapProvider: func(string, provider.Provider) provider.Provider { return fixedProvider{} }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		t := &gateway.Turn{RequestID: strconv.Itoa(i), SessionID: "bench-" + strconv.Itoa(i%64), Message: "Which fantasy manga should I read next?",
+			Locale: "en", Route: "chat", Surface: "openai", UserID: "bench-" + strconv.Itoa(i%256)}
+		if _, err := s.Gateway.Run(ctx, t, discard{}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -176,6 +176,7 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("/v1/models/", oai)
 	mux.Handle("POST /v1/messages", anthropicdoor.New(s.Gateway, anthropicdoor.Options{}))
 	mux.Handle("POST /model/", bedrockdoor.New(s.Gateway, bedrockdoor.Options{}))
+	mux.Handle("/debug/pprof/", requireAdmin(auth, pprofHandler()))
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
 	return guardCrossSite(s.cfg.Server.OriginPatterns, mux)
 }
