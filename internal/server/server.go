@@ -79,7 +79,7 @@ type Server struct {
 	Redis *redis.Client
 	// RedisHealth is Redis's health as this instance sees it (nil on the
 	// embedded default). Every command through Redis consults it already;
-	// a store built on another client wraps its calls in RedisHealth.Do.
+	// a store built on another client calls RedisHealth.Watch on it.
 	RedisHealth *redishealth.Health
 	// Events is the span event emitter.
 	Events *events.Emitter
