@@ -57,6 +57,9 @@ func gatewayConfig(t *testing.T) config.Config {
 		cfg.Sim.Models[name] = st
 	}
 	cfg.Models[0].ModelID = sonnetModelID
+	// Generous deadlines: the race detector on a shared machine must not
+	// turn a slow first call into a fallback answer.
+	cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 20*time.Second, 15*time.Second
 	cfg.Auth.TrustUserHeader = false
 	cfg.Auth.Keys = map[string]config.Caller{testKeyID: {UserID: "door-app", SecretKeyEnv: testSecretEnv}}
 	dir := t.TempDir()
