@@ -428,3 +428,28 @@ func TestFmgateFrontsFmgate(t *testing.T) {
 		t.Fatalf("complete: %v %q %q", err, resp.Text, resp.StopReason)
 	}
 }
+
+// TestAccessKeyIDIsNotABearerKey: an access key id travels in every signed
+// request's Authorization header, so it alone must not authenticate, on
+// this door or any other.
+func TestAccessKeyIDIsNotABearerKey(t *testing.T) {
+	_, srv := startGateway(t, gatewayConfig(t))
+	body := `{"messages":[{"role":"user","content":[{"text":"hello"}]}]}`
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/model/sonnet/converse", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testKeyID)
+	req.Header.Set("Content-Type", "application/json")
+	if status, errType, msg := do(t, req); status != 403 || errType != "UnrecognizedClientException" {
+		t.Fatalf("bedrock door: %d %s %q; want 403 UnrecognizedClientException", status, errType, msg)
+	}
+	req, _ = http.NewRequest(http.MethodPost, srv.URL+"/v1/chat", strings.NewReader(`{"sessionId":"s1","message":"hello"}`))
+	req.Header.Set("Authorization", "Bearer "+testKeyID)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("/v1/chat: %d; want 401", resp.StatusCode)
+	}
+}

@@ -37,6 +37,10 @@ func (fakePipeline) Authenticate(_ *http.Request, _, _ string, t *gateway.Turn) 
 	return nil
 }
 
+func (fakePipeline) AuthenticateSigned(*http.Request, string, *gateway.Turn) error {
+	return errors.New("no signed keys in the fuzz targets")
+}
+
 func (fakePipeline) Caller(string) (config.Caller, bool) { return config.Caller{}, false }
 
 func (fakePipeline) ResolveModel(name string) (config.Model, bool) {
