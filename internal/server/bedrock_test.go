@@ -96,6 +96,9 @@ func TestCostReconcilesBedrock(t *testing.T) {
 		st.TokensPerSecond = 300
 		cfg.Sim.Models[name] = st
 	}
+	// An attempt cut by its first-token deadline bills an estimate (the
+	// wire reports no usage for it): deadlines a slow machine never hits.
+	cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 20*time.Second, 15*time.Second
 	up, endpoint := bedrockUpstream(t, cfg.Sim.Models["sonnet"])
 	reconcileCosts(t, onBedrock(cfg, endpoint), map[string]*sim.Sim{"sonnet": up}, false)
 }
