@@ -453,3 +453,35 @@ func TestAccessKeyIDIsNotABearerKey(t *testing.T) {
 		t.Fatalf("/v1/chat: %d; want 401", resp.StatusCode)
 	}
 }
+
+// TestMidStreamFailureIsAnException: when the model's stream breaks after
+// the first delta, the event stream ends with an exception message (the
+// SDK's ModelStreamErrorException), never messageStop.
+func TestMidStreamFailureIsAnException(t *testing.T) {
+	s, srv := startGateway(t, gatewayConfig(t))
+	st, _ := s.Sim.Settings("sonnet")
+	st.CutAfterTokens = 30
+	if err := s.Sim.SetSettings("sonnet", st); err != nil {
+		t.Fatal(err)
+	}
+	out, err := client(srv.URL, testKeyID, testSecret).ConverseStream(context.Background(), &bedrockruntime.ConverseStreamInput{
+		ModelId: aws.String("sonnet"), Messages: userMessage("Recommend a long fantasy manga series and explain why")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := out.GetStream()
+	defer es.Close()
+	deltas, stopped := 0, false
+	for ev := range es.Events() {
+		switch ev.(type) {
+		case *types.ConverseStreamOutputMemberContentBlockDelta:
+			deltas++
+		case *types.ConverseStreamOutputMemberMessageStop:
+			stopped = true
+		}
+	}
+	var mse *types.ModelStreamErrorException
+	if !errors.As(es.Err(), &mse) || deltas == 0 || stopped {
+		t.Fatalf("err %v after %d deltas (messageStop %v); want ModelStreamErrorException after some deltas, no messageStop", es.Err(), deltas, stopped)
+	}
+}
