@@ -103,7 +103,6 @@ func TestCostReconcilesBedrock(t *testing.T) {
 	reconcileCosts(t, onBedrock(cfg, endpoint), map[string]*sim.Sim{"sonnet": up}, false)
 }
 
-
 // TestScenarioBedrockThrottling: Sonnet on Bedrock answers every call with
 // ThrottlingException; the gateway retries it, then falls back to Haiku,
 // and every client gets a 200.
