@@ -126,11 +126,29 @@ func (g *Gateway) authenticate(r *http.Request, bodyUser string, t *Turn) error 
 // Authenticate fills t's caller for a front door: from key (the API key the
 // door read from its vendor's header) when auth.keys are configured, or from
 // the trusted user header (X-User-Id, else bodyUser) in the demo profile.
+//
+// A key with a secretKeyEnv is an access key id that signs its requests;
+// its id alone is not a secret, so it is refused here and accepted only by
+// AuthenticateSigned.
 func (g *Gateway) Authenticate(r *http.Request, key, bodyUser string, t *Turn) error {
+	return g.authenticateKey(r, key, bodyUser, t, false)
+}
+
+// AuthenticateSigned is Authenticate for a door that verified the request's
+// signature with the key's secret (the Bedrock door's SigV4).
+func (g *Gateway) AuthenticateSigned(r *http.Request, key string, t *Turn) error {
+	return g.authenticateKey(r, key, "", t, true)
+}
+
+func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn, signed bool) error {
 	if key != "" && len(g.cfg.Auth.Keys) > 0 {
 		c, found := g.cfg.Auth.Keys[key]
 		if !found {
 			return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "The API key is not valid."}
+		}
+		if c.SecretKeyEnv != "" && !signed {
+			return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
+				Message: "This key is an access key id: sign the request with its secret (AWS SigV4); it is not accepted as a bearer key."}
 		}
 		t.UserID = c.UserID
 		t.Premium = c.Tier == "premium"
