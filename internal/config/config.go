@@ -70,8 +70,14 @@ type Server struct {
 	// DrainTimeout bounds how long in-flight streams may finish after SIGTERM.
 	// Default 30s.
 	DrainTimeout time.Duration `yaml:"drainTimeout"`
-	// OriginPatterns are extra origins allowed to open the WebSocket.
+	// OriginPatterns are extra origins (host patterns such as
+	// "shop.example.com" or "*.example.com") allowed to open the WebSocket
+	// and to POST to the chat routes; the server's own origin always is.
 	OriginPatterns []string `yaml:"originPatterns"`
+	// BodyTimeout bounds the time a client takes to send a request body; a
+	// slower one gets 408. It ends with the body, so streamed answers and
+	// WebSockets are not cut. Default 10s.
+	BodyTimeout time.Duration `yaml:"bodyTimeout"`
 }
 
 // Prompt is the system prompt the models receive.
@@ -212,6 +218,7 @@ func Default() Config {
 			Addr:            "127.0.0.1:8080",
 			MaxMessageBytes: 8 << 10,
 			DrainTimeout:    30 * time.Second,
+			BodyTimeout:     10 * time.Second,
 		},
 		Locales:   []string{"ja", "en"},
 		UnitCosts: UnitCosts{StorageWriteUSD: 0.00045, CacheCallUSD: 0.00001, ComputePerSecondUSD: 0.0014},
@@ -312,6 +319,9 @@ func (c Config) Validate() error {
 	}
 	if c.Server.DrainTimeout <= 0 {
 		v.add("server.drainTimeout", "must be > 0")
+	}
+	if c.Server.BodyTimeout <= 0 {
+		v.add("server.bodyTimeout", "must be > 0")
 	}
 	if len(c.Locales) == 0 {
 		v.add("locales", "must list at least one locale")

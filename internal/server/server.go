@@ -129,8 +129,9 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("/dashboard", dash)
 	mux.Handle("/dashboard/", dash)
 	mux.Handle("GET /metrics", s.metricsHandler(adminToken))
+	mux.Handle("/metrics", gateway.MethodNotAllowed("GET", "HEAD"))
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
-	return guardCrossSite(s.cfg.Server.OriginPatterns, mux)
+	return guardEdge(s.cfg.Server.BodyTimeout, guardCrossSite(s.cfg.Server.OriginPatterns, mux))
 }
 
 // Close releases what New opened.
