@@ -49,7 +49,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	for {
 		typ, data, err := readMessage(ctx, c, frameLimit)
 		if errors.Is(err, errFrameTooLarge) {
-			conn.sendError(ctx, "", &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
+			conn.refuse(ctx, "", &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
 				Message: fmt.Sprintf("frame is larger than %d bytes; it was dropped", frameLimit)})
 			continue
 		}
@@ -57,12 +57,12 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 			return // client gone: cancel() stops every turn of this connection
 		}
 		if typ != websocket.MessageText {
-			conn.sendError(ctx, "", invalid("binary frames are not supported; send JSON text frames"))
+			conn.refuse(ctx, "", invalid("binary frames are not supported; send JSON text frames"))
 			continue
 		}
 		f, err := decodeClientFrame(data)
 		if err != nil {
-			conn.sendError(ctx, peekRequestID(data), err)
+			conn.refuse(ctx, peekRequestID(data), err)
 			continue
 		}
 		switch f.Action {
@@ -112,12 +112,13 @@ func (cn *wsConn) startTurn(ctx context.Context, f clientFrame) {
 	cn.mu.Lock()
 	if _, dup := cn.turns[f.RequestID]; dup {
 		cn.mu.Unlock()
-		cn.sendError(ctx, f.RequestID, duplicate(f.RequestID))
+		cn.refuse(ctx, f.RequestID, duplicate(f.RequestID))
 		return
 	}
 	if len(cn.turns) >= maxInFlightPerConn {
 		cn.mu.Unlock()
-		cn.sendError(ctx, f.RequestID, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+		cn.g.throttle("connection")
+		cn.refuse(ctx, f.RequestID, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
 			Message: "Too many messages in flight on this connection; wait for an answer first.", RetryAfter: time.Second})
 		return
 	}
@@ -144,7 +145,7 @@ func (cn *wsConn) startTurn(ctx context.Context, f clientFrame) {
 			TraceParent: cn.r.Header.Get("traceparent"),
 		}
 		if err := cn.g.authenticate(cn.r, f.UserID, t); err != nil {
-			cn.sendError(tctx, f.RequestID, err)
+			cn.sendError(tctx, f.RequestID, cn.g.refuse(tctx, t, err))
 			return
 		}
 		out := cn.g.NewStreamOutput(tctx, cn, f.RequestID)
@@ -167,6 +168,14 @@ func (cn *wsConn) cancelTurn(id string) {
 // Send implements stream.Sender.
 func (cn *wsConn) Send(ctx context.Context, frame []byte) error {
 	return cn.c.Write(ctx, websocket.MessageText, frame)
+}
+
+// refuse counts a frame refused before it became a turn (refuse) and
+// answers it with an error frame.
+func (cn *wsConn) refuse(ctx context.Context, requestID string, err error) {
+	t := &Turn{RequestID: requestID, Route: "sendMessage", Surface: "ws"}
+	_ = cn.g.Authenticate(cn.r, "", "", t) // the caller, when the connection names one
+	cn.sendError(ctx, requestID, cn.g.refuse(ctx, t, err))
 }
 
 // sendError writes an error frame outside a stream (refusals, bad frames).

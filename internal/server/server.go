@@ -108,6 +108,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	if err != nil {
 		return nil, err
 	}
+	if s.Metrics != nil {
+		deps.OnThrottle = s.Metrics.Throttle
+	}
 	deps.Providers = providers
 	deps.Log = log
 	deps.Now = opts.Now
