@@ -270,15 +270,37 @@ func Parse(r io.Reader) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("config: read: %w", err)
 	}
+	var problems []string
 	if len(bytes.TrimSpace(data)) > 0 {
+		fields, err := fieldProblems(data)
+		if err != nil {
+			return Config{}, err
+		}
+		problems = fields.problems
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			return Config{}, &Problems{List: yamlProblems(err)}
+			for _, msg := range yamlProblems(err) {
+				if !strings.Contains(msg, " not found in type ") { // fieldProblems named it
+					problems = append(problems, decodeProblem(msg, fields.lines))
+				}
+			}
 		}
+		if len(problems) > 0 {
+			return Config{}, &Problems{List: problems}
+		}
+		problems = fields.unknownSimModels(cfg)
 	}
 	if err := cfg.Validate(); err != nil {
-		return Config{}, err
+		var p *Problems
+		if errors.As(err, &p) {
+			problems = append(problems, p.List...)
+		} else {
+			return Config{}, err
+		}
+	}
+	if len(problems) > 0 {
+		return Config{}, &Problems{List: problems}
 	}
 	return cfg, nil
 }
