@@ -92,7 +92,8 @@ func readAll(r io.Reader, limit int64) ([]byte, error) {
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, &Error{Status: http.StatusRequestTimeout, Code: CodeRequestTimeout,
-				Message: "The request body arrived too slowly and was cut off; send it again.", Err: err}
+				Message: "The request body arrived too slowly and was cut off; send it again.", Err: err,
+				Header: http.Header{"Connection": {"close"}}}
 		}
 		return nil, invalid("could not read the request body: %v", err)
 	}

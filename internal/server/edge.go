@@ -36,8 +36,10 @@ func guardEdge(bodyTimeout time.Duration, next http.Handler) http.Handler {
 }
 
 // deadlineBody lifts the connection's read deadline once the body has been
-// read to its end (or failed), so that the rest of the request — a stream
-// that may last minutes — runs without it.
+// read to its end, so that the rest of the request — a stream that may last
+// minutes — runs without it. A body not read to its end keeps the deadline:
+// the server discards what is left of it before answering, and must not
+// wait for a client that stopped sending.
 type deadlineBody struct {
 	io.ReadCloser
 	rc   *http.ResponseController
@@ -46,7 +48,7 @@ type deadlineBody struct {
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil {
+	if err == io.EOF {
 		b.once.Do(func() { _ = b.rc.SetReadDeadline(time.Time{}) })
 	}
 	return n, err
