@@ -4,8 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/fmgate/fmgate/internal/config"
 )
 
 // TestWebSocketOversizeFrameKeepsConnection: a frame over the limit gets a
@@ -39,5 +42,24 @@ func TestWebSocketErrorsNameNoServerTypes(t *testing.T) {
 		if f.Type != "error" || f.Code != CodeInvalidRequest || strings.Contains(f.Message, "gateway.") || strings.Contains(f.Message, "clientFrame") {
 			t.Fatalf("%s: %+v", give, f)
 		}
+	}
+}
+
+// TestStalledStreamIsCancelledUpstream: a provider that stops sending after
+// the first tokens has its call cancelled after deadline.idle and the client
+// gets an error frame, whichever provider it is.
+func TestStalledStreamIsCancelledUpstream(t *testing.T) {
+	p := &stallProvider{tokens: 3, canceled: make(chan struct{}, 1)}
+	_, srv := newTestGateway(t, both(p), func(c *config.Config) { c.Deadline.Idle = 100 * time.Millisecond })
+	c := dial(t, srv)
+	send(t, c, map[string]string{"action": "sendMessage", "requestId": "r", "sessionId": "s", "message": "hello"})
+	_, chunks, last := readAnswer(t, c)
+	if len(chunks) == 0 || last.Type != "error" || last.Code != CodeUpstream {
+		t.Fatalf("chunks %d, last %+v; want text, then an upstream_failed error frame", len(chunks), last)
+	}
+	select {
+	case <-p.canceled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stalled upstream call was never cancelled")
 	}
 }
