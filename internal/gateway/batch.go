@@ -133,7 +133,7 @@ func (b *batchJobs) get(id, owner string, now time.Time) *batchJob {
 // serveBatch is POST /v1/batch: it accepts the job and answers 202 with its id.
 func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request) {
 	caller := &Turn{Route: "batch", Surface: "batch", Priority: P3}
-	refuse := func(err error) { writeError(w, g.refuse(r.Context(), caller, err)) }
+	refuse := func(err error) { writeError(w, g.Refuse(r.Context(), caller, err)) }
 	if !g.Ready() {
 		refuse(&Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown,
 			Message: "The gateway is restarting; submit the batch again shortly.", RetryAfter: 5 * time.Second})

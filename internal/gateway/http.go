@@ -64,7 +64,7 @@ func MethodNotAllowed(allow ...string) http.Handler {
 func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 	body, err := decodeChatBody(r.Body, int64(g.cfg.Server.MaxMessageBytes)*2+4096)
 	if err != nil {
-		writeError(w, g.refuse(r.Context(), &Turn{Route: "sendMessage", Surface: "http"}, err))
+		writeError(w, g.Refuse(r.Context(), &Turn{Route: "sendMessage", Surface: "http"}, err))
 		return
 	}
 	t := &Turn{
@@ -77,13 +77,13 @@ func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 		TraceParent: r.Header.Get("traceparent"),
 	}
 	if err := g.authenticate(r, body.UserID, t); err != nil {
-		writeError(w, g.refuse(r.Context(), t, err))
+		writeError(w, g.Refuse(r.Context(), t, err))
 		return
 	}
 	if t.RequestID == "" {
 		t.RequestID = newID()
 	} else if !g.requests.add(t.UserID + "\x00" + t.RequestID) {
-		writeError(w, g.refuse(r.Context(), t, duplicate(t.RequestID)))
+		writeError(w, g.Refuse(r.Context(), t, duplicate(t.RequestID)))
 		return
 	} else {
 		defer g.requests.remove(t.UserID + "\x00" + t.RequestID)

@@ -66,12 +66,13 @@ func (g *Gateway) endTurn(span *events.Span, out Output, res *Result, err error)
 	span.End()
 }
 
-// refuse records a turn a front door refused before it reached the
+// Refuse records a turn a front door refused before it reached the
 // pipeline (a bad frame or body, a duplicate request id, a failed login, a
-// connection's own limit) as a failed turn span with the refusal's code, so
-// that /metrics and the live figures count it once, like the refusals of
-// the pipeline's own steps. It returns err.
-func (g *Gateway) refuse(ctx context.Context, t *Turn, err error) error {
+// connection's own limit, a cross-site request) as a failed turn span with
+// the refusal's code, so that /metrics and the live figures count it once,
+// like the refusals of the pipeline's own steps. t needs its Route and
+// Surface, and its caller when known. It returns err, for the door to send.
+func (g *Gateway) Refuse(ctx context.Context, t *Turn, err error) error {
 	_, span := g.startTurn(ctx, t)
 	span.SetStatus(events.StatusFailed)
 	span.SetErrorCode(asEdgeError(err).Code)

@@ -145,7 +145,7 @@ func (cn *wsConn) startTurn(ctx context.Context, f clientFrame) {
 			TraceParent: cn.r.Header.Get("traceparent"),
 		}
 		if err := cn.g.authenticate(cn.r, f.UserID, t); err != nil {
-			cn.sendError(tctx, f.RequestID, cn.g.refuse(tctx, t, err))
+			cn.sendError(tctx, f.RequestID, cn.g.Refuse(tctx, t, err))
 			return
 		}
 		out := cn.g.NewStreamOutput(tctx, cn, f.RequestID)
@@ -175,7 +175,7 @@ func (cn *wsConn) Send(ctx context.Context, frame []byte) error {
 func (cn *wsConn) refuse(ctx context.Context, requestID string, err error) {
 	t := &Turn{RequestID: requestID, Route: "sendMessage", Surface: "ws"}
 	_ = cn.g.Authenticate(cn.r, "", "", t) // the caller, when the connection names one
-	cn.sendError(ctx, requestID, cn.g.refuse(ctx, t, err))
+	cn.sendError(ctx, requestID, cn.g.Refuse(ctx, t, err))
 }
 
 // sendError writes an error frame outside a stream (refusals, bad frames).

@@ -87,6 +87,18 @@ func TestWebSocketRefusalsAreCounted(t *testing.T) {
 		}
 		codes["invalid_request"]++
 	}
+	// So do the cross-site checks in front of every chat route.
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat", strings.NewReader(`{}`))
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Fatalf("text/plain POST: %d", resp.StatusCode)
+	}
+	codes["unsupported_media_type"]++
 	refused := 0
 	for _, n := range codes {
 		refused += n
@@ -99,11 +111,12 @@ func TestWebSocketRefusalsAreCounted(t *testing.T) {
 		limited := metricSum(t, body, "fmgate_errors_total", map[string]string{"code": "rate_limited"})
 		invalid := metricSum(t, body, "fmgate_errors_total", map[string]string{"code": "invalid_request"})
 		throttles := metricSum(t, body, "fmgate_throttles_total", nil)
+		media := metricSum(t, body, "fmgate_errors_total", map[string]string{"code": "unsupported_media_type"})
 		var snap struct {
 			Errors int `json:"errors"`
 		}
 		_ = json.Unmarshal([]byte(adminGet(t, srv.URL+"/admin/live/snapshot")), &snap)
-		if int(limited) == codes["rate_limited"] && int(invalid) == codes["invalid_request"] && int(throttles) == codes["rate_limited"] && snap.Errors == refused {
+		if int(limited) == codes["rate_limited"] && int(invalid) == codes["invalid_request"] && int(throttles) == codes["rate_limited"] && int(media) == 1 && snap.Errors == refused {
 			return
 		}
 		if time.Now().After(deadline) {

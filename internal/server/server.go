@@ -134,7 +134,7 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("GET /metrics", s.metricsHandler(adminToken))
 	mux.Handle("/metrics", gateway.MethodNotAllowed("GET", "HEAD"))
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
-	return guardEdge(s.cfg.Server.BodyTimeout, guardCrossSite(s.cfg.Server.OriginPatterns, mux))
+	return guardEdge(s.cfg.Server.BodyTimeout, guardCrossSite(s.cfg.Server.OriginPatterns, s.Gateway, mux))
 }
 
 // Close releases what New opened.
