@@ -256,7 +256,14 @@ func (a *attack) chatTurns(n int) {
 			default:
 				status, took = a.wsTurn(user)
 			}
-			a.stat(fmt.Sprintf("chat_%dxx", status/100)).Add(1)
+			if status == 299 {
+				a.stat("chat_ws_error_frame").Add(1)
+			} else {
+				a.stat(fmt.Sprintf("chat_%dxx", status/100)).Add(1)
+			}
+			if status == 0 {
+				a.t.Logf("chat turn %d (%s): no answer after %v", i, []string{"json", "sse", "ws"}[i%3], took.Round(time.Millisecond))
+			}
 			if took > attackTurnLimit {
 				a.stat("late").Add(1)
 			}
@@ -266,15 +273,19 @@ func (a *attack) chatTurns(n int) {
 }
 
 // wsTurn sends one message on a new WebSocket and reads to done or error,
-// returning 200, or the status an error frame stands for (500 for
-// internal).
+// returning 200 for done, 299 for an error frame (a refusal, or a stalled
+// model's stream cut), 500 for an internal error frame, or the status of a
+// refused upgrade.
 func (a *attack) wsTurn(user string) (int, time.Duration) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*attackTurnLimit)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.base, "http")+"/ws", &websocket.DialOptions{
+	c, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.base, "http")+"/ws", &websocket.DialOptions{
 		HTTPHeader: http.Header{"X-User-Id": {user}}})
 	if err != nil {
+		if resp != nil {
+			return resp.StatusCode, time.Since(start) // the upgrade was refused, e.g. 429 by the connect limit
+		}
 		return 0, time.Since(start)
 	}
 	defer c.CloseNow()
@@ -292,7 +303,7 @@ func (a *attack) wsTurn(user string) (int, time.Duration) {
 		case f.Type == "error" && f.Code == "internal":
 			return 500, time.Since(start)
 		case f.Type == "error":
-			return 400, time.Since(start) // a refusal or an ended stream, not a server fault
+			return 299, time.Since(start) // an error frame: a refusal or a stream ended by a stalled model, not a server fault
 		}
 	}
 }
@@ -508,8 +519,14 @@ func (a *attack) idleSockets(n int) {
 	wg.Wait()
 	a.stat("idle_open").Store(int64(len(conns)))
 	a.stat("rss_mib_with_idle_sockets").Store(rssOf(a.pid) >> 20)
-	if status, _ := a.wsTurn("beside-idle"); status != 200 {
+	status, _ := a.wsTurn("beside-idle")
+	for try := 0; status == http.StatusTooManyRequests && try < 20; try++ {
+		time.Sleep(100 * time.Millisecond) // the connect rate limit refilling after 1,000 connects
+		status, _ = a.wsTurn("beside-idle")
+	}
+	if status == 0 || status >= 500 {
 		a.stat("idle_turn_failed").Add(1)
+		a.t.Logf("the turn beside the idle sockets: %d", status)
 	}
 	time.Sleep(5 * time.Second)
 	for _, c := range conns {
