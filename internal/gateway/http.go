@@ -33,6 +33,12 @@ func (g *Gateway) Handler(adminToken string, ui http.Handler) http.Handler {
 	mux.HandleFunc("GET /ws", g.serveWS)
 	mux.HandleFunc("POST /v1/batch", g.serveBatch)
 	mux.HandleFunc("GET /v1/batch/{id}", g.serveBatchStatus)
+	for path, allow := range map[string][]string{
+		"/healthz": {"GET", "HEAD"}, "/readyz": {"GET", "HEAD"}, "/ws": {"GET", "HEAD"},
+		"/v1/chat": {"POST"}, "/v1/batch": {"POST"}, "/v1/batch/{id}": {"GET", "HEAD"},
+	} {
+		mux.Handle(path, MethodNotAllowed(allow...))
+	}
 	if g.admin != nil {
 		mux.Handle("/admin/", requireToken(adminToken, g.admin))
 	}
@@ -42,11 +48,23 @@ func (g *Gateway) Handler(adminToken string, ui http.Handler) http.Handler {
 	return mux
 }
 
+// MethodNotAllowed answers a JSON 405 whose Allow header lists allow. Mount
+// it on a route's path without a method, beside the route's own patterns,
+// so that any other method gets it instead of falling through to the pages.
+func MethodNotAllowed(allow ...string) http.Handler {
+	list := strings.Join(allow, ", ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", list)
+		writeError(w, &Error{Status: http.StatusMethodNotAllowed, Code: CodeNotAllowed,
+			Message: r.Method + " is not allowed here; use " + list + "."})
+	})
+}
+
 // serveChat is POST /v1/chat: a JSON answer, or SSE frames with "stream":true.
 func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 	body, err := decodeChatBody(r.Body, int64(g.cfg.Server.MaxMessageBytes)*2+4096)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, g.Refuse(r.Context(), &Turn{Route: "sendMessage", Surface: "http"}, err))
 		return
 	}
 	t := &Turn{
@@ -59,13 +77,13 @@ func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 		TraceParent: r.Header.Get("traceparent"),
 	}
 	if err := g.authenticate(r, body.UserID, t); err != nil {
-		writeError(w, err)
+		writeError(w, g.Refuse(r.Context(), t, err))
 		return
 	}
 	if t.RequestID == "" {
 		t.RequestID = newID()
 	} else if !g.requests.add(t.UserID + "\x00" + t.RequestID) {
-		writeError(w, duplicate(t.RequestID))
+		writeError(w, g.Refuse(r.Context(), t, duplicate(t.RequestID)))
 		return
 	} else {
 		defer g.requests.remove(t.UserID + "\x00" + t.RequestID)
