@@ -127,6 +127,7 @@ func (a simAnswer) stream(w http.ResponseWriter, r *http.Request) {
 			anthropic.WriteError(w, f.err)
 		default:
 			if !ev.Began() {
+				start.Usage.InputTokens = 0 // refused before admission: nothing billed
 				_ = ev.MessageStart(start)
 			}
 			_ = ev.Error(f.err.Type, f.err.Message)
