@@ -28,6 +28,9 @@ const anthropicKeyEnv = "FMGATE_TEST_ANTHROPIC_KEY"
 func onAnthropic(t *testing.T, cfg *config.Config, tiers ...string) *sim.Sim {
 	t.Helper()
 	t.Setenv(anthropicKeyEnv, "sk-sim")
+	// The tests assert outcomes, not timing: deadlines generous enough for
+	// a wire hop under the race detector on a busy machine.
+	cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 20*time.Second, 15*time.Second
 	up, err := sim.New(cfg.SimConfig(), sim.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -43,6 +43,9 @@ func testConfig(t *testing.T) config.Config {
 	}
 	cfg.Auth.Keys = map[string]config.Caller{testKey: {UserID: "app-1", Tier: "standard", Priority: "P0"}}
 	cfg.Auth.TrustUserHeader = false
+	// The tests assert outcomes, not timing: deadlines generous enough for
+	// the race detector on a busy machine.
+	cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 20*time.Second, 15*time.Second
 	dir := t.TempDir()
 	cfg.EventStore.Path = filepath.Join(dir, "events.db")
 	cfg.Events.WAL.Dir = filepath.Join(dir, "wal")
