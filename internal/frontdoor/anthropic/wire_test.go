@@ -109,3 +109,15 @@ func TestEventsWireForm(t *testing.T) {
 		t.Fatalf("content type %q", rec.Header().Get("Content-Type"))
 	}
 }
+
+func BenchmarkDecodeRequest(b *testing.B) {
+	body := []byte(`{"model":"sonnet","max_tokens":1024,"system":"Be brief.","stream":true,"messages":[` +
+		strings.Repeat(`{"role":"user","content":"おすすめの漫画を教えてください"},{"role":"assistant","content":"Which genre do you like?"},`, 5) +
+		`{"role":"user","content":[{"type":"text","text":"Fantasy, please"}]}]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeRequest(bytes.NewReader(body), 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
