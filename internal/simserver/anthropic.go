@@ -120,6 +120,7 @@ func (a anthropicAnswer) stream(w http.ResponseWriter, r *http.Request) {
 		case f.drop:
 			panic(http.ErrAbortHandler)
 		case f.refusal:
+			start.Usage.InputTokens = 0 // blocked before admission: nothing billed
 			_ = ev.MessageStart(start)
 			_ = ev.MessageDelta(anthropic.StopRefusal, nil, anthropic.UsageOf(resp.Usage))
 			_ = ev.MessageStop()
