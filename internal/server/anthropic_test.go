@@ -87,7 +87,7 @@ func TestAnthropicTierCutMidStreamEndsInAnErrorFrame(t *testing.T) {
 	}
 }
 
-// TestScenarioSonnetDownHaikuOnAnthropic is the scenario through a
+// TestScenarioSonnetDownHaikuOnAnthropic is the MangaAssist outage through a
 // real adapter: Sonnet (the primary) is down, Haiku is served by Anthropic
 // through anthropic-sdk-go; every turn is a 200 from Haiku.
 func TestScenarioSonnetDownHaikuOnAnthropic(t *testing.T) {
