@@ -252,6 +252,18 @@ func TestGoSDK(t *testing.T) {
 	if !errors.As(err, &ae) || ae.StatusCode != 401 || ae.Type() != "authentication_error" {
 		t.Errorf("wrong key: %v, want a 401 authentication_error", err)
 	}
+
+	limitedCfg := testConfig(t)
+	limitedCfg.RateLimit.Routes = map[string]ratelimit.Rule{"chat": {Limit: ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1}}}
+	_, limited := gatewayServer(t, limitedCfg)
+	lc := sdk.NewClient(option.WithBaseURL(limited), option.WithAPIKey(testKey), option.WithMaxRetries(0))
+	if _, err := lc.Messages.New(ctx, params); err != nil {
+		t.Fatal(err)
+	}
+	_, err = lc.Messages.New(ctx, params)
+	if !errors.As(err, &ae) || ae.StatusCode != 429 || ae.Type() != "rate_limit_error" || ae.Response.Header.Get("Retry-After") == "" {
+		t.Errorf("rate limited: %v, want a 429 rate_limit_error with retry-after", err)
+	}
 }
 
 // TestProviderThroughAnotherGateway points fmgate's own anthropic provider
