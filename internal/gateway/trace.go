@@ -182,9 +182,18 @@ func (o *tracedOutput) end(res *Result, code string) {
 	span.End()
 }
 
+// UsageEstimatedFlag marks, in resource.capability_flags_active, a model
+// attempt whose usage is the gateway's estimate rather than the vendor's.
+const UsageEstimatedFlag = "usage_estimated"
+
 func endAttempt(span *events.Span, m modelConfig, u provider.Usage, err error) {
 	span.SetTokens(u.InputTokens, u.OutputTokens)
 	span.SetCost(cost(m, u))
+	if u.Estimated {
+		// The vendor reported no usage (a stream cut or abandoned before its
+		// final event): the tokens and cost are the gateway's estimate.
+		span.SetCapabilityFlags(UsageEstimatedFlag)
+	}
 	if err != nil {
 		span.SetStatus(events.StatusFailed)
 		span.SetErrorCode(string(provider.KindOf(err)))
