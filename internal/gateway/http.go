@@ -88,6 +88,9 @@ func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if res.TraceParent != "" {
+		w.Header().Set("traceparent", res.TraceParent) // the turn's span, with its sampled flag
+	}
 	writeJSON(w, http.StatusOK, chatAnswer{
 		RequestID:  t.RequestID,
 		Text:       out.text(),

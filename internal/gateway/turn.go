@@ -97,6 +97,9 @@ type Result struct {
 	// the text, in order. Usage and CostUSD then add up both parts.
 	Continued bool
 	Parts     []Part
+	// TraceParent is the W3C traceparent of the turn's span, carrying its
+	// sampled flag, for responses that propagate it; empty with tracing off.
+	TraceParent string
 }
 
 // Part is a stretch of an answer written by one tier; Chars counts its

@@ -161,6 +161,7 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
+	sinkList = sampleSinks(sinkList, cfg.Events.Sampling)
 	watchers, err := s.observers(cfg)
 	if err != nil {
 		return nil, err
@@ -197,6 +198,24 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 	opts.GraphVersion = graphVersion
 	opts.Hasher = s.hasher
 	return events.NewTracer(em, opts), nil
+}
+
+// sampleSinks puts the trace export (OTLP) and the raw span log (JSONL)
+// behind tail sampling; the NATS stream and the event store, where roll-ups
+// are computed, keep every span.
+func sampleSinks(list []events.Sink, cfg events.SamplingConfig) []events.Sink {
+	if !cfg.Enabled {
+		return list
+	}
+	for i, sk := range list {
+		switch sk.Name() {
+		case "otlp":
+			list[i] = events.NewTailSampler(sk, events.DropUnsampled, cfg, nil)
+		case "jsonl":
+			list[i] = events.NewTailSampler(sk, events.KeepRecords, cfg, nil)
+		}
+	}
+	return list
 }
 
 // mountAdmin adds the policies' admin routes.
