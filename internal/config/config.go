@@ -164,6 +164,9 @@ type Caller struct {
 	Tier string `yaml:"tier"`
 	// Priority is P0..P3; default P0 for chat.
 	Priority string `yaml:"priority"`
+	// Tenant is the customer the key belongs to, for fair queueing inside a
+	// priority class (queue.tenantWeights); default the user id.
+	Tenant string `yaml:"tenant"`
 }
 
 // Fleet configures shared state for several gateway instances.

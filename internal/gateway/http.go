@@ -136,6 +136,7 @@ func (g *Gateway) Authenticate(r *http.Request, key, bodyUser string, t *Turn) e
 			return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "The API key is not valid."}
 		}
 		t.UserID = c.UserID
+		t.Tenant = c.Tenant
 		t.Premium = c.Tier == "premium"
 		if p, ok := config.ParsePriority(c.Priority); ok {
 			t.Priority = Priority(p)

@@ -44,7 +44,9 @@ type Turn struct {
 	Temperature   *float64
 	StopSequences []string
 
-	// Caller, from the front door's authentication.
+	// Caller, from the front door's authentication. Tenant is the API key's
+	// tenant, for fair queueing; empty means the user id.
+	Tenant   string
 	UserID   string
 	Premium  bool
 	Priority Priority
