@@ -72,6 +72,8 @@ func indexMapping() mapping.IndexMapping {
 		f.Analyzer = analyzer
 		f.Store = false
 		f.IncludeTermVectors = false
+		f.IncludeInAll = false // queries name their fields; no _all copy
+		f.DocValues = false
 		return f
 	}
 	dm := bleve.NewDocumentStaticMapping()
@@ -86,6 +88,7 @@ func indexMapping() mapping.IndexMapping {
 	im := bleve.NewIndexMapping()
 	im.DefaultMapping = dm
 	im.DefaultAnalyzer = standard.Name
+	im.StoreDynamic, im.IndexDynamic, im.DocValuesDynamic = false, false, false
 	return im
 }
 
