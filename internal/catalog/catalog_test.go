@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"gopkg.in/yaml.v3"
@@ -35,18 +36,26 @@ func loadQuestions(t testing.TB) map[string][]labelled {
 	return qs
 }
 
+var (
+	sharedOnce  sync.Once
+	sharedIndex *Index
+	sharedErr   error
+)
+
+// newTestIndex is the embedded catalog's index, built once for the
+// package's tests (read-only, so they may share it).
 func newTestIndex(t testing.TB) *Index {
 	t.Helper()
-	items, err := Load(DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
+	sharedOnce.Do(func() {
+		var items []Item
+		if items, sharedErr = Load(DefaultConfig()); sharedErr == nil {
+			sharedIndex, sharedErr = New(context.Background(), items)
+		}
+	})
+	if sharedErr != nil {
+		t.Fatal(sharedErr)
 	}
-	ix, err := New(context.Background(), items)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ix.Close() })
-	return ix
+	return sharedIndex
 }
 
 // recallAt5 averages, over questions, the share of labelled items in the top 5.
@@ -117,7 +126,7 @@ func TestSearchFindsLatestVolume(t *testing.T) {
 }
 
 func TestFaults(t *testing.T) {
-	ix := newTestIndex(t)
+	ix := NewService(newTestIndex(t))
 	ix.SetFaults(Faults{Fail: true})
 	if _, err := ix.Search(context.Background(), "One Piece", 5); !errors.Is(err, ErrFault) {
 		t.Fatalf("err = %v, want ErrFault", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/fmgate/fmgate/internal/artifacts"
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/catalog"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/events/sinks"
@@ -135,8 +136,9 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 			return gateway.Deps{}, fmt.Errorf("catalog: %w", err)
 		}
 		s.Catalog = ix
-		s.mountCatalog(ix)
-		retr = retriever{ix: ix, br: s.Breakers.Get("search"), enf: enf, topK: cfg.Catalog.TopK, primary: cfg.Models[0].Name}
+		svc := catalog.NewService(ix)
+		s.mountCatalog(svc)
+		retr = retriever{ix: svc, br: s.Breakers.Get("search"), enf: enf, topK: cfg.Catalog.TopK, primary: cfg.Models[0].Name}
 	}
 	s.mountAdmin()
 	return gateway.Deps{

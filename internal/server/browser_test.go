@@ -32,7 +32,7 @@ func fastConfig() config.Config {
 
 func startServer(t *testing.T, cfg config.Config) (*Server, *httptest.Server) {
 	t.Helper()
-	s, err := New(context.Background(), isolate(t, cfg), Options{})
+	s, err := New(context.Background(), isolate(t, cfg), Options{Catalog: sharedCatalog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func quickConfig() config.Config {
 func newScenario(t *testing.T, cfg config.Config) *scenario {
 	t.Helper()
 	sc := &scenario{t: t, upstream: map[string]*counting{}}
-	s, err := New(context.Background(), isolate(t, cfg), Options{WrapProvider: func(model string, p provider.Provider) provider.Provider {
+	s, err := New(context.Background(), isolate(t, cfg), Options{Catalog: sharedCatalog(t), WrapProvider: func(model string, p provider.Provider) provider.Provider {
 		c := &counting{Provider: p}
 		sc.upstream[model] = c
 		return c
