@@ -46,6 +46,10 @@ func quickConfig() config.Config {
 		st.TokensPerSecond = 3000
 		cfg.Sim.Models[name] = st
 	}
+	// The catalog search is off here, so a slow search under -race on a
+	// busy machine cannot degrade answers these tests check; its own tests
+	// switch it on (withCatalog).
+	cfg.Catalog.Enabled = false
 	return cfg
 }
 
