@@ -224,3 +224,19 @@ func BenchmarkSearch(b *testing.B) {
 		}
 	}
 }
+
+// FuzzParseContext: the simulator reads catalog context out of whatever
+// system prompt arrives on its wire; any text must parse without panicking,
+// and every entry it yields has an id.
+func FuzzParseContext(f *testing.F) {
+	f.Add(ContextHeader + "\n- id=MA001-V110 | series=ワンピース / One Piece | volume=110 | latest=yes | price=¥528 | stock=in_stock")
+	f.Add(ContextHeader + "\n- id= | price=¥ | volume=x\n- id=A | series=no slash | =\n")
+	f.Add("no context at all")
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, e := range ParseContext(s) {
+			if e.ID == "" {
+				t.Fatalf("entry without id from %q", s)
+			}
+		}
+	})
+}
