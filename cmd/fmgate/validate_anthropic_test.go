@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,7 +33,7 @@ func TestValidateNamesTheAnthropicKey(t *testing.T) {
 				t.Fatal(err)
 			}
 			var stdout, stderr strings.Builder
-			err := validate([]string{"-config", path}, &stdout, &stderr)
+			err := validate(context.Background(), []string{"-config", path}, &stdout, &stderr)
 			if err == nil {
 				t.Fatalf("validate passed; stdout %q", stdout.String())
 			}

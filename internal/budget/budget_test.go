@@ -268,3 +268,27 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestContextRoom: retrieved context only gets what the request budget
+// leaves once the history fits, so it is cut before any history is.
+func TestContextRoom(t *testing.T) {
+	cfg := DefaultConfig()
+	enf, err := New(cfg, NewEstimator(), NewMemoryCounters(time.Hour, nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		input int
+		want  int
+	}{
+		{"room left", 1000, cfg.RequestInput - 1000},
+		{"history fills the budget", cfg.RequestInput, 0},
+		{"over budget", cfg.RequestInput + 50, 0},
+	}
+	for _, tt := range tests {
+		if got := enf.ContextRoom(tt.input, 0); got != tt.want {
+			t.Errorf("%s: ContextRoom(%d) = %d, want %d", tt.name, tt.input, got, tt.want)
+		}
+	}
+}

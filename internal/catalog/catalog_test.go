@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"gopkg.in/yaml.v3"
@@ -35,18 +36,26 @@ func loadQuestions(t testing.TB) map[string][]labelled {
 	return qs
 }
 
+var (
+	sharedOnce  sync.Once
+	sharedIndex *Index
+	sharedErr   error
+)
+
+// newTestIndex is the embedded catalog's index, built once for the
+// package's tests (read-only, so they may share it).
 func newTestIndex(t testing.TB) *Index {
 	t.Helper()
-	items, err := Load(DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
+	sharedOnce.Do(func() {
+		var items []Item
+		if items, sharedErr = Load(DefaultConfig()); sharedErr == nil {
+			sharedIndex, sharedErr = New(context.Background(), items)
+		}
+	})
+	if sharedErr != nil {
+		t.Fatal(sharedErr)
 	}
-	ix, err := New(context.Background(), items)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ix.Close() })
-	return ix
+	return sharedIndex
 }
 
 // recallAt5 averages, over questions, the share of labelled items in the top 5.
@@ -117,7 +126,7 @@ func TestSearchFindsLatestVolume(t *testing.T) {
 }
 
 func TestFaults(t *testing.T) {
-	ix := newTestIndex(t)
+	ix := NewService(newTestIndex(t))
 	ix.SetFaults(Faults{Fail: true})
 	if _, err := ix.Search(context.Background(), "One Piece", 5); !errors.Is(err, ErrFault) {
 		t.Fatalf("err = %v, want ErrFault", err)
@@ -214,4 +223,20 @@ func BenchmarkSearch(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzParseContext: the simulator reads catalog context out of whatever
+// system prompt arrives on its wire; any text must parse without panicking,
+// and every entry it yields has an id.
+func FuzzParseContext(f *testing.F) {
+	f.Add(ContextHeader + "\n- id=MA001-V110 | series=ワンピース / One Piece | volume=110 | latest=yes | price=¥528 | stock=in_stock")
+	f.Add(ContextHeader + "\n- id= | price=¥ | volume=x\n- id=A | series=no slash | =\n")
+	f.Add("no context at all")
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, e := range ParseContext(s) {
+			if e.ID == "" {
+				t.Fatalf("entry without id from %q", s)
+			}
+		}
+	})
 }

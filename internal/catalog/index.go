@@ -20,15 +20,57 @@ import (
 	"github.com/blevesearch/bleve/v2/search/query"
 )
 
-// Index searches the catalog. It is safe for concurrent use.
+// Index searches the catalog. It is safe for concurrent use and holds no
+// per-gateway state, so gateways in one process may share one.
 type Index struct {
 	idx   bleve.Index
 	items map[string]*Item
 	// BuildTime is how long New took to index the catalog.
 	BuildTime time.Duration
+}
 
+// Service is the search as a gateway calls it: an Index and the faults an
+// operator injected into this gateway's search.
+type Service struct {
+	ix     *Index
 	mu     sync.Mutex
 	faults Faults
+}
+
+// NewService returns the search over ix, without faults.
+func NewService(ix *Index) *Service { return &Service{ix: ix} }
+
+// Search is Index.Search after the injected faults: a failure, or a delay
+// that still honours ctx's deadline.
+func (s *Service) Search(ctx context.Context, question string, k int) ([]Hit, error) {
+	f := s.Faults()
+	if f.LatencyMs > 0 {
+		t := time.NewTimer(time.Duration(f.LatencyMs) * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("catalog: search: %w", ctx.Err())
+		}
+	}
+	if f.Fail {
+		return nil, ErrFault
+	}
+	return s.ix.Search(ctx, question, k)
+}
+
+// Faults returns the injected faults.
+func (s *Service) Faults() Faults {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.faults
+}
+
+// SetFaults injects faults; the zero Faults clears them.
+func (s *Service) SetFaults(f Faults) {
+	s.mu.Lock()
+	s.faults = f
+	s.mu.Unlock()
 }
 
 // Hit is one search result.
@@ -72,6 +114,8 @@ func indexMapping() mapping.IndexMapping {
 		f.Analyzer = analyzer
 		f.Store = false
 		f.IncludeTermVectors = false
+		f.IncludeInAll = false // queries name their fields; no _all copy
+		f.DocValues = false
 		return f
 	}
 	dm := bleve.NewDocumentStaticMapping()
@@ -86,6 +130,7 @@ func indexMapping() mapping.IndexMapping {
 	im := bleve.NewIndexMapping()
 	im.DefaultMapping = dm
 	im.DefaultAnalyzer = standard.Name
+	im.StoreDynamic, im.IndexDynamic, im.DocValuesDynamic = false, false, false
 	return im
 }
 
@@ -166,21 +211,8 @@ var fieldBoosts = []struct {
 }
 
 // Search returns the k best items for question, best first. It honours
-// ctx's deadline and the injected faults.
+// ctx's deadline.
 func (ix *Index) Search(ctx context.Context, question string, k int) ([]Hit, error) {
-	f := ix.Faults()
-	if f.LatencyMs > 0 {
-		t := time.NewTimer(time.Duration(f.LatencyMs) * time.Millisecond)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("catalog: search: %w", ctx.Err())
-		}
-	}
-	if f.Fail {
-		return nil, ErrFault
-	}
 	question = strings.TrimSpace(question)
 	if question == "" || k <= 0 {
 		return nil, nil
@@ -211,20 +243,6 @@ func (ix *Index) Search(ctx context.Context, question string, k int) ([]Hit, err
 
 // Len is the number of items indexed.
 func (ix *Index) Len() int { return len(ix.items) }
-
-// Faults returns the injected faults.
-func (ix *Index) Faults() Faults {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	return ix.faults
-}
-
-// SetFaults injects faults; the zero Faults clears them.
-func (ix *Index) SetFaults(f Faults) {
-	ix.mu.Lock()
-	ix.faults = f
-	ix.mu.Unlock()
-}
 
 // Close releases the index.
 func (ix *Index) Close() error { return ix.idx.Close() }

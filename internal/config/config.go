@@ -195,6 +195,9 @@ type Caller struct {
 	// front door (SigV4 signatures are verified with it). The secret never
 	// goes in the config file. Empty: the key cannot sign Bedrock requests.
 	SecretKeyEnv string `yaml:"secretKeyEnv"`
+	// Tenant is the customer the key belongs to, for fair queueing inside a
+	// priority class (queue.tenantWeights); default the user id.
+	Tenant string `yaml:"tenant"`
 }
 
 // Fleet configures shared state for several gateway instances.

@@ -24,6 +24,34 @@ type Config struct {
 	WAL     WALConfig     `yaml:"wal"`
 	Sinks   SinksConfig   `yaml:"sinks"`
 	Privacy PrivacyConfig `yaml:"privacy"`
+	// Sampling thins the trace export and the raw span log; see
+	// SamplingConfig.
+	Sampling SamplingConfig `yaml:"sampling"`
+}
+
+// SamplingConfig decides which turns' traces are kept in full. A turn is
+// sampled when its head decision says so (Rate of new traces, or the sampled
+// flag of an incoming traceparent) or, at its end, when it failed, fell back
+// or was slow. The OTLP export receives only sampled turns; the JSONL span
+// log receives every span of sampled turns and the turn and must-persist
+// (cost) records of the others; the event store and the NATS stream, where
+// roll-ups come from, receive everything. Spans wait for their turn's
+// decision in a bounded buffer.
+type SamplingConfig struct {
+	// Enabled switches sampling on. Default true.
+	Enabled bool `yaml:"enabled"`
+	// Rate is the share of new traces sampled at their start, 0..1.
+	// Default 0.05.
+	Rate float64 `yaml:"rate"`
+	// SlowTurn: a turn lasting at least this long is always sampled.
+	// Default 3s (the first-byte goal).
+	SlowTurn time.Duration `yaml:"slowTurn"`
+	// MaxPendingTraces bounds the traces whose spans wait for a decision;
+	// beyond it the oldest is kept whole. Default 10,000.
+	MaxPendingTraces int `yaml:"maxPendingTraces"`
+	// PendingTTL keeps a trace's spans whole when its turn has not ended
+	// this long after its first span. Default 5m.
+	PendingTTL time.Duration `yaml:"pendingTTL"`
 }
 
 // WALConfig configures the write-ahead log for must-persist events.
@@ -119,7 +147,8 @@ func DefaultConfig() Config {
 			JSONL: JSONLConfig{MaxBytes: 64 << 20, MaxFiles: 5},
 			NATS:  NATSConfig{Subject: "fmgate.events", Stream: "FMGATE_EVENTS", MaxAge: 72 * time.Hour, MaxBytes: 8 << 30},
 		},
-		Privacy: PrivacyConfig{ExcerptChars: 200},
+		Privacy:  PrivacyConfig{ExcerptChars: 200},
+		Sampling: SamplingConfig{Enabled: true, Rate: 0.05, SlowTurn: 3 * time.Second, MaxPendingTraces: 10_000, PendingTTL: 5 * time.Minute},
 	}
 }
 
@@ -166,6 +195,20 @@ func (c Config) Validate() error {
 		}
 		if n.MaxAge < 0 || n.MaxBytes < 0 {
 			bad("sinks.nats", "maxAge and maxBytes must be >= 0")
+		}
+	}
+	if sm := c.Sampling; sm.Enabled {
+		if !(sm.Rate >= 0 && sm.Rate <= 1) {
+			bad("sampling.rate", "must be in 0..1")
+		}
+		if sm.SlowTurn <= 0 {
+			bad("sampling.slowTurn", "must be > 0")
+		}
+		if sm.MaxPendingTraces <= 0 {
+			bad("sampling.maxPendingTraces", "must be > 0")
+		}
+		if sm.PendingTTL <= 0 {
+			bad("sampling.pendingTTL", "must be > 0")
 		}
 	}
 	if s := c.Privacy.HashSecret; s != "" && len(s) < 16 {

@@ -467,6 +467,9 @@ func structKeys(typ reflect.Type, prefix string) []string {
 	var keys []string
 	for f := range typ.Fields() {
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue // in-process only (Event.Sampled): never encoded
+		}
 		keys = append(keys, prefix+name)
 		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[time.Time]() {
 			keys = append(keys, structKeys(f.Type, prefix+name+".")...)

@@ -106,6 +106,10 @@ type Event struct {
 	// Empty unless privacy.excerpt is enabled; omitted from the JSON when
 	// empty.
 	PromptExcerpt string `json:"prompt_excerpt,omitempty"`
+	// Sampled is the trace's head-sampling flag (W3C flag bit 0) when the
+	// span ended. It is not part of the encoded event: TailSampler reads it
+	// in process.
+	Sampled bool `json:"-"`
 
 	Node        Node        `json:"node"`
 	Artifact    Artifact    `json:"artifact"`

@@ -50,5 +50,7 @@ func (c Config) TracerOptions() TracerOptions {
 		Hasher:       NewHasher(secret),
 		Excerpt:      c.Privacy.Excerpt,
 		ExcerptChars: c.Privacy.ExcerptChars,
+		HeadSampling: c.Sampling.Enabled,
+		SampleRate:   c.Sampling.Rate,
 	}
 }

@@ -32,6 +32,11 @@ type TracerOptions struct {
 	// (default 200). The text is always passed through Redact first.
 	Excerpt      bool
 	ExcerptChars int
+	// HeadSampling marks only SampleRate of new traces sampled (W3C flag
+	// bit 0), instead of all; traces continued from a traceparent keep its
+	// flag either way. Children inherit their trace's flag.
+	HeadSampling bool
+	SampleRate   float64
 }
 
 // Tracer starts spans. It is safe for concurrent use.
@@ -64,6 +69,15 @@ func (t *Tracer) u64() uint64 {
 	v := t.opts.Rand.Uint64()
 	t.mu.Unlock()
 	return v
+}
+
+// headFlags is the trace flags of a new trace: sampled, or with head
+// sampling on, sampled with probability SampleRate.
+func (t *Tracer) headFlags() byte {
+	if !t.opts.HeadSampling || float64(t.u64()>>11)/(1<<53) < t.opts.SampleRate {
+		return 1
+	}
+	return 0
 }
 
 func (t *Tracer) newSpanID() [8]byte {
@@ -148,7 +162,7 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...StartOption) (c
 		s.ev.ParentSpanID = v.remote.SpanHex()
 	default:
 		s.tc.TraceID = t.newTraceID()
-		s.tc.Flags = 1
+		s.tc.Flags = t.headFlags()
 	}
 	s.tc.SpanID = t.newSpanID()
 	if v.span != nil {
@@ -371,6 +385,7 @@ func (s *Span) End() {
 	s.ended = true
 	ev := s.ev
 	s.mu.Unlock()
+	ev.Sampled = s.tc.Flags&1 == 1
 	ev.TSStart = s.start.UTC()
 	ev.TSEnd = end.UTC()
 	ev.DurationMS = end.Sub(s.start).Milliseconds()

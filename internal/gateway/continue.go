@@ -100,7 +100,8 @@ func (g *Gateway) continueWith(ctx context.Context, t *Turn, model, sofar string
 		resp  *provider.Response
 		wrote bool
 	)
-	beginTier(out, model, m.ModelID, true)
+	// No BeginTier: the answer's headers and first event are long gone; the
+	// done frame's parts name the tiers.
 	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
 		span := g.attemptSpan(ctx, t, model, m.ModelID)
 		span.SetFallbackUsed(model)

@@ -106,6 +106,9 @@ func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if res.TraceParent != "" {
+		w.Header().Set("traceparent", res.TraceParent) // the turn's span, with its sampled flag
+	}
 	writeJSON(w, http.StatusOK, chatAnswer{
 		RequestID:  t.RequestID,
 		Text:       out.text(),
@@ -169,6 +172,7 @@ func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn
 				Message: "This key is an access key id: sign the request with its secret (AWS SigV4); it is not accepted as a bearer key."}
 		}
 		t.UserID = c.UserID
+		t.Tenant = c.Tenant
 		t.Premium = c.Tier == "premium"
 		if p, ok := config.ParsePriority(c.Priority); ok {
 			t.Priority = Priority(p)

@@ -58,6 +58,9 @@ func (g *Gateway) endTurn(span *events.Span, out Output, res *Result, err error)
 		span.SetStatus(events.StatusOK)
 	}
 	if res != nil {
+		if tc := span.Context(); tc.IsValid() {
+			res.TraceParent = events.FormatTraceparent(tc)
+		}
 		span.SetModel(res.ModelID)
 		if res.CacheHit {
 			span.SetCacheHit(events.CacheFull)

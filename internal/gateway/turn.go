@@ -49,7 +49,9 @@ type Turn struct {
 	Temperature   *float64
 	StopSequences []string
 
-	// Caller, from the front door's authentication.
+	// Caller, from the front door's authentication. Tenant is the API key's
+	// tenant, for fair queueing; empty means the user id.
+	Tenant   string
 	UserID   string
 	Premium  bool
 	Priority Priority
@@ -104,6 +106,9 @@ type Result struct {
 	// the text, in order. Usage and CostUSD then add up both parts.
 	Continued bool
 	Parts     []Part
+	// TraceParent is the W3C traceparent of the turn's span, carrying its
+	// sampled flag, for responses that propagate it; empty with tracing off.
+	TraceParent string
 }
 
 // Part is a stretch of an answer written by one tier; Chars counts its

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"container/heap"
 	"container/list"
 	"context"
 	"strconv"
@@ -15,9 +16,9 @@ func NewMemory(cfg Config, now func() time.Time) *Queue {
 	if now == nil {
 		now = time.Now
 	}
-	m := &memBackend{now: now, cfg: cfg, byHandle: make(map[string]*list.Element)}
-	for i := range m.lists {
-		m.lists[i] = list.New()
+	m := &memBackend{now: now, cfg: cfg, byHandle: make(map[string]*memEntry), arrivals: list.New()}
+	for i := range m.classes {
+		m.classes[i] = &memClass{finish: map[string]float64{}}
 	}
 	return newQueue(m, cfg)
 }
@@ -40,44 +41,86 @@ type memEntry struct {
 	handle string
 	prio   Priority
 	at     time.Time
+	start  float64 // virtual start tag in its class
+	seq    uint64
+	index  int // in its class's heap
+	elem   *list.Element
 }
 
-// memBackend keeps one FIFO list per priority; since every entry has the
-// same TTL, expired entries are always at the fronts.
+// memClass is one priority class: its waiting tickets ordered by start tag
+// (then arrival), its virtual time and each flow's last finish tag.
+type memClass struct {
+	h       entryHeap
+	virtual float64
+	finish  map[string]float64
+}
+
+type entryHeap []*memEntry
+
+func (h entryHeap) Len() int { return len(h) }
+func (h entryHeap) Less(i, j int) bool {
+	if h[i].start != h[j].start {
+		return h[i].start < h[j].start
+	}
+	return h[i].seq < h[j].seq
+}
+func (h entryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *entryHeap) Push(x any) {
+	e := x.(*memEntry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *entryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// memBackend keeps one fair-queueing heap per priority and one list of all
+// entries in arrival order; since every entry has the same TTL, expired
+// entries are always at the list's front.
 type memBackend struct {
 	now func() time.Time
 	cfg Config
 
 	mu       sync.Mutex
 	seq      uint64
-	lists    [numPriorities]*list.List
-	byHandle map[string]*list.Element
+	classes  [numPriorities]*memClass
+	arrivals *list.List
+	byHandle map[string]*memEntry
 }
 
 func (m *memBackend) prune(now time.Time) {
-	for _, l := range m.lists {
-		for e := l.Front(); e != nil; e = l.Front() {
-			en := e.Value.(*memEntry)
-			if now.Sub(en.at) < m.cfg.TTL {
-				break
-			}
-			l.Remove(e)
-			delete(m.byHandle, en.handle)
+	for e := m.arrivals.Front(); e != nil; e = m.arrivals.Front() {
+		en := e.Value.(*memEntry)
+		if now.Sub(en.at) < m.cfg.TTL {
+			break
 		}
+		m.drop(en, false)
 	}
 }
 
-func (m *memBackend) oldest() (time.Time, bool) {
-	var at time.Time
-	found := false
-	for _, l := range m.lists {
-		if e := l.Front(); e != nil {
-			if t := e.Value.(*memEntry).at; !found || t.Before(at) {
-				at, found = t, true
+// drop removes en; served says it left from the head of its class, which
+// moves the class's virtual time to its start tag.
+func (m *memBackend) drop(en *memEntry, served bool) {
+	c := m.classes[en.prio]
+	heap.Remove(&c.h, en.index)
+	m.arrivals.Remove(en.elem)
+	delete(m.byHandle, en.handle)
+	if served && en.start > c.virtual {
+		c.virtual = en.start
+	}
+	if len(c.finish) > 4*m.cfg.Capacity {
+		for f, fin := range c.finish {
+			if fin <= c.virtual {
+				delete(c.finish, f) // an idle flow starts at the virtual time anyway
 			}
 		}
 	}
-	return at, found
 }
 
 func (m *memBackend) add(_ context.Context, t Ticket) (string, error) {
@@ -86,12 +129,19 @@ func (m *memBackend) add(_ context.Context, t Ticket) (string, error) {
 	now := m.now()
 	m.prune(now)
 	if len(m.byHandle) >= m.cfg.Capacity {
-		at, _ := m.oldest()
+		at := m.arrivals.Front().Value.(*memEntry).at
 		return "", &FullError{RetryAfter: max(m.cfg.TTL-now.Sub(at), m.cfg.PollInterval)}
 	}
 	m.seq++
 	h := strconv.FormatUint(m.seq, 10) + ":" + t.ID
-	m.byHandle[h] = m.lists[t.Priority].PushBack(&memEntry{handle: h, prio: t.Priority, at: now})
+	c := m.classes[t.Priority]
+	flow := t.flow()
+	start := max(c.virtual, c.finish[flow])
+	c.finish[flow] = start + tagUnit/m.cfg.weight(t)
+	en := &memEntry{handle: h, prio: t.Priority, at: now, start: start, seq: m.seq}
+	heap.Push(&c.h, en)
+	en.elem = m.arrivals.PushBack(en)
+	m.byHandle[h] = en
 	return h, nil
 }
 
@@ -103,9 +153,9 @@ func (m *memBackend) place(_ context.Context, h string) (place, error) {
 	if !ok {
 		return placeGone, nil
 	}
-	for _, l := range m.lists {
-		if f := l.Front(); f != nil {
-			if f == e {
+	for _, c := range m.classes {
+		if len(c.h) > 0 {
+			if c.h[0] == e {
 				return placeHead, nil
 			}
 			return placeWaiting, nil
@@ -118,8 +168,7 @@ func (m *memBackend) remove(_ context.Context, h string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e, ok := m.byHandle[h]; ok {
-		m.lists[e.Value.(*memEntry).prio].Remove(e)
-		delete(m.byHandle, h)
+		m.drop(e, m.classes[e.prio].h[0] == e)
 	}
 	return nil
 }
@@ -130,12 +179,12 @@ func (m *memBackend) stats(_ context.Context) (Stats, error) {
 	now := m.now()
 	m.prune(now)
 	var s Stats
-	for i, l := range m.lists {
-		s.ByPriority[i] = l.Len()
-		s.Depth += l.Len()
+	for i, c := range m.classes {
+		s.ByPriority[i] = len(c.h)
+		s.Depth += len(c.h)
 	}
-	if at, ok := m.oldest(); ok {
-		s.OldestWait = now.Sub(at)
+	if f := m.arrivals.Front(); f != nil {
+		s.OldestWait = now.Sub(f.Value.(*memEntry).at)
 	}
 	return s, nil
 }

@@ -1,6 +1,9 @@
 // Package queue holds turns that cannot get quota or concurrency right now,
-// in priority order (P0 first, then arrival), each for at most a TTL, in a
-// bounded queue. It is built for the gateway's reserve step: Wait enqueues a
+// in priority order (P0 first), each for at most a TTL, in a bounded queue.
+// Inside a priority class the order is weighted fair queueing (start-time
+// fair queueing) over flows, a flow being a tenant in a locale: a tenant
+// flooding P1 gets its weight's share of the turns served while others wait,
+// not the whole class; with one flow the order is arrival. It is built for the gateway's reserve step: Wait enqueues a
 // ticket and calls the caller's try function whenever the ticket is at the
 // head, so a P3 batch turn can never jump a waiting P0/P1 chat turn.
 //
@@ -34,7 +37,18 @@ const (
 type Ticket struct {
 	ID       string
 	Priority Priority
+	// Tenant and Locale name the ticket's flow for fair queueing inside its
+	// priority class; empty values form a flow of their own.
+	Tenant string
+	Locale string
 }
+
+// flow is the fair-queueing flow of a ticket: a tenant in a locale.
+func (t Ticket) flow() string { return t.Tenant + "\x00" + t.Locale }
+
+// tagUnit is the virtual-time cost of one ticket of weight 1; a ticket of
+// weight w advances its flow by tagUnit/w.
+const tagUnit = 1000
 
 // ErrExpired is returned by Wait when the ticket spent its TTL in the queue.
 var ErrExpired = errors.New("queue: timed out in queue")
@@ -74,6 +88,24 @@ type Config struct {
 	// head without a Notify (default 50ms). In fleet mode it is also how
 	// quickly a waiter notices another instance's progress.
 	PollInterval time.Duration `yaml:"pollInterval"`
+	// TenantWeights and LocaleWeights weigh the fair share of a flow inside
+	// its priority class: a flow's weight is its tenant's times its
+	// locale's, each 1 when not listed. A tenant asking in two locales has
+	// two flows.
+	TenantWeights map[string]float64 `yaml:"tenantWeights"`
+	LocaleWeights map[string]float64 `yaml:"localeWeights"`
+}
+
+// weight is the fair-queueing weight of t's flow.
+func (c Config) weight(t Ticket) float64 {
+	w := 1.0
+	if v, ok := c.TenantWeights[t.Tenant]; ok {
+		w *= v
+	}
+	if v, ok := c.LocaleWeights[t.Locale]; ok {
+		w *= v
+	}
+	return w
 }
 
 // DefaultConfig returns capacity 1,000, TTL 30s, poll every 50ms.
@@ -92,6 +124,13 @@ func (c Config) Validate() error {
 	}
 	if c.PollInterval <= 0 {
 		errs = append(errs, errors.New("pollInterval: must be > 0"))
+	}
+	for name, ws := range map[string]map[string]float64{"tenantWeights": c.TenantWeights, "localeWeights": c.LocaleWeights} {
+		for k, w := range ws {
+			if !(w >= 0.001 && w <= 1000) {
+				errs = append(errs, fmt.Errorf("%s.%s: must be in 0.001..1000", name, k))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -143,7 +143,7 @@ func testQueue(t *testing.T, newEnv factory) {
 	t.Run("served by priority then arrival, only the head tries", func(t *testing.T) {
 		e := newEnv(t, 100)
 		g := newGate()
-		tickets := []Ticket{{"a", P3}, {"b", P2}, {"c", P0}, {"d", P1}, {"e", P0}, {"f", P3}}
+		tickets := []Ticket{{ID: "a", Priority: P3}, {ID: "b", Priority: P2}, {ID: "c", Priority: P0}, {ID: "d", Priority: P1}, {ID: "e", Priority: P0}, {ID: "f", Priority: P3}}
 		var chans []<-chan error
 		for i, tk := range tickets {
 			chans = append(chans, spawn(ctx, e.q, tk, g.try(tk.ID)))
@@ -178,7 +178,7 @@ func testQueue(t *testing.T, newEnv factory) {
 
 	t.Run("empty queue serves at once", func(t *testing.T) {
 		e := newEnv(t, 10)
-		if err := e.q.Wait(ctx, Ticket{"x", P2}, func(context.Context) (bool, error) { return true, nil }); err != nil {
+		if err := e.q.Wait(ctx, Ticket{ID: "x", Priority: P2}, func(context.Context) (bool, error) { return true, nil }); err != nil {
 			t.Fatal(err)
 		}
 		waitDepth(t, e.q, 0)
@@ -186,12 +186,12 @@ func testQueue(t *testing.T, newEnv factory) {
 
 	t.Run("expired waiter gets ErrExpired and the next moves up", func(t *testing.T) {
 		e := newEnv(t, 10)
-		stuck := spawn(ctx, e.q, Ticket{"stuck", P0}, func(context.Context) (bool, error) { return false, nil })
+		stuck := spawn(ctx, e.q, Ticket{ID: "stuck", Priority: P0}, func(context.Context) (bool, error) { return false, nil })
 		waitDepth(t, e.q, 1)
 		e.advance(e.ttl / 2)
 		g := newGate()
 		g.open.Store(true)
-		next := spawn(ctx, e.q, Ticket{"next", P1}, g.try("next"))
+		next := spawn(ctx, e.q, Ticket{ID: "next", Priority: P1}, g.try("next"))
 		waitDepth(t, e.q, 2)
 		e.advance(e.ttl/2 + 10*time.Millisecond)
 		if err := recv(t, stuck); !errors.Is(err, ErrExpired) {
@@ -210,10 +210,10 @@ func testQueue(t *testing.T, newEnv factory) {
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		never := func(context.Context) (bool, error) { return false, nil }
-		a := spawn(cctx, e.q, Ticket{"a", P1}, never)
-		b := spawn(cctx, e.q, Ticket{"b", P1}, never)
+		a := spawn(cctx, e.q, Ticket{ID: "a", Priority: P1}, never)
+		b := spawn(cctx, e.q, Ticket{ID: "b", Priority: P1}, never)
 		waitDepth(t, e.q, 2)
-		err := e.q.Wait(ctx, Ticket{"c", P0}, never)
+		err := e.q.Wait(ctx, Ticket{ID: "c", Priority: P0}, never)
 		var fe *FullError
 		if !errors.As(err, &fe) || !errors.Is(err, ErrFull) {
 			t.Fatalf("err = %v, want *FullError matching ErrFull", err)
@@ -233,11 +233,11 @@ func testQueue(t *testing.T, newEnv factory) {
 	t.Run("cancelled waiter leaves and unblocks the next", func(t *testing.T) {
 		e := newEnv(t, 10)
 		cctx, cancel := context.WithCancel(ctx)
-		head := spawn(cctx, e.q, Ticket{"head", P0}, func(context.Context) (bool, error) { return false, nil })
+		head := spawn(cctx, e.q, Ticket{ID: "head", Priority: P0}, func(context.Context) (bool, error) { return false, nil })
 		waitDepth(t, e.q, 1)
 		g := newGate()
 		g.open.Store(true)
-		next := spawn(ctx, e.q, Ticket{"next", P3}, g.try("next"))
+		next := spawn(ctx, e.q, Ticket{ID: "next", Priority: P3}, g.try("next"))
 		waitDepth(t, e.q, 2)
 		cancel()
 		if err := recv(t, head); !errors.Is(err, context.Canceled) {
@@ -252,7 +252,7 @@ func testQueue(t *testing.T, newEnv factory) {
 	t.Run("try error is returned and the ticket removed", func(t *testing.T) {
 		e := newEnv(t, 10)
 		boom := errors.New("quota store down")
-		err := e.q.Wait(ctx, Ticket{"x", P1}, func(context.Context) (bool, error) { return false, boom })
+		err := e.q.Wait(ctx, Ticket{ID: "x", Priority: P1}, func(context.Context) (bool, error) { return false, boom })
 		if !errors.Is(err, boom) {
 			t.Fatalf("err = %v", err)
 		}
@@ -263,7 +263,7 @@ func testQueue(t *testing.T, newEnv factory) {
 		e := newEnv(t, 10)
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		ch := spawn(cctx, e.q, Ticket{"old", P2}, func(context.Context) (bool, error) { return false, nil })
+		ch := spawn(cctx, e.q, Ticket{ID: "old", Priority: P2}, func(context.Context) (bool, error) { return false, nil })
 		waitDepth(t, e.q, 1)
 		e.advance(e.ttl / 4)
 		s, err := e.q.Stats(ctx)
@@ -279,7 +279,7 @@ func testQueue(t *testing.T, newEnv factory) {
 
 	t.Run("invalid priority", func(t *testing.T) {
 		e := newEnv(t, 10)
-		if err := e.q.Wait(ctx, Ticket{"x", 7}, nil); err == nil {
+		if err := e.q.Wait(ctx, Ticket{ID: "x", Priority: 7}, nil); err == nil {
 			t.Fatal("want error")
 		}
 	})
@@ -291,12 +291,12 @@ func TestRedisReapsTicketsOfDeadInstances(t *testing.T) {
 	opt := RedisOptions{Prefix: prefix, Timeout: time.Second, Lease: 150 * time.Millisecond}
 	dead := NewRedis(c, cfg, opt)
 	// An instance that enqueued a P0 and then died: it never polls again.
-	if _, err := dead.b.add(context.Background(), Ticket{"orphan", P0}); err != nil {
+	if _, err := dead.b.add(context.Background(), Ticket{ID: "orphan", Priority: P0}); err != nil {
 		t.Fatal(err)
 	}
 	live := NewRedis(c, cfg, opt)
 	start := time.Now()
-	err := live.Wait(context.Background(), Ticket{"live", P3}, func(context.Context) (bool, error) { return true, nil })
+	err := live.Wait(context.Background(), Ticket{ID: "live", Priority: P3}, func(context.Context) (bool, error) { return true, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestRedisUnreachable(t *testing.T) {
 	defer c.Close()
 	q := NewRedis(c, DefaultConfig(), RedisOptions{Prefix: "x:"})
 	start := time.Now()
-	err := q.Wait(context.Background(), Ticket{"x", P0}, func(context.Context) (bool, error) { return true, nil })
+	err := q.Wait(context.Background(), Ticket{ID: "x", Priority: P0}, func(context.Context) (bool, error) { return true, nil })
 	if err == nil || errors.Is(err, ErrFull) {
 		t.Fatalf("err = %v, want a Redis error", err)
 	}

@@ -12,70 +12,81 @@ import (
 // DefaultRedisTimeout bounds every Redis call of the queue.
 const DefaultRedisTimeout = 50 * time.Millisecond
 
-// Scores are priority·1e13 + arrival in Redis TIME milliseconds; members
-// are a zero-padded sequence number and the ticket ID, so equal scores
-// (same millisecond) still sort by arrival. A second sorted set holds each
-// member's last poll: a ticket whose instance stopped polling (crashed) is
-// reaped after the lease instead of blocking the head for a whole TTL.
+// Scores are priority·1e13 + the ticket's virtual start tag in its class
+// (start-time fair queueing: a flow's next tag is max(the class's virtual
+// time, the flow's last finish tag), its finish tag that plus 1000/weight);
+// members are a zero-padded sequence number and the ticket ID, so equal
+// tags still sort by arrival. The hash fq holds each class's virtual time
+// (v:P) and each flow's finish tag (f:P:flow). The sorted set at holds
+// arrivals for the TTL, and seen each member's last poll: a ticket whose
+// instance stopped polling (crashed) is reaped after the lease instead of
+// blocking the head for a whole TTL.
 const luaCommon = `
 local function nowms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function fmt(x) return string.format('%.0f', x) end
-local function reap(q, seen, now, ttl, lease)
-  for p = 0, 3 do
-    local base = p * 1e13
-    local old = redis.call('ZRANGEBYSCORE', q, fmt(base), fmt(base + now - ttl))
-    for _, m in ipairs(old) do
-      redis.call('ZREM', q, m)
-      redis.call('ZREM', seen, m)
-    end
-  end
-  local stale = redis.call('ZRANGEBYSCORE', seen, '-inf', fmt(now - lease))
-  for _, m in ipairs(stale) do
-    redis.call('ZREM', q, m)
-    redis.call('ZREM', seen, m)
-  end
+local function ftag(x) return string.format('%.6f', x) end
+local function drop(q, seen, at, m)
+  redis.call('ZREM', q, m)
+  redis.call('ZREM', seen, m)
+  redis.call('ZREM', at, m)
 end
-local function fronts(q, now)
+local function reap(q, seen, at, now, ttl, lease)
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', at, '-inf', fmt(now - ttl))) do drop(q, seen, at, m) end
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', seen, '-inf', fmt(now - lease))) do drop(q, seen, at, m) end
+end
+local function fronts(q, at)
   local counts, oldest = {}, -1
   for p = 0, 3 do
     local base = p * 1e13
     counts[p + 1] = redis.call('ZCOUNT', q, fmt(base), '(' .. fmt(base + 1e13))
-    local f = redis.call('ZRANGEBYSCORE', q, fmt(base), '(' .. fmt(base + 1e13), 'WITHSCORES', 'LIMIT', 0, 1)
-    if f[2] then
-      local at = tonumber(f[2]) - base
-      if oldest < 0 or at < oldest then oldest = at end
-    end
   end
+  local f = redis.call('ZRANGE', at, 0, 0, 'WITHSCORES')
+  if f[2] then oldest = tonumber(f[2]) end
   return counts, oldest
 end
 `
 
-// KEYS: queue, seen, seq. ARGV: id, priority, ttl_ms, lease_ms, capacity.
-// Returns {1, member} or {0, retry_ms}.
+// KEYS: queue, seen, seq, at, fq. ARGV: id, priority, ttl_ms, lease_ms,
+// capacity, flow, weight. Returns {1, member} or {0, retry_ms}.
 var addScript = redis.NewScript(luaCommon + `
 local now = nowms()
 local ttl, lease, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-reap(KEYS[1], KEYS[2], now, ttl, lease)
+reap(KEYS[1], KEYS[2], KEYS[4], now, ttl, lease)
 if redis.call('ZCARD', KEYS[1]) >= cap then
-  local _, oldest = fronts(KEYS[1], now)
+  local _, oldest = fronts(KEYS[1], KEYS[4])
   return {0, oldest + ttl - now}
 end
 local seq = redis.call('INCR', KEYS[3])
 local m = string.format('%015.0f', seq) .. ':' .. ARGV[1]
-redis.call('ZADD', KEYS[1], fmt(tonumber(ARGV[2]) * 1e13 + now), m)
+local p = tonumber(ARGV[2])
+local v = tonumber(redis.call('HGET', KEYS[5], 'v:' .. p) or '0')
+local fkey = 'f:' .. p .. ':' .. ARGV[6]
+local start = math.max(v, tonumber(redis.call('HGET', KEYS[5], fkey) or '0'))
+redis.call('HSET', KEYS[5], fkey, ftag(start + 1000 / tonumber(ARGV[7])))
+redis.call('ZADD', KEYS[1], ftag(p * 1e13 + start), m)
 redis.call('ZADD', KEYS[2], fmt(now), m)
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], 2 * ttl + lease) end
+redis.call('ZADD', KEYS[4], fmt(now), m)
+if redis.call('HLEN', KEYS[5]) > 4 * cap then
+  local all = redis.call('HGETALL', KEYS[5])
+  for i = 1, #all, 2 do
+    local cls = string.match(all[i], '^f:(%d):')
+    if cls and tonumber(all[i + 1]) <= tonumber(redis.call('HGET', KEYS[5], 'v:' .. cls) or '0') then
+      redis.call('HDEL', KEYS[5], all[i])
+    end
+  end
+end
+for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], 2 * ttl + lease) end
 return {1, m}
 `)
 
-// KEYS: queue, seen. ARGV: member, ttl_ms, lease_ms.
+// KEYS: queue, seen, at. ARGV: member, ttl_ms, lease_ms.
 // Returns 1 at the head, 0 waiting, -1 gone.
 var placeScript = redis.NewScript(luaCommon + `
 local now = nowms()
-reap(KEYS[1], KEYS[2], now, tonumber(ARGV[2]), tonumber(ARGV[3]))
+reap(KEYS[1], KEYS[2], KEYS[3], now, tonumber(ARGV[2]), tonumber(ARGV[3]))
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return -1 end
 redis.call('ZADD', KEYS[2], fmt(now), ARGV[1])
 local first = redis.call('ZRANGE', KEYS[1], 0, 0)
@@ -83,18 +94,26 @@ if first[1] == ARGV[1] then return 1 end
 return 0
 `)
 
-// KEYS: queue, seen. ARGV: member.
-var removeScript = redis.NewScript(`
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
+// KEYS: queue, seen, at, fq. ARGV: member. A ticket leaving from the head
+// moves its class's virtual time to its start tag.
+var removeScript = redis.NewScript(luaCommon + `
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if first[1] == ARGV[1] then
+  local score = tonumber(first[2])
+  local p = math.floor(score / 1e13)
+  local start = score - p * 1e13
+  local v = tonumber(redis.call('HGET', KEYS[4], 'v:' .. p) or '0')
+  if start > v then redis.call('HSET', KEYS[4], 'v:' .. p, ftag(start)) end
+end
+drop(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
 return 1
 `)
 
-// KEYS: queue, seen. ARGV: ttl_ms, lease_ms. Returns {n0, n1, n2, n3, oldest_wait_ms}.
+// KEYS: queue, seen, at. ARGV: ttl_ms, lease_ms. Returns {n0, n1, n2, n3, oldest_wait_ms}.
 var statsScript = redis.NewScript(luaCommon + `
 local now = nowms()
-reap(KEYS[1], KEYS[2], now, tonumber(ARGV[1]), tonumber(ARGV[2]))
-local counts, oldest = fronts(KEYS[1], now)
+reap(KEYS[1], KEYS[2], KEYS[3], now, tonumber(ARGV[1]), tonumber(ARGV[2]))
+local counts, oldest = fronts(KEYS[1], KEYS[3])
 local wait = 0
 if oldest >= 0 then wait = now - oldest end
 return {counts[1], counts[2], counts[3], counts[4], wait}
@@ -127,7 +146,7 @@ func NewRedis(client redis.Scripter, cfg Config, opt RedisOptions) *Queue {
 		c:       client,
 		cfg:     cfg,
 		opt:     opt,
-		keys:    []string{opt.Prefix + "q", opt.Prefix + "seen", opt.Prefix + "seq"},
+		keys:    []string{opt.Prefix + "q", opt.Prefix + "seen", opt.Prefix + "seq", opt.Prefix + "at", opt.Prefix + "fq"},
 		ttlMs:   cfg.TTL.Milliseconds(),
 		leaseMs: opt.Lease.Milliseconds(),
 	}
@@ -171,8 +190,11 @@ func (r *redisBackend) run(ctx context.Context, s *redis.Script, keys []string, 
 
 var errReply = errors.New("queue: redis: malformed script reply")
 
+// shortKeys are the queue, seen and arrival sets.
+func (r *redisBackend) shortKeys() []string { return []string{r.keys[0], r.keys[1], r.keys[3]} }
+
 func (r *redisBackend) add(ctx context.Context, t Ticket) (string, error) {
-	v, err := r.run(ctx, addScript, r.keys, t.ID, int(t.Priority), r.ttlMs, r.leaseMs, r.cfg.Capacity)
+	v, err := r.run(ctx, addScript, r.keys, t.ID, int(t.Priority), r.ttlMs, r.leaseMs, r.cfg.Capacity, t.flow(), r.cfg.weight(t))
 	if err != nil {
 		return "", err
 	}
@@ -192,7 +214,7 @@ func (r *redisBackend) add(ctx context.Context, t Ticket) (string, error) {
 }
 
 func (r *redisBackend) place(ctx context.Context, h string) (place, error) {
-	v, err := r.run(ctx, placeScript, r.keys[:2], h, r.ttlMs, r.leaseMs)
+	v, err := r.run(ctx, placeScript, r.shortKeys(), h, r.ttlMs, r.leaseMs)
 	if err != nil {
 		return placeWaiting, err
 	}
@@ -207,12 +229,12 @@ func (r *redisBackend) place(ctx context.Context, h string) (place, error) {
 }
 
 func (r *redisBackend) remove(ctx context.Context, h string) error {
-	_, err := r.run(ctx, removeScript, r.keys[:2], h)
+	_, err := r.run(ctx, removeScript, []string{r.keys[0], r.keys[1], r.keys[3], r.keys[4]}, h)
 	return err
 }
 
 func (r *redisBackend) stats(ctx context.Context) (Stats, error) {
-	v, err := r.run(ctx, statsScript, r.keys[:2], r.ttlMs, r.leaseMs)
+	v, err := r.run(ctx, statsScript, r.shortKeys(), r.ttlMs, r.leaseMs)
 	if err != nil {
 		return Stats{}, err
 	}

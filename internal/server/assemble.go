@@ -14,6 +14,7 @@ import (
 	"github.com/fmgate/fmgate/internal/artifacts"
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/catalog"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/events/sinks"
@@ -171,8 +172,9 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 			return gateway.Deps{}, fmt.Errorf("catalog: %w", err)
 		}
 		s.Catalog = ix
-		s.mountCatalog(ix)
-		retr = retriever{ix: ix, br: s.Breakers.Get("search"), enf: enf, topK: cfg.Catalog.TopK, primary: cfg.Models[0].Name}
+		svc := catalog.NewService(ix)
+		s.mountCatalog(svc)
+		retr = retriever{ix: svc, br: s.Breakers.Get("search"), enf: enf, topK: cfg.Catalog.TopK, primary: cfg.Models[0].Name}
 	}
 	s.mountAdmin()
 	s.alerting(cfg)
@@ -224,6 +226,7 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
+	sinkList = sampleSinks(sinkList, cfg.Events.Sampling)
 	watchers, err := s.observers(cfg)
 	if err != nil {
 		return nil, err
@@ -279,6 +282,24 @@ func (s *Server) mountCost(h http.Handler) {
 	s.admin.Handle("/admin/cost", h)
 	s.admin.Handle("/admin/cost/", h)
 	s.admin.Handle("/admin/eval", h)
+}
+
+// sampleSinks puts the trace export (OTLP) and the raw span log (JSONL)
+// behind tail sampling; the NATS stream and the event store, where roll-ups
+// are computed, keep every span.
+func sampleSinks(list []events.Sink, cfg events.SamplingConfig) []events.Sink {
+	if !cfg.Enabled {
+		return list
+	}
+	for i, sk := range list {
+		switch sk.Name() {
+		case "otlp":
+			list[i] = events.NewTailSampler(sk, events.DropUnsampled, cfg, nil)
+		case "jsonl":
+			list[i] = events.NewTailSampler(sk, events.KeepRecords, cfg, nil)
+		}
+	}
+	return list
 }
 
 // mountAdmin adds the policies' admin routes.

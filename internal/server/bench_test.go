@@ -33,7 +33,7 @@ func (discard) Fail(*gateway.Error) error    { return nil }
 // tokenizer work is included; see BenchmarkStream in provider/sim for it
 // alone.
 func BenchmarkTurn(b *testing.B) {
-	s, err := New(context.Background(), isolate(b, benchConfig()), Options{})
+	s, err := New(context.Background(), isolate(b, benchConfig()), Options{Catalog: sharedCatalog(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func BenchmarkTurnSinks(b *testing.B) {
 		}
 		name := "sinks=" + name
 		b.Run(name, func(b *testing.B) {
-			s, err := New(context.Background(), cfg, Options{})
+			s, err := New(context.Background(), cfg, Options{Catalog: sharedCatalog(b)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -27,12 +27,16 @@ func fastConfig() config.Config {
 		st.TokensPerSecond = 400
 		cfg.Sim.Models[name] = st
 	}
+	// The catalog search is off here, so a slow search under -race on a
+	// busy machine cannot degrade answers these tests check; its own tests
+	// switch it on (withCatalog).
+	cfg.Catalog.Enabled = false
 	return cfg
 }
 
 func startServer(t *testing.T, cfg config.Config) (*Server, *httptest.Server) {
 	t.Helper()
-	s, err := New(context.Background(), isolate(t, cfg), Options{})
+	s, err := New(context.Background(), isolate(t, cfg), Options{Catalog: sharedCatalog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // retriever is the retrieval step: the catalog search behind the "search"
 // breaker, its results fitted into what the token budget left.
 type retriever struct {
-	ix      *catalog.Index
+	ix      *catalog.Service
 	br      breaker.Breaker
 	enf     *budget.Enforcer
 	topK    int
@@ -53,8 +53,11 @@ func (r retriever) Retrieve(ctx context.Context, t *gateway.Turn) error {
 }
 
 // openCatalog loads the catalog and builds its index within
-// catalog.buildTimeout.
+// catalog.buildTimeout, unless Options.Catalog brought one.
 func (s *Server) openCatalog(cfg config.Config) (*catalog.Index, error) {
+	if s.Catalog != nil {
+		return s.Catalog, nil
+	}
 	items, err := catalog.Load(cfg.Catalog)
 	if err != nil {
 		return nil, err
@@ -75,7 +78,7 @@ func (s *Server) openCatalog(cfg config.Config) (*catalog.Index, error) {
 //	GET /admin/catalog/search?q=…&k=5   what the retrieval step would find
 //	GET /admin/catalog/faults           the injected faults
 //	PUT /admin/catalog/faults           {"fail":true} or {"latencyMs":500}; {} clears
-func (s *Server) mountCatalog(ix *catalog.Index) {
+func (s *Server) mountCatalog(ix *catalog.Service) {
 	s.admin.HandleFunc("GET /admin/catalog/search", func(w http.ResponseWriter, r *http.Request) {
 		k, err := strconv.Atoi(r.URL.Query().Get("k"))
 		if err != nil || k <= 0 || k > 50 {

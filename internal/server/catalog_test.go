@@ -5,7 +5,19 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/config"
 )
+
+// withCatalog switches the retrieval step on, with a share of the deadline
+// generous enough for a test binary built with -race on a busy machine (the
+// slow-search case below waits it out).
+func withCatalog(cfg config.Config) config.Config {
+	cfg.Catalog.Enabled = true
+	cfg.Catalog.Timeout = 2 * time.Second
+	return cfg
+}
 
 // TestCatalogAnswers: a question about a catalog title in either language
 // is answered from the catalog (volume and price); with the search failing
@@ -13,7 +25,7 @@ import (
 // events say the catalog was unavailable and why. Repeated failures open the
 // search breaker, which then skips the search at once.
 func TestCatalogAnswers(t *testing.T) {
-	cfg := quickConfig()
+	cfg := withCatalog(quickConfig())
 	path := filepath.Join(t.TempDir(), "events.jsonl")
 	cfg.Events.Sinks.JSONL.Path = path
 	sc := newScenario(t, cfg)

@@ -40,7 +40,7 @@ func TestFleetModeServesTurnsFromRedisState(t *testing.T) {
 	// A second instance on the same Redis sees the first one's breaker.
 	adminPut(t, sc.srv, "/admin/sim/sonnet", `{"outage":true}`)
 	sc.run(10, 2, "recommend a manga")
-	s2, err := New(context.Background(), isolate(t, cfg), Options{})
+	s2, err := New(context.Background(), isolate(t, cfg), Options{Catalog: sharedCatalog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestRedisDownStillServesTurns(t *testing.T) {
 	cfg := quickConfig()
 	cfg.Fleet.Redis = "127.0.0.1:1" // nothing listens here
 	cfg.Fleet.KeyPrefix = "fmgate-down:"
-	s, err := New(context.Background(), isolate(t, cfg), Options{})
+	s, err := New(context.Background(), isolate(t, cfg), Options{Catalog: sharedCatalog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

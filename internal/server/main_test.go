@@ -1,11 +1,14 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
+	"github.com/fmgate/fmgate/internal/catalog"
 	"github.com/fmgate/fmgate/internal/config"
 )
 
@@ -48,4 +51,26 @@ func isolate(t testing.TB, cfg config.Config) config.Config {
 		cfg.Events.WAL.Dir = filepath.Join(dir, "wal")
 	}
 	return cfg
+}
+
+var (
+	catalogOnce  sync.Once
+	catalogIndex *catalog.Index
+	catalogErr   error
+)
+
+// sharedCatalog is the embedded catalog's index, built once for the
+// package's gateways (an index is read-only; faults live per gateway).
+func sharedCatalog(t testing.TB) *catalog.Index {
+	t.Helper()
+	catalogOnce.Do(func() {
+		var items []catalog.Item
+		if items, catalogErr = catalog.Load(catalog.DefaultConfig()); catalogErr == nil {
+			catalogIndex, catalogErr = catalog.New(context.Background(), items)
+		}
+	})
+	if catalogErr != nil {
+		t.Fatal(catalogErr)
+	}
+	return catalogIndex
 }

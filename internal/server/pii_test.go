@@ -53,7 +53,7 @@ func TestPIINeverLeaves(t *testing.T) {
 	cfg.Events.Sinks.JSONL.Path = filepath.Join(dir, "jsonl", "events.jsonl")
 	logs := &syncBuffer{}
 	log := slog.New(events.NewLogHandler(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	s, err := New(context.Background(), cfg, Options{Log: log})
+	s, err := New(context.Background(), cfg, Options{Log: log, Catalog: sharedCatalog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,12 @@ func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (g
 	var got quota.Reservation
 	queued := false
 	waitCtx := ctx
-	err := r.queue.Wait(ctx, queue.Ticket{ID: t.RequestID, Priority: queue.Priority(t.Priority)}, func(ctx context.Context) (bool, error) {
+	tenant := t.Tenant
+	if tenant == "" {
+		tenant = t.UserID
+	}
+	ticket := queue.Ticket{ID: t.RequestID, Priority: queue.Priority(t.Priority), Tenant: tenant, Locale: t.Locale}
+	err := r.queue.Wait(ctx, ticket, func(ctx context.Context) (bool, error) {
 		res, err := r.ledger.Reserve(ctx, model, prio, tokens)
 		if errors.Is(err, quota.ErrSaturated) {
 			r.obs.Throttle("quota")

@@ -46,13 +46,17 @@ func quickConfig() config.Config {
 		st.TokensPerSecond = 3000
 		cfg.Sim.Models[name] = st
 	}
+	// The catalog search is off here, so a slow search under -race on a
+	// busy machine cannot degrade answers these tests check; its own tests
+	// switch it on (withCatalog).
+	cfg.Catalog.Enabled = false
 	return cfg
 }
 
 func newScenario(t *testing.T, cfg config.Config) *scenario {
 	t.Helper()
 	sc := &scenario{t: t, upstream: map[string]*counting{}}
-	s, err := New(context.Background(), isolate(t, cfg), Options{WrapProvider: func(model string, p provider.Provider) provider.Provider {
+	s, err := New(context.Background(), isolate(t, cfg), Options{Catalog: sharedCatalog(t), WrapProvider: func(model string, p provider.Provider) provider.Provider {
 		c := &counting{Provider: p}
 		sc.upstream[model] = c
 		return c

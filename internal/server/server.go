@@ -46,6 +46,9 @@ import (
 type Options struct {
 	Log *slog.Logger
 	Now func() time.Time
+	// Catalog, when set, is a prebuilt index of the catalog (for gateways
+	// sharing one process); nil builds it from catalog.file at start.
+	Catalog *catalog.Index
 	// SimOptions lets tests pace the simulator.
 	SimOptions sim.Options
 	// WrapProvider, when set, wraps each model's provider (e.g. to count
@@ -139,6 +142,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 		}
 	}
 
+	s.Catalog = opts.Catalog
 	deps, err := s.policies(cfg, opts.ConfigPath, opts.Now)
 	if err != nil {
 		return nil, err

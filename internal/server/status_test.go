@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/stream"
 )
 
@@ -73,5 +74,48 @@ func TestStatusFramesDuringThrottleStorm(t *testing.T) {
 	}
 	if len(states) < 2 || states[0] != stream.StateRetrying || states[len(states)-1] != stream.StateFallingBack {
 		t.Fatalf("status states %v: want retrying first and falling_back before the answer", states)
+	}
+}
+
+// TestStatusFrameWhileQueued: a P1 caller whose model's quota is saturated
+// hears that it is queued, then gets its answer once quota frees up.
+func TestStatusFrameWhileQueued(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Auth.Keys = map[string]config.Caller{"sk-p1": {UserID: "u-p1", Priority: "P1", Tenant: "acme"}}
+	sc := newScenario(t, cfg)
+	adminPut(t, sc.srv, "/admin/quota/sonnet", `{"tpm":1,"rpm":1000}`)
+	sc.chat("u-p0", "What do you recommend?", "en") // a chat turn uses up the minute's quota
+
+	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat",
+		strings.NewReader(`{"sessionId":"s-q","message":"What do you recommend?","locale":"en","stream":true}`))
+	req.Header.Set("Authorization", "Bearer sk-p1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var queued bool
+	var last stream.Frame
+	lines := bufio.NewScanner(resp.Body)
+	for lines.Scan() {
+		data, ok := strings.CutPrefix(lines.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		f, err := stream.DecodeFrame([]byte(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Type == stream.TypeStatus && f.Status.State == stream.StateQueued && !queued {
+			queued = true
+			if f.Status.Message == "" {
+				t.Error("queued status without a message")
+			}
+			adminPut(t, sc.srv, "/admin/quota/sonnet", `{}`) // quota frees up
+		}
+		last = f
+	}
+	if !queued || last.Type != stream.TypeDone {
+		t.Fatalf("queued status seen %v, last frame %+v: want a queued status, then the answer", queued, last)
 	}
 }

@@ -33,7 +33,7 @@ func TestPromptSwitchWithoutRestart(t *testing.T) {
 	fast := quickConfig()
 	cfg.Sim = fast.Sim
 	cfg.Events.Sinks.JSONL.Path = filepath.Join(dir, "events.jsonl")
-	s, err := New(context.Background(), isolate(t, cfg), Options{ConfigPath: cfgPath})
+	s, err := New(context.Background(), isolate(t, cfg), Options{ConfigPath: cfgPath, Catalog: sharedCatalog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,196 @@
+package events
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// SampleMode says what a TailSampler passes on of a turn that was not
+// sampled.
+type SampleMode int
+
+const (
+	// DropUnsampled passes nothing of it (the trace export).
+	DropUnsampled SampleMode = iota
+	// KeepRecords passes its turn span and must-persist (cost) records (the
+	// raw span log), so counts and costs derived downstream stay exact.
+	KeepRecords
+)
+
+// TailSampler wraps a Sink so that it receives whole traces only of sampled
+// turns. A turn is sampled when its trace was head-sampled (Event.Sampled:
+// Tracer's SampleRate, or the flag of an incoming traceparent) or, decided
+// when its "turn" span ends, when it failed, fell back, carries an error
+// code or lasted at least SlowTurn. Spans wait for that decision in memory:
+// at most MaxPendingTraces traces, each at most PendingTTL; a trace pushed
+// out of the buffer or outliving the TTL is passed on whole, so a turn is
+// never lost for want of a decision. Must-persist events are never held
+// back longer than their turn and, in KeepRecords mode, never dropped.
+type TailSampler struct {
+	inner Sink
+	mode  SampleMode
+	cfg   SamplingConfig
+	now   func() time.Time
+
+	mu      sync.Mutex
+	pending map[string]*pendingTrace
+	order   []string // trace ids by first span, for eviction
+	decided map[string]bool
+	recent  []string // decided trace ids, oldest first, bounded like pending
+	kept    uint64
+	dropped uint64
+}
+
+type pendingTrace struct {
+	first time.Time
+	spans []Event
+}
+
+// NewTailSampler wraps inner. now is the clock (time.Now when nil).
+func NewTailSampler(inner Sink, mode SampleMode, cfg SamplingConfig, now func() time.Time) *TailSampler {
+	if now == nil {
+		now = time.Now
+	}
+	if cfg.MaxPendingTraces <= 0 {
+		cfg.MaxPendingTraces = DefaultConfig().Sampling.MaxPendingTraces
+	}
+	if cfg.PendingTTL <= 0 {
+		cfg.PendingTTL = DefaultConfig().Sampling.PendingTTL
+	}
+	return &TailSampler{inner: inner, mode: mode, cfg: cfg, now: now,
+		pending: map[string]*pendingTrace{}, decided: map[string]bool{}}
+}
+
+// Name is the wrapped sink's.
+func (s *TailSampler) Name() string { return s.inner.Name() }
+
+// Durable is the wrapped sink's.
+func (s *TailSampler) Durable() bool {
+	d, ok := s.inner.(durabler)
+	return ok && d.Durable()
+}
+
+// Close passes on every span still waiting, whole, then closes the wrapped
+// sink if it can be closed.
+func (s *TailSampler) Close() error {
+	s.mu.Lock()
+	var out []Event
+	for _, id := range s.order {
+		if p := s.pending[id]; p != nil {
+			out = append(out, p.spans...)
+		}
+	}
+	s.pending, s.order = map[string]*pendingTrace{}, nil
+	s.mu.Unlock()
+	var err error
+	if len(out) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = s.inner.Write(ctx, out)
+		cancel()
+	}
+	if c, ok := s.inner.(interface{ Close() error }); ok {
+		if cerr := c.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// Stats are the spans passed on and dropped so far.
+func (s *TailSampler) Stats() (kept, dropped uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kept, s.dropped
+}
+
+// Write holds the batch's spans until their turn is decided and passes on
+// what the decision keeps.
+func (s *TailSampler) Write(ctx context.Context, batch []Event) error {
+	now := s.now()
+	var out []Event
+	s.mu.Lock()
+	for i := range batch {
+		e := batch[i]
+		if keep, ok := s.decided[e.TraceID]; ok {
+			out = s.pass(out, e, keep)
+			continue
+		}
+		if e.Name != "turn" {
+			p := s.pending[e.TraceID]
+			if p == nil {
+				p = &pendingTrace{first: now}
+				s.pending[e.TraceID] = p
+				s.order = append(s.order, e.TraceID)
+			}
+			p.spans = append(p.spans, e)
+			continue
+		}
+		keep := s.sampled(&e)
+		s.remember(e.TraceID, keep)
+		if p := s.pending[e.TraceID]; p != nil {
+			delete(s.pending, e.TraceID)
+			for _, sp := range p.spans {
+				out = s.pass(out, sp, keep)
+			}
+		}
+		out = s.pass(out, e, keep)
+	}
+	out = s.expire(out, now)
+	s.mu.Unlock()
+	if len(out) == 0 {
+		return nil
+	}
+	return s.inner.Write(ctx, out)
+}
+
+// sampled is the tail decision on a turn span.
+func (s *TailSampler) sampled(turn *Event) bool {
+	return turn.Sampled ||
+		turn.Outcome.Status == StatusFailed || turn.Outcome.Status == StatusFallback ||
+		turn.Outcome.ErrorCode != "" || turn.Outcome.FallbackUsed != "" ||
+		time.Duration(turn.DurationMS)*time.Millisecond >= s.cfg.SlowTurn
+}
+
+func (s *TailSampler) pass(out []Event, e Event, keep bool) []Event {
+	if keep || (s.mode == KeepRecords && (e.MustPersist || e.Name == "turn")) {
+		s.kept++
+		return append(out, e)
+	}
+	s.dropped++
+	return out
+}
+
+// remember keeps a decision for the trace's late spans (those ending after
+// the turn span, e.g. the record step), bounded like the pending traces.
+func (s *TailSampler) remember(traceID string, keep bool) {
+	s.decided[traceID] = keep
+	s.recent = append(s.recent, traceID)
+	if len(s.recent) > s.cfg.MaxPendingTraces {
+		delete(s.decided, s.recent[0])
+		s.recent = s.recent[1:]
+	}
+}
+
+// expire passes on whole the traces that waited longer than PendingTTL or
+// no longer fit in the buffer.
+func (s *TailSampler) expire(out []Event, now time.Time) []Event {
+	n := 0
+	for _, id := range s.order {
+		p := s.pending[id]
+		if p == nil {
+			n++ // decided already
+			continue
+		}
+		if len(s.pending) <= s.cfg.MaxPendingTraces && now.Sub(p.first) < s.cfg.PendingTTL {
+			break
+		}
+		delete(s.pending, id)
+		for _, sp := range p.spans {
+			out = s.pass(out, sp, true)
+		}
+		n++
+	}
+	s.order = s.order[n:]
+	return out
+}

@@ -1,0 +1,191 @@
+package events
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+type recSink struct {
+	mu  sync.Mutex
+	evs []Event
+}
+
+func (r *recSink) Name() string { return "rec" }
+func (r *recSink) Write(_ context.Context, b []Event) error {
+	r.mu.Lock()
+	r.evs = append(r.evs, b...)
+	r.mu.Unlock()
+	return nil
+}
+
+// names returns the span names received for trace.
+func (r *recSink) names(trace string) []string {
+	var out []string
+	for _, e := range r.evs {
+		if e.TraceID == trace {
+			out = append(out, e.Name)
+		}
+	}
+	return out
+}
+
+type collect struct{ evs []Event }
+
+func (c *collect) Emit(e Event) { c.evs = append(c.evs, e) }
+
+// turnSpans plays one turn: a non-persist step, a must-persist model call,
+// the turn span, then a late must-persist record, as the pipeline does.
+func turnSpans(tr *Tracer, ctx context.Context, status Status, dur time.Duration, clock *time.Time) {
+	ctx, turn := tr.Start(ctx, "turn", WithMustPersist())
+	_, step := tr.Start(ctx, "admit")
+	step.End()
+	_, call := tr.Start(ctx, "model_attempt", WithMustPersist())
+	call.End()
+	*clock = clock.Add(dur)
+	turn.SetStatus(status)
+	turn.End()
+	_, rec := tr.Start(ctx, "record", WithMustPersist())
+	rec.End()
+}
+
+func TestHeadSamplingRate(t *testing.T) {
+	c := &collect{}
+	tr := NewTracer(c, TracerOptions{HeadSampling: true, SampleRate: 0.05, Rand: rand.New(rand.NewPCG(1, 2))})
+	const n = 4000
+	sampled := 0
+	for range n {
+		_, s := tr.Start(context.Background(), "turn")
+		s.End()
+	}
+	for _, e := range c.evs {
+		if e.Sampled {
+			sampled++
+		}
+	}
+	if got := float64(sampled) / n; got < 0.04 || got > 0.06 {
+		t.Fatalf("head-sampled %.3f of new traces, want about 0.05", got)
+	}
+}
+
+func TestTraceparentFlagHonoured(t *testing.T) {
+	tests := []struct {
+		name   string
+		flags  byte
+		rate   float64
+		sample bool
+	}{
+		{"caller sampled, rate 0", 1, 0, true},
+		{"caller not sampled, rate 1", 0, 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &collect{}
+			tr := NewTracer(c, TracerOptions{HeadSampling: true, SampleRate: tt.rate})
+			remote := TraceContext{TraceID: [16]byte{1}, SpanID: [8]byte{2}, Flags: tt.flags}
+			ctx, turn := tr.Start(ContextWithRemote(context.Background(), remote), "turn")
+			_, child := tr.Start(ctx, "admit")
+			child.End()
+			turn.End()
+			for _, e := range c.evs {
+				if e.Sampled != tt.sample {
+					t.Errorf("%s span sampled %v, want the caller's %v", e.Name, e.Sampled, tt.sample)
+				}
+			}
+			// Propagated: the traceparent of the turn carries the same flag.
+			if got := FormatTraceparent(turn.Context()); got[53:] != FormatTraceparent(remote)[53:] {
+				t.Errorf("propagated traceparent %s does not carry flags %02x", got, tt.flags)
+			}
+		})
+	}
+}
+
+// TestTailSampler: the trace export gets whole traces of sampled, failed,
+// fallback and slow turns and nothing of the others; the raw span log also
+// gets the turn and must-persist records of every turn, late ones included.
+func TestTailSampler(t *testing.T) {
+	clock := time.Date(2026, 4, 29, 14, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clock }
+	c := &collect{}
+	tr := NewTracer(c, TracerOptions{HeadSampling: true, SampleRate: 0, Now: now})
+	cfg := DefaultConfig().Sampling
+	type turn struct {
+		name   string
+		status Status
+		dur    time.Duration
+		head   bool
+		keep   bool
+	}
+	turns := []turn{
+		{"normal", StatusOK, 100 * time.Millisecond, false, false},
+		{"failed", StatusFailed, 100 * time.Millisecond, false, true},
+		{"fallback", StatusFallback, 100 * time.Millisecond, false, true},
+		{"slow", StatusOK, 4 * time.Second, false, true},
+		{"head-sampled", StatusOK, 100 * time.Millisecond, true, true},
+	}
+	traces := map[string]string{}
+	for _, tt := range turns {
+		ctx := context.Background()
+		if tt.head {
+			ctx = ContextWithRemote(ctx, TraceContext{TraceID: [16]byte{9}, SpanID: [8]byte{9}, Flags: 1})
+		}
+		n := len(c.evs)
+		turnSpans(tr, ctx, tt.status, tt.dur, &clock)
+		traces[tt.name] = c.evs[n].TraceID
+	}
+	export, log := &recSink{}, &recSink{}
+	ts := []*TailSampler{NewTailSampler(export, DropUnsampled, cfg, now), NewTailSampler(log, KeepRecords, cfg, now)}
+	for _, s := range ts {
+		// One event at a time, as small batches arrive in production.
+		for _, e := range c.evs {
+			if err := s.Write(context.Background(), []Event{e}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tt := range turns {
+		got := len(export.names(traces[tt.name]))
+		if want := map[bool]int{true: 4, false: 0}[tt.keep]; got != want {
+			t.Errorf("%s turn: export got %d spans, want %d", tt.name, got, want)
+		}
+		got = len(log.names(traces[tt.name]))
+		if want := map[bool]int{true: 4, false: 3}[tt.keep]; got != want {
+			t.Errorf("%s turn: span log got %v, want %d spans (turn and must-persist records always)", tt.name, log.names(traces[tt.name]), want)
+		}
+	}
+}
+
+// TestTailSamplerBounds: spans whose turn never ends are passed on whole
+// once they outlive the TTL or the buffer, and on Close.
+func TestTailSamplerBounds(t *testing.T) {
+	clock := time.Date(2026, 4, 29, 14, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clock }
+	cfg := SamplingConfig{Enabled: true, SlowTurn: time.Second, MaxPendingTraces: 2, PendingTTL: time.Minute}
+	out := &recSink{}
+	s := NewTailSampler(out, DropUnsampled, cfg, now)
+	write := func(trace string) {
+		_ = s.Write(context.Background(), []Event{{TraceID: trace, Name: "batch_item"}})
+	}
+	write("a")
+	write("b")
+	if len(out.evs) != 0 {
+		t.Fatalf("passed %d spans before any bound was hit", len(out.evs))
+	}
+	write("c") // three pending traces, the bound is two: the oldest goes out whole
+	if len(out.names("a")) != 1 {
+		t.Fatalf("oldest trace not passed on at the buffer bound: %v", out.evs)
+	}
+	clock = clock.Add(2 * time.Minute)
+	write("d") // b and c are past the TTL
+	if len(out.names("b")) != 1 || len(out.names("c")) != 1 {
+		t.Fatalf("expired traces not passed on: %v", out.evs)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.names("d")) != 1 {
+		t.Fatal("Close did not pass on the waiting trace")
+	}
+}
