@@ -16,11 +16,15 @@ func sseFrames(t *testing.T, base, user, message, locale string) []stream.Frame 
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat",
 		strings.NewReader(`{"sessionId":"s-`+user+`","message":"`+message+`","locale":"`+locale+`","stream":true}`))
 	req.Header.Set("X-User-Id", user)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /v1/chat (stream): status %d", resp.StatusCode)
+	}
 	var frames []stream.Frame
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -89,6 +93,7 @@ func TestStatusFrameWhileQueued(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat",
 		strings.NewReader(`{"sessionId":"s-q","message":"What do you recommend?","locale":"en","stream":true}`))
 	req.Header.Set("Authorization", "Bearer sk-p1")
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
