@@ -91,7 +91,7 @@ const (
 // TurnRecord is one load turn as its client saw it. Times are since the
 // run's start.
 type TurnRecord struct {
-	Start, FirstByte, End time.Duration
+	Start, FirstByte, End time.Duration `json:"-"`
 	Instance              int
 	Channel, Priority     string
 	Status                int // HTTP status; 101 for a WebSocket

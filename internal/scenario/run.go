@@ -95,6 +95,7 @@ func runOne(ctx context.Context, opts Options, def definition, dir string) (*Res
 
 	inflight := r.load(runCtx)
 	loadEnd := time.Since(r.start)
+	lv := r.liveView(runCtx)
 	ferr := <-faultErr
 	waitGroup(inflight, drainLoadLimit)
 
@@ -113,7 +114,7 @@ func runOne(ctx context.Context, opts Options, def definition, dir string) (*Res
 		Name: def.name, About: def.about, Options: opts,
 		Started: r.start, Duration: loadEnd, Instances: len(f.instances),
 		Marks: r.marks, Turns: r.rec.all(), Samples: smp.samples,
-		RateProbe: rl, SessionProbe: sess, Batch: batch, Persist: persist,
+		RateProbe: rl, SessionProbe: sess, Batch: batch, Persist: persist, Live: lv,
 	}
 	if ferr != nil {
 		res.FaultError = ferr.Error()
