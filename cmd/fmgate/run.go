@@ -21,6 +21,7 @@ commands:
   validate  check a config file and list every problem
   sim       serve the model simulator over the OpenAI, Anthropic and Bedrock APIs
   scenario  run a game day against a fleet: scenario run NAME (primary-outage, …, all)
+  ingest    move the fleet's spans from NATS JetStream into PostgreSQL
   version   print the version
 
 Run "fmgate <command> -h" for the command's flags.
@@ -41,6 +42,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return simulate(ctx, args, stdout, stderr)
 	case "scenario":
 		return scenarioCmd(ctx, args, stdout, stderr)
+	case "ingest":
+		return ingestCmd(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "fmgate", buildVersion())
 		return nil

@@ -145,6 +145,10 @@ type Session struct {
 	TTL time.Duration `yaml:"ttl"`
 	// MaxSessions held in memory. Default 100,000.
 	MaxSessions int `yaml:"maxSessions"`
+	// RedisTimeout bounds each call to the fleet's session store in Redis
+	// (fleet.redis set); a slower call answers the turn without history.
+	// Default 250ms.
+	RedisTimeout time.Duration `yaml:"redisTimeout"`
 }
 
 // Auth maps API keys to callers.
@@ -209,7 +213,7 @@ func Default() Config {
 			MinAttempt: 300 * time.Millisecond,
 			Batch:      60 * time.Second,
 		},
-		Session: Session{HistoryExchanges: 10, TTL: 30 * time.Minute, MaxSessions: 100_000},
+		Session: Session{HistoryExchanges: 10, TTL: 30 * time.Minute, MaxSessions: 100_000, RedisTimeout: 250 * time.Millisecond},
 		Auth:    Auth{TrustUserHeader: true},
 		Fleet:   Fleet{KeyPrefix: "fmgate:", Size: 1},
 
@@ -357,6 +361,9 @@ func (c Config) Validate() error {
 	}
 	if c.Session.MaxSessions <= 0 {
 		v.add("session.maxSessions", "must be > 0")
+	}
+	if c.Session.RedisTimeout <= 0 {
+		v.add("session.redisTimeout", "must be > 0")
 	}
 	for k, caller := range c.Auth.Keys {
 		p := "auth.keys." + redactKey(k)

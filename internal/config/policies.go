@@ -40,8 +40,9 @@ type Policies struct {
 	Sim sim.Config `yaml:"sim"`
 	// Events is step 10's event stream: buffer, write-ahead log, sinks, privacy.
 	Events events.Config `yaml:"events"`
-	// EventStore is the embedded SQLite store behind /admin/cost; an empty
-	// path switches it off.
+	// EventStore is the store behind /admin/cost: the embedded SQLite file
+	// (an empty path switches it off), or with driver postgres the
+	// fleet-wide database that fmgate ingest fills from NATS.
 	EventStore eventstore.Config `yaml:"eventStore"`
 	// Live sizes the live figures of the dashboards (GET /admin/live).
 	Live live.Config `yaml:"live"`
@@ -83,8 +84,11 @@ func (c Config) validatePolicies(v *validator) {
 	v.sub("stream", p.Stream.Validate())
 	v.sub("sim", p.Sim.Validate())
 	v.sub("events", p.Events.Validate())
-	if p.EventStore.Path != "" {
+	if p.EventStore.Path != "" || p.EventStore.Driver == eventstore.DriverPostgres {
 		v.sub("eventStore", p.EventStore.Validate())
+	}
+	if p.EventStore.Driver == eventstore.DriverPostgres && p.Events.Sinks.NATS.URL == "" {
+		v.add("events.sinks.nats.url", "must be set with eventStore.driver postgres: spans reach PostgreSQL through NATS and fmgate ingest")
 	}
 
 	// The policies must know every model tier.

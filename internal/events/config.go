@@ -83,6 +83,12 @@ type NATSConfig struct {
 	// Stream is created (capturing Subject) if missing. Default
 	// "FMGATE_EVENTS".
 	Stream string `yaml:"stream"`
+	// MaxAge and MaxBytes bound a stream this sink creates: while no
+	// ingester drains it, spans wait up to this long and this much, the
+	// oldest discarded first. Defaults 72h and 8 GiB; 0 means no bound.
+	// An existing stream keeps its own limits.
+	MaxAge   time.Duration `yaml:"maxAge"`
+	MaxBytes int64         `yaml:"maxBytes"`
 }
 
 // PrivacyConfig controls what identifying data events may carry.
@@ -111,7 +117,7 @@ func DefaultConfig() Config {
 		},
 		Sinks: SinksConfig{
 			JSONL: JSONLConfig{MaxBytes: 64 << 20, MaxFiles: 5},
-			NATS:  NATSConfig{Subject: "fmgate.events", Stream: "FMGATE_EVENTS"},
+			NATS:  NATSConfig{Subject: "fmgate.events", Stream: "FMGATE_EVENTS", MaxAge: 72 * time.Hour, MaxBytes: 8 << 30},
 		},
 		Privacy: PrivacyConfig{ExcerptChars: 200},
 	}
@@ -157,6 +163,9 @@ func (c Config) Validate() error {
 		}
 		if n.Stream == "" || strings.ContainsAny(n.Stream, " \t.*>/\\") {
 			bad("sinks.nats.stream", "must be a name without spaces, dots, wildcards or slashes")
+		}
+		if n.MaxAge < 0 || n.MaxBytes < 0 {
+			bad("sinks.nats", "maxAge and maxBytes must be >= 0")
 		}
 	}
 	if s := c.Privacy.HashSecret; s != "" && len(s) < 16 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -300,6 +301,16 @@ func (s *Span) SetCacheHit(c CacheHit) { s.set(func(e *Event) { e.Resource.Cache
 func (s *Span) SetCapabilityFlags(flags ...string) {
 	f := append([]string(nil), flags...)
 	s.set(func(e *Event) { e.Resource.CapabilityFlagsActive = f })
+}
+
+// AddCapabilityFlag adds flag to resource.capability_flags_active unless it
+// is there already; children started afterwards inherit it.
+func (s *Span) AddCapabilityFlag(flag string) {
+	s.set(func(e *Event) {
+		if !slices.Contains(e.Resource.CapabilityFlagsActive, flag) {
+			e.Resource.CapabilityFlagsActive = append(slices.Clip(e.Resource.CapabilityFlagsActive), flag)
+		}
+	})
 }
 
 // SetStatus sets outcome.status (default ok).

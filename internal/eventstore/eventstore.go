@@ -35,8 +35,23 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
+// Drivers of Config.Driver.
+const (
+	DriverSQLite   = "sqlite"
+	DriverPostgres = "postgres"
+)
+
 // Config is the eventStore section of fmgate's YAML.
 type Config struct {
+	// Driver is "sqlite" (the embedded store in Path, the default) or
+	// "postgres": the fleet-wide store in PostgreSQL, filled by fmgate
+	// ingest from NATS JetStream; the gateway only reads it.
+	Driver string `yaml:"driver"`
+	// DSN of the PostgreSQL database (driver postgres), e.g.
+	// "postgres://fmgate@db:5432/fmgate". FMGATE_PG_DSN overrides it. It
+	// must not hold a password: use FMGATE_PG_DSN, PGPASSWORD or a
+	// .pgpass file.
+	DSN string `yaml:"dsn"`
 	// Path of the SQLite file; ":memory:" keeps everything in memory (tests,
 	// demos). Default "var/events.db"; its directory is created.
 	Path string `yaml:"path"`
@@ -93,8 +108,17 @@ const (
 // Validate reports every problem in c, each as "field: problem".
 func (c Config) Validate() error {
 	var errs []error
-	if c.Path == "" {
-		errs = append(errs, errors.New("path: must not be empty"))
+	switch c.Driver {
+	case "", DriverSQLite:
+		if c.Path == "" {
+			errs = append(errs, errors.New("path: must not be empty"))
+		}
+	case DriverPostgres:
+		if dsnHasPassword(c.DSN) {
+			errs = append(errs, errors.New("dsn: must not hold a password (set FMGATE_PG_DSN, PGPASSWORD or a .pgpass file)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("driver: %q is not sqlite or postgres", c.Driver))
 	}
 	if c.Retention < 0 {
 		errs = append(errs, errors.New("retention: must be >= 0"))
@@ -115,6 +139,24 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("turnWindow: must be at least 1m"))
 	}
 	return errors.Join(errs...)
+}
+
+// dsnHasPassword reports whether a PostgreSQL connection string (URL or
+// key=value form) carries a password.
+func dsnHasPassword(dsn string) bool {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		_, set := u.User.Password()
+		return set || u.Query().Has("password")
+	}
+	return strings.Contains(dsn, "password=")
+}
+
+// PostgresDSN is the DSN to use: FMGATE_PG_DSN when set, else c.DSN.
+func (c Config) PostgresDSN() string {
+	if v := os.Getenv("FMGATE_PG_DSN"); v != "" {
+		return v
+	}
+	return c.DSN
 }
 
 // Store is the embedded event store. It implements events.Sink, is Durable

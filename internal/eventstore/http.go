@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/url"
@@ -32,7 +33,18 @@ import (
 // parameters (including unknown ones) answer 400 with
 // {"error":{"code":"invalid_request","message":"…"}}; an unknown trace
 // answers 404 with code "not_found".
-func (s *Store) Handler() http.Handler {
+func (s *Store) Handler() http.Handler { return NewHandler(s, s.now, s.log) }
+
+// NewHandler serves v's views as Store.Handler does; now is the clock of
+// relative times and default ranges, log receives internal errors.
+func NewHandler(v Views, now func() time.Time, log *slog.Logger) http.Handler {
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &handler{v: v, now: now, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/cost", s.handleCost)
 	mux.HandleFunc("GET /admin/cost/top-users", s.handleTopUsers)
@@ -47,39 +59,46 @@ func (s *Store) Handler() http.Handler {
 	return mux
 }
 
+// handler serves the views of v.
+type handler struct {
+	v   Views
+	now func() time.Time
+	log *slog.Logger
+}
+
 var queryParams = []string{"by", "from", "to", "graph", "prompt", "model", "tool", "feature", "user", "trace", "limit"}
 
-func (s *Store) handleCost(w http.ResponseWriter, r *http.Request) {
+func (s *handler) handleCost(w http.ResponseWriter, r *http.Request) {
 	q, err := s.parseQuery(r.URL.Query(), queryParams...)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	rep, err := s.Cost(r.Context(), q)
+	rep, err := s.v.Cost(r.Context(), q)
 	s.reply(w, r, rep, err)
 }
 
-func (s *Store) handleTopUsers(w http.ResponseWriter, r *http.Request) {
+func (s *handler) handleTopUsers(w http.ResponseWriter, r *http.Request) {
 	q, err := s.parseQuery(r.URL.Query(), "from", "to", "limit")
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	rep, err := s.TopUsers(r.Context(), q.From, q.To, q.Limit)
+	rep, err := s.v.TopUsers(r.Context(), q.From, q.To, q.Limit)
 	s.reply(w, r, rep, err)
 }
 
-func (s *Store) handleAnomalies(w http.ResponseWriter, r *http.Request) {
+func (s *handler) handleAnomalies(w http.ResponseWriter, r *http.Request) {
 	q, err := s.parseQuery(r.URL.Query(), "from", "to")
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	rep, err := s.AnomalousTurns(r.Context(), q.From, q.To)
+	rep, err := s.v.AnomalousTurns(r.Context(), q.From, q.To)
 	s.reply(w, r, rep, err)
 }
 
-func (s *Store) handleRising(w http.ResponseWriter, r *http.Request) {
+func (s *handler) handleRising(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
 	periods := 0
 	if p := v.Get("periods"); p != "" {
@@ -99,11 +118,11 @@ func (s *Store) handleRising(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	rep, err := s.RisingFeatures(r.Context(), q.From, q.To, periods)
+	rep, err := s.v.RisingFeatures(r.Context(), q.From, q.To, periods)
 	s.reply(w, r, map[string]any{"from": q.From.UTC(), "to": q.To.UTC(), "features": rep}, err)
 }
 
-func (s *Store) handleSeries(w http.ResponseWriter, r *http.Request) {
+func (s *handler) handleSeries(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
 	var step time.Duration
 	if st, ok := v["step"]; ok {
@@ -124,11 +143,11 @@ func (s *Store) handleSeries(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	rep, err := s.Series(r.Context(), q, step)
+	rep, err := s.v.Series(r.Context(), q, step)
 	s.reply(w, r, rep, err)
 }
 
-func (s *Store) handleCompare(w http.ResponseWriter, r *http.Request) {
+func (s *handler) handleCompare(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
 	var args [3]string
 	for i, k := range []string{"dim", "a", "b"} {
@@ -149,43 +168,43 @@ func (s *Store) handleCompare(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	rep, err := s.Compare(r.Context(), args[0], args[1], args[2], q.From, q.To)
+	rep, err := s.v.Compare(r.Context(), args[0], args[1], args[2], q.From, q.To)
 	s.reply(w, r, rep, err)
 }
 
-func (s *Store) handleVersions(w http.ResponseWriter, r *http.Request) {
+func (s *handler) handleVersions(w http.ResponseWriter, r *http.Request) {
 	q, err := s.parseQuery(r.URL.Query(), "from", "to")
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	rep, err := s.Versions(r.Context(), q.From, q.To)
+	rep, err := s.v.Versions(r.Context(), q.From, q.To)
 	s.reply(w, r, rep, err)
 }
 
-func (s *Store) handleTrace(w http.ResponseWriter, r *http.Request) {
+func (s *handler) handleTrace(w http.ResponseWriter, r *http.Request) {
 	if _, err := s.parseQuery(r.URL.Query()); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	rep, err := s.Trace(r.Context(), r.PathValue("traceId"))
+	rep, err := s.v.Trace(r.Context(), r.PathValue("traceId"))
 	s.reply(w, r, rep, err)
 }
 
-func (s *Store) handleEval(w http.ResponseWriter, r *http.Request) {
+func (s *handler) handleEval(w http.ResponseWriter, r *http.Request) {
 	q, err := s.parseQuery(r.URL.Query(), queryParams...)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	rep, err := s.Eval(r.Context(), q)
+	rep, err := s.v.Eval(r.Context(), q)
 	s.reply(w, r, rep, err)
 }
 
 // maxEvalBody bounds POST /admin/eval.
 const maxEvalBody = 4096
 
-func (s *Store) handleSetEval(w http.ResponseWriter, r *http.Request) {
+func (s *handler) handleSetEval(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxEvalBody+1))
 	if err != nil {
 		s.fail(w, r, invalidf("reading body: %v", err))
@@ -196,7 +215,7 @@ func (s *Store) handleSetEval(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.SetEvalScore(r.Context(), id, score); err != nil {
+	if err := s.v.SetEvalScore(r.Context(), id, score); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -250,7 +269,7 @@ func isHex(s string) bool {
 
 // parseQuery reads the allowed parameters into a Query, rejecting unknown
 // ones so that a typo ("modle=") does not silently widen the answer.
-func (s *Store) parseQuery(v url.Values, allowed ...string) (Query, error) {
+func (s *handler) parseQuery(v url.Values, allowed ...string) (Query, error) {
 	var q Query
 	for k, vals := range v {
 		ok := false
@@ -325,11 +344,13 @@ type apiError struct {
 	Message string `json:"message"`
 }
 
-func (s *Store) fail(w http.ResponseWriter, r *http.Request, err error) {
+func (s *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := http.StatusInternalServerError, apiError{Code: "internal", Message: "internal error"}
 	switch {
 	case errors.Is(err, ErrInvalid):
 		status, body = http.StatusBadRequest, apiError{Code: "invalid_request", Message: strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")}
+	case errors.Is(err, ErrUnsupported):
+		status, body = http.StatusNotImplemented, apiError{Code: "not_implemented", Message: err.Error()}
 	case errors.Is(err, ErrNotFound):
 		status, body = http.StatusNotFound, apiError{Code: "not_found", Message: err.Error()}
 	case r.Context().Err() != nil:
@@ -343,7 +364,7 @@ func (s *Store) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, status, map[string]apiError{"error": body})
 }
 
-func (s *Store) reply(w http.ResponseWriter, r *http.Request, v any, err error) {
+func (s *handler) reply(w http.ResponseWriter, r *http.Request, v any, err error) {
 	if err != nil {
 		s.fail(w, r, err)
 		return

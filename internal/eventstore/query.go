@@ -1030,25 +1030,30 @@ func (s *Store) nodes(ctx context.Context, q Query) ([]CostRow, error) {
 		if !spanMatches(e, &q) || (q.User != "" && e.UserIDHash != q.User) {
 			return
 		}
-		var a agg
-		a.addSpan(e, ts)
-		r := a.row(e.SpanID)
-		sp := SpanInfo{SpanID: e.SpanID, ParentSpanID: e.ParentSpanID, Name: e.Name, NodeID: e.Node.NodeID,
-			ArtifactKind: string(e.Artifact.ArtifactKind), ModelID: e.Artifact.ModelID,
-			PromptVersion: e.Artifact.PromptVersion, ToolID: e.Artifact.ToolID, ToolVersion: e.Artifact.ToolVersion,
-			CacheHit: string(e.Resource.CacheHit), Status: string(e.Outcome.Status), ErrorCode: e.Outcome.ErrorCode,
-			FallbackUsed: e.Outcome.FallbackUsed, Start: time.UnixMilli(ts).UTC(), DurationMS: e.DurationMS}
-		if e.Outcome.EvalScore != nil {
-			v := *e.Outcome.EvalScore
-			sp.EvalScore = &v
-		}
-		r.Span = &sp
-		out = append(out, r)
+		out = append(out, NodeRow(e, ts))
 	})
 	if errors.Is(err, ErrNotFound) {
 		err = nil
 	}
 	return out, err
+}
+
+// NodeRow is the ByNode row of one span that started at ts (Unix ms).
+func NodeRow(e *events.Event, ts int64) CostRow {
+	var a agg
+	a.addSpan(e, ts)
+	r := a.row(e.SpanID)
+	sp := SpanInfo{SpanID: e.SpanID, ParentSpanID: e.ParentSpanID, Name: e.Name, NodeID: e.Node.NodeID,
+		ArtifactKind: string(e.Artifact.ArtifactKind), ModelID: e.Artifact.ModelID,
+		PromptVersion: e.Artifact.PromptVersion, ToolID: e.Artifact.ToolID, ToolVersion: e.Artifact.ToolVersion,
+		CacheHit: string(e.Resource.CacheHit), Status: string(e.Outcome.Status), ErrorCode: e.Outcome.ErrorCode,
+		FallbackUsed: e.Outcome.FallbackUsed, Start: time.UnixMilli(ts).UTC(), DurationMS: e.DurationMS}
+	if e.Outcome.EvalScore != nil {
+		v := *e.Outcome.EvalScore
+		sp.EvalScore = &v
+	}
+	r.Span = &sp
+	return r
 }
 
 func finite(f float64) float64 {

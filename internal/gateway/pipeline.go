@@ -114,11 +114,26 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	if t.Stateless {
 		return // the front door brought the conversation
 	}
-	if h, err := g.sessions.History(ctx, t.UserID, t.SessionID); err == nil {
+	g.loadHistory(ctx, t)
+}
+
+// loadHistory reads the caller's session. When the store cannot answer, the
+// turn goes on without history and its events say so: the turn carries the
+// capability flag no_history, and a "session" span (emitted only then)
+// carries error_code session_unavailable and the time lost.
+func (g *Gateway) loadHistory(ctx context.Context, t *Turn) {
+	start := g.now()
+	h, err := g.sessions.History(ctx, t.UserID, t.SessionID)
+	if err == nil {
 		t.History = h
-	} else {
-		g.log.Warn("session history unavailable; answering without it", "err", err)
+		return
 	}
+	g.log.WarnContext(ctx, "session history unavailable; answering without it", "err", err)
+	events.SpanFromContext(ctx).AddCapabilityFlag(FlagNoHistory)
+	_, span := g.tracer.Start(ctx, "session", events.WithKind(events.KindInternal),
+		events.WithNodeID("session"), events.WithStartTime(start))
+	span.SetErrorCode("session_unavailable")
+	span.End()
 }
 
 // invokeRoute tries the planned model tiers in order. It stops at the first

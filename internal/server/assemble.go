@@ -17,6 +17,7 @@ import (
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/events/sinks"
 	"github.com/fmgate/fmgate/internal/eventstore"
+	"github.com/fmgate/fmgate/internal/eventstore/pgstore"
 	"github.com/fmgate/fmgate/internal/fallback"
 	"github.com/fmgate/fmgate/internal/fallback/cache"
 	"github.com/fmgate/fmgate/internal/gateway"
@@ -24,6 +25,7 @@ import (
 	"github.com/fmgate/fmgate/internal/quota"
 	"github.com/fmgate/fmgate/internal/ratelimit"
 	"github.com/fmgate/fmgate/internal/retry"
+	"github.com/fmgate/fmgate/internal/session"
 )
 
 // policies builds every pipeline policy: in memory (the embedded default), or
@@ -47,6 +49,9 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		s.closers = append(s.closers, func() { _ = rdb.Close() })
 		s.Redis = rdb
 	}
+
+	// Step 2: the session store.
+	sessions := s.sessions(cfg, rdb, now)
 
 	// Step 3: rate limits.
 	rlCfg := cfg.RateLimit
@@ -131,6 +136,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	s.mountAdmin()
 	return gateway.Deps{
 		Tracer:     tracer,
+		Sessions:   sessions,
 		UserHasher: s.hasher,
 		Prompts:    versions,
 		Admitter:   admitter{l: limiter, obs: s.Metrics},
@@ -140,6 +146,30 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		Invoker:    invoker{retrier: retrier, breakers: s.Breakers, obs: s.Metrics},
 		Fallback:   cascade{r: resolver, models: models},
 	}, nil
+}
+
+// sessions is the conversation history store: in memory, or in Redis when
+// fleet.redis is set, so that a conversation continues whichever instance
+// answers. The Redis store sits behind the session_store breaker, kept in
+// this process's memory even in fleet mode: it guards Redis itself, so its
+// state must not live there.
+func (s *Server) sessions(cfg config.Config, rdb *redis.Client, now func() time.Time) session.Store {
+	c := cfg.Session
+	if rdb == nil {
+		return session.NewMemory(c.HistoryExchanges, c.MaxSessions, c.TTL, now)
+	}
+	rs := session.NewRedis(rdb, cfg.Fleet.KeyPrefix+"session:", c.HistoryExchanges, c.TTL)
+	rs.Timeout = c.RedisTimeout
+	bcfg, ok := cfg.Breakers["session_store"]
+	if !ok {
+		bcfg = breaker.Defaults()["session_store"]
+	}
+	b := breaker.NewMemory("session_store", bcfg, now)
+	b.OnTransition = func(name string, from, to breaker.State) {
+		s.log.Warn("breaker transition", "breaker", name, "from", from.String(), "to", to.String())
+	}
+	s.SessionBreaker = b
+	return session.Guarded{Store: rs, Breaker: b}
 }
 
 // events opens the sinks, the embedded event store and the emitter, and
@@ -155,15 +185,25 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 		return nil, err
 	}
 	sinkList = append(sinkList, watchers...)
-	if cfg.EventStore.Path != "" {
+	switch {
+	case cfg.EventStore.Driver == eventstore.DriverPostgres:
+		// The fleet's store: filled by fmgate ingest from NATS, only read
+		// here, so that no turn ever waits for PostgreSQL.
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		pg, err := pgstore.Open(octx, cfg.EventStore.PostgresDSN(), pgstore.Options{Log: s.log, ReadOnly: true})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("eventStore: %w", err)
+		}
+		s.closers = append(s.closers, func() { _ = pg.Close() })
+		s.mountCost(eventstore.NewHandler(pg, nil, s.log))
+	case cfg.EventStore.Path != "":
 		st, err := eventstore.Open(ctx, cfg.EventStore, nil)
 		if err != nil {
 			return nil, fmt.Errorf("eventStore: %w", err)
 		}
 		sinkList = append(sinkList, st)
-		s.admin.Handle("/admin/cost", st.Handler())
-		s.admin.Handle("/admin/cost/", st.Handler())
-		s.admin.Handle("/admin/eval", st.Handler())
+		s.mountCost(st.Handler())
 	}
 	em, err := events.New(ctx, cfg.Events, sinkList, s.log)
 	if err != nil {
@@ -188,10 +228,21 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 	return events.NewTracer(em, opts), nil
 }
 
+// mountCost serves the event store's cost and eval views.
+func (s *Server) mountCost(h http.Handler) {
+	s.admin.Handle("/admin/cost", h)
+	s.admin.Handle("/admin/cost/", h)
+	s.admin.Handle("/admin/eval", h)
+}
+
 // mountAdmin adds the policies' admin routes.
 func (s *Server) mountAdmin() {
 	s.admin.HandleFunc("GET /admin/breakers", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.Breakers.Snapshots(r.Context()))
+		snaps := s.Breakers.Snapshots(r.Context())
+		if s.SessionBreaker != nil {
+			snaps["session_store"], _ = s.SessionBreaker.Snapshot(r.Context())
+		}
+		writeJSON(w, http.StatusOK, snaps)
 	})
 	s.admin.HandleFunc("GET /admin/quota", func(w http.ResponseWriter, r *http.Request) {
 		out := map[string]any{}

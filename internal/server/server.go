@@ -61,6 +61,9 @@ type Server struct {
 	Queue     *queue.Queue
 	Retrier   *retry.Retrier
 	Estimator *budget.Estimator
+	// SessionBreaker guards the session store in Redis (fleet mode only;
+	// nil on the embedded default).
+	SessionBreaker *breaker.Memory
 	// Redis is the fleet-mode client, nil on the embedded default.
 	Redis *redis.Client
 	// Events is the span event emitter.

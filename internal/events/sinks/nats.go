@@ -52,6 +52,9 @@ func NewNATS(ctx context.Context, cfg events.NATSConfig, log *slog.Logger) (*NAT
 			Subjects:   []string{cfg.Subject},
 			Storage:    jetstream.FileStorage,
 			Duplicates: 2 * time.Minute,
+			MaxAge:     cfg.MaxAge,
+			MaxBytes:   orUnlimited(cfg.MaxBytes),
+			Discard:    jetstream.DiscardOld,
 		})
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			nc.Close()
@@ -62,6 +65,14 @@ func NewNATS(ctx context.Context, cfg events.NATSConfig, log *slog.Logger) (*NAT
 		return nil, fmt.Errorf("sinks: nats: stream %s: %w", cfg.Stream, err)
 	}
 	return &NATS{nc: nc, js: js, subject: cfg.Subject}, nil
+}
+
+// orUnlimited maps 0 to JetStream's "no limit".
+func orUnlimited(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // Name is "nats".

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/eventstore/pgstore"
+	"github.com/fmgate/fmgate/internal/ingest"
+)
+
+// ingestCmd is `fmgate ingest`: move the fleet's spans from NATS JetStream
+// into PostgreSQL until interrupted. Run one or more; they share the
+// durable consumer.
+func ingestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file (YAML) naming events.sinks.nats and eventStore.dsn; default: the embedded profile")
+	natsURL := fs.String("nats", "", "NATS URL (overrides events.sinks.nats.url)")
+	dsn := fs.String("dsn", "", "PostgreSQL DSN (overrides FMGATE_PG_DSN and eventStore.dsn); default postgres://postgres@127.0.0.1:5432/fmgate")
+	durable := fs.String("durable", "fmgate-ingest", "name of the durable consumer, shared by every ingester")
+	batch := fs.Int("batch", 5000, "most spans per transaction (1..50000)")
+	workers := fs.Int("workers", 2, "batches fetched and committed at once")
+	every := fs.Duration("stats", 10*time.Second, "how often to log the counts and the stream's backlog (0: never)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg := config.Default()
+	if *path != "" {
+		var err error
+		if cfg, err = config.Load(*path); err != nil {
+			return err
+		}
+	}
+	n := cfg.Events.Sinks.NATS
+	if *natsURL != "" {
+		n.URL = *natsURL
+	}
+	if n.URL == "" {
+		return errors.New("ingest: no NATS URL: set events.sinks.nats.url or -nats")
+	}
+	pg := *dsn
+	if pg == "" {
+		pg = cfg.EventStore.PostgresDSN()
+	}
+	if pg == "" {
+		pg = "postgres://postgres@127.0.0.1:5432/fmgate"
+	}
+	log := slog.New(events.NewLogHandler(slog.NewJSONHandler(stderr, nil)))
+
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	store, err := pgstore.Open(octx, pg, pgstore.Options{Log: log, MaxConns: int32(*workers) + 2})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	in, err := ingest.New(ingest.Config{URL: n.URL, Stream: n.Stream, Subject: n.Subject, MaxAge: n.MaxAge, MaxBytes: n.MaxBytes, Durable: *durable,
+		Batch: *batch, Workers: *workers}, store, log)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "fmgate ingest: %s stream %s → PostgreSQL (consumer %s, %d workers, batches of %d)\n",
+		n.URL, n.Stream, *durable, *workers, *batch)
+	if *every > 0 {
+		go logProgress(ctx, in, *every, n, *durable, log)
+	}
+	err = in.Run(ctx)
+	st := in.Stats()
+	fmt.Fprintf(stdout, "fmgate ingest: stopped; stored %d spans, %d redelivered duplicates, %d rejected, %d retried commits\n",
+		st.Stored, st.Duplicates, st.Rejected, st.Retries)
+	return err
+}
+
+// logProgress logs the counts and the backlog waiting in the stream.
+func logProgress(ctx context.Context, in *ingest.Ingester, every time.Duration, n events.NATSConfig, durable string, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := in.Stats()
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		waiting, unacked, err := ingest.Pending(qctx, n.URL, n.Stream, durable)
+		cancel()
+		attrs := []any{"stored", st.Stored, "spans_per_s", float64(st.Stored-last) / every.Seconds(),
+			"duplicates", st.Duplicates, "rejected", st.Rejected, "retries", st.Retries}
+		if err == nil {
+			attrs = append(attrs, "backlog", waiting, "unacked", unacked)
+		}
+		last = st.Stored
+		log.Info("ingest progress", attrs...)
+	}
+}

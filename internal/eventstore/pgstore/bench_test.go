@@ -1,0 +1,139 @@
+package pgstore
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/eventstore"
+	"github.com/fmgate/fmgate/internal/eventstore/storetest"
+	"github.com/fmgate/fmgate/internal/pgtest"
+)
+
+// spansFor returns n distinct spans, turns of four to seven spans from T0.
+func spansFor(n int, seed uint64) []events.Event {
+	out := storetest.DatasetEvery(seed+uint64(n), n/4+1, 86*time.Millisecond)
+	return out[:n]
+}
+
+func benchWrite(b *testing.B, s *Store, data []events.Event, batch, writers int) {
+	ctx := context.Background()
+	next := make(chan []events.Event)
+	done := make(chan error, writers)
+	start := time.Now()
+	for range writers {
+		go func() {
+			for chunk := range next {
+				if _, err := s.Write(ctx, chunk); err != nil {
+					done <- err
+					for range next {
+					}
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for i := 0; i < len(data); i += batch {
+		next <- data[i:min(i+batch, len(data))]
+	}
+	close(next)
+	for range writers {
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
+	el := time.Since(start)
+	b.ReportMetric(float64(len(data))/el.Seconds(), "spans/s")
+}
+
+// BenchmarkIngest writes b.N spans into a fresh schema in batches of 5000
+// spans, two writers at once (fmgate ingest's defaults), and reports
+// spans/s.
+//
+//	go test -run '^$' -bench BenchmarkIngest -benchtime 500000x ./internal/eventstore/pgstore/
+func BenchmarkIngest(b *testing.B) {
+	s := openBench(b)
+	data := spansFor(b.N, 1)
+	batch, writers := 5000, 2
+	if v, err := strconv.Atoi(os.Getenv("FMGATE_BENCH_BATCH")); err == nil {
+		batch = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("FMGATE_BENCH_WRITERS")); err == nil {
+		writers = v
+	}
+	b.ResetTimer()
+	benchWrite(b, s, data, batch, writers)
+}
+
+func openBench(b *testing.B) *Store {
+	b.Helper()
+	s, err := Open(context.Background(), pgtest.DSN(), Options{Schema: pgtest.Schema(b), MaxConns: 8})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// BenchmarkDrillDownLarge times the drill-down over a store of
+// FMGATE_BENCH_PG_SPANS spans (e.g. 10000000), kept in the schema
+// fmgate_bench between runs: total → feature → user → turn → spans.
+//
+//	FMGATE_BENCH_PG_SPANS=10000000 go test -run '^$' -bench BenchmarkDrillDownLarge -benchtime 5x -timeout 2h ./internal/eventstore/pgstore/
+func BenchmarkDrillDownLarge(b *testing.B) {
+	n, _ := strconv.Atoi(os.Getenv("FMGATE_BENCH_PG_SPANS"))
+	if n <= 0 {
+		b.Skip("set FMGATE_BENCH_PG_SPANS (e.g. 10000000) to run")
+	}
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.DSN(), Options{Schema: "fmgate_bench", MaxConns: 8})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	st, err := s.Stats(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if st.Spans < int64(n) {
+		b.Logf("loading %d spans", int64(n)-st.Spans)
+		for off := st.Spans; off < int64(n); off += 1_000_000 {
+			m := min(1_000_000, int64(n)-off)
+			data := spansFor(int(m), uint64(off)+1000)
+			benchWrite(b, s, data, 10000, 2)
+		}
+		if _, err := s.pool.Exec(ctx, `ANALYZE`); err != nil {
+			b.Fatal(err)
+		}
+	}
+	from, to := storetest.T0.Add(-2*time.Hour), storetest.T0.Add(40*24*time.Hour)
+	b.ResetTimer()
+	var worst time.Duration
+	for range b.N {
+		steps := []eventstore.Query{{By: eventstore.ByTotal}, {By: eventstore.ByFeature}, {By: eventstore.ByUser, Feature: "chat"}}
+		for _, q := range steps {
+			q.From, q.To = from, to
+			t0 := time.Now()
+			if _, err := s.Cost(ctx, q); err != nil {
+				b.Fatal(err)
+			}
+			worst = max(worst, time.Since(t0))
+		}
+		t0 := time.Now()
+		turns, err := s.Cost(ctx, eventstore.Query{By: eventstore.ByTurn, From: from, To: to, User: "a1b2c3d4e5f60718", Limit: 10})
+		if err != nil || len(turns.Rows) == 0 {
+			b.Fatal(err, len(turns.Rows))
+		}
+		worst = max(worst, time.Since(t0))
+		t0 = time.Now()
+		if _, err := s.Cost(ctx, eventstore.Query{By: eventstore.ByNode, Trace: turns.Rows[0].Key}); err != nil {
+			b.Fatal(err)
+		}
+		worst = max(worst, time.Since(t0))
+	}
+	b.ReportMetric(float64(worst.Milliseconds()), "worst-ms/query")
+}

@@ -1,0 +1,267 @@
+// Package pgstore is the fleet-wide event store in PostgreSQL: every
+// gateway publishes its spans to NATS JetStream, fmgate ingest writes them
+// here (Write), and every gateway answers /admin/cost from here
+// (eventstore.Views), so the dashboards see the whole fleet.
+//
+// Layout (schema.go): spans, one row per span, partitioned by day of start
+// and keyed by (trace_id, span_id, ts_start), so that a span delivered twice
+// is stored once; rollup, sums per minute and per hour × attribution ×
+// versions; turns, one row per trace. Write stores a batch in one
+// transaction: COPY into a temporary staging table, then one statement
+// inserts the spans not stored yet and adds exactly those to the roll-ups
+// and turns. The sums are commutative (sums, least, greatest), so several
+// ingesters may write at once in any order.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/eventstore"
+)
+
+// Options tune a Store.
+type Options struct {
+	// Schema holds the tables, created if missing; default: the DSN's
+	// search_path (e.g. "...?search_path=fmgate"), else "public".
+	Schema string
+	// ReadOnly opens without creating anything and without connecting:
+	// the gateways only read what fmgate ingest writes, and start (and
+	// answer turns) while PostgreSQL is down.
+	ReadOnly bool
+	// MaxConns of the pool; default 8.
+	MaxConns int32
+	// Now is the clock of default query ranges; nil is time.Now.
+	Now func() time.Time
+	// Log receives what the store cannot report to a caller.
+	Log *slog.Logger
+}
+
+// Store is the PostgreSQL event store. It is safe for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	schema string
+	now    func() time.Time
+	log    *slog.Logger
+
+	mu   sync.Mutex
+	days map[int64]bool // day partitions known to exist
+}
+
+var _ eventstore.Views = (*Store)(nil)
+
+// Open connects to dsn, creates the schema and tables if needed and
+// returns the store. Every wait is bounded by ctx.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	if opts.MaxConns == 0 {
+		opts.MaxConns = 8
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: dsn: %w", err)
+	}
+	cfg.MaxConns = opts.MaxConns
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	if opts.Schema != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "fmgate"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	}
+	s := &Store{pool: pool, schema: opts.Schema, now: opts.Now, log: opts.Log, days: map[int64]bool{}}
+	if opts.ReadOnly {
+		return s, nil
+	}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	if s.schema != "" {
+		if _, err := s.pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{s.schema}.Sanitize()); err != nil && !isDuplicate(err) {
+			return fmt.Errorf("pgstore: schema: %w", err)
+		}
+	}
+	for _, q := range schema {
+		if _, err := s.pool.Exec(ctx, q); err != nil && !isDuplicate(err) {
+			return fmt.Errorf("pgstore: schema: %w", err)
+		}
+	}
+	return nil
+}
+
+// isDuplicate reports an object created meanwhile by another process.
+func isDuplicate(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "42P07" || pe.Code == "42710" || pe.Code == "23505" || pe.Code == "42P06")
+}
+
+// retryable reports an error after which the whole transaction may simply
+// be tried again: a deadlock or serialization failure between ingesters.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+const dayMS = 24 * 60 * 60 * 1000
+
+// ensureDays creates the day partitions the spans fall in.
+func (s *Store) ensureDays(ctx context.Context, batch []events.Event) error {
+	var missing []int64
+	s.mu.Lock()
+	for i := range batch {
+		d := floorDiv(unixMilli(batch[i].TSStart), dayMS)
+		if !s.days[d] {
+			s.days[d] = true // optimistic; undone on failure below
+			missing = append(missing, d)
+		}
+	}
+	s.mu.Unlock()
+	for i, d := range missing {
+		name := "spans_" + time.UnixMilli(d*dayMS).UTC().Format("20060102")
+		if d < 0 {
+			name = "spans_m" + strconv.FormatInt(-d, 10)
+		}
+		_, err := s.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF spans FOR VALUES FROM (%d) TO (%d)`,
+			pgx.Identifier{name}.Sanitize(), d*dayMS, (d+1)*dayMS))
+		if err != nil && !isDuplicate(err) {
+			s.mu.Lock()
+			for _, d := range missing[i:] {
+				delete(s.days, d)
+			}
+			s.mu.Unlock()
+			return fmt.Errorf("pgstore: partition %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// unixMilli is t in Unix milliseconds, 0 for the zero time (as the SQLite
+// store keeps it).
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// Write stores the batch in one transaction and returns once it is
+// committed. A span already stored (same trace_id, span_id and start) is
+// skipped and adds nothing to the sums, so a batch delivered again after a
+// crash is harmless. It returns the number of spans newly stored.
+func (s *Store) Write(ctx context.Context, batch []events.Event) (int64, error) {
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	if err := s.ensureDays(ctx, batch); err != nil {
+		return 0, err
+	}
+	rows := make([][]any, len(batch))
+	buf := make([]byte, 0, 192*len(batch))
+	for i := range batch {
+		e := &batch[i]
+		start := len(buf)
+		buf = eventstore.AppendRecord(buf, e)
+		rows[i] = spanRow(e, buf[start:len(buf):len(buf)])
+	}
+	for attempt := 0; ; attempt++ {
+		n, err := s.writeTx(ctx, rows)
+		if err == nil || !retryable(err) || attempt >= 5 || ctx.Err() != nil {
+			return n, err
+		}
+	}
+}
+
+func (s *Store) writeTx(ctx context.Context, rows [][]any) (int64, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	// Sorting and grouping a batch fits in memory.
+	if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
+		return 0, fmt.Errorf("pgstore: begin: %w", err)
+	}
+	if _, err := tx.Exec(ctx, createStage); err != nil {
+		return 0, fmt.Errorf("pgstore: staging: %w", err)
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage"}, spanCols, pgx.CopyFromRows(rows)); err != nil {
+		return 0, fmt.Errorf("pgstore: copy: %w", err)
+	}
+	var n int64
+	if err := tx.QueryRow(ctx, mergeSQL).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgstore: merge: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("pgstore: commit: %w", err)
+	}
+	return n, nil
+}
+
+func spanRow(e *events.Event, rec []byte) []any {
+	var eval any
+	if e.Outcome.EvalScore != nil {
+		eval = *e.Outcome.EvalScore
+	}
+	cost := e.Resource.CostUSD
+	if cost != cost || cost > 1e300 || cost < -1e300 { // NaN or infinite: as the SQLite store, 0
+		cost = 0
+	}
+	return []any{
+		unixMilli(e.TSStart), e.TraceID, e.SpanID, e.Name, e.UserIDHash, e.SessionID,
+		e.Attribution.Feature, e.Attribution.Surface, e.Attribution.Locale, e.Attribution.UserTier,
+		e.Node.GraphVersion, e.Artifact.ModelID, e.Artifact.PromptVersion, e.Artifact.ToolID,
+		string(e.Outcome.Status), e.Outcome.FallbackUsed,
+		int64(e.Resource.TokensIn), int64(e.Resource.TokensOut), cost, e.DurationMS, eval, rec,
+	}
+}
+
+// Stats are the store's sizes, for the ingest command and tests.
+type Stats struct {
+	Spans, Turns int64
+}
+
+// Stats counts the stored spans and turns.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	var st Stats
+	err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM turns)`).Scan(&st.Spans, &st.Turns)
+	if err != nil {
+		return st, fmt.Errorf("pgstore: stats: %w", err)
+	}
+	return st, nil
+}

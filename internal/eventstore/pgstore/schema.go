@@ -1,0 +1,163 @@
+package pgstore
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Text columns compare by bytes (COLLATE "C"), as Go strings do: the
+// greatest of a turn's values and the order of keys match the SQLite store.
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS spans (
+		ts_start bigint NOT NULL,
+		trace_id text COLLATE "C" NOT NULL,
+		span_id text COLLATE "C" NOT NULL,
+		name text COLLATE "C" NOT NULL,
+		user_id_hash text COLLATE "C" NOT NULL,
+		session_id text COLLATE "C" NOT NULL,
+		feature text COLLATE "C" NOT NULL,
+		surface text COLLATE "C" NOT NULL,
+		locale text COLLATE "C" NOT NULL,
+		user_tier text COLLATE "C" NOT NULL,
+		graph_version text COLLATE "C" NOT NULL,
+		model_id text COLLATE "C" NOT NULL,
+		prompt_version text COLLATE "C" NOT NULL,
+		tool_id text COLLATE "C" NOT NULL,
+		status text COLLATE "C" NOT NULL,
+		fallback_used text COLLATE "C" NOT NULL,
+		tokens_in bigint NOT NULL,
+		tokens_out bigint NOT NULL,
+		cost double precision NOT NULL,
+		duration_ms bigint NOT NULL,
+		eval_score double precision,
+		rec bytea NOT NULL,
+		PRIMARY KEY (trace_id, span_id, ts_start)
+	) PARTITION BY RANGE (ts_start)`,
+	// Span ranges at a range's edges: spans arrive roughly in start order,
+	// so a block range index costs almost nothing to keep.
+	`CREATE INDEX IF NOT EXISTS spans_ts ON spans USING brin (ts_start)`,
+
+	`CREATE TABLE IF NOT EXISTS rollup (
+		lvl smallint NOT NULL,
+		bucket bigint NOT NULL,
+		feature text COLLATE "C" NOT NULL,
+		surface text COLLATE "C" NOT NULL,
+		locale text COLLATE "C" NOT NULL,
+		user_tier text COLLATE "C" NOT NULL,
+		graph_version text COLLATE "C" NOT NULL,
+		model_id text COLLATE "C" NOT NULL,
+		prompt_version text COLLATE "C" NOT NULL,
+		tool_id text COLLATE "C" NOT NULL,
+		spans bigint NOT NULL,
+		turns bigint NOT NULL,
+		tokens_in bigint NOT NULL,
+		tokens_out bigint NOT NULL,
+		cost double precision NOT NULL,
+		errors bigint NOT NULL,
+		fallbacks bigint NOT NULL,
+		latency_ms bigint NOT NULL,
+		PRIMARY KEY (lvl, bucket, feature, surface, locale, user_tier, graph_version, model_id, prompt_version, tool_id)
+	)`,
+
+	// One row per trace; not partitioned, since its start moves earlier
+	// as earlier spans arrive.
+	`CREATE TABLE IF NOT EXISTS turns (
+		trace_id text COLLATE "C" PRIMARY KEY,
+		ts_start bigint NOT NULL,
+		last_ts bigint NOT NULL,
+		user_id_hash text COLLATE "C" NOT NULL,
+		session_id text COLLATE "C" NOT NULL,
+		feature text COLLATE "C" NOT NULL,
+		surface text COLLATE "C" NOT NULL,
+		locale text COLLATE "C" NOT NULL,
+		user_tier text COLLATE "C" NOT NULL,
+		graph_version text COLLATE "C" NOT NULL,
+		root_span_id text COLLATE "C" NOT NULL,
+		duration_ms bigint NOT NULL,
+		status text COLLATE "C" NOT NULL,
+		eval_score double precision,
+		spans bigint NOT NULL,
+		turns bigint NOT NULL,
+		tokens_in bigint NOT NULL,
+		tokens_out bigint NOT NULL,
+		cost double precision NOT NULL,
+		errors bigint NOT NULL,
+		fallbacks bigint NOT NULL,
+		latency_ms bigint NOT NULL
+	)`,
+	`CREATE INDEX IF NOT EXISTS turns_start ON turns (ts_start)`,
+	`CREATE INDEX IF NOT EXISTS turns_user ON turns (user_id_hash, ts_start)`,
+}
+
+// spanCols are the columns of spans, in spanRow's order.
+var spanCols = []string{"ts_start", "trace_id", "span_id", "name", "user_id_hash", "session_id",
+	"feature", "surface", "locale", "user_tier", "graph_version", "model_id", "prompt_version", "tool_id",
+	"status", "fallback_used", "tokens_in", "tokens_out", "cost", "duration_ms", "eval_score", "rec"}
+
+// createStage makes the connection's staging table; its rows go at commit.
+const createStage = `CREATE TEMP TABLE IF NOT EXISTS stage (LIKE spans) ON COMMIT DELETE ROWS`
+
+// Roll-up levels: bucket widths in milliseconds.
+const (
+	minuteMS = 60_000
+	hourMS   = 3_600_000
+)
+
+var dimCols = "feature, surface, locale, user_tier, graph_version, model_id, prompt_version, tool_id"
+
+// mergeSQL moves the staged spans into spans, skipping those stored
+// already, and adds exactly the new ones to the roll-ups and turns. It
+// returns how many spans were new.
+var mergeSQL = `WITH ins AS (
+	INSERT INTO spans SELECT * FROM stage ORDER BY trace_id, span_id, ts_start ON CONFLICT DO NOTHING
+	RETURNING ts_start, trace_id, span_id, name, user_id_hash, session_id, ` + dimCols + `,
+		status, fallback_used, tokens_in, tokens_out, cost, duration_ms, eval_score
+), x AS (
+	SELECT *, (name = 'turn')::int AS is_turn, (status = 'failed')::int AS is_err,
+		(status = 'fallback' OR fallback_used <> '')::int AS is_fb FROM ins
+), r AS (
+	INSERT INTO rollup AS o (lvl, bucket, ` + dimCols + `, spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms)
+	SELECT l.lvl, x.ts_start - ((x.ts_start % l.w) + l.w) % l.w, ` + prefixed("x.", dimCols) + `,
+		count(*), sum(is_turn), sum(tokens_in), sum(tokens_out), sum(cost), sum(is_err), sum(is_fb), sum(duration_ms)
+	FROM x CROSS JOIN (VALUES (1, ` + strconv.Itoa(minuteMS) + `::bigint), (2, ` + strconv.Itoa(hourMS) + `::bigint)) AS l(lvl, w)
+	GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+	ON CONFLICT (lvl, bucket, ` + dimCols + `) DO UPDATE SET
+		spans = o.spans + excluded.spans, turns = o.turns + excluded.turns,
+		tokens_in = o.tokens_in + excluded.tokens_in, tokens_out = o.tokens_out + excluded.tokens_out,
+		cost = o.cost + excluded.cost, errors = o.errors + excluded.errors,
+		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms
+), t AS (
+	INSERT INTO turns AS o (trace_id, ts_start, last_ts, user_id_hash, session_id, feature, surface, locale, user_tier,
+		graph_version, root_span_id, duration_ms, status, eval_score,
+		spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms)
+	SELECT trace_id, min(ts_start), max(ts_start), max(user_id_hash), max(session_id), max(feature), max(surface),
+		max(locale), max(user_tier), max(graph_version),
+		coalesce(max(span_id) FILTER (WHERE is_turn = 1), ''), coalesce(max(duration_ms) FILTER (WHERE is_turn = 1), 0),
+		coalesce(max(status) FILTER (WHERE is_turn = 1), ''), max(eval_score) FILTER (WHERE is_turn = 1),
+		count(*), sum(is_turn), sum(tokens_in), sum(tokens_out), sum(cost), sum(is_err), sum(is_fb), sum(duration_ms)
+	FROM x GROUP BY trace_id ORDER BY trace_id
+	ON CONFLICT (trace_id) DO UPDATE SET
+		ts_start = least(o.ts_start, excluded.ts_start), last_ts = greatest(o.last_ts, excluded.last_ts),
+		user_id_hash = greatest(o.user_id_hash, excluded.user_id_hash),
+		session_id = greatest(o.session_id, excluded.session_id),
+		feature = greatest(o.feature, excluded.feature), surface = greatest(o.surface, excluded.surface),
+		locale = greatest(o.locale, excluded.locale), user_tier = greatest(o.user_tier, excluded.user_tier),
+		graph_version = greatest(o.graph_version, excluded.graph_version),
+		root_span_id = greatest(o.root_span_id, excluded.root_span_id),
+		duration_ms = greatest(o.duration_ms, excluded.duration_ms),
+		status = greatest(o.status, excluded.status),
+		eval_score = coalesce(excluded.eval_score, o.eval_score),
+		spans = o.spans + excluded.spans, turns = o.turns + excluded.turns,
+		tokens_in = o.tokens_in + excluded.tokens_in, tokens_out = o.tokens_out + excluded.tokens_out,
+		cost = o.cost + excluded.cost, errors = o.errors + excluded.errors,
+		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms
+)
+SELECT count(*) FROM ins` // data-modifying WITH clauses always run to completion
+
+func prefixed(p, cols string) string {
+	parts := strings.Split(cols, ", ")
+	for i := range parts {
+		parts[i] = p + parts[i]
+	}
+	return strings.Join(parts, ", ")
+}

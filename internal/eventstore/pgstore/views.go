@@ -1,0 +1,423 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/eventstore"
+)
+
+// where accumulates a WHERE clause with numbered arguments.
+type where struct {
+	conds []string
+	args  []any
+}
+
+func (w *where) add(cond string, args ...any) {
+	for _, a := range args {
+		w.args = append(w.args, a)
+		cond = strings.Replace(cond, "?", "$"+strconv.Itoa(len(w.args)), 1)
+	}
+	w.conds = append(w.conds, cond)
+}
+
+func (w *where) eq(col, v string) {
+	if v != "" {
+		w.add(col+" = ?", v)
+	}
+}
+
+func (w *where) String() string {
+	if len(w.conds) == 0 {
+		return "true"
+	}
+	return strings.Join(w.conds, " AND ")
+}
+
+// groupCol is the column of a roll-up grouping.
+var groupCol = map[string]string{
+	eventstore.ByTotal: "''", eventstore.ByFeature: "feature", eventstore.ByModel: "model_id",
+	eventstore.ByPrompt: "prompt_version", eventstore.ByGraph: "graph_version", eventstore.ByTool: "tool_id",
+	eventstore.ByLocale: "locale", eventstore.BySurface: "surface", eventstore.ByTier: "user_tier",
+	eventstore.ByUser: "user_id_hash", eventstore.ByTurn: "trace_id",
+}
+
+// sums are the eight sums every cost row is built from, in scan order.
+const sums = `count(*), sum(turns), sum(tokens_in), sum(tokens_out), sum(cost), sum(errors), sum(fallbacks), sum(latency_ms)`
+
+// spanSums are sums over span rows.
+const spanSums = `count(*), sum((s.name = 'turn')::int), sum(s.tokens_in), sum(s.tokens_out), sum(s.cost),
+	sum((s.status = 'failed')::int), sum((s.status = 'fallback' OR s.fallback_used <> '')::int), sum(s.duration_ms)`
+
+// rollupSums re-sums roll-up rows.
+const rollupSums = `sum(spans), sum(turns), sum(tokens_in), sum(tokens_out), sum(cost), sum(errors), sum(fallbacks), sum(latency_ms)`
+
+// Cost answers q as the SQLite store does: groupings by attribution or
+// version from the roll-ups (whole hours, then whole minutes, then the
+// spans of the partial minutes at the edges); ByUser and ByTurn from the
+// turns that started in range; a User or Trace filter, or ByUser/ByTurn
+// with a prompt, model or tool filter, from the spans of the turns
+// selected; ByNode from the trace's spans.
+func (s *Store) Cost(ctx context.Context, q eventstore.Query) (eventstore.CostReport, error) {
+	if err := eventstore.Normalize(&q, s.now()); err != nil {
+		return eventstore.CostReport{}, err
+	}
+	rep := eventstore.CostReport{By: q.By, From: q.From.UTC(), To: q.To.UTC()}
+	var (
+		rows  []eventstore.CostRow
+		total eventstore.CostRow
+		err   error
+	)
+	spanFilters := q.PromptVersion != "" || q.ModelID != "" || q.ToolID != ""
+	switch {
+	case q.By == eventstore.ByNode:
+		rows, err = s.nodes(ctx, q)
+		total = totalOf(rows)
+	case (q.By == eventstore.ByUser || q.By == eventstore.ByTurn) && !spanFilters && q.Trace == "":
+		rows, total, err = s.fromTurns(ctx, q)
+	case q.By == eventstore.ByUser || q.By == eventstore.ByTurn || q.User != "" || q.Trace != "":
+		rows, total, err = s.fromTurnSpans(ctx, q)
+	default:
+		rows, err = s.fromRollups(ctx, q)
+		total = totalOf(rows)
+		slices.SortFunc(rows, byCost)
+	}
+	if err != nil {
+		return eventstore.CostReport{}, fmt.Errorf("pgstore: cost: %w", err)
+	}
+	if len(rows) > q.Limit {
+		rows = rows[:q.Limit]
+	}
+	if q.By == eventstore.ByTurn {
+		if err := s.describeTurns(ctx, rows); err != nil {
+			return eventstore.CostReport{}, fmt.Errorf("pgstore: cost: %w", err)
+		}
+	}
+	if rows == nil {
+		rows = []eventstore.CostRow{}
+	}
+	rep.Rows, rep.Total = rows, total
+	return rep, nil
+}
+
+func byCost(a, b eventstore.CostRow) int {
+	return cmp.Or(cmp.Compare(b.CostUSD, a.CostUSD), cmp.Compare(a.Key, b.Key))
+}
+
+func totalOf(rows []eventstore.CostRow) eventstore.CostRow {
+	var t eventstore.CostRow
+	var latency float64
+	for _, r := range rows {
+		t.CostUSD += r.CostUSD
+		t.Turns += r.Turns
+		t.Spans += r.Spans
+		t.TokensIn += r.TokensIn
+		t.TokensOut += r.TokensOut
+		t.Errors += r.Errors
+		t.Fallbacks += r.Fallbacks
+		latency += r.AvgLatencyMS * float64(r.Spans)
+	}
+	finish(&t, latency)
+	return t
+}
+
+func finish(r *eventstore.CostRow, latency float64) {
+	if r.Spans > 0 {
+		r.AvgLatencyMS = latency / float64(r.Spans)
+	}
+	if r.Turns > 0 {
+		r.CostPerTurn = r.CostUSD / float64(r.Turns)
+	}
+}
+
+// scanRows reads rows of a key and the eight sums.
+func (s *Store) scanRows(ctx context.Context, sql string, args ...any) ([]eventstore.CostRow, error) {
+	rs, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []eventstore.CostRow
+	for rs.Next() {
+		var (
+			r       eventstore.CostRow
+			n       [7]*int64
+			cost    *float64
+			latency *int64
+		)
+		if err := rs.Scan(&r.Key, &n[0], &n[1], &n[2], &n[3], &cost, &n[4], &n[5], &latency); err != nil {
+			return nil, err
+		}
+		for i, p := range []*int64{&r.Spans, &r.Turns, &r.TokensIn, &r.TokensOut, &r.Errors, &r.Fallbacks} {
+			if n[i] != nil {
+				*p = *n[i]
+			}
+		}
+		if cost != nil {
+			r.CostUSD = *cost
+		}
+		var l float64
+		if latency != nil {
+			l = float64(*latency)
+		}
+		finish(&r, l)
+		if r.Spans > 0 {
+			out = append(out, r)
+		}
+	}
+	return out, rs.Err()
+}
+
+// dimFilters adds q's version and feature filters on columns of prefix p.
+func dimFilters(w *where, p string, q *eventstore.Query) {
+	w.eq(p+"graph_version", q.GraphVersion)
+	w.eq(p+"prompt_version", q.PromptVersion)
+	w.eq(p+"model_id", q.ModelID)
+	w.eq(p+"tool_id", q.ToolID)
+	w.eq(p+"feature", q.Feature)
+}
+
+// fromRollups sums the spans started in [From, To): whole hours and whole
+// minutes from the roll-ups, the partial minutes at the edges from spans.
+func (s *Store) fromRollups(ctx context.Context, q eventstore.Query) ([]eventstore.CostRow, error) {
+	from, to := q.From.UnixMilli(), q.To.UnixMilli()
+	col := groupCol[q.By]
+	var parts []string
+	var args []any
+	part := func(table, sums string, cond func(w *where)) {
+		w := where{args: args}
+		cond(&w)
+		dimFilters(&w, "", &q)
+		args = w.args
+		parts = append(parts, `SELECT `+col+` AS k, `+sums+` FROM `+table+` WHERE `+w.String()+` GROUP BY 1`)
+	}
+	// [mLo, mHi) whole minutes; [hLo, hHi) whole hours inside them.
+	mLo, mHi := ceilTo(from, minuteMS), floorTo(to, minuteMS)
+	if mLo >= mHi {
+		part("spans s", spanSums, func(w *where) { w.add("ts_start >= ? AND ts_start < ?", from, to) })
+	} else {
+		hLo, hHi := ceilTo(mLo, hourMS), floorTo(mHi, hourMS)
+		if hLo < hHi {
+			part("rollup", rollupSums, func(w *where) { w.add("lvl = 2 AND bucket >= ? AND bucket < ?", hLo, hHi) })
+			part("rollup", rollupSums, func(w *where) {
+				w.add("lvl = 1 AND ((bucket >= ? AND bucket < ?) OR (bucket >= ? AND bucket < ?))", mLo, hLo, hHi, mHi)
+			})
+		} else {
+			part("rollup", rollupSums, func(w *where) { w.add("lvl = 1 AND bucket >= ? AND bucket < ?", mLo, mHi) })
+		}
+		part("spans s", spanSums, func(w *where) {
+			w.add("((ts_start >= ? AND ts_start < ?) OR (ts_start >= ? AND ts_start < ?))", from, mLo, mHi, to)
+		})
+	}
+	sql := `SELECT k, sum(c0), sum(c1), sum(c2), sum(c3), sum(c4), sum(c5), sum(c6), sum(c7) FROM (` +
+		strings.Join(parts, " UNION ALL ") + `) AS u(k, c0, c1, c2, c3, c4, c5, c6, c7) GROUP BY k`
+	return s.scanRows(ctx, sql, args...)
+}
+
+func floorTo(ms, step int64) int64 { return floorDiv(ms, step) * step }
+func ceilTo(ms, step int64) int64  { return -floorTo(-ms, step) }
+
+// turnSums sums turn rows.
+const turnSums = `sum(t.spans), sum(t.turns), sum(t.tokens_in), sum(t.tokens_out), sum(t.cost), sum(t.errors), sum(t.fallbacks), sum(t.latency_ms)`
+
+// fromTurns groups the turns that started in range by user or by turn.
+func (s *Store) fromTurns(ctx context.Context, q eventstore.Query) ([]eventstore.CostRow, eventstore.CostRow, error) {
+	w := where{}
+	w.add("t.ts_start >= ? AND t.ts_start < ?", q.From.UnixMilli(), q.To.UnixMilli())
+	w.eq("t.user_id_hash", q.User)
+	w.eq("t.feature", q.Feature)
+	w.eq("t.graph_version", q.GraphVersion)
+	totals, err := s.scanRows(ctx, `SELECT '', `+turnSums+` FROM turns t WHERE `+w.String(), w.args...)
+	if err != nil {
+		return nil, eventstore.CostRow{}, err
+	}
+	var total eventstore.CostRow
+	if len(totals) > 0 {
+		total = totals[0]
+	}
+	key := "t.trace_id"
+	if q.By == eventstore.ByUser {
+		key = "t.user_id_hash"
+	}
+	rows, err := s.scanRows(ctx, `SELECT `+key+`, `+turnSums+` FROM turns t WHERE `+w.String()+
+		` GROUP BY 1 ORDER BY sum(t.cost) DESC, 1 LIMIT `+strconv.Itoa(q.Limit), w.args...)
+	if err != nil {
+		return nil, eventstore.CostRow{}, err
+	}
+	slices.SortStableFunc(rows, byCost)
+	return rows, total, nil
+}
+
+// fromTurnSpans groups the spans, matching q's filters, of the turns
+// selected: the trace named, the user's turns that started in range, or
+// every turn that started in range.
+func (s *Store) fromTurnSpans(ctx context.Context, q eventstore.Query) ([]eventstore.CostRow, eventstore.CostRow, error) {
+	w := where{}
+	if q.Trace != "" {
+		w.add("t.trace_id = ?", q.Trace)
+	} else {
+		w.add("t.ts_start >= ? AND t.ts_start < ?", q.From.UnixMilli(), q.To.UnixMilli())
+		w.eq("t.user_id_hash", q.User)
+	}
+	dimFilters(&w, "s.", &q)
+	w.eq("s.user_id_hash", q.User)
+	rows, err := s.scanRows(ctx, `SELECT s.`+groupCol[q.By]+`, `+spanSums+`
+		FROM turns t JOIN spans s ON s.trace_id = t.trace_id AND s.ts_start >= t.ts_start AND s.ts_start <= t.last_ts
+		WHERE `+w.String()+` GROUP BY 1`, w.args...)
+	if err != nil {
+		return nil, eventstore.CostRow{}, err
+	}
+	if q.By == eventstore.ByTotal {
+		for i := range rows {
+			rows[i].Key = ""
+		}
+	}
+	total := totalOf(rows)
+	slices.SortFunc(rows, byCost)
+	return rows, total, nil
+}
+
+// describeTurns fills the Turn of ByTurn rows.
+func (s *Store) describeTurns(ctx context.Context, rows []eventstore.CostRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	ids := make([]string, len(rows))
+	for i := range rows {
+		ids[i] = rows[i].Key
+	}
+	rs, err := s.pool.Query(ctx, `SELECT trace_id, root_span_id, user_id_hash, session_id, feature, locale, user_tier,
+		graph_version, ts_start, duration_ms, eval_score FROM turns WHERE trace_id = ANY($1)`, ids)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	info := map[string]*eventstore.TurnInfo{}
+	for rs.Next() {
+		var t eventstore.TurnInfo
+		var ts int64
+		if err := rs.Scan(&t.TraceID, &t.RootSpanID, &t.UserIDHash, &t.SessionID, &t.Feature, &t.Locale, &t.UserTier,
+			&t.GraphVersion, &ts, &t.DurationMS, &t.EvalScore); err != nil {
+			return err
+		}
+		t.Start = time.UnixMilli(ts).UTC()
+		info[t.TraceID] = &t
+	}
+	if err := rs.Err(); err != nil {
+		return err
+	}
+	for i := range rows {
+		rows[i].Turn = info[rows[i].Key]
+	}
+	return nil
+}
+
+// traceSpans calls fn for every stored span of trace in start order.
+func (s *Store) traceSpans(ctx context.Context, trace string, fn func(e *events.Event, ts int64)) error {
+	rs, err := s.pool.Query(ctx, `SELECT s.ts_start, s.rec FROM spans s JOIN turns t ON t.trace_id = s.trace_id
+		WHERE t.trace_id = $1 AND s.trace_id = $1 AND s.ts_start >= t.ts_start AND s.ts_start <= t.last_ts
+		ORDER BY s.ts_start, s.span_id`, trace)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	var (
+		ts  int64
+		rec []byte
+	)
+	for rs.Next() {
+		if err := rs.Scan(&ts, &rec); err != nil {
+			return err
+		}
+		var e events.Event
+		if err := eventstore.DecodeRecord(rec, ts, &e); err != nil {
+			return fmt.Errorf("span of trace %s: %w", trace, err)
+		}
+		fn(&e, ts)
+	}
+	return rs.Err()
+}
+
+func (s *Store) nodes(ctx context.Context, q eventstore.Query) ([]eventstore.CostRow, error) {
+	var out []eventstore.CostRow
+	err := s.traceSpans(ctx, q.Trace, func(e *events.Event, ts int64) {
+		if (q.GraphVersion != "" && q.GraphVersion != e.Node.GraphVersion) ||
+			(q.PromptVersion != "" && q.PromptVersion != e.Artifact.PromptVersion) ||
+			(q.ModelID != "" && q.ModelID != e.Artifact.ModelID) ||
+			(q.ToolID != "" && q.ToolID != e.Artifact.ToolID) ||
+			(q.Feature != "" && q.Feature != e.Attribution.Feature) ||
+			(q.User != "" && q.User != e.UserIDHash) {
+			return
+		}
+		out = append(out, eventstore.NodeRow(e, ts))
+	})
+	return out, err
+}
+
+// TopUsers returns the n users who cost most over turns started in
+// [from, to).
+func (s *Store) TopUsers(ctx context.Context, from, to time.Time, n int) (eventstore.CostReport, error) {
+	return s.Cost(ctx, eventstore.Query{By: eventstore.ByUser, From: from, To: to, Limit: n})
+}
+
+// Trace returns every stored span of the trace, in start order.
+func (s *Store) Trace(ctx context.Context, traceID string) (eventstore.TraceReport, error) {
+	if !eventstore.ValidTraceID(traceID) {
+		return eventstore.TraceReport{}, eventstore.Invalidf("trace id must be 32 lowercase hex digits")
+	}
+	rep := eventstore.TraceReport{TraceID: traceID, Spans: []events.Event{}}
+	err := s.traceSpans(ctx, traceID, func(e *events.Event, _ int64) { rep.Spans = append(rep.Spans, *e) })
+	if err != nil {
+		return rep, fmt.Errorf("pgstore: trace: %w", err)
+	}
+	if len(rep.Spans) == 0 {
+		return rep, fmt.Errorf("pgstore: trace %s: %w", traceID, eventstore.ErrNotFound)
+	}
+	return rep, nil
+}
+
+// errUnsupported names a view this store does not answer yet.
+func errUnsupported(view string) error {
+	return fmt.Errorf("%s: %w (the PostgreSQL store answers cost, top users and traces)", view, eventstore.ErrUnsupported)
+}
+
+// AnomalousTurns is not answered by this store yet.
+func (s *Store) AnomalousTurns(context.Context, time.Time, time.Time) (eventstore.AnomalyReport, error) {
+	return eventstore.AnomalyReport{}, errUnsupported("anomalous turns")
+}
+
+// RisingFeatures is not answered by this store yet.
+func (s *Store) RisingFeatures(context.Context, time.Time, time.Time, int) ([]eventstore.RisingFeature, error) {
+	return nil, errUnsupported("rising features")
+}
+
+// Series is not answered by this store yet.
+func (s *Store) Series(context.Context, eventstore.Query, time.Duration) (eventstore.SeriesReport, error) {
+	return eventstore.SeriesReport{}, errUnsupported("cost series")
+}
+
+// Compare is not answered by this store yet.
+func (s *Store) Compare(context.Context, string, string, string, time.Time, time.Time) (eventstore.CompareReport, error) {
+	return eventstore.CompareReport{}, errUnsupported("version comparison")
+}
+
+// Versions is not answered by this store yet.
+func (s *Store) Versions(context.Context, time.Time, time.Time) (eventstore.VersionsReport, error) {
+	return eventstore.VersionsReport{}, errUnsupported("versions")
+}
+
+// Eval is not answered by this store yet.
+func (s *Store) Eval(context.Context, eventstore.Query) (eventstore.EvalReport, error) {
+	return eventstore.EvalReport{}, errUnsupported("eval scores")
+}
+
+// SetEvalScore is not answered by this store yet.
+func (s *Store) SetEvalScore(context.Context, string, float64) error {
+	return errUnsupported("setting eval scores")
+}

@@ -1,0 +1,465 @@
+// Package storetest is the conformance suite of the event stores: every
+// implementation of eventstore.Views that stores spans (the embedded SQLite
+// store, the PostgreSQL store) must answer the same questions about the
+// same spans with the same figures. The expected figures are computed here
+// from the spans themselves, by brute force, with the rules the views
+// document.
+package storetest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/eventstore"
+)
+
+// Backend is a store under test.
+type Backend interface {
+	eventstore.Views
+	// Write stores a batch, skipping spans already stored.
+	Write(ctx context.Context, batch []events.Event) error
+}
+
+// T0 is the start of the suite's spans (a whole hour).
+var T0 = time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+
+// Dataset returns n turns' spans, deterministic for seed. Turns start about
+// every 37 seconds from T0 (some an hour before); every span of a turn
+// shares its feature, graph version and attribution, and starts at its own
+// millisecond.
+func Dataset(seed uint64, n int) []events.Event { return DatasetEvery(seed, n, 37*time.Second) }
+
+// DatasetEvery is Dataset with turns starting every (about) every: 86ms is
+// MangaAssist's 1M turns a day.
+func DatasetEvery(seed uint64, n int, every time.Duration) []events.Event {
+	r := rand.New(rand.NewPCG(seed, 1))
+	users := []string{"a1b2c3d4e5f60718", "0f1e2d3c4b5a6978", "deadbeefcafe0001", "1111222233334444", "9999888877776666"}
+	features := []string{"chat", "recommend", "order_status"}
+	var out []events.Event
+	for i := range n {
+		start := T0.Add(time.Duration(i)*every + time.Duration(r.IntN(900))*time.Millisecond)
+		if i%17 == 0 {
+			start = start.Add(-time.Hour)
+		}
+		trace := fmt.Sprintf("%016x%016x", seed, uint64(i)*7919+1)
+		attr := events.Attribution{Feature: features[r.IntN(len(features))], Surface: []string{"web", "app"}[r.IntN(2)],
+			Locale: []string{"ja", "en"}[r.IntN(2)], UserTier: []string{"free", "premium"}[r.IntN(2)]}
+		graph := []string{"g1", "g2"}[r.IntN(2)]
+		user := users[r.IntN(len(users))]
+		span := func(k int, name string, offset, dur time.Duration) events.Event {
+			e := events.Event{SchemaVersion: 3, TraceID: trace, SpanID: fmt.Sprintf("%08x%08x", uint32(i), uint32(k)),
+				WorkflowID: trace, SessionID: "s-" + user[:4], UserIDHash: user, Name: name,
+				TSStart: start.Add(offset), DurationMS: dur.Milliseconds(), Attribution: attr}
+			e.TSEnd = e.TSStart.Add(dur)
+			e.Node = events.Node{GraphVersion: graph, NodeID: name, InvocationMode: events.ModeSyncStreaming}
+			e.Artifact.ArtifactKind = events.KindInternal
+			e.Outcome.Status = events.StatusOK
+			e.Resource.CapabilityFlagsActive = []string{}
+			return e
+		}
+		total := time.Duration(200+r.IntN(3000)) * time.Millisecond
+		root := span(0, "turn", 0, total)
+		if r.IntN(4) == 0 {
+			v := float64(r.IntN(100)) / 100
+			root.Outcome.EvalScore = &v
+		}
+		if i%11 == 0 {
+			root.MustPersist = true
+		}
+		spans := []events.Event{span(1, "admit", time.Millisecond, 2*time.Millisecond)}
+		k := 2
+		prompt := []string{"p1", "p2"}[r.IntN(2)]
+		attempt := func(model string, fail bool) {
+			e := span(k, "model_attempt", time.Duration(3+k)*time.Millisecond, time.Duration(100+r.IntN(900))*time.Millisecond)
+			k++
+			e.Artifact.ArtifactKind = events.KindLLMCall
+			e.Artifact.ModelID, e.Artifact.PromptVersion = model, prompt
+			e.Resource.TokensIn, e.Resource.TokensOut = 100+r.IntN(900), 20+r.IntN(400)
+			e.Resource.CostUSD = float64(e.Resource.TokensIn)*3e-6 + float64(e.Resource.TokensOut)*15e-6
+			if fail {
+				e.Outcome.Status, e.Outcome.ErrorCode = events.StatusFailed, "throttled"
+				e.Resource.TokensOut, e.Resource.CostUSD = 0, 0
+			}
+			spans = append(spans, e)
+		}
+		switch r.IntN(5) {
+		case 0:
+			attempt("sonnet-v1", true)
+			attempt("haiku-v1", false)
+			root.Outcome.FallbackUsed = "haiku"
+		case 1:
+			attempt("haiku-v1", false)
+		default:
+			attempt("sonnet-v1", false)
+		}
+		if r.IntN(3) == 0 {
+			e := span(k, "tool", time.Duration(3+k)*time.Millisecond, 40*time.Millisecond)
+			k++
+			e.Artifact.ArtifactKind, e.Artifact.ToolID, e.Artifact.ToolVersion = events.KindToolCall, "catalog", "t1"
+			e.Resource.CostUSD = 0.0001
+			spans = append(spans, e)
+		}
+		rec := span(k, "record", total-time.Millisecond, time.Millisecond)
+		rec.Resource.CostUSD = 0.00045
+		rec.MustPersist = true
+		out = append(out, root)
+		out = append(out, spans...)
+		out = append(out, rec)
+	}
+	return out
+}
+
+// Run runs the suite; open returns an empty store.
+func Run(t *testing.T, open func(t *testing.T) Backend) {
+	ctx := context.Background()
+	data := Dataset(7, 240)
+	s := open(t)
+	// Spans arrive shuffled, in batches, and some twice (a redelivery).
+	shuffled := slices.Clone(data)
+	r := rand.New(rand.NewPCG(3, 4))
+	r.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	for i := 0; i < len(shuffled); i += 97 {
+		if err := s.Write(ctx, shuffled[i:min(i+97, len(shuffled))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replay := append(slices.Clone(shuffled[100:400]), shuffled[100:150]...)
+	if err := s.Write(ctx, replay); err != nil {
+		t.Fatal(err)
+	}
+	ref := newReference(data)
+
+	from, to := T0.Add(90*time.Second+123*time.Millisecond), T0.Add(2*time.Hour+17*time.Minute+5*time.Millisecond)
+	wide := [2]time.Time{T0.Add(-2 * time.Hour), T0.Add(4 * time.Hour)}
+	someTrace := data[len(data)/2].TraceID
+	someUser := data[len(data)/3].UserIDHash
+	queries := []eventstore.Query{
+		{By: eventstore.ByTotal, From: wide[0], To: wide[1]},
+		{By: eventstore.ByTotal, From: from, To: to},
+		{By: eventstore.ByTotal, From: T0, To: T0.Add(time.Hour)},
+		{By: eventstore.ByTotal, From: T0.Add(10 * time.Second), To: T0.Add(50 * time.Second)},
+		{By: eventstore.ByFeature, From: from, To: to},
+		{By: eventstore.ByModel, From: from, To: to, Feature: "chat"},
+		{By: eventstore.ByPrompt, From: from, To: to, GraphVersion: "g2"},
+		{By: eventstore.ByGraph, From: wide[0], To: wide[1], ModelID: "haiku-v1"},
+		{By: eventstore.ByTool, From: from, To: to},
+		{By: eventstore.ByLocale, From: from, To: to},
+		{By: eventstore.BySurface, From: from, To: to, PromptVersion: "p1"},
+		{By: eventstore.ByTier, From: from, To: to},
+		{By: eventstore.ByUser, From: from, To: to},
+		{By: eventstore.ByUser, From: from, To: to, Limit: 2},
+		{By: eventstore.ByUser, From: from, To: to, Feature: "recommend", GraphVersion: "g1"},
+		{By: eventstore.ByTurn, From: from, To: to, Limit: 5},
+		{By: eventstore.ByTurn, From: from, To: to, User: someUser, Limit: 1000},
+		{By: eventstore.ByUser, From: wide[0], To: wide[1], ModelID: "sonnet-v1"},
+		{By: eventstore.ByTurn, From: wide[0], To: wide[1], ToolID: "catalog", Limit: 7},
+		{By: eventstore.ByFeature, From: from, To: to, User: someUser},
+		{By: eventstore.ByModel, From: from, To: to, Trace: someTrace},
+		{By: eventstore.ByNode, Trace: someTrace},
+		{By: eventstore.ByNode, Trace: someTrace, ModelID: "sonnet-v1"},
+	}
+	for _, q := range queries {
+		t.Run(fmt.Sprintf("%s%+v", q.By, describe(q)), func(t *testing.T) {
+			got, err := s.Cost(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ref.cost(q)
+			compareReports(t, got, want)
+		})
+	}
+	t.Run("TopUsers", func(t *testing.T) {
+		got, err := s.TopUsers(ctx, from, to, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareReports(t, got, ref.cost(eventstore.Query{By: eventstore.ByUser, From: from, To: to, Limit: 3}))
+	})
+	t.Run("Trace", func(t *testing.T) {
+		got, err := s.Trace(ctx, someTrace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []events.Event
+		for _, e := range data {
+			if e.TraceID == someTrace {
+				want = append(want, e)
+			}
+		}
+		slices.SortFunc(want, func(a, b events.Event) int { return a.TSStart.Compare(b.TSStart) })
+		if len(got.Spans) != len(want) {
+			t.Fatalf("trace has %d spans, want %d", len(got.Spans), len(want))
+		}
+		for i := range want {
+			g, w := events.Encode(&got.Spans[i]), events.Encode(&want[i])
+			if string(g) != string(w) {
+				t.Errorf("span %d:\n got %s\nwant %s", i, g, w)
+			}
+		}
+	})
+	t.Run("UnknownTrace", func(t *testing.T) {
+		if _, err := s.Trace(ctx, "00000000000000000000000000000001"); !errors.Is(err, eventstore.ErrNotFound) {
+			t.Fatalf("Trace of an unknown id = %v, want ErrNotFound", err)
+		}
+		if _, err := s.Trace(ctx, "nope"); !errors.Is(err, eventstore.ErrInvalid) {
+			t.Fatalf("Trace of a malformed id = %v, want ErrInvalid", err)
+		}
+	})
+	t.Run("BadQuery", func(t *testing.T) {
+		if _, err := s.Cost(ctx, eventstore.Query{By: "colour"}); !errors.Is(err, eventstore.ErrInvalid) {
+			t.Fatalf("Cost by an unknown grouping = %v, want ErrInvalid", err)
+		}
+	})
+}
+
+func describe(q eventstore.Query) string {
+	s := fmt.Sprintf("[%s,%s)", q.From.Sub(T0), q.To.Sub(T0))
+	for _, f := range []struct{ k, v string }{{"graph", q.GraphVersion}, {"prompt", q.PromptVersion}, {"model", q.ModelID},
+		{"tool", q.ToolID}, {"feature", q.Feature}, {"user", q.User}, {"trace", q.Trace}} {
+		if f.v != "" {
+			s += " " + f.k + "=" + f.v
+		}
+	}
+	if q.Limit > 0 {
+		s += fmt.Sprintf(" limit=%d", q.Limit)
+	}
+	return s
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(a), math.Abs(b)) }
+
+func compareRow(t *testing.T, what string, got, want eventstore.CostRow) {
+	t.Helper()
+	if got.Key != want.Key || got.Turns != want.Turns || got.Spans != want.Spans || got.TokensIn != want.TokensIn ||
+		got.TokensOut != want.TokensOut || got.Errors != want.Errors || got.Fallbacks != want.Fallbacks ||
+		!near(got.CostUSD, want.CostUSD) || !near(got.AvgLatencyMS, want.AvgLatencyMS) || !near(got.CostPerTurn, want.CostPerTurn) {
+		t.Errorf("%s:\n got %+v\nwant %+v", what, got, want)
+	}
+	if want.Turn != nil {
+		g, w := got.Turn, want.Turn
+		if g == nil || g.TraceID != w.TraceID || g.RootSpanID != w.RootSpanID || g.UserIDHash != w.UserIDHash ||
+			g.Feature != w.Feature || g.GraphVersion != w.GraphVersion || g.Locale != w.Locale || !g.Start.Equal(w.Start) ||
+			g.DurationMS != w.DurationMS || (g.EvalScore == nil) != (w.EvalScore == nil) || (w.EvalScore != nil && *g.EvalScore != *w.EvalScore) {
+			t.Errorf("%s turn:\n got %+v\nwant %+v", what, g, w)
+		}
+	}
+	if want.Span != nil {
+		g, w := got.Span, want.Span
+		if g == nil || g.SpanID != w.SpanID || g.ParentSpanID != w.ParentSpanID || g.Name != w.Name || g.ModelID != w.ModelID ||
+			g.Status != w.Status || !g.Start.Equal(w.Start) || g.DurationMS != w.DurationMS {
+			t.Errorf("%s span:\n got %+v\nwant %+v", what, got.Span, want.Span)
+		}
+	}
+}
+
+func compareReports(t *testing.T, got, want eventstore.CostReport) {
+	t.Helper()
+	compareRow(t, "total", got.Total, want.Total)
+	if len(got.Rows) != len(want.Rows) {
+		t.Fatalf("%d rows %v, want %d %v", len(got.Rows), keys(got.Rows), len(want.Rows), keys(want.Rows))
+	}
+	for i := range want.Rows {
+		compareRow(t, fmt.Sprintf("row %d", i), got.Rows[i], want.Rows[i])
+	}
+}
+
+func keys(rows []eventstore.CostRow) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.Key
+	}
+	return out
+}
+
+// reference answers cost queries by brute force.
+type reference struct {
+	spans []events.Event
+	turns map[string]*turn
+}
+
+type turn struct {
+	trace                              string
+	start                              time.Time
+	user, feature, graph, locale, root string
+	duration                           int64
+	eval                               *float64
+	spans                              []events.Event
+}
+
+func newReference(data []events.Event) *reference {
+	r := &reference{spans: data, turns: map[string]*turn{}}
+	for _, e := range data {
+		t := r.turns[e.TraceID]
+		if t == nil {
+			t = &turn{trace: e.TraceID, start: e.TSStart}
+			r.turns[e.TraceID] = t
+		}
+		if e.TSStart.Before(t.start) {
+			t.start = e.TSStart
+		}
+		t.user, t.feature, t.graph, t.locale = e.UserIDHash, e.Attribution.Feature, e.Node.GraphVersion, e.Attribution.Locale
+		if e.Name == "turn" {
+			t.root, t.duration, t.eval = e.SpanID, e.DurationMS, e.Outcome.EvalScore
+		}
+		t.spans = append(t.spans, e)
+	}
+	return r
+}
+
+type sum struct {
+	row     eventstore.CostRow
+	latency int64
+}
+
+func (s *sum) add(e *events.Event) {
+	s.row.Spans++
+	if e.Name == "turn" {
+		s.row.Turns++
+	}
+	s.row.TokensIn += int64(e.Resource.TokensIn)
+	s.row.TokensOut += int64(e.Resource.TokensOut)
+	s.row.CostUSD += e.Resource.CostUSD
+	if e.Outcome.Status == events.StatusFailed {
+		s.row.Errors++
+	}
+	if e.Outcome.Status == events.StatusFallback || e.Outcome.FallbackUsed != "" {
+		s.row.Fallbacks++
+	}
+	s.latency += e.DurationMS
+}
+
+func (s *sum) done(key string) eventstore.CostRow {
+	r := s.row
+	r.Key = key
+	if r.Spans > 0 {
+		r.AvgLatencyMS = float64(s.latency) / float64(r.Spans)
+	}
+	if r.Turns > 0 {
+		r.CostPerTurn = r.CostUSD / float64(r.Turns)
+	}
+	return r
+}
+
+func spanKey(e *events.Event, by string) string {
+	switch by {
+	case eventstore.ByFeature:
+		return e.Attribution.Feature
+	case eventstore.ByModel:
+		return e.Artifact.ModelID
+	case eventstore.ByPrompt:
+		return e.Artifact.PromptVersion
+	case eventstore.ByGraph:
+		return e.Node.GraphVersion
+	case eventstore.ByTool:
+		return e.Artifact.ToolID
+	case eventstore.ByLocale:
+		return e.Attribution.Locale
+	case eventstore.BySurface:
+		return e.Attribution.Surface
+	case eventstore.ByTier:
+		return e.Attribution.UserTier
+	case eventstore.ByUser:
+		return e.UserIDHash
+	case eventstore.ByTurn:
+		return e.TraceID
+	}
+	return ""
+}
+
+func matches(e *events.Event, q *eventstore.Query) bool {
+	return (q.GraphVersion == "" || q.GraphVersion == e.Node.GraphVersion) &&
+		(q.PromptVersion == "" || q.PromptVersion == e.Artifact.PromptVersion) &&
+		(q.ModelID == "" || q.ModelID == e.Artifact.ModelID) &&
+		(q.ToolID == "" || q.ToolID == e.Artifact.ToolID) &&
+		(q.Feature == "" || q.Feature == e.Attribution.Feature) &&
+		(q.User == "" || q.User == e.UserIDHash)
+}
+
+func (r *reference) cost(q eventstore.Query) eventstore.CostReport {
+	if q.Limit == 0 {
+		q.Limit = eventstore.DefaultLimit
+	}
+	groups := map[string]*sum{}
+	var total sum
+	add := func(k string, e *events.Event) {
+		g := groups[k]
+		if g == nil {
+			g = &sum{}
+			groups[k] = g
+		}
+		g.add(e)
+		total.add(e)
+	}
+	inRange := func(ts time.Time) bool { return !ts.Before(q.From) && ts.Before(q.To) }
+	spanFilters := q.PromptVersion != "" || q.ModelID != "" || q.ToolID != ""
+	var rows []eventstore.CostRow
+	switch {
+	case q.By == eventstore.ByNode:
+		t := r.turns[q.Trace]
+		sp := slices.Clone(t.spans)
+		slices.SortFunc(sp, func(a, b events.Event) int { return a.TSStart.Compare(b.TSStart) })
+		for i := range sp {
+			if matches(&sp[i], &q) {
+				rows = append(rows, eventstore.NodeRow(&sp[i], sp[i].TSStart.UnixMilli()))
+				total.add(&sp[i])
+			}
+		}
+		return eventstore.CostReport{Total: total.done(""), Rows: rows}
+	case (q.By == eventstore.ByUser || q.By == eventstore.ByTurn) && !spanFilters && q.Trace == "":
+		for _, t := range r.turns {
+			if !inRange(t.start) || (q.User != "" && t.user != q.User) || (q.Feature != "" && t.feature != q.Feature) ||
+				(q.GraphVersion != "" && t.graph != q.GraphVersion) {
+				continue
+			}
+			k := t.trace
+			if q.By == eventstore.ByUser {
+				k = t.user
+			}
+			for i := range t.spans {
+				add(k, &t.spans[i])
+			}
+		}
+	case q.By == eventstore.ByUser || q.By == eventstore.ByTurn || q.User != "" || q.Trace != "":
+		for _, t := range r.turns {
+			if q.Trace != "" && t.trace != q.Trace || q.Trace == "" && (!inRange(t.start) || q.User != "" && t.user != q.User) {
+				continue
+			}
+			for i := range t.spans {
+				if matches(&t.spans[i], &q) {
+					add(spanKey(&t.spans[i], q.By), &t.spans[i])
+				}
+			}
+		}
+	default:
+		for i := range r.spans {
+			if e := &r.spans[i]; inRange(e.TSStart) && matches(e, &q) {
+				add(spanKey(e, q.By), e)
+			}
+		}
+	}
+	for k, g := range groups {
+		rows = append(rows, g.done(k))
+	}
+	slices.SortFunc(rows, func(a, b eventstore.CostRow) int {
+		return cmp.Or(cmp.Compare(b.CostUSD, a.CostUSD), cmp.Compare(a.Key, b.Key))
+	})
+	if len(rows) > q.Limit {
+		rows = rows[:q.Limit]
+	}
+	if q.By == eventstore.ByTurn {
+		for i := range rows {
+			t := r.turns[rows[i].Key]
+			rows[i].Turn = &eventstore.TurnInfo{TraceID: t.trace, RootSpanID: t.root, UserIDHash: t.user, Feature: t.feature,
+				GraphVersion: t.graph, Locale: t.locale, Start: t.start.UTC(), DurationMS: t.duration, EvalScore: t.eval}
+		}
+	}
+	return eventstore.CostReport{Total: total.done(""), Rows: rows}
+}

@@ -1,0 +1,219 @@
+package ingest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/events/sinks"
+	"github.com/fmgate/fmgate/internal/eventstore"
+	"github.com/fmgate/fmgate/internal/eventstore/pgstore"
+	"github.com/fmgate/fmgate/internal/eventstore/storetest"
+	"github.com/fmgate/fmgate/internal/pgtest"
+)
+
+// natsURL is the test NATS JetStream server.
+const natsURL = "nats://127.0.0.1:4222"
+
+// testStream returns a config naming a stream of the test's own, deleted
+// when the test ends, and a sink publishing to it as a gateway does.
+func testStream(t *testing.T) (Config, *sinks.NATS) {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	cfg := Config{URL: natsURL, Stream: "FMGATE_TEST_" + id, Subject: "fmgate.test." + id + ".events",
+		Batch: 500, MaxWait: 50 * time.Millisecond, AckWait: 2 * time.Second, Workers: 2}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sink, err := sinks.NewNATS(ctx, events.NATSConfig{URL: natsURL, Subject: cfg.Subject, Stream: cfg.Stream}, nil)
+	if err != nil {
+		t.Fatalf("nats jetstream at %s is not reachable (start nats-server -js): %v", natsURL, err)
+	}
+	t.Cleanup(func() {
+		sink.Close()
+		nc, err := nats.Connect(natsURL)
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		_ = js.DeleteStream(context.Background(), cfg.Stream)
+	})
+	return cfg, sink
+}
+
+func publish(t *testing.T, sink *sinks.NATS, spans []events.Event) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := 0; i < len(spans); i += 1000 {
+		if err := sink.Write(ctx, spans[i:min(i+1000, len(spans))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// crashing commits through the real store, and after the given number of
+// commits "crashes": the next batch is committed but the ingester dies
+// before acknowledging it.
+type crashing struct {
+	s      *pgstore.Store
+	after  int
+	n      atomic.Int64
+	crash  context.CancelFunc
+	failed atomic.Bool
+}
+
+func (c *crashing) Write(ctx context.Context, batch []events.Event) (int64, error) {
+	n, err := c.s.Write(ctx, batch)
+	if err == nil && c.n.Add(1) > int64(c.after) && !c.failed.Load() {
+		c.failed.Store(true)
+		c.crash()
+		return 0, errors.New("crashed after commit, before the acknowledgement")
+	}
+	return n, err
+}
+
+// waitStored waits, within a deadline, until the store holds want spans.
+func waitStored(t *testing.T, s *pgstore.Store, want int64) pgstore.Stats {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := s.Stats(context.Background())
+		if err == nil && st.Spans >= want || time.Now().After(deadline) {
+			return st
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, not timing one
+	}
+}
+
+func TestExactlyOnceAcrossIngesterCrashAndDatabaseRestart(t *testing.T) {
+	cfg, sink := testStream(t)
+	ctx := context.Background()
+	store, err := pgstore.Open(ctx, pgtest.DSN(), pgstore.Options{Schema: pgtest.Schema(t), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	data := storetest.Dataset(11, 600)
+	half := len(data) / 2
+	publish(t, sink, data[:half])
+
+	// The first ingester crashes between a commit and its acknowledgement.
+	actx, crash := context.WithCancel(ctx)
+	c := &crashing{s: store, after: 2, crash: crash}
+	a, err := New(cfg, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Run(actx); err != nil {
+		t.Fatal(err)
+	}
+	if !c.failed.Load() {
+		t.Fatal("the first ingester never reached its crash")
+	}
+
+	// Spans keep arriving while no ingester runs; a second one takes over.
+	publish(t, sink, data[half:])
+	bctx, stop := context.WithCancel(ctx)
+	b, err := New(cfg, store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := b.Run(bctx); err != nil {
+			t.Error(err)
+		}
+	})
+	// The database drops every connection of the store mid-stream.
+	waitStored(t, store, int64(len(data))*2/3)
+	terminateBackends(t)
+	publish(t, sink, data[:100]) // and a gateway re-sends some spans
+
+	st := waitStored(t, store, int64(len(data)))
+	stop()
+	wg.Wait()
+	if st.Spans != int64(len(data)) {
+		t.Fatalf("store holds %d spans, want %d, each once", st.Spans, len(data))
+	}
+	// The roll-ups and turns counted each span once too.
+	rep, err := store.Cost(ctx, eventstore.Query{From: storetest.T0.Add(-2 * time.Hour), To: storetest.T0.Add(8 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := store.Cost(ctx, eventstore.Query{By: eventstore.ByUser, From: storetest.T0.Add(-2 * time.Hour), To: storetest.T0.Add(8 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Total.Spans != int64(len(data)) || rep.Total.Turns != 600 || users.Total.Spans != int64(len(data)) {
+		t.Fatalf("roll-ups count %d spans and %d turns, turns count %d spans; want %d, 600, %d",
+			rep.Total.Spans, rep.Total.Turns, users.Total.Spans, len(data), len(data))
+	}
+	if a.Stats().Duplicates+b.Stats().Duplicates == 0 {
+		t.Errorf("no redelivered span was seen: the crash lost its batch's acknowledgement for nothing? stats %+v, %+v", a.Stats(), b.Stats())
+	}
+	t.Logf("first ingester %+v, second %+v", a.Stats(), b.Stats())
+}
+
+// terminateBackends ends every connection the store holds, as a database
+// restart would.
+func terminateBackends(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = 'fmgate' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Fatal("no connection of the store to terminate")
+	}
+}
+
+func TestRejectsMessagesThatAreNotSpans(t *testing.T) {
+	cfg, sink := testStream(t)
+	ctx := context.Background()
+	store, err := pgstore.Open(ctx, pgtest.DSN(), pgstore.Options{Schema: pgtest.Schema(t), MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.Publish(ctx, cfg.Subject, []byte(`{"not":"a span"`)); err != nil {
+		t.Fatal(err)
+	}
+	data := storetest.Dataset(5, 10)
+	publish(t, sink, data)
+	in, _ := New(cfg, store, nil)
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { in.Run(rctx) })
+	st := waitStored(t, store, int64(len(data)))
+	stop()
+	wg.Wait()
+	if st.Spans != int64(len(data)) || in.Stats().Rejected != 1 {
+		t.Fatalf("stored %d spans, rejected %d; want %d and 1", st.Spans, in.Stats().Rejected, len(data))
+	}
+}
