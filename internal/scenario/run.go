@@ -104,7 +104,10 @@ func runOne(ctx context.Context, opts Options, def definition, dir string) (*Res
 	} else {
 		batch = r.waitBatch(runCtx, batchInst, batchID)
 	}
-	r.clearFaults(ctx)
+	// Put a target back even after Ctrl-C: a bounded context of its own.
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 2*adminTimeout)
+	r.clearFaults(cctx)
+	ccancel()
 	persist := r.checkPersisted(runCtx)
 	cancel()
 	bg.Wait()

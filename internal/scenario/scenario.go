@@ -181,10 +181,16 @@ func Run(ctx context.Context, opts Options) ([]*Result, error) {
 			dir = filepath.Join(opts.ReportDir, d.name)
 		}
 		res, err := runOne(ctx, opts, d, dir)
+		if res != nil {
+			results = append(results, res)
+		}
 		if err != nil {
+			// Interrupted: report what was measured so far.
+			if len(results) > 0 {
+				_ = writeReport(opts.ReportDir, opts, results)
+			}
 			return results, fmt.Errorf("%s: %w", d.name, err)
 		}
-		results = append(results, res)
 		if len(defs) > 1 {
 			if err := writeReport(dir, opts, []*Result{res}); err != nil {
 				return results, err
