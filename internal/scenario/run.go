@@ -163,7 +163,9 @@ func (r *runner) faults(ctx context.Context) error {
 			return nil
 		case <-time.After(time.Until(r.start.Add(at))):
 		}
-		r.mark(s.label)
+		if s.label != "" {
+			r.mark(s.label)
+		}
 		if err := s.do(ctx, r); err != nil {
 			r.mark("fault failed: " + err.Error())
 			return err

@@ -33,7 +33,7 @@ func TestLoopbackOnly(t *testing.T) {
 // the gateway, with the fleet's Redis, prefix, keys and limits in it.
 func TestInstanceConfigLoads(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{Instances: 3, Rate: 20, AdminToken: "tok", Pace: 2, RateLimitRedisTimeout: 200 * time.Millisecond}.withDefaults()
+	opts := Options{Instances: 3, Rate: 20, AdminToken: "tok", Pace: 2, RedisTimeout: 200 * time.Millisecond}.withDefaults()
 	in := &instance{id: 1, addr: "127.0.0.1:18080", dir: dir}
 	path := filepath.Join(dir, "fmgate.yaml")
 	if err := os.WriteFile(path, []byte(instanceConfig(opts, in, "127.0.0.1:16379", "fmgate-scenario-1:")), 0o600); err != nil {
@@ -44,7 +44,7 @@ func TestInstanceConfigLoads(t *testing.T) {
 		t.Fatalf("generated config: %v", err)
 	}
 	if cfg.Fleet.Redis != "127.0.0.1:16379" || cfg.Fleet.KeyPrefix != "fmgate-scenario-1:" || cfg.Fleet.Size != 3 ||
-		cfg.Server.Addr != in.addr || cfg.RateLimit.User.PerMinute.Burst != probeBurst || cfg.RateLimit.RedisTimeout != 200*time.Millisecond {
+		cfg.Server.Addr != in.addr || cfg.RateLimit.User.PerMinute.Burst != probeBurst || cfg.RateLimit.RedisTimeout != 200*time.Millisecond || cfg.Session.RedisTimeout != 200*time.Millisecond {
 		t.Fatalf("generated config: fleet %+v addr %s perMinute %+v", cfg.Fleet, cfg.Server.Addr, cfg.RateLimit.User.PerMinute)
 	}
 	var p1, premium int
