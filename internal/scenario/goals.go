@@ -150,11 +150,13 @@ func (r *Result) Summarize() Summary {
 	return s
 }
 
-// stoppedUnder says t was in flight on an instance when the scenario
-// signalled it: between its start and its end a mark names its instance.
+// stoppedUnder says t was on an instance when the scenario signalled it:
+// it started before the signal (or within the second the process took to
+// go), and ended after it, within a few seconds. Its outcome says whether
+// the stop cut it.
 func (r *Result) stoppedUnder(t TurnRecord) bool {
 	for _, m := range r.Marks {
-		if m.At >= t.Start && m.At <= t.End+time.Second &&
+		if t.Start <= m.At+time.Second && t.End >= m.At && t.End <= m.At+5*time.Second &&
 			(m.Label == fmt.Sprintf("SIGKILL instance %d", t.Instance) || m.Label == fmt.Sprintf("SIGTERM instance %d", t.Instance)) {
 			return true
 		}
