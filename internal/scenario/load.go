@@ -111,7 +111,7 @@ type recorder struct {
 	start time.Time
 	mu    sync.Mutex
 	turns []TurnRecord
-	notes []string
+	notes []Mark // the fault timeline, for the live display
 }
 
 func (rc *recorder) add(t TurnRecord) {
@@ -131,7 +131,7 @@ func (rc *recorder) reset() {
 
 func (rc *recorder) note(s string) {
 	rc.mu.Lock()
-	rc.notes = append(rc.notes, s)
+	rc.notes = append(rc.notes, Mark{At: time.Since(rc.start), Label: s})
 	rc.mu.Unlock()
 }
 
