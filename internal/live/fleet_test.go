@@ -194,3 +194,22 @@ func TestFleetDownShowsThisInstance(t *testing.T) {
 		t.Fatalf("snapshot with the fleet down: turns %d, fleetError %q, instances %+v", s.Turns, s.FleetError, s.Instances)
 	}
 }
+
+// TestRedisFleetPrefixIsLiteral: a key prefix with pattern characters
+// matches only its own windows.
+func TestRedisFleetPrefixIsLiteral(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := redistest.Client(t)
+	odd := NewRedisFleet(rdb, prefix+"a[1]*:")
+	other := NewRedisFleet(rdb, prefix+"a1x:")
+	if err := odd.Publish(ctx, Window{Instance: "gw-odd", At: t0}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Publish(ctx, Window{Instance: "gw-other", At: t0}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := odd.Windows(ctx)
+	if err != nil || len(ws) != 1 || ws[0].Instance != "gw-odd" {
+		t.Fatalf("windows under a prefix with pattern characters: %+v, %v; want gw-odd alone", ws, err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,7 +50,7 @@ func (f *RedisFleet) Windows(ctx context.Context) ([]Window, error) {
 	var keys []string
 	var cursor uint64
 	for {
-		ks, next, err := f.rdb.Scan(ctx, cursor, f.prefix+"*", 100).Result()
+		ks, next, err := f.rdb.Scan(ctx, cursor, globEscape(f.prefix)+"*", 100).Result()
 		if err != nil {
 			return nil, fmt.Errorf("live: fleet: scan: %w", err)
 		}
@@ -80,4 +81,18 @@ func (f *RedisFleet) Windows(ctx context.Context) ([]Window, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Instance < out[j].Instance })
 	return out, nil
+}
+
+// globEscape quotes the characters SCAN MATCH treats as a pattern, so a key
+// prefix is matched literally.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -129,9 +129,10 @@ func instanceConfig(opts Options, in *instance, redisAddr, prefix string) string
 	}
 	ttft := func(ms float64) int { return max(1, int(ms/pace)) }
 	tps := func(v float64) int { return int(v * pace) }
-	redisTimeout := ""
-	if opts.RateLimitRedisTimeout > 0 {
-		redisTimeout = fmt.Sprintf("  redisTimeout: %s\n", opts.RateLimitRedisTimeout)
+	redisTimeout, session := "", ""
+	if opts.RedisTimeout > 0 {
+		redisTimeout = fmt.Sprintf("  redisTimeout: %s\n", opts.RedisTimeout)
+		session = fmt.Sprintf("session:\n  redisTimeout: %s\n", opts.RedisTimeout)
 	}
 	var keys strings.Builder
 	for _, u := range users(opts.users()) {
@@ -167,10 +168,10 @@ events:
     jsonl: {path: %q}
 eventStore: {path: %q}
 prompt: {reloadInterval: 0s}
-`, in.addr, opts.AdminToken, drainTimeout, redisAddr, prefix, max(1, opts.Instances), keys.String(),
+%s`, in.addr, opts.AdminToken, drainTimeout, redisAddr, prefix, max(1, opts.Instances), keys.String(),
 		ttft(600), tps(60), ttft(250), tps(120), redisTimeout,
 		probePerMinute, probeBurst,
-		filepath.Join(in.dir, "wal"), filepath.Join(in.dir, "events.jsonl"), filepath.Join(in.dir, "events.db"))
+		filepath.Join(in.dir, "wal"), filepath.Join(in.dir, "events.jsonl"), filepath.Join(in.dir, "events.db"), session)
 }
 
 // launch starts in's process (again, after a stop).

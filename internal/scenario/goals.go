@@ -22,6 +22,9 @@ type Result struct {
 	Batch        BatchOutcome
 	Persist      Persistence
 	FaultError   string
+	// Live is instance 0's live snapshot (GET /admin/live/snapshot) at the
+	// end of the load: in fleet mode, the whole fleet's figures.
+	Live LiveView
 
 	Goals []Goal
 }
@@ -60,11 +63,13 @@ type Summary struct {
 	Sent, Answered, Refused, Errors, Cut, Lost, NoTarget, ServerErrors int
 	// Killed is the turns in flight on an instance the scenario stopped
 	// (they end cut or in error, never lost).
-	Killed               int
-	Rerouted             int
-	Tiers                map[string]int
-	Channels             map[string]int
-	TTFB                 Percentiles
+	Killed   int
+	Rerouted int
+	Tiers    map[string]int
+	Channels map[string]int
+	// TTFB is the time to first byte of P0 (interactive) streamed turns;
+	// LaterTTFB that of P1 and P2 turns, which wait for quota by design.
+	TTFB, LaterTTFB      Percentiles
 	Total                Percentiles
 	Attempts, ModelTurns float64
 	Amplification        float64
@@ -87,7 +92,7 @@ func percentiles(d []time.Duration) Percentiles {
 // Summarize computes the load's figures.
 func (r *Result) Summarize() Summary {
 	s := Summary{Tiers: map[string]int{}, Channels: map[string]int{}, Codes: map[string]int{}}
-	var ttfb, total []time.Duration
+	var ttfb, later, total []time.Duration
 	for _, t := range r.Turns {
 		if t.Probe {
 			continue
@@ -124,10 +129,14 @@ func (r *Result) Summarize() Summary {
 			s.Killed++
 		}
 		if t.FirstByte > 0 && t.Channel != chanJSON {
-			ttfb = append(ttfb, t.FirstByte-t.Start)
+			if t.Priority == "P0" {
+				ttfb = append(ttfb, t.FirstByte-t.Start)
+			} else {
+				later = append(later, t.FirstByte-t.Start)
+			}
 		}
 	}
-	s.TTFB, s.Total = percentiles(ttfb), percentiles(total)
+	s.TTFB, s.LaterTTFB, s.Total = percentiles(ttfb), percentiles(later), percentiles(total)
 	var throttles float64
 	for _, sm := range r.Samples {
 		s.Attempts += sm.Attempts
@@ -141,11 +150,13 @@ func (r *Result) Summarize() Summary {
 	return s
 }
 
-// stoppedUnder says t was in flight on an instance when the scenario
-// signalled it: between its start and its end a mark names its instance.
+// stoppedUnder says t was on an instance when the scenario signalled it:
+// it started before the signal (or within the second the process took to
+// go), and ended after it, within a few seconds. Its outcome says whether
+// the stop cut it.
 func (r *Result) stoppedUnder(t TurnRecord) bool {
 	for _, m := range r.Marks {
-		if m.At >= t.Start && m.At <= t.End+time.Second &&
+		if t.Start <= m.At+time.Second && t.End >= m.At && t.End <= m.At+5*time.Second &&
 			(m.Label == fmt.Sprintf("SIGKILL instance %d", t.Instance) || m.Label == fmt.Sprintf("SIGTERM instance %d", t.Instance)) {
 			return true
 		}
@@ -179,8 +190,9 @@ func evaluate(r *Result) []Goal {
 			pct(s.Answered, eligible), s.Answered, eligible, s.Refused, s.Errors, s.Killed, s.Cut-min(s.Cut, s.Killed), s.Lost, s.NoTarget),
 		verdict(eligible > 0 && float64(s.Answered) >= goalAnswered*float64(eligible))})
 	g = append(g, Goal{"no 5xx", "0 5xx responses or error frames", fmt.Sprint(s.ServerErrors), verdict(s.ServerErrors == 0)})
-	g = append(g, Goal{"p99 time to first byte", "≤ " + r.Options.TTFBGoal.String() + " (WebSocket and SSE turns)",
-		fmt.Sprintf("%v (p50 %v, p95 %v)", s.TTFB.P99.Round(time.Millisecond), s.TTFB.P50.Round(time.Millisecond), s.TTFB.P95.Round(time.Millisecond)),
+	g = append(g, Goal{"p99 time to first byte", "≤ " + r.Options.TTFBGoal.String() + " (P0 chat over WebSocket and SSE)",
+		fmt.Sprintf("%v (p50 %v, p95 %v; P1/P2 turns, which may wait for quota: p99 %v)", s.TTFB.P99.Round(time.Millisecond),
+			s.TTFB.P50.Round(time.Millisecond), s.TTFB.P95.Round(time.Millisecond), s.LaterTTFB.P99.Round(time.Millisecond)),
 		verdict(s.TTFB.P99 > 0 && s.TTFB.P99 <= r.Options.TTFBGoal)})
 	if s.ModelTurns > 0 {
 		g = append(g, Goal{"retry amplification", fmt.Sprintf("≤ %.2f× upstream attempts per turn", goalAmplification),

@@ -91,7 +91,7 @@ const (
 // TurnRecord is one load turn as its client saw it. Times are since the
 // run's start.
 type TurnRecord struct {
-	Start, FirstByte, End time.Duration
+	Start, FirstByte, End time.Duration `json:"-"`
 	Instance              int
 	Channel, Priority     string
 	Status                int // HTTP status; 101 for a WebSocket
@@ -111,7 +111,7 @@ type recorder struct {
 	start time.Time
 	mu    sync.Mutex
 	turns []TurnRecord
-	notes []string
+	notes []Mark // the fault timeline, for the live display
 }
 
 func (rc *recorder) add(t TurnRecord) {
@@ -131,7 +131,7 @@ func (rc *recorder) reset() {
 
 func (rc *recorder) note(s string) {
 	rc.mu.Lock()
-	rc.notes = append(rc.notes, s)
+	rc.notes = append(rc.notes, Mark{At: time.Since(rc.start), Label: s})
 	rc.mu.Unlock()
 }
 

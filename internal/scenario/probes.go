@@ -286,3 +286,42 @@ func (r *runner) checkPersisted(ctx context.Context) Persistence {
 		}
 	}
 }
+
+// LiveView is what the dashboards' live feed said at the end of the load.
+type LiveView struct {
+	Turns          int64   `json:"turns"`
+	TurnsPerSecond float64 `json:"turnsPerSecond"`
+	Errors         int64   `json:"errors"`
+	LatencyMs      struct {
+		P50 *float64 `json:"p50"`
+		P99 *float64 `json:"p99"`
+	} `json:"latencyMs"`
+	Instances []struct {
+		ID             string    `json:"id"`
+		LastSeen       time.Time `json:"lastSeen"`
+		Turns          int64     `json:"turns"`
+		TurnsPerSecond float64   `json:"turnsPerSecond"`
+		Errors         int64     `json:"errors"`
+	} `json:"instances"`
+	FleetError string `json:"fleetError"`
+	Error      string `json:"-"`
+}
+
+// liveView reads the live snapshot of the first instance that answers.
+func (r *runner) liveView(ctx context.Context) LiveView {
+	var v LiveView
+	for _, in := range r.fleet.instances {
+		data, status, err := r.admin(ctx, in, http.MethodGet, "/admin/live/snapshot", "")
+		if err != nil || status != http.StatusOK {
+			v.Error = fmt.Sprintf("instance %d: status %d %v", in.id, status, err)
+			continue
+		}
+		if err := json.Unmarshal(data, &v); err != nil {
+			v.Error = err.Error()
+			continue
+		}
+		v.Error = ""
+		return v
+	}
+	return v
+}

@@ -20,6 +20,7 @@ type progress struct {
 	bar   *progressbar.ProgressBar
 	out   io.Writer
 	start time.Time
+	shown int // fault marks already printed
 }
 
 const plainEvery = 5 * time.Second
@@ -93,6 +94,7 @@ func (p *progress) loop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		p.printMarks()
 		if p.bar != nil {
 			p.bar.Describe(p.status(3 * time.Second))
 			_ = p.bar.Set64(min(int64(time.Since(p.start).Seconds()), int64(p.opts.Duration.Seconds())))
@@ -102,10 +104,28 @@ func (p *progress) loop(ctx context.Context) {
 	}
 }
 
+// printMarks prints the fault timeline's new entries on lines of their own.
+func (p *progress) printMarks() {
+	p.rec.mu.Lock()
+	notes := append([]Mark(nil), p.rec.notes[p.shown:]...)
+	p.shown = len(p.rec.notes)
+	p.rec.mu.Unlock()
+	if len(notes) == 0 {
+		return
+	}
+	if p.bar != nil {
+		_ = p.bar.Clear()
+	}
+	for _, n := range notes {
+		fmt.Fprintf(p.out, "%s %.1fs  ⚑ %s\n", p.name, n.At.Seconds(), n.Label)
+	}
+}
+
 func (p *progress) finish() {
 	if p.out == nil {
 		return
 	}
+	p.printMarks()
 	if p.bar != nil {
 		_ = p.bar.Finish()
 		fmt.Fprintln(p.out)

@@ -1,6 +1,8 @@
 package scenario
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"html"
 	"math"
@@ -20,6 +22,26 @@ func writeReport(dir string, opts Options, results []*Result) error {
 		return fmt.Errorf("report: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "report.html"), []byte(htmlReport(opts, results)), 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if len(results) == 1 {
+		return writeTurns(filepath.Join(dir, "turns.jsonl"), results[0].Turns)
+	}
+	return nil
+}
+
+// writeTurns writes every turn's record, one JSON line each, for a closer
+// look than the report's.
+func writeTurns(path string, turns []TurnRecord) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	for _, t := range turns {
+		_ = enc.Encode(struct {
+			StartMs, FirstByteMs, EndMs int64
+			TurnRecord
+		}{t.Start.Milliseconds(), t.FirstByte.Milliseconds(), t.End.Milliseconds(), t})
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
 	return nil
@@ -92,6 +114,7 @@ func markdown(opts Options, results []*Result) string {
 		if len(r.RateProbe.Outcomes) > 0 {
 			fmt.Fprintf(&b, "Rate-limit probe: %d sent, outcomes %s.\n", r.RateProbe.Sent, mapLine(r.RateProbe.Outcomes))
 		}
+		b.WriteString(liveLine(r.Live) + "\n")
 		for _, e := range r.SessionProbe.Examples {
 			fmt.Fprintf(&b, "- session probe: %s\n", e)
 		}
@@ -464,6 +487,7 @@ func htmlReport(opts Options, results []*Result) string {
 		}
 		fmt.Fprintf(&b, `</p><p class="muted">%d turns (%s), %d answered; tiers %s; %d rerouted by the balancer; batch: %s</p>`,
 			s.Sent, html.EscapeString(mapLine(s.Channels)), s.Answered, html.EscapeString(mapLine(s.Tiers)), s.Rerouted, html.EscapeString(batchLine(r.Batch)))
+		fmt.Fprintf(&b, `<p class="muted">%s</p>`, html.EscapeString(liveLine(r.Live)))
 		charts := []string{
 			svgChart("Latency of answered turns (by second they ended)", "s", n, latencySeries(r, n), r.Marks, false, 0),
 			svgChart("Tier mix: answers per second by the tier that served", "", n, tierSeries(r, n), r.Marks, true, 0),
@@ -498,4 +522,23 @@ func batchLine(bt BatchOutcome) string {
 		return bt.Error
 	}
 	return fmt.Sprintf("%s, %d of %d completed, %d failed", bt.Status, bt.Completed, bt.Total, bt.Failed)
+}
+
+// liveLine says what the live feed showed at the end of the load.
+func liveLine(v LiveView) string {
+	if v.Error != "" {
+		return "Live view: " + v.Error + "."
+	}
+	var parts []string
+	for _, in := range v.Instances {
+		parts = append(parts, fmt.Sprintf("%s %.1f turns/s, %d errors", in.ID, in.TurnsPerSecond, in.Errors))
+	}
+	line := fmt.Sprintf("Live view of instance 0 at the end of the load (last minute): %.1f turns/s, %d errors", v.TurnsPerSecond, v.Errors)
+	if len(parts) > 0 {
+		line += fmt.Sprintf(" over %d instances (%s)", len(v.Instances), strings.Join(parts, "; "))
+	}
+	if v.FleetError != "" {
+		line += "; fleet view failed: " + v.FleetError
+	}
+	return line + "."
 }

@@ -95,6 +95,7 @@ func runOne(ctx context.Context, opts Options, def definition, dir string) (*Res
 
 	inflight := r.load(runCtx)
 	loadEnd := time.Since(r.start)
+	lv := r.liveView(runCtx)
 	ferr := <-faultErr
 	waitGroup(inflight, drainLoadLimit)
 
@@ -103,7 +104,10 @@ func runOne(ctx context.Context, opts Options, def definition, dir string) (*Res
 	} else {
 		batch = r.waitBatch(runCtx, batchInst, batchID)
 	}
-	r.clearFaults(ctx)
+	// Put a target back even after Ctrl-C: a bounded context of its own.
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 2*adminTimeout)
+	r.clearFaults(cctx)
+	ccancel()
 	persist := r.checkPersisted(runCtx)
 	cancel()
 	bg.Wait()
@@ -113,7 +117,7 @@ func runOne(ctx context.Context, opts Options, def definition, dir string) (*Res
 		Name: def.name, About: def.about, Options: opts,
 		Started: r.start, Duration: loadEnd, Instances: len(f.instances),
 		Marks: r.marks, Turns: r.rec.all(), Samples: smp.samples,
-		RateProbe: rl, SessionProbe: sess, Batch: batch, Persist: persist,
+		RateProbe: rl, SessionProbe: sess, Batch: batch, Persist: persist, Live: lv,
 	}
 	if ferr != nil {
 		res.FaultError = ferr.Error()
@@ -159,7 +163,9 @@ func (r *runner) faults(ctx context.Context) error {
 			return nil
 		case <-time.After(time.Until(r.start.Add(at))):
 		}
-		r.mark(s.label)
+		if s.label != "" {
+			r.mark(s.label)
+		}
 		if err := s.do(ctx, r); err != nil {
 			r.mark("fault failed: " + err.Error())
 			return err

@@ -64,10 +64,12 @@ type Options struct {
 	Env        []string
 	// RedisServer is the redis-server binary (default: from PATH).
 	RedisServer string
-	// RateLimitRedisTimeout, when set, overrides rateLimit.redisTimeout in
-	// the started fleet's config (default: the gateway's own, 50 ms). Past
-	// it a limiter decides locally, which loosens fleet-wide accuracy.
-	RateLimitRedisTimeout time.Duration
+	// RedisTimeout, when set, overrides the per-call Redis timeouts of the
+	// rate limiter and the session store in the started fleet's config
+	// (default: the gateway's own, 50 ms and 250 ms). Past them a limiter
+	// decides on its local share and a turn answers without history, which
+	// a slow machine (race-built instances) would show as misses.
+	RedisTimeout time.Duration
 	// Pace speeds the simulated models up (2 = twice the tokens per second,
 	// half the time to first token); default 1, the MangaAssist profile.
 	Pace float64
@@ -181,10 +183,16 @@ func Run(ctx context.Context, opts Options) ([]*Result, error) {
 			dir = filepath.Join(opts.ReportDir, d.name)
 		}
 		res, err := runOne(ctx, opts, d, dir)
+		if res != nil {
+			results = append(results, res)
+		}
 		if err != nil {
+			// Interrupted: report what was measured so far.
+			if len(results) > 0 {
+				_ = writeReport(opts.ReportDir, opts, results)
+			}
 			return results, fmt.Errorf("%s: %w", d.name, err)
 		}
-		results = append(results, res)
 		if len(defs) > 1 {
 			if err := writeReport(dir, opts, []*Result{res}); err != nil {
 				return results, err
@@ -219,7 +227,8 @@ type definition struct {
 	steps    []step
 }
 
-// step is one action of a scenario's timeline, at a fraction of the run.
+// step is one action of a scenario's timeline, at a fraction of the run;
+// an empty label marks nothing (the action marks its own moment).
 type step struct {
 	at    float64
 	label string
@@ -282,8 +291,9 @@ var definitions = []definition{
 		about:    "One instance is SIGKILLed mid-stream, then started again: its in-flight turns end in a visible error, its events are replayed.",
 		ownFleet: true,
 		steps: []step{
-			{0.30, "SIGKILL instance 0", func(_ context.Context, r *runner) error {
+			{0.30, "", func(_ context.Context, r *runner) error {
 				r.waitStreaming(0, 3*time.Second) // mid-stream
+				r.mark("SIGKILL instance 0")
 				return r.kill(0, syscall.SIGKILL)
 			}},
 			{0.50, "instance 0 restarted", func(ctx context.Context, r *runner) error {

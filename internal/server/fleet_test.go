@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
+	"github.com/fmgate/fmgate/internal/browsertest"
 	"github.com/fmgate/fmgate/internal/live"
 	"github.com/fmgate/fmgate/internal/redistest"
 )
@@ -120,5 +123,23 @@ func TestFleetLiveFiguresAreFleetWide(t *testing.T) {
 	}
 	if snap.LatencyMs.P99 == nil {
 		t.Error("no fleet latency percentiles")
+	}
+
+	// The live ops view lists the instances.
+	ctx := browsertest.New(t, 60*time.Second)
+	p := page{t: t, ctx: ctx}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srvs[1].URL+"/dashboard/"),
+		chromedp.WaitVisible(`#token`),
+		chromedp.SendKeys(`#token`, testAdminToken),
+		chromedp.Click(`#signin`),
+		chromedp.WaitVisible(`#view`),
+	); err != nil {
+		t.Fatalf("log in: %v", err)
+	}
+	p.open("#/ops")
+	p.wait("instance list", `document.querySelectorAll('[data-testid="instance-list"] tbody tr').length === 3`)
+	if ids := p.eval(`[...document.querySelectorAll('[data-testid="instance-list"] tbody tr')].map(r => r.cells[0].textContent).join(",")`); ids != "gw-0,gw-1,gw-2" {
+		t.Errorf("live ops lists instances %q; want gw-0,gw-1,gw-2", ids)
 	}
 }

@@ -37,6 +37,9 @@ export default {
     const breakerPanel = panel("Breakers", { testid: "breakers" });
     const quotaPanel = panel("Quota saturation (fleet)", { testid: "quota" });
     const codePanel = panel("Errors by code (last 60 s)", { testid: "error-codes" });
+    // Fleet mode: one line per gateway instance publishing its window.
+    const instancePanel = panel("Instances (fleet, last 60 s)", { testid: "instances" });
+    instancePanel.el.hidden = true;
     const charts = [
       ["Latency (ms)", [{ label: "p50" }, { label: "p95" }, { label: "p99" }], ms, (s) => [s.latencyMs?.p50, s.latencyMs?.p95, s.latencyMs?.p99]],
       ["Time to first token (ms)", [{ label: "p50" }, { label: "p95" }, { label: "p99" }], ms, (s) => [s.ttftMs?.p50, s.ttftMs?.p95, s.ttftMs?.p99]],
@@ -65,7 +68,7 @@ export default {
       h("div", { class: "section-head" }, h("h2", null, "Live"), asOf),
       stateNote,
       h("div", { class: "tiles" }, Object.values(tiles).map((t) => t.el)),
-      h("div", { class: "panels" }, tierPanel.el, breakerPanel.el, quotaPanel.el, codePanel.el),
+      h("div", { class: "panels" }, tierPanel.el, breakerPanel.el, quotaPanel.el, codePanel.el, instancePanel.el),
       h("div", { class: "panels charts" }, charts.map((c) => c.p.el), satPanel.el),
       stored.el,
     );
@@ -81,8 +84,9 @@ export default {
       const s = live.latest;
       if (!s) return;
       asOf.textContent = `as of ${clock(s.t)} · window ${s.windowSeconds || 60} s · ${live.history.length} snapshots kept`;
-      stateNote.textContent = s.stateError ? `Some figures could not be read: ${s.stateError}` : "";
-      stateNote.hidden = !s.stateError;
+      const problems = [s.stateError, s.fleetError && `fleet view (showing this instance only): ${s.fleetError}`].filter(Boolean);
+      stateNote.textContent = problems.length ? `Some figures could not be read: ${problems.join("; ")}` : "";
+      stateNote.hidden = !problems.length;
       tiles.turns.set(int(s.turns), s.turns, `${(s.turnsPerSecond || 0).toFixed(2)} per second`);
       tiles.p50.set(ms(s.latencyMs?.p50), s.latencyMs?.p50);
       tiles.p95.set(ms(s.latencyMs?.p95), s.latencyMs?.p95);
@@ -148,6 +152,22 @@ export default {
         columns: [{ label: "code", cell: ([c]) => c }, { label: "turns", num: true, cell: ([, n]) => int(n) }],
         rows: codes,
       }));
+
+      const instances = s.instances || [];
+      instancePanel.el.hidden = instances.length === 0;
+      if (instances.length) {
+        instancePanel.show(table({
+          testid: "instance-list",
+          empty: "No instance reported.",
+          columns: [
+            { label: "instance", cell: (x) => x.id },
+            { label: "last seen", cell: (x) => clock(x.lastSeen) },
+            { label: "turns/s", num: true, cell: (x) => (x.turnsPerSecond || 0).toFixed(2) },
+            { label: "errors", num: true, cell: (x) => int(x.errors) },
+          ],
+          rows: instances,
+        }));
+      }
 
       const hist = live.history;
       const xs = hist.map((x) => secs(x.t));
