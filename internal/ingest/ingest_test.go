@@ -101,7 +101,8 @@ func waitStored(t *testing.T, s *pgstore.Store, want int64) pgstore.Stats {
 func TestExactlyOnceAcrossIngesterCrashAndDatabaseRestart(t *testing.T) {
 	cfg, sink := testStream(t)
 	ctx := context.Background()
-	store, err := pgstore.Open(ctx, pgtest.DSN(), pgstore.Options{Schema: pgtest.Schema(t), MaxConns: 4})
+	schema := pgtest.Schema(t)
+	store, err := pgstore.Open(ctx, pgtest.DSN(), pgstore.Options{Schema: schema, MaxConns: 4, AppName: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestExactlyOnceAcrossIngesterCrashAndDatabaseRestart(t *testing.T) {
 	})
 	// The database drops every connection of the store mid-stream.
 	waitStored(t, store, int64(len(data))*2/3)
-	terminateBackends(t)
+	terminateBackends(t, schema)
 	publish(t, sink, data[:100]) // and a gateway re-sends some spans
 
 	st := waitStored(t, store, int64(len(data)))
@@ -167,9 +168,9 @@ func TestExactlyOnceAcrossIngesterCrashAndDatabaseRestart(t *testing.T) {
 	t.Logf("first ingester %+v, second %+v", a.Stats(), b.Stats())
 }
 
-// terminateBackends ends every connection the store holds, as a database
-// restart would.
-func terminateBackends(t *testing.T) {
+// terminateBackends ends every connection of the store (named app), as a
+// database restart would.
+func terminateBackends(t *testing.T, app string) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, pgtest.DSN())
@@ -179,7 +180,7 @@ func terminateBackends(t *testing.T) {
 	defer conn.Close(ctx)
 	var n int
 	if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = 'fmgate' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+		WHERE application_name = $1 AND pid <> pg_backend_pid()`, app).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n == 0 {

@@ -41,6 +41,8 @@ type Options struct {
 	ReadOnly bool
 	// MaxConns of the pool; default 8.
 	MaxConns int32
+	// AppName is the connections' application_name; default "fmgate".
+	AppName string
 	// Now is the clock of default query ranges; nil is time.Now.
 	Now func() time.Time
 	// Log receives what the store cannot report to a caller.
@@ -81,7 +83,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.Schema != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
 	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = "fmgate"
+	if opts.AppName == "" {
+		opts.AppName = "fmgate"
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = opts.AppName
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
