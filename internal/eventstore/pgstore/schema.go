@@ -56,6 +56,8 @@ var schema = []string{
 		errors bigint NOT NULL,
 		fallbacks bigint NOT NULL,
 		latency_ms bigint NOT NULL,
+		first_ts bigint NOT NULL,
+		last_ts bigint NOT NULL,
 		PRIMARY KEY (lvl, bucket, feature, surface, locale, user_tier, graph_version, model_id, prompt_version, tool_id)
 	)`,
 
@@ -116,16 +118,18 @@ var mergeSQL = `WITH ins AS (
 	SELECT *, (name = 'turn')::int AS is_turn, (status = 'failed')::int AS is_err,
 		(status = 'fallback' OR fallback_used <> '')::int AS is_fb FROM ins
 ), r AS (
-	INSERT INTO rollup AS o (lvl, bucket, ` + dimCols + `, spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms)
+	INSERT INTO rollup AS o (lvl, bucket, ` + dimCols + `, spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms, first_ts, last_ts)
 	SELECT l.lvl, x.ts_start - ((x.ts_start % l.w) + l.w) % l.w, ` + prefixed("x.", dimCols) + `,
-		count(*), sum(is_turn), sum(tokens_in), sum(tokens_out), sum(cost), sum(is_err), sum(is_fb), sum(duration_ms)
+		count(*), sum(is_turn), sum(tokens_in), sum(tokens_out), sum(cost), sum(is_err), sum(is_fb), sum(duration_ms),
+		min(ts_start), max(ts_start)
 	FROM x CROSS JOIN (VALUES (1, ` + strconv.Itoa(minuteMS) + `::bigint), (2, ` + strconv.Itoa(hourMS) + `::bigint)) AS l(lvl, w)
 	GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 	ON CONFLICT (lvl, bucket, ` + dimCols + `) DO UPDATE SET
 		spans = o.spans + excluded.spans, turns = o.turns + excluded.turns,
 		tokens_in = o.tokens_in + excluded.tokens_in, tokens_out = o.tokens_out + excluded.tokens_out,
 		cost = o.cost + excluded.cost, errors = o.errors + excluded.errors,
-		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms
+		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms,
+		first_ts = least(o.first_ts, excluded.first_ts), last_ts = greatest(o.last_ts, excluded.last_ts)
 ), t AS (
 	INSERT INTO turns AS o (trace_id, ts_start, last_ts, user_id_hash, session_id, feature, surface, locale, user_tier,
 		graph_version, root_span_id, duration_ms, status, eval_score,
