@@ -41,6 +41,9 @@ type Options struct {
 	ReadOnly bool
 	// MaxConns of the pool; default 8.
 	MaxConns int32
+	// Retention: Write skips spans that started longer ago, and Prune
+	// is meant to be called with now − Retention. Zero keeps everything.
+	Retention time.Duration
 	// AppName is the connections' application_name; default "fmgate".
 	AppName string
 	// Now is the clock of default query ranges; nil is time.Now.
@@ -51,8 +54,9 @@ type Options struct {
 
 // Store is the PostgreSQL event store. It is safe for concurrent use.
 type Store struct {
-	pool   *pgxpool.Pool
-	schema string
+	pool      *pgxpool.Pool
+	schema    string
+	retention time.Duration
 	now    func() time.Time
 	log    *slog.Logger
 
@@ -91,7 +95,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
-	s := &Store{pool: pool, schema: opts.Schema, now: opts.Now, log: opts.Log, days: map[int64]bool{}}
+	s := &Store{pool: pool, schema: opts.Schema, retention: opts.Retention, now: opts.Now, log: opts.Log, days: map[int64]bool{}}
 	if opts.ReadOnly {
 		return s, nil
 	}
@@ -190,6 +194,18 @@ func floorDiv(a, b int64) int64 {
 // skipped and adds nothing to the sums, so a batch delivered again after a
 // crash is harmless. It returns the number of spans newly stored.
 func (s *Store) Write(ctx context.Context, batch []events.Event) (int64, error) {
+	if s.retention > 0 {
+		cutoff := s.now().Add(-s.retention)
+		kept := batch[:0:0]
+		for i := range batch {
+			if !batch[i].TSStart.Before(cutoff) {
+				kept = append(kept, batch[i])
+			}
+		}
+		if len(kept) < len(batch) {
+			batch = kept
+		}
+	}
 	if len(batch) == 0 {
 		return 0, nil
 	}
@@ -254,6 +270,57 @@ func spanRow(e *events.Event, rec []byte) []any {
 		string(e.Outcome.Status), e.Outcome.FallbackUsed,
 		int64(e.Resource.TokensIn), int64(e.Resource.TokensOut), cost, e.DurationMS, eval, rec,
 	}
+}
+
+// Prune drops the day partitions of spans that all started before before,
+// and the turns and roll-up buckets that started before it.
+func (s *Store) Prune(ctx context.Context, before time.Time) error {
+	b := before.UnixMilli()
+	rs, err := s.pool.Query(ctx, `SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i
+		JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
+		WHERE p.relname = 'spans' AND p.relnamespace = to_regnamespace(current_schema())`)
+	if err != nil {
+		return fmt.Errorf("pgstore: prune: %w", err)
+	}
+	var drop []string
+	for rs.Next() {
+		var name, bound string
+		if err := rs.Scan(&name, &bound); err != nil {
+			rs.Close()
+			return fmt.Errorf("pgstore: prune: %w", err)
+		}
+		// FOR VALUES FROM ('a') TO ('b')
+		var lo, hi int64
+		if _, err := fmt.Sscanf(bound, "FOR VALUES FROM ('%d') TO ('%d')", &lo, &hi); err == nil && hi <= b {
+			drop = append(drop, name)
+		}
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("pgstore: prune: %w", err)
+	}
+	for _, name := range drop {
+		if _, err := s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{name}.Sanitize()); err != nil {
+			return fmt.Errorf("pgstore: prune %s: %w", name, err)
+		}
+	}
+	s.mu.Lock()
+	for d := range s.days {
+		if (d+1)*dayMS <= b {
+			delete(s.days, d)
+		}
+	}
+	s.mu.Unlock()
+	for _, q := range []string{
+		`DELETE FROM turns WHERE ts_start < $1`,
+		`DELETE FROM rollup WHERE lvl = 1 AND bucket + ` + strconv.Itoa(minuteMS) + ` <= $1`,
+		`DELETE FROM rollup WHERE lvl = 2 AND bucket + ` + strconv.Itoa(hourMS) + ` <= $1`,
+	} {
+		if _, err := s.pool.Exec(ctx, q, b); err != nil {
+			return fmt.Errorf("pgstore: prune: %w", err)
+		}
+	}
+	return nil
 }
 
 // Stats are the store's sizes, for the ingest command and tests.
