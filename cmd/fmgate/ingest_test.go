@@ -70,7 +70,9 @@ func TestIngestCommandMovesSpansIntoPostgres(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	var out lockedBuffer
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"ingest", "-config", cfgPath, "-dsn", dsn, "-stats", "0"}, &out, io.Discard) }()
+	go func() {
+		done <- run(ctx, []string{"ingest", "-config", cfgPath, "-dsn", dsn, "-stats", "0"}, &out, io.Discard)
+	}()
 
 	store, err := pgstore.Open(context.Background(), dsn, pgstore.Options{ReadOnly: true})
 	if err != nil {
@@ -93,4 +95,3 @@ func TestIngestCommandMovesSpansIntoPostgres(t *testing.T) {
 		t.Fatalf("output %q does not say %q", out.String(), want)
 	}
 }
-

@@ -57,8 +57,8 @@ type Store struct {
 	pool      *pgxpool.Pool
 	schema    string
 	retention time.Duration
-	now    func() time.Time
-	log    *slog.Logger
+	now       func() time.Time
+	log       *slog.Logger
 
 	mu   sync.Mutex
 	days map[int64]bool // day partitions known to exist
