@@ -40,8 +40,28 @@ func Dataset(seed uint64, n int) []events.Event { return DatasetEvery(seed, n, 3
 // DatasetEvery is Dataset with turns starting every (about) every: 86ms is
 // MangaAssist's 1M turns a day.
 func DatasetEvery(seed uint64, n int, every time.Duration) []events.Event {
+	return DatasetUsers(seed, n, every, 5)
+}
+
+// UserHash is the user_id_hash of user k of a dataset with more than five
+// users.
+func UserHash(k int) string { return fmt.Sprintf("%016x", uint64(k)*0x9e3779b97f4a7c15+1) }
+
+// DatasetUsers is DatasetEvery with users users (five: fixed hashes; more:
+// UserHash(0..users-1)), each turn's user drawn at random.
+func DatasetUsers(seed uint64, n int, every time.Duration, users int) []events.Event {
 	r := rand.New(rand.NewPCG(seed, 1))
-	users := []string{"a1b2c3d4e5f60718", "0f1e2d3c4b5a6978", "deadbeefcafe0001", "1111222233334444", "9999888877776666"}
+	hashes := []string{"a1b2c3d4e5f60718", "0f1e2d3c4b5a6978", "deadbeefcafe0001", "1111222233334444", "9999888877776666"}
+	if users > len(hashes) {
+		hashes = make([]string, users)
+		for k := range hashes {
+			hashes[k] = UserHash(k)
+		}
+	}
+	return dataset(r, seed, n, every, hashes)
+}
+
+func dataset(r *rand.Rand, seed uint64, n int, every time.Duration, users []string) []events.Event {
 	features := []string{"chat", "recommend", "order_status"}
 	var out []events.Event
 	for i := range n {
