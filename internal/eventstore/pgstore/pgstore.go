@@ -141,19 +141,17 @@ func retryable(err error) bool {
 
 const dayMS = 24 * 60 * 60 * 1000
 
-// ensureDays creates the day partitions the spans fall in.
+// ensureDays creates the day partitions the spans fall in. Writers wait
+// for each other here only while a partition is being created: a writer
+// must not go on before its day exists.
 func (s *Store) ensureDays(ctx context.Context, batch []events.Event) error {
-	var missing []int64
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for i := range batch {
 		d := floorDiv(unixMilli(batch[i].TSStart), dayMS)
-		if !s.days[d] {
-			s.days[d] = true // optimistic; undone on failure below
-			missing = append(missing, d)
+		if s.days[d] {
+			continue
 		}
-	}
-	s.mu.Unlock()
-	for i, d := range missing {
 		name := "spans_" + time.UnixMilli(d*dayMS).UTC().Format("20060102")
 		if d < 0 {
 			name = "spans_m" + strconv.FormatInt(-d, 10)
@@ -161,13 +159,9 @@ func (s *Store) ensureDays(ctx context.Context, batch []events.Event) error {
 		_, err := s.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF spans FOR VALUES FROM (%d) TO (%d)`,
 			pgx.Identifier{name}.Sanitize(), d*dayMS, (d+1)*dayMS))
 		if err != nil && !isDuplicate(err) {
-			s.mu.Lock()
-			for _, d := range missing[i:] {
-				delete(s.days, d)
-			}
-			s.mu.Unlock()
 			return fmt.Errorf("pgstore: partition %s: %w", name, err)
 		}
+		s.days[d] = true
 	}
 	return nil
 }
