@@ -55,7 +55,7 @@ func ingestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	log := slog.New(events.NewLogHandler(slog.NewJSONHandler(stderr, nil)))
 
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	store, err := pgstore.Open(octx, pg, pgstore.Options{Log: log, MaxConns: int32(*workers) + 2})
+	store, err := pgstore.Open(octx, pg, pgstore.Options{Log: log, MaxConns: int32(*workers) + 2, Retention: cfg.EventStore.Retention})
 	cancel()
 	if err != nil {
 		return err
@@ -70,6 +70,9 @@ func ingestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		n.URL, n.Stream, *durable, *workers, *batch)
 	if *every > 0 {
 		go logProgress(ctx, in, *every, n, *durable, log)
+	}
+	if r := cfg.EventStore.Retention; r > 0 {
+		go prune(ctx, store, r, cfg.EventStore.RetentionInterval, log)
 	}
 	err = in.Run(ctx)
 	st := in.Stats()
@@ -100,5 +103,24 @@ func logProgress(ctx context.Context, in *ingest.Ingester, every time.Duration, 
 		}
 		last = st.Stored
 		log.Info("ingest progress", attrs...)
+	}
+}
+
+// prune drops what is older than the retention (eventStore.retention),
+// every interval. Several ingesters pruning at once is harmless.
+func prune(ctx context.Context, store *pgstore.Store, retention, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, every)
+		if err := store.Prune(pctx, time.Now().Add(-retention)); err != nil && ctx.Err() == nil {
+			log.Warn("ingest: retention", "err", err)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }

@@ -246,6 +246,10 @@ func (s *Store) RisingFeatures(ctx context.Context, from, to time.Time, periods 
 	return out, nil
 }
 
+// Rising applies the rising-feature rules to one feature's periods and
+// returns its rise.
+func Rising(ps []PeriodCost) (float64, bool) { return rising(ps) }
+
 func rising(ps []PeriodCost) (float64, bool) {
 	first := ps[0]
 	if first.Turns == 0 {

@@ -135,6 +135,11 @@ func (s *Store) compareSide(ctx context.Context, dim, version string, q Query) (
 	return side, nil
 }
 
+// Finish sets the rates, means and percentiles of a side whose counts
+// and cost are summed, from its turns' durations and the sum of its eval
+// scores.
+func (c *CompareSide) Finish(durations []int64, evalSum float64) { c.finish(durations, evalSum) }
+
 func (c *CompareSide) finish(durations []int64, evalSum float64) {
 	if c.Turns > 0 {
 		n := float64(c.Turns)

@@ -64,6 +64,33 @@ func (s *Store) Series(ctx context.Context, q Query, step time.Duration) (Series
 	if err := q.normalize(s.now()); err != nil {
 		return SeriesReport{}, err
 	}
+	rep, err := NewSeries(q, step)
+	if err != nil {
+		return rep, err
+	}
+	stepMS, n := rep.StepSeconds*1000, int64(len(rep.Points))
+	origin := rep.Points[0].T.UnixMilli()
+	if err := s.sync(ctx); err != nil {
+		return rep, err
+	}
+	s.clamp(&q)
+	sums := make([]agg, n)
+	if err := s.seriesSums(ctx, q, origin, stepMS, sums); err != nil {
+		return rep, fmt.Errorf("eventstore: series: %w", err)
+	}
+	for i := range sums {
+		r := sums[i].row("")
+		p := &rep.Points[i]
+		p.Turns, p.Spans, p.Errors, p.Fallbacks = r.Turns, r.Spans, r.Errors, r.Fallbacks
+		p.TokensIn, p.TokensOut, p.CostUSD, p.AvgLatencyMS = r.TokensIn, r.TokensOut, r.CostUSD, r.AvgLatencyMS
+	}
+	return rep, nil
+}
+
+// NewSeries checks a normalized q and step (0: chosen, as Series
+// documents) and returns the report with every point's time set and its
+// figures zero.
+func NewSeries(q Query, step time.Duration) (SeriesReport, error) {
 	from, to := q.From.UnixMilli(), q.To.UnixMilli()
 	if step == 0 {
 		step = seriesSteps[len(seriesSteps)-1]
@@ -86,20 +113,6 @@ func (s *Store) Series(ctx context.Context, q Query, step time.Duration) (Series
 	rep := SeriesReport{From: q.From.UTC(), To: q.To.UTC(), StepSeconds: stepMS / 1000, Points: make([]SeriesPoint, n)}
 	for i := range rep.Points {
 		rep.Points[i].T = time.UnixMilli(origin + int64(i)*stepMS).UTC()
-	}
-	if err := s.sync(ctx); err != nil {
-		return rep, err
-	}
-	s.clamp(&q)
-	sums := make([]agg, n)
-	if err := s.seriesSums(ctx, q, origin, stepMS, sums); err != nil {
-		return rep, fmt.Errorf("eventstore: series: %w", err)
-	}
-	for i := range sums {
-		r := sums[i].row("")
-		p := &rep.Points[i]
-		p.Turns, p.Spans, p.Errors, p.Fallbacks = r.Turns, r.Spans, r.Errors, r.Fallbacks
-		p.TokensIn, p.TokensOut, p.CostUSD, p.AvgLatencyMS = r.TokensIn, r.TokensOut, r.CostUSD, r.AvgLatencyMS
 	}
 	return rep, nil
 }

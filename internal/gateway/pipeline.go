@@ -132,25 +132,6 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	g.loadHistory(ctx, t)
 }
 
-// loadHistory reads the caller's session. When the store cannot answer, the
-// turn goes on without history and its events say so: the turn carries the
-// capability flag no_history, and a "session" span (emitted only then)
-// carries error_code session_unavailable and the time lost.
-func (g *Gateway) loadHistory(ctx context.Context, t *Turn) {
-	start := g.now()
-	h, err := g.sessions.History(ctx, t.UserID, t.SessionID)
-	if err == nil {
-		t.History = h
-		return
-	}
-	g.log.WarnContext(ctx, "session history unavailable; answering without it", "err", err)
-	events.SpanFromContext(ctx).AddCapabilityFlag(FlagNoHistory)
-	_, span := g.tracer.Start(ctx, "session", events.WithKind(events.KindInternal),
-		events.WithNodeID("session"), events.WithStartTime(start))
-	span.SetErrorCode("session_unavailable")
-	span.End()
-}
-
 // promptFor is the prompt in force for t's session: the canary's candidate
 // for the sessions in its share, the live prompt for the others.
 func (g *Gateway) promptFor(t *Turn) (text, version string) {

@@ -224,7 +224,3 @@ func (g *Gateway) traceID(ctx context.Context, t *Turn) string {
 	}
 	return t.RequestID
 }
-
-// FlagNoHistory is the capability flag of a turn answered without its
-// session's history because the session store could not be read.
-const FlagNoHistory = "no_history"

@@ -51,7 +51,8 @@ type Config struct {
 	// MaxWait is the longest a partial batch waits for more spans. Default
 	// 250ms.
 	MaxWait time.Duration
-	// Workers fetch and commit batches concurrently. Default 2.
+	// Workers commit batches concurrently, while as many fetchers fetch
+	// and decode the next ones. Default 2.
 	Workers int
 	// AckWait is how long JetStream waits for an acknowledgement before
 	// redelivering; a batch being retried is kept alive meanwhile. Default
@@ -137,11 +138,17 @@ func (in *Ingester) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
+	// Fetchers keep the writers supplied: batches are fetched and decoded
+	// while the previous ones commit.
+	batches := make(chan fetchedBatch, in.cfg.Workers)
+	var fetchers, writers sync.WaitGroup
 	for range in.cfg.Workers {
-		wg.Go(func() { in.work(ctx, cons) })
+		fetchers.Go(func() { in.fetch(ctx, cons, batches) })
+		writers.Go(func() { in.write(ctx, batches) })
 	}
-	wg.Wait()
+	fetchers.Wait()
+	close(batches)
+	writers.Wait()
 	return nil
 }
 
@@ -181,10 +188,14 @@ func maxBytes(n int64) int64 {
 	return n
 }
 
-// work fetches and commits batches until ctx ends.
-func (in *Ingester) work(ctx context.Context, cons jetstream.Consumer) {
-	batch := make([]events.Event, 0, in.cfg.Batch)
-	msgs := make([]jetstream.Msg, 0, in.cfg.Batch)
+// fetchedBatch is one fetch: the spans decoded and their messages.
+type fetchedBatch struct {
+	spans []events.Event
+	msgs  []jetstream.Msg
+}
+
+// fetch fetches and decodes batches into out until ctx ends.
+func (in *Ingester) fetch(ctx context.Context, cons jetstream.Consumer, out chan<- fetchedBatch) {
 	for ctx.Err() == nil {
 		fetched, err := cons.Fetch(in.cfg.Batch, jetstream.FetchMaxWait(in.cfg.MaxWait))
 		if err != nil {
@@ -192,7 +203,7 @@ func (in *Ingester) work(ctx context.Context, cons jetstream.Consumer) {
 			sleep(ctx, time.Second)
 			continue
 		}
-		batch, msgs = batch[:0], msgs[:0]
+		b := fetchedBatch{spans: make([]events.Event, 0, in.cfg.Batch), msgs: make([]jetstream.Msg, 0, in.cfg.Batch)}
 		for m := range fetched.Messages() {
 			e, err := events.Decode(m.Data())
 			if err != nil {
@@ -207,27 +218,47 @@ func (in *Ingester) work(ctx context.Context, cons jetstream.Consumer) {
 				_ = m.Term()
 				continue
 			}
-			batch = append(batch, e)
-			msgs = append(msgs, m)
+			b.spans = append(b.spans, e)
+			b.msgs = append(b.msgs, m)
 		}
 		if err := fetched.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
 			in.log.Warn("ingest: fetch", "err", err)
 		}
-		if len(batch) == 0 {
+		if len(b.spans) == 0 {
 			continue
 		}
-		if !in.commit(ctx, batch, msgs) {
+		select {
+		case out <- b:
+		case <-ctx.Done():
+			nakAll(b.msgs)
 			return
 		}
-		for _, m := range msgs {
+	}
+}
+
+// write commits the batches of in and acknowledges them; once ctx has
+// ended, the batches left are handed back for redelivery.
+func (in *Ingester) write(ctx context.Context, batches <-chan fetchedBatch) {
+	for b := range batches {
+		if ctx.Err() != nil || !in.commit(ctx, b.spans, b.msgs) {
+			nakAll(b.msgs)
+			continue
+		}
+		for _, m := range b.msgs {
 			_ = m.Ack()
 		}
 	}
 }
 
+func nakAll(msgs []jetstream.Msg) {
+	for _, m := range msgs {
+		_ = m.Nak()
+	}
+}
+
 // commit writes the batch, retrying with backoff while the store fails;
 // the messages are kept alive meanwhile. It returns false when ctx ended
-// first: the batch is then handed back to the stream for redelivery.
+// first.
 func (in *Ingester) commit(ctx context.Context, batch []events.Event, msgs []jetstream.Msg) bool {
 	write := func() (int64, error) {
 		// A commit in flight when ctx ends may finish: its spans are then
@@ -247,9 +278,6 @@ func (in *Ingester) commit(ctx context.Context, batch []events.Event, msgs []jet
 		}
 		in.retries.Add(1)
 		if ctx.Err() != nil || !sleep(ctx, backoff) {
-			for _, m := range msgs {
-				_ = m.Nak()
-			}
 			return false
 		}
 		in.log.Warn("ingest: commit failed; retrying", "spans", len(batch), "err", err, "retry_in", backoff)

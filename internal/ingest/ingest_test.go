@@ -27,7 +27,7 @@ const natsURL = "nats://127.0.0.1:4222"
 
 // testStream returns a config naming a stream of the test's own, deleted
 // when the test ends, and a sink publishing to it as a gateway does.
-func testStream(t *testing.T) (Config, *sinks.NATS) {
+func testStream(t testing.TB) (Config, *sinks.NATS) {
 	t.Helper()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -53,7 +53,7 @@ func testStream(t *testing.T) (Config, *sinks.NATS) {
 	return cfg, sink
 }
 
-func publish(t *testing.T, sink *sinks.NATS, spans []events.Event) {
+func publish(t testing.TB, sink *sinks.NATS, spans []events.Event) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -86,9 +86,13 @@ func (c *crashing) Write(ctx context.Context, batch []events.Event) (int64, erro
 }
 
 // waitStored waits, within a deadline, until the store holds want spans.
-func waitStored(t *testing.T, s *pgstore.Store, want int64) pgstore.Stats {
+func waitStored(t testing.TB, s *pgstore.Store, want int64) pgstore.Stats {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	wait := time.Minute
+	if _, bench := t.(*testing.B); bench {
+		wait = 10 * time.Minute
+	}
+	deadline := time.Now().Add(wait)
 	for {
 		st, err := s.Stats(context.Background())
 		if err == nil && st.Spans >= want || time.Now().After(deadline) {
@@ -101,7 +105,8 @@ func waitStored(t *testing.T, s *pgstore.Store, want int64) pgstore.Stats {
 func TestExactlyOnceAcrossIngesterCrashAndDatabaseRestart(t *testing.T) {
 	cfg, sink := testStream(t)
 	ctx := context.Background()
-	store, err := pgstore.Open(ctx, pgtest.DSN(), pgstore.Options{Schema: pgtest.Schema(t), MaxConns: 4})
+	schema := pgtest.Schema(t)
+	store, err := pgstore.Open(ctx, pgtest.DSN(), pgstore.Options{Schema: schema, MaxConns: 4, AppName: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +144,7 @@ func TestExactlyOnceAcrossIngesterCrashAndDatabaseRestart(t *testing.T) {
 	})
 	// The database drops every connection of the store mid-stream.
 	waitStored(t, store, int64(len(data))*2/3)
-	terminateBackends(t)
+	terminateBackends(t, schema)
 	publish(t, sink, data[:100]) // and a gateway re-sends some spans
 
 	st := waitStored(t, store, int64(len(data)))
@@ -167,9 +172,9 @@ func TestExactlyOnceAcrossIngesterCrashAndDatabaseRestart(t *testing.T) {
 	t.Logf("first ingester %+v, second %+v", a.Stats(), b.Stats())
 }
 
-// terminateBackends ends every connection the store holds, as a database
-// restart would.
-func terminateBackends(t *testing.T) {
+// terminateBackends ends every connection of the store (named app), as a
+// database restart would.
+func terminateBackends(t *testing.T, app string) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, pgtest.DSN())
@@ -179,7 +184,7 @@ func terminateBackends(t *testing.T) {
 	defer conn.Close(ctx)
 	var n int
 	if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = 'fmgate' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+		WHERE application_name = $1 AND pid <> pg_backend_pid()`, app).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n == 0 {
@@ -216,4 +221,36 @@ func TestRejectsMessagesThatAreNotSpans(t *testing.T) {
 	if st.Spans != int64(len(data)) || in.Stats().Rejected != 1 {
 		t.Fatalf("stored %d spans, rejected %d; want %d and 1", st.Spans, in.Stats().Rejected, len(data))
 	}
+}
+
+// BenchmarkIngestFromNATS measures fmgate ingest end to end: b.N spans
+// waiting in JetStream, drained into PostgreSQL by one ingester with its
+// default workers and batch.
+//
+//	go test -run '^$' -bench BenchmarkIngestFromNATS -benchtime 200000x ./internal/ingest/
+func BenchmarkIngestFromNATS(b *testing.B) {
+	cfg, sink := testStream(b)
+	cfg.Batch, cfg.MaxWait, cfg.AckWait, cfg.Workers = 5000, 250*time.Millisecond, 60*time.Second, 2
+	ctx := context.Background()
+	store, err := pgstore.Open(ctx, pgtest.DSN(), pgstore.Options{Schema: pgtest.Schema(b), MaxConns: 4})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	data := storetest.DatasetEvery(3, b.N/4+1, 86*time.Millisecond)[:b.N]
+	publish(b, sink, data)
+	in, _ := New(cfg, store, nil)
+	b.ResetTimer()
+	start := time.Now()
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { in.Run(rctx) })
+	st := waitStored(b, store, int64(b.N))
+	el := time.Since(start)
+	stop()
+	wg.Wait()
+	if st.Spans != int64(b.N) {
+		b.Fatalf("stored %d of %d spans", st.Spans, b.N)
+	}
+	b.ReportMetric(float64(b.N)/el.Seconds(), "spans/s")
 }

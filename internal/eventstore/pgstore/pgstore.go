@@ -41,6 +41,11 @@ type Options struct {
 	ReadOnly bool
 	// MaxConns of the pool; default 8.
 	MaxConns int32
+	// Retention: Write skips spans that started longer ago, and Prune
+	// is meant to be called with now − Retention. Zero keeps everything.
+	Retention time.Duration
+	// AppName is the connections' application_name; default "fmgate".
+	AppName string
 	// Now is the clock of default query ranges; nil is time.Now.
 	Now func() time.Time
 	// Log receives what the store cannot report to a caller.
@@ -49,10 +54,11 @@ type Options struct {
 
 // Store is the PostgreSQL event store. It is safe for concurrent use.
 type Store struct {
-	pool   *pgxpool.Pool
-	schema string
-	now    func() time.Time
-	log    *slog.Logger
+	pool      *pgxpool.Pool
+	schema    string
+	retention time.Duration
+	now       func() time.Time
+	log       *slog.Logger
 
 	mu   sync.Mutex
 	days map[int64]bool // day partitions known to exist
@@ -81,12 +87,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.Schema != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
 	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = "fmgate"
+	if opts.AppName == "" {
+		opts.AppName = "fmgate"
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = opts.AppName
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
-	s := &Store{pool: pool, schema: opts.Schema, now: opts.Now, log: opts.Log, days: map[int64]bool{}}
+	s := &Store{pool: pool, schema: opts.Schema, retention: opts.Retention, now: opts.Now, log: opts.Log, days: map[int64]bool{}}
 	if opts.ReadOnly {
 		return s, nil
 	}
@@ -132,19 +141,17 @@ func retryable(err error) bool {
 
 const dayMS = 24 * 60 * 60 * 1000
 
-// ensureDays creates the day partitions the spans fall in.
+// ensureDays creates the day partitions the spans fall in. Writers wait
+// for each other here only while a partition is being created: a writer
+// must not go on before its day exists.
 func (s *Store) ensureDays(ctx context.Context, batch []events.Event) error {
-	var missing []int64
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for i := range batch {
 		d := floorDiv(unixMilli(batch[i].TSStart), dayMS)
-		if !s.days[d] {
-			s.days[d] = true // optimistic; undone on failure below
-			missing = append(missing, d)
+		if s.days[d] {
+			continue
 		}
-	}
-	s.mu.Unlock()
-	for i, d := range missing {
 		name := "spans_" + time.UnixMilli(d*dayMS).UTC().Format("20060102")
 		if d < 0 {
 			name = "spans_m" + strconv.FormatInt(-d, 10)
@@ -152,13 +159,9 @@ func (s *Store) ensureDays(ctx context.Context, batch []events.Event) error {
 		_, err := s.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF spans FOR VALUES FROM (%d) TO (%d)`,
 			pgx.Identifier{name}.Sanitize(), d*dayMS, (d+1)*dayMS))
 		if err != nil && !isDuplicate(err) {
-			s.mu.Lock()
-			for _, d := range missing[i:] {
-				delete(s.days, d)
-			}
-			s.mu.Unlock()
 			return fmt.Errorf("pgstore: partition %s: %w", name, err)
 		}
+		s.days[d] = true
 	}
 	return nil
 }
@@ -185,6 +188,18 @@ func floorDiv(a, b int64) int64 {
 // skipped and adds nothing to the sums, so a batch delivered again after a
 // crash is harmless. It returns the number of spans newly stored.
 func (s *Store) Write(ctx context.Context, batch []events.Event) (int64, error) {
+	if s.retention > 0 {
+		cutoff := s.now().Add(-s.retention)
+		kept := batch[:0:0]
+		for i := range batch {
+			if !batch[i].TSStart.Before(cutoff) {
+				kept = append(kept, batch[i])
+			}
+		}
+		if len(kept) < len(batch) {
+			batch = kept
+		}
+	}
 	if len(batch) == 0 {
 		return 0, nil
 	}
@@ -249,6 +264,57 @@ func spanRow(e *events.Event, rec []byte) []any {
 		string(e.Outcome.Status), e.Outcome.FallbackUsed,
 		int64(e.Resource.TokensIn), int64(e.Resource.TokensOut), cost, e.DurationMS, eval, rec,
 	}
+}
+
+// Prune drops the day partitions of spans that all started before before,
+// and the turns and roll-up buckets that started before it.
+func (s *Store) Prune(ctx context.Context, before time.Time) error {
+	b := before.UnixMilli()
+	rs, err := s.pool.Query(ctx, `SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i
+		JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
+		WHERE p.relname = 'spans' AND p.relnamespace = to_regnamespace(current_schema())`)
+	if err != nil {
+		return fmt.Errorf("pgstore: prune: %w", err)
+	}
+	var drop []string
+	for rs.Next() {
+		var name, bound string
+		if err := rs.Scan(&name, &bound); err != nil {
+			rs.Close()
+			return fmt.Errorf("pgstore: prune: %w", err)
+		}
+		// FOR VALUES FROM ('a') TO ('b')
+		var lo, hi int64
+		if _, err := fmt.Sscanf(bound, "FOR VALUES FROM ('%d') TO ('%d')", &lo, &hi); err == nil && hi <= b {
+			drop = append(drop, name)
+		}
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("pgstore: prune: %w", err)
+	}
+	for _, name := range drop {
+		if _, err := s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{name}.Sanitize()); err != nil {
+			return fmt.Errorf("pgstore: prune %s: %w", name, err)
+		}
+	}
+	s.mu.Lock()
+	for d := range s.days {
+		if (d+1)*dayMS <= b {
+			delete(s.days, d)
+		}
+	}
+	s.mu.Unlock()
+	for _, q := range []string{
+		`DELETE FROM turns WHERE ts_start < $1`,
+		`DELETE FROM rollup WHERE lvl = 1 AND bucket + ` + strconv.Itoa(minuteMS) + ` <= $1`,
+		`DELETE FROM rollup WHERE lvl = 2 AND bucket + ` + strconv.Itoa(hourMS) + ` <= $1`,
+	} {
+		if _, err := s.pool.Exec(ctx, q, b); err != nil {
+			return fmt.Errorf("pgstore: prune: %w", err)
+		}
+	}
+	return nil
 }
 
 // Stats are the store's sizes, for the ingest command and tests.

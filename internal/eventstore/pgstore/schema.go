@@ -31,11 +31,12 @@ var schema = []string{
 		duration_ms bigint NOT NULL,
 		eval_score double precision,
 		rec bytea NOT NULL,
-		PRIMARY KEY (trace_id, span_id, ts_start)
+		-- Start first: spans arrive roughly in start order, so new keys go
+		-- to the right edge of the index and a batch touches few pages; the
+		-- key also serves time ranges and, with a turn's start and end, the
+		-- spans of a trace.
+		PRIMARY KEY (ts_start, trace_id, span_id)
 	) PARTITION BY RANGE (ts_start)`,
-	// Span ranges at a range's edges: spans arrive roughly in start order,
-	// so a block range index costs almost nothing to keep.
-	`CREATE INDEX IF NOT EXISTS spans_ts ON spans USING brin (ts_start)`,
 
 	`CREATE TABLE IF NOT EXISTS rollup (
 		lvl smallint NOT NULL,
@@ -56,6 +57,8 @@ var schema = []string{
 		errors bigint NOT NULL,
 		fallbacks bigint NOT NULL,
 		latency_ms bigint NOT NULL,
+		first_ts bigint NOT NULL,
+		last_ts bigint NOT NULL,
 		PRIMARY KEY (lvl, bucket, feature, surface, locale, user_tier, graph_version, model_id, prompt_version, tool_id)
 	)`,
 
@@ -109,23 +112,25 @@ var dimCols = "feature, surface, locale, user_tier, graph_version, model_id, pro
 // already, and adds exactly the new ones to the roll-ups and turns. It
 // returns how many spans were new.
 var mergeSQL = `WITH ins AS (
-	INSERT INTO spans SELECT * FROM stage ORDER BY trace_id, span_id, ts_start ON CONFLICT DO NOTHING
+	INSERT INTO spans SELECT * FROM stage ORDER BY ts_start, trace_id, span_id ON CONFLICT DO NOTHING
 	RETURNING ts_start, trace_id, span_id, name, user_id_hash, session_id, ` + dimCols + `,
 		status, fallback_used, tokens_in, tokens_out, cost, duration_ms, eval_score
 ), x AS (
 	SELECT *, (name = 'turn')::int AS is_turn, (status = 'failed')::int AS is_err,
 		(status = 'fallback' OR fallback_used <> '')::int AS is_fb FROM ins
 ), r AS (
-	INSERT INTO rollup AS o (lvl, bucket, ` + dimCols + `, spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms)
+	INSERT INTO rollup AS o (lvl, bucket, ` + dimCols + `, spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms, first_ts, last_ts)
 	SELECT l.lvl, x.ts_start - ((x.ts_start % l.w) + l.w) % l.w, ` + prefixed("x.", dimCols) + `,
-		count(*), sum(is_turn), sum(tokens_in), sum(tokens_out), sum(cost), sum(is_err), sum(is_fb), sum(duration_ms)
+		count(*), sum(is_turn), sum(tokens_in), sum(tokens_out), sum(cost), sum(is_err), sum(is_fb), sum(duration_ms),
+		min(ts_start), max(ts_start)
 	FROM x CROSS JOIN (VALUES (1, ` + strconv.Itoa(minuteMS) + `::bigint), (2, ` + strconv.Itoa(hourMS) + `::bigint)) AS l(lvl, w)
 	GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 	ON CONFLICT (lvl, bucket, ` + dimCols + `) DO UPDATE SET
 		spans = o.spans + excluded.spans, turns = o.turns + excluded.turns,
 		tokens_in = o.tokens_in + excluded.tokens_in, tokens_out = o.tokens_out + excluded.tokens_out,
 		cost = o.cost + excluded.cost, errors = o.errors + excluded.errors,
-		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms
+		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms,
+		first_ts = least(o.first_ts, excluded.first_ts), last_ts = greatest(o.last_ts, excluded.last_ts)
 ), t AS (
 	INSERT INTO turns AS o (trace_id, ts_start, last_ts, user_id_hash, session_id, feature, surface, locale, user_tier,
 		graph_version, root_span_id, duration_ms, status, eval_score,

@@ -154,24 +154,29 @@ func (s *Store) scanRows(ctx context.Context, sql string, args ...any) ([]events
 		if err := rs.Scan(&r.Key, &n[0], &n[1], &n[2], &n[3], &cost, &n[4], &n[5], &latency); err != nil {
 			return nil, err
 		}
-		for i, p := range []*int64{&r.Spans, &r.Turns, &r.TokensIn, &r.TokensOut, &r.Errors, &r.Fallbacks} {
-			if n[i] != nil {
-				*p = *n[i]
-			}
-		}
-		if cost != nil {
-			r.CostUSD = *cost
-		}
-		var l float64
-		if latency != nil {
-			l = float64(*latency)
-		}
-		finish(&r, l)
+		fill(&r, n, cost, latency)
 		if r.Spans > 0 {
 			out = append(out, r)
 		}
 	}
 	return out, rs.Err()
+}
+
+// fill sets r from the sums scanned (NULL over no rows: zero).
+func fill(r *eventstore.CostRow, n [7]*int64, cost *float64, latency *int64) {
+	for i, p := range []*int64{&r.Spans, &r.Turns, &r.TokensIn, &r.TokensOut, &r.Errors, &r.Fallbacks} {
+		if n[i] != nil {
+			*p = *n[i]
+		}
+	}
+	if cost != nil {
+		r.CostUSD = *cost
+	}
+	var l float64
+	if latency != nil {
+		l = float64(*latency)
+	}
+	finish(r, l)
 }
 
 // dimFilters adds q's version and feature filters on columns of prefix p.
@@ -183,41 +188,97 @@ func dimFilters(w *where, p string, q *eventstore.Query) {
 	w.eq(p+"feature", q.Feature)
 }
 
-// fromRollups sums the spans started in [From, To): whole hours and whole
-// minutes from the roll-ups, the partial minutes at the edges from spans.
+// fromRollups sums the spans started in [From, To) by q's grouping.
 func (s *Store) fromRollups(ctx context.Context, q eventstore.Query) ([]eventstore.CostRow, error) {
-	from, to := q.From.UnixMilli(), q.To.UnixMilli()
 	col := groupCol[q.By]
+	groups, err := s.rangeSums(ctx, q, func(string) string { return col }, true)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]eventstore.CostRow, len(groups))
+	for i := range groups {
+		rows[i] = groups[i].row
+	}
+	return rows, nil
+}
+
+// group is one group of rangeSums: its sums and the first and last start
+// of its spans.
+type group struct {
+	row         eventstore.CostRow
+	first, last int64
+}
+
+// rangeSums sums the spans started in [q.From, q.To) matching q's version
+// and feature filters, grouped by key(ts), an SQL expression of the
+// columns shared by spans and rollup where ts names the time column:
+// whole hours (when hours, i.e. an hour never straddles two keys) and
+// whole minutes from the roll-ups, the partial minutes at the edges from
+// the spans.
+func (s *Store) rangeSums(ctx context.Context, q eventstore.Query, key func(ts string) string, hours bool) ([]group, error) {
+	from, to := q.From.UnixMilli(), q.To.UnixMilli()
+	if from >= to {
+		return nil, nil
+	}
 	var parts []string
 	var args []any
-	part := func(table, sums string, cond func(w *where)) {
+	part := func(rollup bool, cond func(w *where)) {
 		w := where{args: args}
 		cond(&w)
 		dimFilters(&w, "", &q)
 		args = w.args
-		parts = append(parts, `SELECT `+col+` AS k, `+sums+` FROM `+table+` WHERE `+w.String()+` GROUP BY 1`)
+		if rollup {
+			parts = append(parts, `SELECT `+key("bucket")+` AS k, `+rollupSums+`, min(first_ts), max(last_ts) FROM rollup WHERE `+w.String()+` GROUP BY 1`)
+		} else {
+			parts = append(parts, `SELECT `+key("ts_start")+` AS k, `+spanSums+`, min(ts_start), max(ts_start) FROM spans s WHERE `+w.String()+` GROUP BY 1`)
+		}
 	}
 	// [mLo, mHi) whole minutes; [hLo, hHi) whole hours inside them.
 	mLo, mHi := ceilTo(from, minuteMS), floorTo(to, minuteMS)
 	if mLo >= mHi {
-		part("spans s", spanSums, func(w *where) { w.add("ts_start >= ? AND ts_start < ?", from, to) })
+		part(false, func(w *where) { w.add("ts_start >= ? AND ts_start < ?", from, to) })
 	} else {
 		hLo, hHi := ceilTo(mLo, hourMS), floorTo(mHi, hourMS)
-		if hLo < hHi {
-			part("rollup", rollupSums, func(w *where) { w.add("lvl = 2 AND bucket >= ? AND bucket < ?", hLo, hHi) })
-			part("rollup", rollupSums, func(w *where) {
+		if hours && hLo < hHi {
+			part(true, func(w *where) { w.add("lvl = 2 AND bucket >= ? AND bucket < ?", hLo, hHi) })
+			part(true, func(w *where) {
 				w.add("lvl = 1 AND ((bucket >= ? AND bucket < ?) OR (bucket >= ? AND bucket < ?))", mLo, hLo, hHi, mHi)
 			})
 		} else {
-			part("rollup", rollupSums, func(w *where) { w.add("lvl = 1 AND bucket >= ? AND bucket < ?", mLo, mHi) })
+			part(true, func(w *where) { w.add("lvl = 1 AND bucket >= ? AND bucket < ?", mLo, mHi) })
 		}
-		part("spans s", spanSums, func(w *where) {
+		part(false, func(w *where) {
 			w.add("((ts_start >= ? AND ts_start < ?) OR (ts_start >= ? AND ts_start < ?))", from, mLo, mHi, to)
 		})
 	}
-	sql := `SELECT k, sum(c0), sum(c1), sum(c2), sum(c3), sum(c4), sum(c5), sum(c6), sum(c7) FROM (` +
-		strings.Join(parts, " UNION ALL ") + `) AS u(k, c0, c1, c2, c3, c4, c5, c6, c7) GROUP BY k`
-	return s.scanRows(ctx, sql, args...)
+	sql := `SELECT k, sum(c0), sum(c1), sum(c2), sum(c3), sum(c4), sum(c5), sum(c6), sum(c7), min(f), max(l) FROM (` +
+		strings.Join(parts, " UNION ALL ") + `) AS u(k, c0, c1, c2, c3, c4, c5, c6, c7, f, l) GROUP BY k`
+	rs, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []group
+	for rs.Next() {
+		var (
+			g           group
+			n           [7]*int64
+			cost        *float64
+			latency     *int64
+			first, last *int64
+		)
+		if err := rs.Scan(&g.row.Key, &n[0], &n[1], &n[2], &n[3], &cost, &n[4], &n[5], &latency, &first, &last); err != nil {
+			return nil, err
+		}
+		fill(&g.row, n, cost, latency)
+		if first != nil {
+			g.first, g.last = *first, *last
+		}
+		if g.row.Spans > 0 {
+			out = append(out, g)
+		}
+	}
+	return out, rs.Err()
 }
 
 func floorTo(ms, step int64) int64 { return floorDiv(ms, step) * step }
@@ -380,44 +441,4 @@ func (s *Store) Trace(ctx context.Context, traceID string) (eventstore.TraceRepo
 		return rep, fmt.Errorf("pgstore: trace %s: %w", traceID, eventstore.ErrNotFound)
 	}
 	return rep, nil
-}
-
-// errUnsupported names a view this store does not answer yet.
-func errUnsupported(view string) error {
-	return fmt.Errorf("%s: %w (the PostgreSQL store answers cost, top users and traces)", view, eventstore.ErrUnsupported)
-}
-
-// AnomalousTurns is not answered by this store yet.
-func (s *Store) AnomalousTurns(context.Context, time.Time, time.Time) (eventstore.AnomalyReport, error) {
-	return eventstore.AnomalyReport{}, errUnsupported("anomalous turns")
-}
-
-// RisingFeatures is not answered by this store yet.
-func (s *Store) RisingFeatures(context.Context, time.Time, time.Time, int) ([]eventstore.RisingFeature, error) {
-	return nil, errUnsupported("rising features")
-}
-
-// Series is not answered by this store yet.
-func (s *Store) Series(context.Context, eventstore.Query, time.Duration) (eventstore.SeriesReport, error) {
-	return eventstore.SeriesReport{}, errUnsupported("cost series")
-}
-
-// Compare is not answered by this store yet.
-func (s *Store) Compare(context.Context, string, string, string, time.Time, time.Time) (eventstore.CompareReport, error) {
-	return eventstore.CompareReport{}, errUnsupported("version comparison")
-}
-
-// Versions is not answered by this store yet.
-func (s *Store) Versions(context.Context, time.Time, time.Time) (eventstore.VersionsReport, error) {
-	return eventstore.VersionsReport{}, errUnsupported("versions")
-}
-
-// Eval is not answered by this store yet.
-func (s *Store) Eval(context.Context, eventstore.Query) (eventstore.EvalReport, error) {
-	return eventstore.EvalReport{}, errUnsupported("eval scores")
-}
-
-// SetEvalScore is not answered by this store yet.
-func (s *Store) SetEvalScore(context.Context, string, float64) error {
-	return errUnsupported("setting eval scores")
 }

@@ -40,8 +40,28 @@ func Dataset(seed uint64, n int) []events.Event { return DatasetEvery(seed, n, 3
 // DatasetEvery is Dataset with turns starting every (about) every: 86ms is
 // MangaAssist's 1M turns a day.
 func DatasetEvery(seed uint64, n int, every time.Duration) []events.Event {
+	return DatasetUsers(seed, n, every, 5)
+}
+
+// UserHash is the user_id_hash of user k of a dataset with more than five
+// users.
+func UserHash(k int) string { return fmt.Sprintf("%016x", uint64(k)*0x9e3779b97f4a7c15+1) }
+
+// DatasetUsers is DatasetEvery with users users (five: fixed hashes; more:
+// UserHash(0..users-1)), each turn's user drawn at random.
+func DatasetUsers(seed uint64, n int, every time.Duration, users int) []events.Event {
 	r := rand.New(rand.NewPCG(seed, 1))
-	users := []string{"a1b2c3d4e5f60718", "0f1e2d3c4b5a6978", "deadbeefcafe0001", "1111222233334444", "9999888877776666"}
+	hashes := []string{"a1b2c3d4e5f60718", "0f1e2d3c4b5a6978", "deadbeefcafe0001", "1111222233334444", "9999888877776666"}
+	if users > len(hashes) {
+		hashes = make([]string, users)
+		for k := range hashes {
+			hashes[k] = UserHash(k)
+		}
+	}
+	return dataset(r, seed, n, every, hashes)
+}
+
+func dataset(r *rand.Rand, seed uint64, n int, every time.Duration, users []string) []events.Event {
 	features := []string{"chat", "recommend", "order_status"}
 	var out []events.Event
 	for i := range n {
@@ -95,6 +115,7 @@ func DatasetEvery(seed uint64, n int, every time.Duration) []events.Event {
 			attempt("sonnet-v1", true)
 			attempt("haiku-v1", false)
 			root.Outcome.FallbackUsed = "haiku"
+			root.Outcome.Status = events.StatusFallback
 		case 1:
 			attempt("haiku-v1", false)
 		default:
@@ -104,7 +125,22 @@ func DatasetEvery(seed uint64, n int, every time.Duration) []events.Event {
 			e := span(k, "tool", time.Duration(3+k)*time.Millisecond, 40*time.Millisecond)
 			k++
 			e.Artifact.ArtifactKind, e.Artifact.ToolID, e.Artifact.ToolVersion = events.KindToolCall, "catalog", "t1"
-			e.Resource.CostUSD = 0.0001
+			e.Resource.CostUSD = 0.0001 * float64(1+r.IntN(1000)) // no two alike: ties would make the order at a limit arbitrary
+			spans = append(spans, e)
+		}
+		if attr.Feature == "order_status" {
+			// A lookup whose cost climbs over the day (a rising feature).
+			e := span(k, "lookup", time.Duration(3+k)*time.Millisecond, 20*time.Millisecond)
+			k++
+			e.Resource.CostUSD = 0.05 * (1 + float64(i)/float64(n))
+			spans = append(spans, e)
+		}
+		if i%97 == 50 {
+			// A runaway tool loop: an anomalous turn.
+			e := span(k, "tool", time.Duration(3+k)*time.Millisecond, 4*time.Second)
+			k++
+			e.Artifact.ArtifactKind, e.Artifact.ToolID, e.Artifact.ToolVersion = events.KindToolCall, "catalog", "t1"
+			e.Resource.CostUSD = 3.5
 			spans = append(spans, e)
 		}
 		rec := span(k, "record", total-time.Millisecond, time.Millisecond)
@@ -205,6 +241,136 @@ func Run(t *testing.T, open func(t *testing.T) Backend) {
 			}
 		}
 	})
+	for _, c := range []struct {
+		q    eventstore.Query
+		step time.Duration
+	}{
+		{eventstore.Query{From: from, To: to}, time.Minute},
+		{eventstore.Query{From: from, To: to, ModelID: "haiku-v1"}, 5 * time.Minute},
+		{eventstore.Query{From: wide[0], To: wide[1], Feature: "chat"}, time.Hour},
+		{eventstore.Query{From: from, To: to}, 0},
+	} {
+		t.Run(fmt.Sprintf("Series%v%s", c.step, describe(c.q)), func(t *testing.T) {
+			got, err := s.Series(ctx, c.q, c.step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ref.series(t, c.q, c.step)
+			if got.StepSeconds != want.StepSeconds || len(got.Points) != len(want.Points) {
+				t.Fatalf("step %d s, %d points; want %d s, %d points", got.StepSeconds, len(got.Points), want.StepSeconds, len(want.Points))
+			}
+			for i, w := range want.Points {
+				g := got.Points[i]
+				if !g.T.Equal(w.T) || g.Turns != w.Turns || g.Spans != w.Spans || g.Errors != w.Errors || g.Fallbacks != w.Fallbacks ||
+					g.TokensIn != w.TokensIn || g.TokensOut != w.TokensOut || !near(g.CostUSD, w.CostUSD) || !near(g.AvgLatencyMS, w.AvgLatencyMS) {
+					t.Errorf("point %d:\n got %+v\nwant %+v", i, g, w)
+				}
+			}
+		})
+	}
+	t.Run("Versions", func(t *testing.T) {
+		got, err := s.Versions(ctx, from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ref.versions(from, to)
+		for i, pair := range [][2][]eventstore.VersionSeen{{got.Graph, want.Graph}, {got.Prompt, want.Prompt}, {got.Model, want.Model}, {got.Tool, want.Tool}} {
+			if fmt.Sprint(pair[0]) != fmt.Sprint(pair[1]) {
+				t.Errorf("dimension %d:\n got %v\nwant %v", i, pair[0], pair[1])
+			}
+		}
+	})
+	t.Run("AnomalousTurns", func(t *testing.T) {
+		got, err := s.AnomalousTurns(ctx, wide[0], wide[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ref.anomalies(wide[0], wide[1])
+		if got.Turns != want.Turns || !nearish(got.MedianUSD, want.MedianUSD) || !nearish(got.StdDevUSD, want.StdDevUSD) {
+			t.Fatalf("turns %d median %v σ %v; want %d, %v, %v", got.Turns, got.MedianUSD, got.StdDevUSD, want.Turns, want.MedianUSD, want.StdDevUSD)
+		}
+		if len(want.Rows) == 0 {
+			t.Fatal("the dataset has no anomalous turn")
+		}
+		compareReports(t, eventstore.CostReport{Rows: got.Rows}, eventstore.CostReport{Rows: want.Rows})
+	})
+	t.Run("RisingFeatures", func(t *testing.T) {
+		got, err := s.RisingFeatures(ctx, T0, T0.Add(150*time.Minute), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ref.rising(T0, T0.Add(150*time.Minute), 2)
+		if len(want) == 0 {
+			t.Fatal("the dataset has no rising feature")
+		}
+		if len(got) != len(want) {
+			t.Fatalf("rising %v, want %v", got, want)
+		}
+		for i := range want {
+			if got[i].Feature != want[i].Feature || !near(got[i].Rise, want[i].Rise) {
+				t.Errorf("rising %d: %+v, want %+v", i, got[i], want[i])
+			}
+		}
+	})
+	t.Run("Compare", func(t *testing.T) {
+		got, err := s.Compare(ctx, eventstore.ByModel, "sonnet-v1", "haiku-v1", from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, side := range []eventstore.CompareSide{got.A, got.B} {
+			want := ref.compareSide(side.Version, from, to)
+			if side.Turns != want.Turns || side.Errors != want.Errors || side.Fallbacks != want.Fallbacks ||
+				!near(side.CostUSD, want.CostUSD) || side.LatencyP50MS != want.LatencyP50MS || side.LatencyP99MS != want.LatencyP99MS ||
+				side.EvalCount != want.EvalCount || !near(side.EvalMean, want.EvalMean) {
+				t.Errorf("side %d:\n got %+v\nwant %+v", i, side, want)
+			}
+		}
+	})
+	for _, q := range []eventstore.Query{
+		{By: eventstore.ByTotal, From: wide[0], To: wide[1]},
+		{By: eventstore.ByFeature, From: from, To: to},
+		{By: eventstore.ByModel, From: wide[0], To: wide[1]},
+		{By: eventstore.ByGraph, From: wide[0], To: wide[1], PromptVersion: "p2", ModelID: "sonnet-v1"},
+	} {
+		t.Run("Eval"+q.By+describe(q), func(t *testing.T) {
+			got, err := s.Eval(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ref.eval(q)
+			same := func(a, b eventstore.EvalRow) bool {
+				return a.Key == b.Key && a.Turns == b.Turns && near(a.AvgScore, b.AvgScore) && a.MinScore == b.MinScore && a.MaxScore == b.MaxScore
+			}
+			ok := same(got.Total, want.Total) && len(got.Rows) == len(want.Rows)
+			for i := range want.Rows {
+				ok = ok && same(got.Rows[i], want.Rows[i])
+			}
+			if !ok {
+				t.Errorf("eval:\n got %+v %+v\nwant %+v %+v", got.Total, got.Rows, want.Total, want.Rows)
+			}
+		})
+	}
+	t.Run("SetEvalScore", func(t *testing.T) {
+		if err := s.SetEvalScore(ctx, someTrace, 0.25); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Eval(ctx, eventstore.Query{Trace: someTrace, From: wide[0], To: wide[1]})
+		if err != nil || got.Total.Turns != 1 || got.Total.AvgScore != 0.25 {
+			t.Fatalf("eval of the scored trace = %+v (%v), want one turn scored 0.25", got.Total, err)
+		}
+		tr, err := s.Trace(ctx, someTrace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range tr.Spans {
+			if e.Name == "turn" && (e.Outcome.EvalScore == nil || *e.Outcome.EvalScore != 0.25) {
+				t.Fatalf("root span after SetEvalScore: %+v", e.Outcome)
+			}
+		}
+		if err := s.SetEvalScore(ctx, "00000000000000000000000000000001", 0.5); !errors.Is(err, eventstore.ErrNotFound) {
+			t.Fatalf("SetEvalScore of an unknown trace = %v, want ErrNotFound", err)
+		}
+	})
 	t.Run("UnknownTrace", func(t *testing.T) {
 		if _, err := s.Trace(ctx, "00000000000000000000000000000001"); !errors.Is(err, eventstore.ErrNotFound) {
 			t.Fatalf("Trace of an unknown id = %v, want ErrNotFound", err)
@@ -233,6 +399,9 @@ func describe(q eventstore.Query) string {
 	}
 	return s
 }
+
+// nearish allows the rounding of statistics computed another way.
+func nearish(a, b float64) bool { return math.Abs(a-b) <= 1e-6*max(1e-9, math.Abs(a), math.Abs(b)) }
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(a), math.Abs(b)) }
 
@@ -462,4 +631,256 @@ func (r *reference) cost(q eventstore.Query) eventstore.CostReport {
 		}
 	}
 	return eventstore.CostReport{Total: total.done(""), Rows: rows}
+}
+
+func (r *reference) series(t *testing.T, q eventstore.Query, step time.Duration) eventstore.SeriesReport {
+	q.By = eventstore.ByTotal
+	if err := eventstore.Normalize(&q, q.To); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := eventstore.NewSeries(q, step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := make([]sum, len(rep.Points))
+	stepMS := rep.StepSeconds * 1000
+	origin := rep.Points[0].T.UnixMilli()
+	for i := range r.spans {
+		e := &r.spans[i]
+		if e.TSStart.Before(q.From) || !e.TSStart.Before(q.To) || !matches(e, &q) {
+			continue
+		}
+		sums[(e.TSStart.UnixMilli()-origin)/stepMS].add(e)
+	}
+	for i := range sums {
+		row := sums[i].done("")
+		p := &rep.Points[i]
+		p.Turns, p.Spans, p.Errors, p.Fallbacks = row.Turns, row.Spans, row.Errors, row.Fallbacks
+		p.TokensIn, p.TokensOut, p.CostUSD, p.AvgLatencyMS = row.TokensIn, row.TokensOut, row.CostUSD, row.AvgLatencyMS
+	}
+	return rep
+}
+
+func (r *reference) versions(from, to time.Time) eventstore.VersionsReport {
+	seen := [4]map[string]*eventstore.VersionSeen{{}, {}, {}, {}}
+	for _, e := range r.spans {
+		if e.TSStart.Before(from) || !e.TSStart.Before(to) {
+			continue
+		}
+		for i, v := range []string{e.Node.GraphVersion, e.Artifact.PromptVersion, e.Artifact.ModelID, e.Artifact.ToolID} {
+			if v == "" {
+				continue
+			}
+			vs := seen[i][v]
+			if vs == nil {
+				vs = &eventstore.VersionSeen{Version: v, FirstSeen: e.TSStart.UTC(), LastSeen: e.TSStart.UTC()}
+				seen[i][v] = vs
+			}
+			vs.Spans++
+			if e.TSStart.Before(vs.FirstSeen) {
+				vs.FirstSeen = e.TSStart.UTC()
+			}
+			if e.TSStart.After(vs.LastSeen) {
+				vs.LastSeen = e.TSStart.UTC()
+			}
+		}
+	}
+	var rep eventstore.VersionsReport
+	for i, out := range []*[]eventstore.VersionSeen{&rep.Graph, &rep.Prompt, &rep.Model, &rep.Tool} {
+		*out = []eventstore.VersionSeen{}
+		for _, v := range seen[i] {
+			*out = append(*out, *v)
+		}
+		slices.SortFunc(*out, func(a, b eventstore.VersionSeen) int {
+			return cmp.Or(b.LastSeen.Compare(a.LastSeen), cmp.Compare(a.Version, b.Version))
+		})
+	}
+	return rep
+}
+
+func (t *turn) cost() float64 {
+	c := 0.0
+	for _, e := range t.spans {
+		c += e.Resource.CostUSD
+	}
+	return c
+}
+
+func (r *reference) turnsIn(from, to time.Time) []*turn {
+	var out []*turn
+	for _, t := range r.turns {
+		if !t.start.Before(from) && t.start.Before(to) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (r *reference) anomalies(from, to time.Time) eventstore.AnomalyReport {
+	turns := r.turnsIn(from, to)
+	costs := make([]float64, len(turns))
+	var total, sq float64
+	for i, t := range turns {
+		costs[i] = t.cost()
+		total += costs[i]
+		sq += costs[i] * costs[i]
+	}
+	slices.Sort(costs)
+	n := len(costs)
+	median := costs[n/2]
+	if n%2 == 0 {
+		median = (costs[n/2-1] + costs[n/2]) / 2
+	}
+	mean := total / float64(n)
+	rep := eventstore.AnomalyReport{Turns: int64(n), MedianUSD: median, StdDevUSD: math.Sqrt(max(0, sq/float64(n)-mean*mean))}
+	rep.ThresholdUSD = rep.MedianUSD + eventstore.AnomalySigmas*rep.StdDevUSD
+	var rows []eventstore.CostRow
+	for _, t := range turns {
+		if t.cost() > rep.ThresholdUSD {
+			q := eventstore.Query{By: eventstore.ByTurn, Trace: t.trace, Limit: 1}
+			rows = append(rows, r.cost(q).Rows...)
+		}
+	}
+	slices.SortFunc(rows, func(a, b eventstore.CostRow) int {
+		return cmp.Or(cmp.Compare(b.CostUSD, a.CostUSD), cmp.Compare(a.Key, b.Key))
+	})
+	rep.Rows = rows
+	return rep
+}
+
+func (r *reference) rising(from, to time.Time, periods int) []eventstore.RisingFeature {
+	step := to.Sub(from) / time.Duration(periods)
+	series := map[string][]eventstore.PeriodCost{}
+	var order []string
+	for i := range periods {
+		rep := r.cost(eventstore.Query{By: eventstore.ByFeature, From: from.Add(time.Duration(i) * step), To: from.Add(time.Duration(i+1) * step)})
+		for _, row := range rep.Rows {
+			if series[row.Key] == nil {
+				series[row.Key] = make([]eventstore.PeriodCost, periods)
+				order = append(order, row.Key)
+			}
+			series[row.Key][i] = eventstore.PeriodCost{Start: from.Add(time.Duration(i) * step).UTC(), Turns: row.Turns, CostUSD: row.CostUSD, CostPerTurn: row.CostPerTurn}
+		}
+	}
+	var out []eventstore.RisingFeature
+	for _, f := range order {
+		if rise, ok := eventstore.Rising(series[f]); ok {
+			out = append(out, eventstore.RisingFeature{Feature: f, Rise: rise, Periods: series[f]})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b eventstore.RisingFeature) int { return cmp.Compare(b.Rise, a.Rise) })
+	return out
+}
+
+func (t *turn) carries(model, prompt, tool string) bool {
+	ok := [3]bool{model == "", prompt == "", tool == ""}
+	for _, e := range t.spans {
+		ok[0] = ok[0] || e.Artifact.ModelID == model
+		ok[1] = ok[1] || e.Artifact.PromptVersion == prompt
+		ok[2] = ok[2] || e.Artifact.ToolID == tool
+	}
+	return ok[0] && ok[1] && ok[2]
+}
+
+func (t *turn) rootStatus() events.Status {
+	for _, e := range t.spans {
+		if e.Name == "turn" {
+			return e.Outcome.Status
+		}
+	}
+	return ""
+}
+
+func (r *reference) compareSide(model string, from, to time.Time) eventstore.CompareSide {
+	side := eventstore.CompareSide{Version: model}
+	var durations []int64
+	var evalSum float64
+	for _, t := range r.turnsIn(from, to) {
+		if t.root == "" || !t.carries(model, "", "") {
+			continue
+		}
+		side.Turns++
+		side.CostUSD += t.cost()
+		durations = append(durations, t.duration)
+		switch t.rootStatus() {
+		case events.StatusFailed:
+			side.Errors++
+		case events.StatusFallback:
+			side.Fallbacks++
+		}
+		if t.eval != nil {
+			side.EvalCount++
+			evalSum += *t.eval
+		}
+	}
+	side.Finish(durations, evalSum)
+	return side
+}
+
+func (r *reference) eval(q eventstore.Query) eventstore.EvalReport {
+	if q.Limit == 0 {
+		q.Limit = eventstore.DefaultLimit
+	}
+	type acc struct {
+		n             int64
+		sum, min, max float64
+	}
+	add := func(a *acc, v float64) {
+		if a.n == 0 || v < a.min {
+			a.min = v
+		}
+		if a.n == 0 || v > a.max {
+			a.max = v
+		}
+		a.n++
+		a.sum += v
+	}
+	row := func(k string, a *acc) eventstore.EvalRow {
+		r := eventstore.EvalRow{Key: k, Turns: a.n, MinScore: a.min, MaxScore: a.max}
+		if a.n > 0 {
+			r.AvgScore = a.sum / float64(a.n)
+		}
+		return r
+	}
+	var total acc
+	groups := map[string]*acc{}
+	for _, t := range r.turnsIn(q.From, q.To) {
+		if t.eval == nil || (q.GraphVersion != "" && t.graph != q.GraphVersion) || (q.Feature != "" && t.feature != q.Feature) ||
+			!t.carries(q.ModelID, q.PromptVersion, q.ToolID) {
+			continue
+		}
+		add(&total, *t.eval)
+		keys := map[string]bool{}
+		for _, e := range t.spans {
+			switch q.By {
+			case eventstore.ByTotal:
+				keys[""] = true
+			case eventstore.ByFeature:
+				keys[t.feature] = true
+			case eventstore.ByGraph:
+				keys[t.graph] = true
+			case eventstore.ByModel:
+				if e.Artifact.ModelID != "" {
+					keys[e.Artifact.ModelID] = true
+				}
+			}
+		}
+		for k := range keys {
+			if groups[k] == nil {
+				groups[k] = &acc{}
+			}
+			add(groups[k], *t.eval)
+		}
+	}
+	rep := eventstore.EvalReport{Total: row("", &total), Rows: []eventstore.EvalRow{}}
+	for k, a := range groups {
+		rep.Rows = append(rep.Rows, row(k, a))
+	}
+	slices.SortFunc(rep.Rows, func(a, b eventstore.EvalRow) int {
+		return cmp.Or(cmp.Compare(b.Turns, a.Turns), cmp.Compare(a.Key, b.Key))
+	})
+	if len(rep.Rows) > q.Limit {
+		rep.Rows = rep.Rows[:q.Limit]
+	}
+	return rep
 }
