@@ -311,3 +311,18 @@ func TestFmgateFrontsFmgate(t *testing.T) {
 		t.Errorf("model %q answer %q; want %s in Japanese", cc.Model, cc.Choices[0].Message.Content, want)
 	}
 }
+
+// max_tokens reaches the model: the answer stops at the limit with
+// finish_reason "length".
+func TestMaxTokensEndsWithLength(t *testing.T) {
+	g := startGateway(t, quickConfig(t))
+	p := params("sonnet", "Recommend a long fantasy manga series and explain why")
+	p.MaxCompletionTokens = sdk.Int(7)
+	cc, err := g.client(testKey).Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc.Choices[0].FinishReason != "length" || cc.Usage.CompletionTokens != 7 {
+		t.Fatalf("finish %q after %d tokens; want length after 7", cc.Choices[0].FinishReason, cc.Usage.CompletionTokens)
+	}
+}
