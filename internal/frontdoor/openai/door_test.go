@@ -326,3 +326,24 @@ func TestMaxTokensEndsWithLength(t *testing.T) {
 		t.Fatalf("finish %q after %d tokens; want length after 7", cc.Choices[0].FinishReason, cc.Usage.CompletionTokens)
 	}
 }
+
+func TestModelsListsTheTiers(t *testing.T) {
+	g := startGateway(t, quickConfig(t))
+	page, err := g.client(testKey).Models.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+	}
+	if strings.Join(ids, ",") != "sonnet,haiku" {
+		t.Fatalf("models %v, want the tiers in cascade order", ids)
+	}
+	if _, err := g.client(testKey).Models.Get(context.Background(), "gpt-unknown"); err == nil {
+		t.Fatal("an unknown model was found")
+	}
+	if _, err := g.client("sk-wrong").Models.List(context.Background()); err == nil {
+		t.Fatal("a wrong key listed the models")
+	}
+}
