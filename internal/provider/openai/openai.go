@@ -104,8 +104,8 @@ func New(cfg Config) (*Provider, error) {
 	client := sdk.NewClient(
 		option.WithBaseURL(strings.TrimSuffix(base, "/")+"/"),
 		option.WithAPIKey(cfg.APIKey),
-		option.WithOrganization(""),
-		option.WithProject(""),
+		option.WithHeaderDel("OpenAI-Organization"),
+		option.WithHeaderDel("OpenAI-Project"),
 		option.WithHTTPClient(cfg.HTTPClient),
 		option.WithMaxRetries(0),
 	)
