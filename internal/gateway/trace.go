@@ -168,9 +168,19 @@ func (o *tracedOutput) end(res *Result, code string) {
 	span.End()
 }
 
+// FlagUsageEstimated marks a model attempt's event whose tokens and cost
+// are the gateway's estimate, not the vendor's report
+// (resource.capability_flags_active).
+const FlagUsageEstimated = "usage_estimated"
+
 func endAttempt(span *events.Span, m modelConfig, u provider.Usage, err error) {
 	span.SetTokens(u.InputTokens, u.OutputTokens)
 	span.SetCost(cost(m, u))
+	if u.Estimated {
+		// The vendor reported no usage (the stream was cut or abandoned):
+		// the figures are the gateway's estimate.
+		span.SetCapabilityFlags(FlagUsageEstimated)
+	}
 	if err != nil {
 		span.SetStatus(events.StatusFailed)
 		span.SetErrorCode(string(provider.KindOf(err)))

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/simserver"
@@ -59,6 +61,9 @@ func TestCostReconcilesOpenAI(t *testing.T) {
 			}
 			streamTurn(t, sc.srv.URL, fmt.Sprintf("u%d", i), 0)
 		})
+		if got.estimated != 0 {
+			t.Errorf("%d attempts flagged %s; every answered turn has the upstream's usage", got.estimated, gateway.FlagUsageEstimated)
+		}
 		if rel := math.Abs(got.cost-billed.cost) / billed.cost; rel > 0.001 {
 			t.Errorf("sonnet: events sum to $%.6f, the upstream billed $%.6f (%.3f%% apart; limit 0.1%%)", got.cost, billed.cost, rel*100)
 		}
@@ -74,6 +79,9 @@ func TestCostReconcilesOpenAI(t *testing.T) {
 		if n == 0 {
 			t.Fatal("no stream was abandoned before its done frame; the test did not cancel mid-stream")
 		}
+		if got.estimated == 0 || got.estimated > n { // some abandoned turns were haiku's
+			t.Errorf("%d sonnet attempts of %d abandoned turns flagged %s", got.estimated, n, gateway.FlagUsageEstimated)
+		}
 		const perTurn = 8 // tokens generated after the hang-up, at most
 		if got.usage.InputTokens != billed.usage.InputTokens ||
 			got.usage.OutputTokens > billed.usage.OutputTokens || got.usage.OutputTokens < billed.usage.OutputTokens-perTurn*n {
@@ -86,6 +94,9 @@ func TestCostReconcilesOpenAI(t *testing.T) {
 type billing struct {
 	usage provider.Usage
 	cost  float64
+	// estimated counts the attempts whose event says the usage is an
+	// estimate.
+	estimated int
 }
 
 // reconcileOpenAI runs 32 turns against a gateway whose sonnet tier is an
@@ -135,6 +146,9 @@ func reconcileOpenAI(t *testing.T, turn func(sc *scenario, i int)) (got, billed 
 			b.cost += e.Resource.CostUSD
 			b.usage.InputTokens += e.Resource.TokensIn
 			b.usage.OutputTokens += e.Resource.TokensOut
+			if slices.Contains(e.Resource.CapabilityFlagsActive, gateway.FlagUsageEstimated) {
+				b.estimated++
+			}
 			events[e.Node.NodeID] = b
 		}
 	}
