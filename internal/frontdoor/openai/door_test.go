@@ -34,7 +34,7 @@ type gateway struct {
 	srv *httptest.Server
 }
 
-func quickConfig(t *testing.T) config.Config {
+func quickConfig(t testing.TB) config.Config {
 	cfg := config.Default()
 	for name, st := range cfg.Sim.Models {
 		st.TTFTMs = 5
@@ -345,5 +345,47 @@ func TestModelsListsTheTiers(t *testing.T) {
 	}
 	if _, err := g.client("sk-wrong").Models.List(context.Background()); err == nil {
 		t.Fatal("a wrong key listed the models")
+	}
+}
+
+// BenchmarkDoor is one turn through the front door and the whole pipeline,
+// the simulator answering at once: the door's and the pipeline's own cost.
+func BenchmarkDoor(b *testing.B) {
+	for _, stream := range []bool{false, true} {
+		name := map[bool]string{false: "json", true: "stream"}[stream]
+		b.Run(name, func(b *testing.B) {
+			cfg := quickConfig(b)
+			for n, st := range cfg.Sim.Models {
+				st.TTFTMs, st.TokensPerSecond = 0, 0
+				cfg.Sim.Models[n] = st
+			}
+			cfg.RateLimit.Global = ratelimit.Rule{Limit: ratelimit.PerSecond(1_000_000, 1_000_000)}
+			cfg.RateLimit.Routes = nil
+			cfg.EventStore.Path = ""
+			s, err := server.New(context.Background(), cfg, server.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			srv := httptest.NewServer(s.Handler(adminToken))
+			defer srv.Close()
+			body := `{"model":"sonnet","max_tokens":64,"stream":` + map[bool]string{false: "false", true: `true,"stream_options":{"include_usage":true}`}[stream] +
+				`,"messages":[{"role":"user","content":"Recommend a fantasy manga series"}]}`
+			b.ReportAllocs()
+			for b.Loop() {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+testKey)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					b.Fatal(resp.Status)
+				}
+			}
+		})
 	}
 }
