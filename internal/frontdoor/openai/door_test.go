@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode"
@@ -17,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/ratelimit"
 	"github.com/fmgate/fmgate/internal/server"
@@ -387,5 +389,59 @@ func BenchmarkDoor(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// capture records the requests a tier's provider gets.
+type capture struct {
+	provider.Provider
+	mu   sync.Mutex
+	reqs []provider.Request
+}
+
+func (c *capture) Stream(ctx context.Context, req *provider.Request, emit func(string) error) (*provider.Response, error) {
+	c.mu.Lock()
+	c.reqs = append(c.reqs, *req)
+	c.mu.Unlock()
+	return c.Provider.Stream(ctx, req, emit)
+}
+
+// The request's conversation, system prompt, limits and stops reach the
+// model: the client's system messages after fmgate's configured prompt.
+func TestRequestReachesTheModel(t *testing.T) {
+	cfg := quickConfig(t)
+	cfg.Prompt.System, cfg.Prompt.File = "You are the store assistant.", ""
+	c := &capture{}
+	s, err := server.New(context.Background(), cfg, server.Options{WrapProvider: func(model string, p provider.Provider) provider.Provider {
+		if model != "sonnet" {
+			return p
+		}
+		c.Provider = p
+		return c
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler(adminToken))
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	g := &gateway{t: t, s: s, srv: srv}
+	p := params("sonnet", "Recommend a manga")
+	p.Temperature = sdk.Float(0.3)
+	p.Stop = sdk.ChatCompletionNewParamsStopUnion{OfStringArray: []string{"END"}}
+	if _, err := g.client(testKey).Chat.Completions.New(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.reqs) != 1 {
+		t.Fatalf("%d model calls", len(c.reqs))
+	}
+	got := c.reqs[0]
+	if got.System != "You are the store assistant.\n\nAnswer briefly." {
+		t.Errorf("system %q", got.System)
+	}
+	if len(got.Messages) != 3 || got.Messages[0].Content != "hello" || got.Messages[1].Role != provider.RoleAssistant || got.Messages[2].Content != "Recommend a manga" {
+		t.Errorf("messages %+v", got.Messages)
+	}
+	if got.MaxTokens != 300 || got.Temperature == nil || *got.Temperature != 0.3 || len(got.StopSequences) != 1 || got.StopSequences[0] != "END" {
+		t.Errorf("max %d temperature %v stop %v", got.MaxTokens, got.Temperature, got.StopSequences)
 	}
 }
