@@ -185,17 +185,18 @@ func (o *tracedOutput) end(res *Result, code string) {
 	span.End()
 }
 
-// UsageEstimatedFlag marks, in resource.capability_flags_active, a model
-// attempt whose usage is the gateway's estimate rather than the vendor's.
-const UsageEstimatedFlag = "usage_estimated"
+// FlagUsageEstimated marks a model attempt's event whose tokens and cost
+// are the gateway's estimate, not the vendor's report
+// (resource.capability_flags_active).
+const FlagUsageEstimated = "usage_estimated"
 
 func endAttempt(span *events.Span, m modelConfig, u provider.Usage, err error) {
 	span.SetTokens(u.InputTokens, u.OutputTokens)
 	span.SetCost(cost(m, u))
 	if u.Estimated {
-		// The vendor reported no usage (a stream cut or abandoned before its
-		// final event): the tokens and cost are the gateway's estimate.
-		span.SetCapabilityFlags(UsageEstimatedFlag)
+		// The vendor reported no usage (the stream was cut or abandoned):
+		// the figures are the gateway's estimate.
+		span.AddCapabilityFlags(FlagUsageEstimated)
 	}
 	if err != nil {
 		span.SetStatus(events.StatusFailed)

@@ -198,7 +198,7 @@ func reconcileThroughAnthropic(t *testing.T, n int, turn func(sc *scenario, i in
 			continue
 		}
 		r.events[e.Node.NodeID] += e.Resource.CostUSD
-		if slices.Contains(e.Resource.CapabilityFlagsActive, gateway.UsageEstimatedFlag) {
+		if slices.Contains(e.Resource.CapabilityFlagsActive, gateway.FlagUsageEstimated) {
 			r.estimated++
 		}
 	}

@@ -53,7 +53,7 @@ type budgeter struct {
 
 func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) error {
 	plan, err := b.enf.Check(ctx, budget.Request{
-		UserID: t.UserID, SessionID: t.SessionID, Model: model,
+		UserID: t.UserID, SessionID: t.SessionID, Model: model, MaxOutput: t.MaxOutput,
 		Parts: budget.Parts{System: t.System, History: t.History, User: t.Message},
 	}, b.prices[model])
 	var ex *budget.ExceededError

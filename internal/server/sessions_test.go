@@ -82,6 +82,7 @@ func TestSessionStoreDownAnswersWithoutHistory(t *testing.T) {
 	cfg.Fleet.KeyPrefix = "fmgate-down:"
 	path := filepath.Join(t.TempDir(), "events.jsonl")
 	cfg.Events.Sinks.JSONL.Path = path
+	cfg.Events.Sampling.Enabled = false // every span of the turns reaches the log
 	sc, _ := instance(t, cfg)
 	for range 3 {
 		if ans := sc.chat("hana", "How long does shipping take?", "en"); ans.Status != 200 || ans.Text == "" {

@@ -144,8 +144,8 @@ func (d *door) stream(w http.ResponseWriter, r *http.Request, t *gateway.Turn, m
 	out := &streamOutput{tx: tx}
 	out.StreamOutput = d.g.NewStreamOutput(r.Context(), tx, t.RequestID)
 	defer out.Close()
-	if _, err := d.g.Run(r.Context(), t, out); err != nil && !tx.started() {
-		fromGateway(err).Write(w)
+	if _, err := d.g.Run(r.Context(), t, out); err != nil {
+		tx.refuse(err)
 	}
 }
 
@@ -186,12 +186,19 @@ type transcoder struct {
 	traceID  string
 	finish   string
 	usage    Usage
+	closed   bool // the response went out as an HTTP error
 }
 
-func (tx *transcoder) started() bool {
+// refuse answers a turn that failed before any event with an HTTP error;
+// the stream sends nothing after it.
+func (tx *transcoder) refuse(err error) {
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
-	return tx.ev.wrote
+	if tx.ev.wrote || tx.closed {
+		return // the error event, if any, went out in the stream
+	}
+	tx.closed = true
+	fromGateway(err).Write(tx.ev.w)
 }
 
 // Send implements stream.Sender.
@@ -205,6 +212,9 @@ func (tx *transcoder) Send(ctx context.Context, frame []byte) error {
 	}
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
+	if tx.closed {
+		return stream.ErrClientGone
+	}
 	if f.Type == stream.TypeHeartbeat && !tx.ev.wrote {
 		return nil // nothing to keep alive yet; the status is still open
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode"
@@ -17,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/ratelimit"
 	"github.com/fmgate/fmgate/internal/server"
@@ -34,7 +36,7 @@ type gateway struct {
 	srv *httptest.Server
 }
 
-func quickConfig(t *testing.T) config.Config {
+func quickConfig(t testing.TB) config.Config {
 	cfg := config.Default()
 	for name, st := range cfg.Sim.Models {
 		st.TTFTMs = 5
@@ -309,5 +311,137 @@ func TestFmgateFrontsFmgate(t *testing.T) {
 	}
 	if want := modelIDOf(t, upstream, "sonnet"); cc.Model != want || !hasJapanese(cc.Choices[0].Message.Content) {
 		t.Errorf("model %q answer %q; want %s in Japanese", cc.Model, cc.Choices[0].Message.Content, want)
+	}
+}
+
+// max_tokens reaches the model: the answer stops at the limit with
+// finish_reason "length".
+func TestMaxTokensEndsWithLength(t *testing.T) {
+	g := startGateway(t, quickConfig(t))
+	p := params("sonnet", "Recommend a long fantasy manga series and explain why")
+	p.MaxCompletionTokens = sdk.Int(7)
+	cc, err := g.client(testKey).Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc.Choices[0].FinishReason != "length" || cc.Usage.CompletionTokens != 7 {
+		t.Fatalf("finish %q after %d tokens; want length after 7", cc.Choices[0].FinishReason, cc.Usage.CompletionTokens)
+	}
+}
+
+func TestModelsListsTheTiers(t *testing.T) {
+	g := startGateway(t, quickConfig(t))
+	page, err := g.client(testKey).Models.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+	}
+	if strings.Join(ids, ",") != "sonnet,haiku" {
+		t.Fatalf("models %v, want the tiers in cascade order", ids)
+	}
+	if _, err := g.client(testKey).Models.Get(context.Background(), "gpt-unknown"); err == nil {
+		t.Fatal("an unknown model was found")
+	}
+	if _, err := g.client("sk-wrong").Models.List(context.Background()); err == nil {
+		t.Fatal("a wrong key listed the models")
+	}
+}
+
+// BenchmarkDoor is one turn through the front door and the whole pipeline,
+// the simulator answering at once: the door's and the pipeline's own cost.
+func BenchmarkDoor(b *testing.B) {
+	for _, stream := range []bool{false, true} {
+		name := map[bool]string{false: "json", true: "stream"}[stream]
+		b.Run(name, func(b *testing.B) {
+			cfg := quickConfig(b)
+			for n, st := range cfg.Sim.Models {
+				st.TTFTMs, st.TokensPerSecond = 0, 0
+				cfg.Sim.Models[n] = st
+			}
+			cfg.RateLimit.Global = ratelimit.Rule{Limit: ratelimit.PerSecond(1_000_000, 1_000_000)}
+			cfg.RateLimit.Routes = nil
+			cfg.EventStore.Path = ""
+			s, err := server.New(context.Background(), cfg, server.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			srv := httptest.NewServer(s.Handler(adminToken))
+			defer srv.Close()
+			body := `{"model":"sonnet","max_tokens":64,"stream":` + map[bool]string{false: "false", true: `true,"stream_options":{"include_usage":true}`}[stream] +
+				`,"messages":[{"role":"user","content":"Recommend a fantasy manga series"}]}`
+			b.ReportAllocs()
+			for b.Loop() {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+testKey)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					b.Fatal(resp.Status)
+				}
+			}
+		})
+	}
+}
+
+// capture records the requests a tier's provider gets.
+type capture struct {
+	provider.Provider
+	mu   sync.Mutex
+	reqs []provider.Request
+}
+
+func (c *capture) Stream(ctx context.Context, req *provider.Request, emit func(string) error) (*provider.Response, error) {
+	c.mu.Lock()
+	c.reqs = append(c.reqs, *req)
+	c.mu.Unlock()
+	return c.Provider.Stream(ctx, req, emit)
+}
+
+// The request's conversation, system prompt, limits and stops reach the
+// model: the client's system messages after fmgate's configured prompt.
+func TestRequestReachesTheModel(t *testing.T) {
+	cfg := quickConfig(t)
+	cfg.Prompt.System, cfg.Prompt.File = "You are the store assistant.", ""
+	c := &capture{}
+	s, err := server.New(context.Background(), cfg, server.Options{WrapProvider: func(model string, p provider.Provider) provider.Provider {
+		if model != "sonnet" {
+			return p
+		}
+		c.Provider = p
+		return c
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler(adminToken))
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	g := &gateway{t: t, s: s, srv: srv}
+	p := params("sonnet", "Recommend a manga")
+	p.Temperature = sdk.Float(0.3)
+	p.Stop = sdk.ChatCompletionNewParamsStopUnion{OfStringArray: []string{"END"}}
+	if _, err := g.client(testKey).Chat.Completions.New(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.reqs) != 1 {
+		t.Fatalf("%d model calls", len(c.reqs))
+	}
+	got := c.reqs[0]
+	if got.System != "You are the store assistant.\n\nAnswer briefly." {
+		t.Errorf("system %q", got.System)
+	}
+	if len(got.Messages) != 3 || got.Messages[0].Content != "hello" || got.Messages[1].Role != provider.RoleAssistant || got.Messages[2].Content != "Recommend a manga" {
+		t.Errorf("messages %+v", got.Messages)
+	}
+	if got.MaxTokens != 300 || got.Temperature == nil || *got.Temperature != 0.3 || len(got.StopSequences) != 1 || got.StopSequences[0] != "END" {
+		t.Errorf("max %d temperature %v stop %v", got.MaxTokens, got.Temperature, got.StopSequences)
 	}
 }

@@ -104,8 +104,8 @@ func New(cfg Config) (*Provider, error) {
 	client := sdk.NewClient(
 		option.WithBaseURL(strings.TrimSuffix(base, "/")+"/"),
 		option.WithAPIKey(cfg.APIKey),
-		option.WithOrganization(""),
-		option.WithProject(""),
+		option.WithHeaderDel("OpenAI-Organization"),
+		option.WithHeaderDel("OpenAI-Project"),
 		option.WithHTTPClient(cfg.HTTPClient),
 		option.WithMaxRetries(0),
 	)
@@ -167,7 +167,9 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	start := p.cfg.Now()
 	c, err := p.client.Chat.Completions.New(ctx, p.params(req))
 	if err != nil {
-		resp.Usage = p.estimate(req, "")
+		if !refused(err) {
+			resp.Usage = p.estimate(req, "") // the server may have started
+		}
 		return resp, p.failure(ctx, err)
 	}
 	resp.TTFT = p.cfg.Now().Sub(start)
@@ -239,6 +241,9 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	}
 	settle()
 	if err := s.Err(); err != nil {
+		if refused(err) {
+			resp.Usage = provider.Usage{} // an error status: nothing was generated or billed
+		}
 		return resp, p.failure(ctx, err)
 	}
 	if finish == "" {
@@ -311,6 +316,13 @@ func (p *Provider) failure(ctx context.Context, err error) error {
 	}
 	// The connection failed: refused, reset or dropped mid-answer.
 	return p.fail(provider.KindUnavailable, 0, "", err)
+}
+
+// refused reports whether err is the server's error status, which bills
+// nothing, rather than a call that broke after it started.
+func refused(err error) bool {
+	var apiErr *sdk.Error
+	return errors.As(err, &apiErr)
 }
 
 // kindOf classifies a failure by its HTTP status and the server's code.

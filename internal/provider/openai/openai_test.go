@@ -250,9 +250,13 @@ func TestServerErrorsByStatus(t *testing.T) {
 
 func TestNoKeyNoAuthorization(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-from-env")
+	t.Setenv("OPENAI_ORG_ID", "org-from-env")
+	t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if got := r.Header.Get("Authorization"); got != "" {
-			t.Errorf("a provider without a key sent Authorization %q", got)
+		for _, h := range []string{"Authorization", "OpenAI-Organization", "OpenAI-Project"} {
+			if _, ok := r.Header[http.CanonicalHeaderKey(h)]; ok {
+				t.Errorf("a provider without a key sent %s %q", h, r.Header.Get(h))
+			}
 		}
 		w.WriteHeader(500)
 	}))
@@ -261,7 +265,9 @@ func TestNoKeyNoAuthorization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = p.Stream(context.Background(), request("hi"), nil)
+	if _, err := p.Stream(context.Background(), request("hi"), nil); provider.KindOf(err) != provider.KindUnavailable {
+		t.Fatalf("error %v: want the configured server's 500, not a call elsewhere", err)
+	}
 }
 
 func TestRetryAfter(t *testing.T) {

@@ -1,0 +1,131 @@
+package openai
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+func TestDecodeChat(t *testing.T) {
+	half := 0.5
+	tests := []struct {
+		name      string
+		give      string
+		want      Chat
+		wantParam string // the 400's param, when refused
+		wantErr   bool
+	}{
+		{
+			name: "conversation",
+			give: `{"model":"sonnet","messages":[{"role":"system","content":"Be brief."},{"role":"developer","content":"Use English."},` +
+				`{"role":"user","content":"hi"},{"role":"assistant","content":"Hello"},{"role":"user","content":[{"type":"text","text":"Recommend "},{"type":"text","text":"a manga"}]}],` +
+				`"stream":true,"stream_options":{"include_usage":true},"max_tokens":200,"max_completion_tokens":100,"temperature":0.5,"stop":"END","user":"u1","n":1,"logprobs":false,"tools":null}`,
+			want: Chat{Model: "sonnet", System: "Be brief.\n\nUse English.", Message: "Recommend a manga", Stream: true, IncludeUsage: true,
+				MaxTokens: 100, Temperature: &half, Stop: []string{"END"}, User: "u1",
+				History: []provider.Message{{Role: provider.RoleUser, Content: "hi"}, {Role: provider.RoleAssistant, Content: "Hello"}}},
+		},
+		{
+			name: "consecutive user messages are joined",
+			give: `{"model":"m","messages":[{"role":"user","content":"one"},{"role":"user","content":"two"}],"stop":["a","b"]}`,
+			want: Chat{Model: "m", Message: "one\n\ntwo", Stop: []string{"a", "b"}, History: []provider.Message{}},
+		},
+		{name: "tools", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}`, wantParam: "tools", wantErr: true},
+		{name: "n", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"n":2}`, wantParam: "n", wantErr: true},
+		{name: "logprobs", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true}`, wantParam: "logprobs", wantErr: true},
+		{name: "json mode", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`, wantParam: "response_format", wantErr: true},
+		{name: "image part", give: `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, wantParam: "messages[0].content[0].type", wantErr: true},
+		{name: "tool message", give: `{"model":"m","messages":[{"role":"tool","content":"x","tool_call_id":"c"}]}`, wantParam: "messages[0].tool_call_id", wantErr: true},
+		{name: "unknown field", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"frobnicate":1}`, wantParam: "frobnicate", wantErr: true},
+		{name: "no model", give: `{"messages":[{"role":"user","content":"x"}]}`, wantParam: "model", wantErr: true},
+		{name: "no messages", give: `{"model":"m","messages":[]}`, wantParam: "messages", wantErr: true},
+		{name: "last from assistant", give: `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y"}]}`, wantParam: "messages", wantErr: true},
+		{name: "five stops", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]}`, wantParam: "stop", wantErr: true},
+		{name: "hot temperature", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":3}`, wantParam: "temperature", wantErr: true},
+		{name: "zero max tokens", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0}`, wantParam: "max_tokens", wantErr: true},
+		{name: "usage without stream", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}`, wantParam: "stream_options", wantErr: true},
+		{name: "wrong type", give: `{"model":5,"messages":[]}`, wantParam: "model", wantErr: true},
+		{name: "not json", give: `model=m`, wantErr: true},
+		{name: "trailing data", give: `{"model":"m","messages":[{"role":"user","content":"x"}]} {}`, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, e := DecodeChat([]byte(tt.give))
+			if tt.wantErr {
+				if e == nil || e.Status != 400 || e.Type != "invalid_request_error" || e.Param != tt.wantParam || e.Message == "" {
+					t.Fatalf("error %+v; want a 400 naming %q", e, tt.wantParam)
+				}
+				return
+			}
+			if e != nil {
+				t.Fatal(e)
+			}
+			gotJSON, _ := json.Marshal(got)
+			wantJSON, _ := json.Marshal(tt.want)
+			if string(gotJSON) != string(wantJSON) {
+				t.Fatalf("got  %s\nwant %s", gotJSON, wantJSON)
+			}
+		})
+	}
+}
+
+func TestEncodersWriteValidJSON(t *testing.T) {
+	meta := chunkMeta{id: "chatcmpl-1", created: 1, model: "m\"odel", includeUsage: true}
+	text := "改行\n\"quote\" \\ \x01 \u2028 \xff end"
+	for _, b := range [][]byte{
+		Completion{ID: "x", Model: "m", Text: text, FinishReason: FinishStop, Usage: Usage{PromptTokens: 3, CompletionTokens: 4, CostUSD: 1e-6}}.AppendJSON(nil),
+		(&Error{Status: 400, Type: "invalid_request_error", Message: text}).AppendJSON(nil),
+	} {
+		if !json.Valid(b) {
+			t.Fatalf("invalid JSON: %s", b)
+		}
+	}
+	events := string(meta.appendFinish(meta.appendDelta(nil, text, true), FinishLength, Usage{PromptTokens: 1}, false))
+	for _, ev := range strings.Split(strings.TrimSuffix(events, "\n\n"), "\n\n") {
+		data, ok := strings.CutPrefix(ev, "data: ")
+		if !ok || (data != "[DONE]" && !json.Valid([]byte(data))) {
+			t.Fatalf("bad event %q", ev)
+		}
+	}
+	var chunk struct {
+		Choices []struct {
+			Delta struct{ Content string } `json:"delta"`
+		} `json:"choices"`
+	}
+	first, _ := strings.CutPrefix(strings.SplitN(events, "\n\n", 2)[0], "data: ")
+	if err := json.Unmarshal([]byte(first), &chunk); err != nil || chunk.Choices[0].Delta.Content != strings.ToValidUTF8(text, "\uFFFD") {
+		t.Fatalf("delta %q (%v), want %q", chunk.Choices[0].Delta.Content, err, text)
+	}
+}
+
+// FuzzDecodeChat: any body gets a decoded chat or a 400/413 in OpenAI's
+// shape, never a panic; a decoded chat always has a user message to answer.
+func FuzzDecodeChat(f *testing.F) {
+	for _, seed := range []string{
+		`{"model":"sonnet","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"}]}],"stream":true,"stream_options":{"include_usage":true},"stop":["x"]}`,
+		`{"model":"m","messages":[{"role":"user","content":null}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text"}]}],"temperature":"hot"}`,
+		`[]`, `null`, `{"model":"m","messages":[{}]}`, "{\"model\":\"\xff\"}",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, e := DecodeChat(data)
+		if e != nil {
+			if e.Status != 400 || e.Type == "" || e.Message == "" || !json.Valid(e.AppendJSON(nil)) {
+				t.Fatalf("error %+v", e)
+			}
+			return
+		}
+		if strings.TrimSpace(c.Message) == "" || c.Model == "" || len(c.Stop) > MaxStop {
+			t.Fatalf("decoded %+v", c)
+		}
+		for i := 1; i < len(c.History); i++ {
+			if c.History[i].Role == c.History[i-1].Role {
+				t.Fatalf("history repeats a role: %+v", c.History)
+			}
+		}
+	})
+}

@@ -1,0 +1,213 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/provider/sim"
+	"github.com/fmgate/fmgate/internal/simserver"
+)
+
+// openaiUpstream serves cfg's simulated models on the OpenAI wire and
+// points cfg's primary tier at it through the openai provider. It returns
+// the upstream simulator and a count of the chat completion calls it got.
+func openaiUpstream(t *testing.T, cfg *config.Config) (*sim.Sim, *atomic.Int64) {
+	t.Helper()
+	up, err := sim.New(cfg.SimConfig(), sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	h := simserver.Handler(up)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			calls.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	cfg.Models[0].Provider = "openai"
+	cfg.Models[0].Endpoint = srv.URL + "/v1"
+	return up, &calls
+}
+
+// TestCostReconcilesOpenAI is TestCostReconciles with the primary tier on
+// the openai provider. JSON and streamed turns against a flaky upstream
+// are billed with the upstream's own usage: the model cost in the events
+// equals the upstream's billing within 0.1%. A stream the client abandons
+// ends before the upstream reports usage, so its figures are the gateway's
+// estimate of what arrived: the input exactly, the output short by no more
+// than the few tokens the upstream generated after fmgate hung up.
+func TestCostReconcilesOpenAI(t *testing.T) {
+	t.Run("answered", func(t *testing.T) {
+		got, billed := reconcileOpenAI(t, func(sc *scenario, i int) {
+			if i%2 == 0 {
+				sc.chat(fmt.Sprintf("u%d", i), "おすすめの漫画を教えて", "ja")
+				return
+			}
+			streamTurn(t, sc.srv.URL, fmt.Sprintf("u%d", i), 0)
+		})
+		if got.estimated != 0 {
+			t.Errorf("%d attempts flagged %s; every answered turn has the upstream's usage", got.estimated, gateway.FlagUsageEstimated)
+		}
+		if rel := math.Abs(got.cost-billed.cost) / billed.cost; rel > 0.001 {
+			t.Errorf("sonnet: events sum to $%.6f, the upstream billed $%.6f (%.3f%% apart; limit 0.1%%)", got.cost, billed.cost, rel*100)
+		}
+	})
+	t.Run("abandoned", func(t *testing.T) {
+		var abandoned atomic.Int64
+		got, billed := reconcileOpenAI(t, func(sc *scenario, i int) {
+			if got := streamTurn(t, sc.srv.URL, fmt.Sprintf("u%d", i), 2); !strings.Contains(got, "event: done") {
+				abandoned.Add(1)
+			}
+		})
+		n := int(abandoned.Load())
+		if n == 0 {
+			t.Fatal("no stream was abandoned before its done frame; the test did not cancel mid-stream")
+		}
+		if got.estimated == 0 || got.estimated > n { // some abandoned turns were haiku's
+			t.Errorf("%d sonnet attempts of %d abandoned turns flagged %s", got.estimated, n, gateway.FlagUsageEstimated)
+		}
+		const perTurn = 8 // tokens generated after the hang-up, at most
+		if got.usage.InputTokens != billed.usage.InputTokens ||
+			got.usage.OutputTokens > billed.usage.OutputTokens || got.usage.OutputTokens < billed.usage.OutputTokens-perTurn*n {
+			t.Errorf("%d abandoned streams: events %+v, upstream billed %+v; want the input exact and the output short by at most %d tokens a stream",
+				n, got.usage, billed.usage, perTurn)
+		}
+	})
+}
+
+type billing struct {
+	usage provider.Usage
+	cost  float64
+	// estimated counts the attempts whose event says the usage is an
+	// estimate.
+	estimated int
+}
+
+// reconcileOpenAI runs 32 turns against a gateway whose sonnet tier is an
+// upstream on the OpenAI wire (failing 20% of calls), checks haiku's
+// in-process billing within 0.1%, and returns sonnet's figures in the
+// events and in the upstream's billing.
+func reconcileOpenAI(t *testing.T, turn func(sc *scenario, i int)) (got, billed billing) {
+	cfg := quickConfig()
+	for name, st := range cfg.Sim.Models {
+		st.TTFTMs = 20
+		st.TokensPerSecond = 300 // slow enough to cancel mid-stream
+		cfg.Sim.Models[name] = st
+	}
+	// A loaded machine must not turn slow first tokens into timeouts: the
+	// test is about billing.
+	cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 30*time.Second, 20*time.Second
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	cfg.Events.Sinks.JSONL.Path = path
+	up, _ := openaiUpstream(t, &cfg)
+	sim.CountTokens("load the tokenizer before the first deadline")
+	st, _ := up.Settings("sonnet")
+	st.ErrorRate = map[provider.Kind]float64{provider.KindUnavailable: 0.2}
+	if err := up.SetSettings("sonnet", st); err != nil {
+		t.Fatal(err)
+	}
+	sc := newScenario(t, cfg)
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			turn(sc, i)
+		}()
+	}
+	wg.Wait()
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sc.s.Gateway.Drain(dctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	sc.s.Close()
+
+	events := map[string]billing{}
+	for _, e := range readSpans(t, path) {
+		if e.Name == "model_attempt" {
+			b := events[e.Node.NodeID]
+			b.cost += e.Resource.CostUSD
+			b.usage.InputTokens += e.Resource.TokensIn
+			b.usage.OutputTokens += e.Resource.TokensOut
+			if slices.Contains(e.Resource.CapabilityFlagsActive, gateway.FlagUsageEstimated) {
+				b.estimated++
+			}
+			events[e.Node.NodeID] = b
+		}
+	}
+	billedBy := map[string]*sim.Sim{"sonnet": up, "haiku": sc.s.Sim}
+	for _, m := range cfg.Models {
+		price := budget.Price{InputPerMTok: m.InputPerMTok, OutputPerMTok: m.OutputPerMTok, CachedInputPerMTok: m.CachedInputPerMTok}
+		u := billedBy[m.Name].Usage(m.Name)
+		b := billing{usage: provider.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}, cost: price.Cost(u)}
+		t.Logf("%s (%s): events %+v, simulator %+v", m.Name, m.Provider, events[m.Name], b)
+		if m.Name == "sonnet" {
+			got, billed = events[m.Name], b
+			continue
+		}
+		if b.cost == 0 && events[m.Name].cost == 0 {
+			continue
+		}
+		if rel := math.Abs(events[m.Name].cost-b.cost) / b.cost; rel > 0.001 {
+			t.Errorf("%s: events sum to $%.6f, the simulator billed $%.6f (%.3f%% apart; limit 0.1%%)", m.Name, events[m.Name].cost, b.cost, rel*100)
+		}
+	}
+	if got.cost == 0 {
+		t.Fatal("no sonnet cost recorded")
+	}
+	return got, billed
+}
+
+// A throttling upstream is retried, then the turn falls back to the next
+// tier: the client gets a degraded answer, never a 5xx.
+func TestOpenAIThrottlingRetriedThenFallsBack(t *testing.T) {
+	cfg := quickConfig()
+	up, calls := openaiUpstream(t, &cfg)
+	st, _ := up.Settings("sonnet")
+	st.ErrorRate = map[provider.Kind]float64{provider.KindThrottled: 1}
+	if err := up.SetSettings("sonnet", st); err != nil {
+		t.Fatal(err)
+	}
+	sc := newScenario(t, cfg)
+	a := sc.chat("u1", "Recommend a manga", "en")
+	if a.Status != http.StatusOK || a.Tier != "haiku" || !a.Degraded || a.Text == "" {
+		t.Fatalf("status %d tier %q degraded %v text %q; want haiku's degraded answer", a.Status, a.Tier, a.Degraded, a.Text)
+	}
+	if n := calls.Load(); n < 2 {
+		t.Fatalf("the upstream got %d calls; want the throttled call retried", n)
+	}
+}
+
+// A stream the upstream drops mid-answer ends with an error frame, never
+// a done frame.
+func TestOpenAIMidStreamCutEndsInErrorFrame(t *testing.T) {
+	cfg := quickConfig()
+	up, _ := openaiUpstream(t, &cfg)
+	st, _ := up.Settings("sonnet")
+	st.CutAfterTokens = 10
+	if err := up.SetSettings("sonnet", st); err != nil {
+		t.Fatal(err)
+	}
+	sc := newScenario(t, cfg)
+	got := streamTurn(t, sc.srv.URL, "u1", 0)
+	if !strings.Contains(got, `"type":"chunk"`) || !strings.Contains(got, `"type":"error"`) || strings.Contains(got, `"type":"done"`) {
+		t.Fatalf("stream:\n%s", got)
+	}
+}
