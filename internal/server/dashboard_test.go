@@ -375,6 +375,26 @@ func TestDashboardInBrowser(t *testing.T) {
 		if fallbacks == 0 || fallbacks > 26 {
 			t.Errorf("stored history: %d fallback turns of %d turns; want between 1 and the 26 asked during the outages", fallbacks, turns)
 		}
+		// The alerts the rules raised are listed as GET /admin/alerts has them.
+		p.wait("alerts panel", `document.querySelector('[data-testid="alerts"]').dataset.state === "ready"`)
+		for try := 0; ; try++ {
+			var al struct {
+				Firing, Pending []struct{ Name string }
+			}
+			ds.getJSON("/admin/alerts", &al)
+			shown := p.text(`[data-testid="alerts"]`)
+			want := "Nothing firing"
+			if rows := append(al.Firing, al.Pending...); len(rows) > 0 {
+				want = rows[0].Name
+			}
+			if strings.Contains(shown, want) {
+				break
+			}
+			if try == 3 {
+				t.Fatalf("alerts panel shows %q; GET /admin/alerts has %+v", shown, al)
+			}
+			time.Sleep(2 * time.Second) // the panel refreshes every 5 s; an alert may just have changed
+		}
 		p.screenshot("dashboard-ops.png")
 
 		// A later turn shows up without reloading the page.

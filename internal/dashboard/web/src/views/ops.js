@@ -37,6 +37,8 @@ export default {
     const breakerPanel = panel("Breakers", { testid: "breakers" });
     const quotaPanel = panel("Quota saturation (fleet)", { testid: "quota" });
     const codePanel = panel("Errors by code (last 60 s)", { testid: "error-codes" });
+    // Alerts firing and pending (GET /admin/alerts), refreshed every 5 s.
+    const alertPanel = panel("Alerts", { testid: "alerts" });
     // Fleet mode: one line per gateway instance publishing its window.
     const instancePanel = panel("Instances (fleet, last 60 s)", { testid: "instances" });
     instancePanel.el.hidden = true;
@@ -68,7 +70,7 @@ export default {
       h("div", { class: "section-head" }, h("h2", null, "Live"), asOf),
       stateNote,
       h("div", { class: "tiles" }, Object.values(tiles).map((t) => t.el)),
-      h("div", { class: "panels" }, tierPanel.el, breakerPanel.el, quotaPanel.el, codePanel.el, instancePanel.el),
+      h("div", { class: "panels" }, alertPanel.el, tierPanel.el, breakerPanel.el, quotaPanel.el, codePanel.el, instancePanel.el),
       h("div", { class: "panels charts" }, charts.map((c) => c.p.el), satPanel.el),
       stored.el,
     );
@@ -189,6 +191,30 @@ export default {
     };
     ctx.onLive(update);
 
+    const showAlerts = async () => {
+      try {
+        const a = await get("/admin/alerts");
+        const rows = [...(a.firing || []), ...(a.pending || [])];
+        alertPanel.show(table({
+          testid: "alert-list",
+          empty: `Nothing firing. ${int((a.recent || []).length)} resolved recently.`,
+          columns: [
+            { label: "alert", cell: (x) => x.name },
+            { label: "state", cell: (x) => h("span", { class: "badge " + (x.state === "firing" ? "bad" : "warn") }, x.state) },
+            { label: "on", cell: (x) => Object.entries(x.labels || {}).filter(([k]) => !["alertname", "severity", "service"].includes(k)).map(([k, v]) => `${k}=${v}`).join(" ") },
+            { label: "summary", cell: (x) => x.annotations?.summary || "" },
+            { label: "since", cell: (x) => clock(x.startsAt || x.activeSince) },
+          ],
+          rows,
+        }));
+        alertPanel.el.dataset.state = "ready";
+      } catch (e) {
+        if (e.name !== "AbortError") alertPanel.error(message(e));
+      }
+    };
+    showAlerts();
+    const alertTimer = setInterval(showAlerts, 5000);
+
     return {
       async load(signal) {
         try {
@@ -216,6 +242,7 @@ export default {
         }
       },
       dispose() {
+        clearInterval(alertTimer);
         for (const c of charts) c.chart.destroy();
         if (satChart) satChart.destroy();
         if (storedChart) { storedChart.destroy(); latChart.destroy(); }
