@@ -35,6 +35,7 @@ func newDashboardScenario(t *testing.T) *dashboardScenario {
 	t.Helper()
 	cfg := quickConfig()
 	cfg.EventStore.Path = filepath.Join(t.TempDir(), "events.db")
+	cfg.Alerts.Interval = 200 * time.Millisecond // the alerts panel shows the outage the scenario causes
 	ds := &dashboardScenario{scenario: newScenario(t, cfg)}
 
 	var mu sync.Mutex

@@ -411,6 +411,7 @@ func (c *capture) Stream(ctx context.Context, req *provider.Request, emit func(s
 func TestRequestReachesTheModel(t *testing.T) {
 	cfg := quickConfig(t)
 	cfg.Prompt.System, cfg.Prompt.File = "You are the store assistant.", ""
+	cfg.Catalog.Enabled = false // no catalog context: the system prompt is exactly the two parts
 	c := &capture{}
 	s, err := server.New(context.Background(), cfg, server.Options{WrapProvider: func(model string, p provider.Provider) provider.Provider {
 		if model != "sonnet" {

@@ -38,7 +38,7 @@ export default {
     const quotaPanel = panel("Quota saturation (fleet)", { testid: "quota" });
     const codePanel = panel("Errors by code (last 60 s)", { testid: "error-codes" });
     // Alerts firing and pending (GET /admin/alerts), refreshed every 5 s.
-    const alertPanel = panel("Alerts", { testid: "alerts" });
+    const alertPanel = panel("Alerts", { testid: "alerts", wide: true });
     // Fleet mode: one line per gateway instance publishing its window.
     const instancePanel = panel("Instances (fleet, last 60 s)", { testid: "instances" });
     instancePanel.el.hidden = true;
@@ -70,7 +70,8 @@ export default {
       h("div", { class: "section-head" }, h("h2", null, "Live"), asOf),
       stateNote,
       h("div", { class: "tiles" }, Object.values(tiles).map((t) => t.el)),
-      h("div", { class: "panels" }, alertPanel.el, tierPanel.el, breakerPanel.el, quotaPanel.el, codePanel.el, instancePanel.el),
+      alertPanel.el,
+      h("div", { class: "panels" }, tierPanel.el, breakerPanel.el, quotaPanel.el, codePanel.el, instancePanel.el),
       h("div", { class: "panels charts" }, charts.map((c) => c.p.el), satPanel.el),
       stored.el,
     );
