@@ -30,6 +30,10 @@ Run "fmgate <command> -h" for the command's flags.
 // run is the whole program; main only turns its error into an exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
 	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
@@ -60,7 +64,7 @@ func validate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "config file to check (YAML)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return helpIsNoError(err)
 	}
 	if *path == "" {
 		return errors.New("validate: -config FILE is required")
@@ -86,6 +90,15 @@ func validate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", *path)
 	return nil
+}
+
+// helpIsNoError turns the flag package's answer to -h (the usage is
+// printed) into success, so "fmgate serve -h" exits 0.
+func helpIsNoError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
 }
 
 func buildVersion() string {

@@ -25,7 +25,7 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	addr := fs.String("addr", "127.0.0.1:9090", "listen address")
 	path := fs.String("config", "", "config file (YAML) whose models and sim.models to simulate; default: the MangaAssist profile")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return helpIsNoError(err)
 	}
 	cfg := config.Default()
 	if *path != "" {

@@ -73,7 +73,9 @@ type Server struct {
 	// DrainTimeout bounds how long in-flight streams may finish after SIGTERM.
 	// Default 30s.
 	DrainTimeout time.Duration `yaml:"drainTimeout"`
-	// OriginPatterns are extra origins allowed to open the WebSocket.
+	// OriginPatterns are extra origins (host patterns such as
+	// "shop.example.com" or "*.example.com") allowed to open the WebSocket
+	// and to POST to the chat routes; the server's own origin always is.
 	OriginPatterns []string `yaml:"originPatterns"`
 	// ExternalURL is the address operators reach the gateway at, when it is
 	// not the listener's own (e.g. https://gw.example.com behind a
@@ -81,6 +83,10 @@ type Server struct {
 	// cookie is marked Secure. Default "": Secure only for requests that
 	// reached fmgate over TLS.
 	ExternalURL string `yaml:"externalURL"`
+	// BodyTimeout bounds the time a client takes to send a request body; a
+	// slower one gets 408. It ends with the body, so streamed answers and
+	// WebSockets are not cut. Default 10s.
+	BodyTimeout time.Duration `yaml:"bodyTimeout"`
 }
 
 // Prompt is the system prompt the models receive.
@@ -230,6 +236,7 @@ func Default() Config {
 			Addr:            "127.0.0.1:8080",
 			MaxMessageBytes: 8 << 10,
 			DrainTimeout:    30 * time.Second,
+			BodyTimeout:     10 * time.Second,
 		},
 		Locales:   []string{"ja", "en"},
 		UnitCosts: UnitCosts{StorageWriteUSD: 0.00045, CacheCallUSD: 0.00001, ComputePerSecondUSD: 0.0014},
@@ -281,15 +288,37 @@ func Parse(r io.Reader) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("config: read: %w", err)
 	}
+	var problems []string
 	if len(bytes.TrimSpace(data)) > 0 {
+		fields, err := fieldProblems(data)
+		if err != nil {
+			return Config{}, err
+		}
+		problems = fields.problems
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			return Config{}, &Problems{List: yamlProblems(err)}
+			for _, msg := range yamlProblems(err) {
+				if !strings.Contains(msg, " not found in type ") { // fieldProblems named it
+					problems = append(problems, decodeProblem(msg, fields.lines))
+				}
+			}
 		}
+		if len(problems) > 0 {
+			return Config{}, &Problems{List: problems}
+		}
+		problems = fields.unknownSimModels(cfg)
 	}
 	if err := cfg.Validate(); err != nil {
-		return Config{}, err
+		var p *Problems
+		if errors.As(err, &p) {
+			problems = append(problems, p.List...)
+		} else {
+			return Config{}, err
+		}
+	}
+	if len(problems) > 0 {
+		return Config{}, &Problems{List: problems}
 	}
 	return cfg, nil
 }
@@ -335,6 +364,9 @@ func (c Config) Validate() error {
 		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			v.add("server.externalURL", "must be an absolute http:// or https:// URL, e.g. https://gw.example.com")
 		}
+	}
+	if c.Server.BodyTimeout <= 0 {
+		v.add("server.bodyTimeout", "must be > 0")
 	}
 	if len(c.Locales) == 0 {
 		v.add("locales", "must list at least one locale")

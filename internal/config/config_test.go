@@ -58,3 +58,63 @@ func TestParseOverridesDefaults(t *testing.T) {
 		t.Fatalf("parsed %+v", cfg.Server)
 	}
 }
+
+// TestParseNamesFieldPaths: every problem names its field by path, suggests
+// the name meant, speaks YAML's types, and a sim model that is no tier is
+// refused.
+func TestParseNamesFieldPaths(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{"misspelt field", "server:\n  adr: x\n", "server.adr: unknown field (did you mean addr?)"},
+		{"misspelt nested", "deadline:\n  firstbyte: 3s\n", "deadline.firstbyte: unknown field (did you mean firstByte?)"},
+		{"misspelt top level", "modles: []\n", "modles: unknown field (did you mean models?)"},
+		{"unrelated name", "server:\n  colour: blue\n", "server.colour: unknown field"},
+		{"inside a map", "sim:\n  models:\n    sonnet: {tokensPerSecnd: 5}\n", "sim.models.sonnet.tokensPerSecnd: unknown field (did you mean tokensPerSecond?)"},
+		{"wrong kind", "server:\n  maxMessageBytes: lots\n", `server.maxMessageBytes: must be a whole number, not "lots"`},
+		{"bad duration", "server:\n  drainTimeout: forever\n", `server.drainTimeout: must be a duration such as 10s or 500ms, not "forever"`},
+		{"sim model that is no tier", "sim:\n  models:\n    opus: {ttftMs: 100}\n", "sim.models.opus: no model tier is named opus (models are sonnet, haiku)"},
+		{"idle outside the hierarchy", "deadline:\n  idle: 5m\n", "deadline.idle: must be > 0 and shorter than stream.maxDuration"},
+		{"batch bounds", "batch:\n  maxJobs: 0\n", "batch.maxJobs: must be > 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(tt.give))
+			var p *Problems
+			if !errors.As(err, &p) {
+				t.Fatalf("err %v, want *Problems", err)
+			}
+			found := false
+			for _, line := range p.List {
+				if strings.HasPrefix(line, tt.want) {
+					found = true
+				}
+				if strings.Contains(line, "config.") || strings.Contains(line, "line ") {
+					t.Errorf("problem %q shows Go types or line numbers", line)
+				}
+			}
+			if !found {
+				t.Fatalf("problems:\n%s\nwant %q", strings.Join(p.List, "\n"), tt.want)
+			}
+		})
+	}
+	if _, err := Parse(strings.NewReader("sim:\n  models:\n    sonnet: {ttftMs: 100}\n")); err != nil {
+		t.Fatalf("a tier's sim settings refused: %v", err)
+	}
+}
+
+// FuzzParse: no YAML makes Parse panic, and a refusal always lists problems.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"server:\n  adr: x\n", "sim:\n  models:\n    a: {ttftMs: [1]}\n", "models:\n  - {name: a}\n", "&a [*a]", "server: !!binary x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		_, err := Parse(strings.NewReader(s))
+		var p *Problems
+		if err != nil && errors.As(err, &p) && len(p.List) == 0 {
+			t.Fatalf("refused with no problem listed: %q", s)
+		}
+	})
+}

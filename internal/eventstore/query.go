@@ -122,7 +122,7 @@ type CostRow struct {
 	TokensIn  int64   `json:"tokensIn"`
 	TokensOut int64   `json:"tokensOut"`
 	Errors    int64   `json:"errors"`    // spans with status failed
-	Fallbacks int64   `json:"fallbacks"` // spans with status fallback or a fallback tier
+	Fallbacks int64   `json:"fallbacks"` // turns served by a fallback tier (status fallback or a fallback tier on the turn span)
 	// AvgLatencyMS is the mean span duration.
 	AvgLatencyMS float64 `json:"avgLatencyMs"`
 	// CostPerTurn is CostUSD / Turns, 0 without turns.

@@ -62,7 +62,9 @@ func (a *agg) addSpan(e *events.Event, ts int64) {
 	if isErrorSpan(e) {
 		a.errors++
 	}
-	if isFallbackSpan(e) {
+	// A turn served by a fallback tier counts once: its turn span says so,
+	// and its fallback, cache and FAQ spans would count it again.
+	if e.Name == "turn" && isFallbackSpan(e) {
 		a.fallbacks++
 	}
 	a.latency += e.DurationMS

@@ -358,3 +358,44 @@ func TestTrace(t *testing.T) {
 		}
 	}
 }
+
+// A turn answered by a fallback tier counts as one fallback, however many
+// of its spans (the fallback step, the cache miss, the FAQ hit) carry the
+// fallback status.
+func TestFallbacksCountTurns(t *testing.T) {
+	s := openTest(t, ":memory:")
+	var all []events.Event
+	for n := range 3 {
+		ts := turnSpec{n: n, user: "dana", feature: "chat", graph: "v1", at: time.Duration(n) * time.Second,
+			spans: []span{{name: "model_attempt", model: "sonnet", failed: true}, {name: "fallback"}, {name: "cache"}, {name: "faq"}}}
+		evs := ts.build()
+		for i := range evs {
+			switch evs[i].Name {
+			case "fallback", "cache", "faq":
+				evs[i].Outcome.Status = events.StatusFallback
+			case "turn":
+				evs[i].Outcome.Status = events.StatusFallback
+				evs[i].Outcome.FallbackUsed = "faq"
+			}
+		}
+		all = append(all, evs...)
+	}
+	all = append(all, turnSpec{n: 9, user: "dana", feature: "chat", graph: "v1", spans: []span{{name: "model_attempt", model: "sonnet"}}}.build()...)
+	if err := s.Write(context.Background(), all); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Series(context.Background(), Query{From: t0, To: t0.Add(time.Minute)}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := rep.Points[0]; p.Turns != 4 || p.Fallbacks != 3 {
+		t.Fatalf("series: %d turns, %d fallbacks; want 4 turns of which 3 fell back", p.Turns, p.Fallbacks)
+	}
+	tot, err := s.Cost(context.Background(), Query{By: ByTotal, From: t0, To: t0.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tot.Rows) != 1 || tot.Rows[0].Fallbacks != 3 {
+		t.Fatalf("total: %+v; want 3 fallbacks", tot.Rows)
+	}
+}

@@ -132,37 +132,38 @@ func (b *batchJobs) get(id, owner string, now time.Time) *batchJob {
 
 // serveBatch is POST /v1/batch: it accepts the job and answers 202 with its id.
 func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request) {
+	caller := &Turn{Route: "batch", Surface: "batch", Priority: P3}
+	refuse := func(err error) { writeError(w, g.Refuse(r.Context(), caller, err)) }
 	if !g.Ready() {
-		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown,
+		refuse(&Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown,
 			Message: "The gateway is restarting; submit the batch again shortly.", RetryAfter: 5 * time.Second})
 		return
 	}
-	caller := &Turn{}
 	if err := g.authenticate(r, "", caller); err != nil {
-		writeError(w, err)
+		refuse(err)
 		return
 	}
 	limits := g.cfg.Batch
 	data, err := readLimited(r, int64(limits.MaxBytes))
 	if e := asEdgeError(err); err != nil && e.Status == http.StatusRequestEntityTooLarge {
-		writeError(w, &Error{Status: e.Status, Code: e.Code,
+		refuse(&Error{Status: e.Status, Code: e.Code,
 			Message: fmt.Sprintf("a batch body is at most %d bytes; split the job", limits.MaxBytes)})
 		return
 	} else if err != nil {
-		writeError(w, err)
+		refuse(err)
 		return
 	}
 	var body batchBody
 	if err := decodeStrict(data, &body); err != nil {
-		writeError(w, err)
+		refuse(err)
 		return
 	}
 	switch n := len(body.Messages); {
 	case n == 0:
-		writeError(w, invalid("messages must hold at least one message"))
+		refuse(invalid("messages must hold at least one message"))
 		return
 	case n > limits.MaxMessages:
-		writeError(w, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
+		refuse(&Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
 			Message: fmt.Sprintf("a batch holds at most %d messages; got %d — split the job", limits.MaxMessages, n)})
 		return
 	}
@@ -172,7 +173,7 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request) {
 		job.Results[i] = batchResult{Index: i, Status: "pending"}
 	}
 	if err := g.batches.put(job, g.now()); err != nil {
-		writeError(w, err)
+		refuse(err)
 		return
 	}
 	accepted := map[string]any{"jobId": job.ID, "status": job.Status, "total": job.Total, "statusUrl": "/v1/batch/" + job.ID}

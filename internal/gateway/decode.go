@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 )
@@ -67,12 +69,9 @@ func decodeClientFrame(data []byte) (clientFrame, error) {
 // decodeChatBody parses the body of POST /v1/chat.
 func decodeChatBody(r io.Reader, limit int64) (chatBody, error) {
 	var b chatBody
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	data, err := readAll(r, limit)
 	if err != nil {
-		return b, invalid("could not read the request body: %v", err)
-	}
-	if int64(len(data)) > limit {
-		return b, &Error{Status: 413, Code: CodeTooLarge, Message: fmt.Sprintf("request body is larger than %d bytes", limit)}
+		return b, err
 	}
 	if err := decodeStrict(data, &b); err != nil {
 		return b, err
@@ -84,13 +83,22 @@ func decodeChatBody(r io.Reader, limit int64) (chatBody, error) {
 }
 
 // readLimited reads a request body of at most limit bytes.
-func readLimited(r *http.Request, limit int64) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+func readLimited(r *http.Request, limit int64) ([]byte, error) { return readAll(r.Body, limit) }
+
+// readAll reads at most limit bytes: 413 above it, 408 when the client was
+// too slow to send them (the server's body deadline).
+func readAll(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &Error{Status: http.StatusRequestTimeout, Code: CodeRequestTimeout,
+				Message: "The request body arrived too slowly and was cut off; send it again.", Err: err,
+				Header: http.Header{"Connection": {"close"}}}
+		}
 		return nil, invalid("could not read the request body: %v", err)
 	}
 	if int64(len(data)) > limit {
-		return nil, &Error{Status: 413, Code: CodeTooLarge, Message: fmt.Sprintf("request body is larger than %d bytes", limit)}
+		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Message: fmt.Sprintf("request body is larger than %d bytes", limit)}
 	}
 	return data, nil
 }
@@ -100,6 +108,9 @@ func readLimited(r *http.Request, limit int64) ([]byte, error) {
 func decodeStrict(data []byte, v any) error {
 	if !utf8.Valid(data) {
 		return invalid("body must be valid UTF-8 JSON")
+	}
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		return invalid("body is null; send a JSON object such as {\"sessionId\":\"s1\",\"message\":\"…\"}")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -111,8 +122,10 @@ func decodeStrict(data []byte, v any) error {
 			return invalid("body is empty; send a JSON object")
 		case errors.As(err, &syn):
 			return invalid("malformed JSON at byte %d: %s", syn.Offset, syn.Error())
+		case errors.As(err, &typ) && typ.Field == "":
+			return invalid("body must be a JSON object, not %s", jsonValueName(typ.Value))
 		case errors.As(err, &typ):
-			return invalid("field %q must be a %s", typ.Field, typ.Type.String())
+			return invalid("field %q must be %s, not %s", typ.Field, jsonTypeName(typ.Type), jsonValueName(typ.Value))
 		case strings.HasPrefix(err.Error(), "json: unknown field"):
 			return invalid("%s", strings.TrimPrefix(err.Error(), "json: "))
 		default:
@@ -126,6 +139,42 @@ func decodeStrict(data []byte, v any) error {
 		return invalid("body must hold exactly one JSON object")
 	}
 	return nil
+}
+
+// jsonTypeName names what a Go type holds in JSON's words, so error
+// messages never show the server's type names.
+func jsonTypeName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Pointer:
+		return jsonTypeName(t.Elem())
+	}
+	return "an object"
+}
+
+// jsonValueName is the JSON kind json.UnmarshalTypeError.Value reports.
+func jsonValueName(v string) string {
+	switch {
+	case v == "":
+		return "something else"
+	case strings.HasPrefix(v, "number"):
+		return "a number"
+	case v == "bool":
+		return "true or false"
+	case v == "object", v == "array":
+		return "an " + v
+	}
+	return "a " + v
 }
 
 func truncate(s string, n int) string {

@@ -11,6 +11,8 @@ import (
 const (
 	CodeInvalidRequest = "invalid_request"
 	CodeTooLarge       = "too_large"
+	CodeRequestTimeout = "request_timeout"
+	CodeNotAllowed     = "method_not_allowed"
 	CodeUnauthorized   = "unauthorized"
 	CodeDuplicate      = "duplicate_request"
 	CodeRateLimited    = "rate_limited"

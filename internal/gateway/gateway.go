@@ -55,6 +55,7 @@ type Gateway struct {
 	connsMu  sync.Mutex
 	conns    map[*wsConn]struct{}
 	admin    http.Handler // extra admin routes (e.g. the simulator's)
+	throttle func(scope string)
 }
 
 // Deps are what a Gateway is built from. Nil policies are pass-throughs.
@@ -83,6 +84,10 @@ type Deps struct {
 	Tracer *events.Tracer
 	// Prompts is the prompt in force; nil uses the config's prompt, fixed.
 	Prompts Prompts
+	// OnThrottle counts a refusal by a limit the front doors enforce
+	// themselves (scope "connection": turns in flight on one WebSocket), as
+	// the policies count theirs. Nil counts nothing.
+	OnThrottle func(scope string)
 }
 
 // New builds a gateway. Every configured model needs a provider.
@@ -116,6 +121,10 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		admin:     d.AdminRoutes,
 		tracer:    d.Tracer,
 		batches:   newBatchJobs(cfg.Batch),
+		throttle:  d.OnThrottle,
+	}
+	if g.throttle == nil {
+		g.throttle = func(string) {}
 	}
 	if g.prompts == nil {
 		text, err := cfg.SystemPrompt()

@@ -33,6 +33,12 @@ func (g *Gateway) Handler(adminToken string, ui http.Handler) http.Handler {
 	mux.HandleFunc("GET /ws", g.serveWS)
 	mux.HandleFunc("POST /v1/batch", g.serveBatch)
 	mux.HandleFunc("GET /v1/batch/{id}", g.serveBatchStatus)
+	for path, allow := range map[string][]string{
+		"/healthz": {"GET", "HEAD"}, "/readyz": {"GET", "HEAD"}, "/ws": {"GET", "HEAD"},
+		"/v1/chat": {"POST"}, "/v1/batch": {"POST"}, "/v1/batch/{id}": {"GET", "HEAD"},
+	} {
+		mux.Handle(path, MethodNotAllowed(allow...))
+	}
 	if g.admin != nil {
 		mux.Handle("/admin/", requireToken(adminToken, g.admin))
 	}
@@ -42,11 +48,23 @@ func (g *Gateway) Handler(adminToken string, ui http.Handler) http.Handler {
 	return mux
 }
 
+// MethodNotAllowed answers a JSON 405 whose Allow header lists allow. Mount
+// it on a route's path without a method, beside the route's own patterns,
+// so that any other method gets it instead of falling through to the pages.
+func MethodNotAllowed(allow ...string) http.Handler {
+	list := strings.Join(allow, ", ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", list)
+		writeError(w, &Error{Status: http.StatusMethodNotAllowed, Code: CodeNotAllowed,
+			Message: r.Method + " is not allowed here; use " + list + "."})
+	})
+}
+
 // serveChat is POST /v1/chat: a JSON answer, or SSE frames with "stream":true.
 func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 	body, err := decodeChatBody(r.Body, int64(g.cfg.Server.MaxMessageBytes)*2+4096)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, g.Refuse(r.Context(), &Turn{Route: "sendMessage", Surface: "http"}, err))
 		return
 	}
 	t := &Turn{
@@ -59,13 +77,13 @@ func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 		TraceParent: r.Header.Get("traceparent"),
 	}
 	if err := g.authenticate(r, body.UserID, t); err != nil {
-		writeError(w, err)
+		writeError(w, g.Refuse(r.Context(), t, err))
 		return
 	}
 	if t.RequestID == "" {
 		t.RequestID = newID()
 	} else if !g.requests.add(t.UserID + "\x00" + t.RequestID) {
-		writeError(w, duplicate(t.RequestID))
+		writeError(w, g.Refuse(r.Context(), t, duplicate(t.RequestID)))
 		return
 	} else {
 		defer g.requests.remove(t.UserID + "\x00" + t.RequestID)
@@ -126,11 +144,29 @@ func (g *Gateway) authenticate(r *http.Request, bodyUser string, t *Turn) error 
 // Authenticate fills t's caller for a front door: from key (the API key the
 // door read from its vendor's header) when auth.keys are configured, or from
 // the trusted user header (X-User-Id, else bodyUser) in the demo profile.
+//
+// A key with a secretKeyEnv is an access key id that signs its requests;
+// its id alone is not a secret, so it is refused here and accepted only by
+// AuthenticateSigned.
 func (g *Gateway) Authenticate(r *http.Request, key, bodyUser string, t *Turn) error {
+	return g.authenticateKey(r, key, bodyUser, t, false)
+}
+
+// AuthenticateSigned is Authenticate for a door that verified the request's
+// signature with the key's secret (the Bedrock door's SigV4).
+func (g *Gateway) AuthenticateSigned(r *http.Request, key string, t *Turn) error {
+	return g.authenticateKey(r, key, "", t, true)
+}
+
+func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn, signed bool) error {
 	if key != "" && len(g.cfg.Auth.Keys) > 0 {
 		c, found := g.cfg.Auth.Keys[key]
 		if !found {
 			return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "The API key is not valid."}
+		}
+		if c.SecretKeyEnv != "" && !signed {
+			return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
+				Message: "This key is an access key id: sign the request with its secret (AWS SigV4); it is not accepted as a bearer key."}
 		}
 		t.UserID = c.UserID
 		t.Premium = c.Tier == "premium"

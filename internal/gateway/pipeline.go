@@ -390,8 +390,9 @@ func (g *Gateway) watchStream(ctx context.Context, t *Turn) (context.Context, fu
 		cancel(&provider.Error{Kind: provider.KindTimeout, Err: errFirstTokenLate})
 	})
 	token := func() bool {
+		first := !seen.Swap(true)
 		timer.Reset(g.cfg.Deadline.Idle)
-		return !seen.Swap(true)
+		return first
 	}
 	return actx, token, func() { timer.Stop(); cancel(nil); uncap() }
 }

@@ -66,6 +66,20 @@ func (g *Gateway) endTurn(span *events.Span, out Output, res *Result, err error)
 	span.End()
 }
 
+// Refuse records a turn a front door refused before it reached the
+// pipeline (a bad frame or body, a duplicate request id, a failed login, a
+// connection's own limit, a cross-site request) as a failed turn span with
+// the refusal's code, so that /metrics and the live figures count it once,
+// like the refusals of the pipeline's own steps. t needs its Route and
+// Surface, and its caller when known. It returns err, for the door to send.
+func (g *Gateway) Refuse(ctx context.Context, t *Turn, err error) error {
+	_, span := g.startTurn(ctx, t)
+	span.SetStatus(events.StatusFailed)
+	span.SetErrorCode(asEdgeError(err).Code)
+	span.End()
+	return err
+}
+
 // step runs one pipeline step in a child span named name.
 func (g *Gateway) step(ctx context.Context, name string, fn func(context.Context) error) error {
 	ctx, span := g.tracer.Start(ctx, name, events.WithKind(events.KindInternal), events.WithNodeID(name))
@@ -168,9 +182,18 @@ func (o *tracedOutput) end(res *Result, code string) {
 	span.End()
 }
 
+// UsageEstimatedFlag marks, in resource.capability_flags_active, a model
+// attempt whose usage is the gateway's estimate rather than the vendor's.
+const UsageEstimatedFlag = "usage_estimated"
+
 func endAttempt(span *events.Span, m modelConfig, u provider.Usage, err error) {
 	span.SetTokens(u.InputTokens, u.OutputTokens)
 	span.SetCost(cost(m, u))
+	if u.Estimated {
+		// The vendor reported no usage (a stream cut or abandoned before its
+		// final event): the tokens and cost are the gateway's estimate.
+		span.SetCapabilityFlags(UsageEstimatedFlag)
+	}
 	if err != nil {
 		span.SetStatus(events.StatusFailed)
 		span.SetErrorCode(string(provider.KindOf(err)))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -28,9 +30,11 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept has answered the client
 	}
-	// A frame larger than this closes the connection (1009); anything up to it
-	// is read and refused with an error frame, keeping the connection.
-	c.SetReadLimit(int64(max(64<<10, 4*g.cfg.Server.MaxMessageBytes)))
+	// Bad input, an oversize frame included, gets an error frame and the
+	// connection stays open: the library's limit (which would close with
+	// 1009) is off, and readMessage keeps at most frameLimit bytes of a frame.
+	c.SetReadLimit(-1)
+	frameLimit := int64(max(64<<10, 4*g.cfg.Server.MaxMessageBytes))
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	conn := &wsConn{c: c, g: g, r: r, turns: make(map[string]context.CancelFunc)}
 	defer func() {
@@ -43,17 +47,22 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	defer g.untrackConn(conn)
 
 	for {
-		typ, data, err := c.Read(ctx)
+		typ, data, err := readMessage(ctx, c, frameLimit)
+		if errors.Is(err, errFrameTooLarge) {
+			conn.refuse(ctx, "", &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
+				Message: fmt.Sprintf("frame is larger than %d bytes; it was dropped", frameLimit)})
+			continue
+		}
 		if err != nil {
 			return // client gone: cancel() stops every turn of this connection
 		}
 		if typ != websocket.MessageText {
-			conn.sendError(ctx, "", invalid("binary frames are not supported; send JSON text frames"))
+			conn.refuse(ctx, "", invalid("binary frames are not supported; send JSON text frames"))
 			continue
 		}
 		f, err := decodeClientFrame(data)
 		if err != nil {
-			conn.sendError(ctx, peekRequestID(data), err)
+			conn.refuse(ctx, peekRequestID(data), err)
 			continue
 		}
 		switch f.Action {
@@ -63,6 +72,29 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 			conn.startTurn(ctx, f)
 		}
 	}
+}
+
+var errFrameTooLarge = errors.New("frame too large")
+
+// readMessage reads one message, keeping at most limit bytes: a longer one is
+// read to its end and dropped (errFrameTooLarge), so memory stays bounded and
+// the connection usable.
+func readMessage(ctx context.Context, c *websocket.Conn, limit int64) (websocket.MessageType, []byte, error) {
+	typ, r, err := c.Reader(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return 0, nil, err
+	}
+	if int64(len(data)) > limit {
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			return 0, nil, err
+		}
+		return typ, nil, errFrameTooLarge
+	}
+	return typ, data, nil
 }
 
 // wsConn is one chat WebSocket.
@@ -80,12 +112,13 @@ func (cn *wsConn) startTurn(ctx context.Context, f clientFrame) {
 	cn.mu.Lock()
 	if _, dup := cn.turns[f.RequestID]; dup {
 		cn.mu.Unlock()
-		cn.sendError(ctx, f.RequestID, duplicate(f.RequestID))
+		cn.refuse(ctx, f.RequestID, duplicate(f.RequestID))
 		return
 	}
 	if len(cn.turns) >= maxInFlightPerConn {
 		cn.mu.Unlock()
-		cn.sendError(ctx, f.RequestID, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+		cn.g.throttle("connection")
+		cn.refuse(ctx, f.RequestID, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
 			Message: "Too many messages in flight on this connection; wait for an answer first.", RetryAfter: time.Second})
 		return
 	}
@@ -112,7 +145,7 @@ func (cn *wsConn) startTurn(ctx context.Context, f clientFrame) {
 			TraceParent: cn.r.Header.Get("traceparent"),
 		}
 		if err := cn.g.authenticate(cn.r, f.UserID, t); err != nil {
-			cn.sendError(tctx, f.RequestID, err)
+			cn.sendError(tctx, f.RequestID, cn.g.Refuse(tctx, t, err))
 			return
 		}
 		out := cn.g.NewStreamOutput(tctx, cn, f.RequestID)
@@ -136,6 +169,14 @@ func (cn *wsConn) cancelTurn(id string) {
 // Send implements stream.Sender.
 func (cn *wsConn) Send(ctx context.Context, frame []byte) error {
 	return cn.c.Write(ctx, websocket.MessageText, frame)
+}
+
+// refuse counts a frame refused before it became a turn (refuse) and
+// answers it with an error frame.
+func (cn *wsConn) refuse(ctx context.Context, requestID string, err error) {
+	t := &Turn{RequestID: requestID, Route: "sendMessage", Surface: "ws"}
+	_ = cn.g.Authenticate(cn.r, "", "", t) // the caller, when the connection names one
+	cn.sendError(ctx, requestID, cn.g.Refuse(ctx, t, err))
 }
 
 // sendError writes an error frame outside a stream (refusals, bad frames).

@@ -32,7 +32,8 @@ var errorCodes = []string{
 	"duplicate_request", "rate_limited", "quota_exhausted", "queue_full",
 	"queue_timeout", "budget_exceeded", "overloaded", "unavailable",
 	"shutting_down", "upstream_failed", "stream_timeout", "slow_client",
-	"canceled", "internal",
+	"canceled", "internal", "request_timeout", "method_not_allowed",
+	"unsupported_media_type", "forbidden_origin",
 }
 
 // providerErrorKinds are the classes of a failed model call (provider.Kind)
@@ -46,7 +47,7 @@ var providerErrorKinds = []string{
 const outcomeOK = "ok"
 
 // throttleScopes are the scopes a refusal by a limiter is charged to.
-var throttleScopes = []string{"user", "session", "ip", "global", "tenant", "route", "provider", "quota"}
+var throttleScopes = []string{"user", "session", "ip", "global", "tenant", "route", "provider", "quota", "connection"}
 
 // spanNames are the span names the gateway emits; cost is attributed to
 // them as the component label.

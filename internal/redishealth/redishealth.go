@@ -10,9 +10,11 @@
 // timeout, closed connection or the caller's deadline passing is a failure.
 // While it is open, every command fails at once with ErrDown, without
 // touching the network, and each policy applies its outage rule to that
-// error as it would to any other Redis failure. After the open period one
-// real command goes through as a probe; when the probes succeed the breaker
-// closes and shared state is used again, with no operator action.
+// error as it would to any other Redis failure. After the open period the
+// next command triggers recovery probes: PINGs sent in the background
+// (stages of 1, 3 and 10), while callers stay on their outage rules; when
+// they succeed the breaker closes and shared state is used again, with no
+// operator action.
 package redishealth
 
 import (
@@ -20,6 +22,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,29 +41,52 @@ const BreakerName = "redis"
 // Health is the health of one Redis server as this process sees it. It is
 // safe for concurrent use; the zero value is not usable, call New.
 type Health struct {
-	br *breaker.Memory
+	br     *breaker.Memory
+	closed atomic.Bool
+	ping   func(context.Context) error // set by Watch; nil: callers' commands probe
 }
+
+// ProbeTimeout bounds each PING of a recovery probe: generous, because a
+// probe on a fresh connection dials and shakes hands first, and a probe
+// that fails re-opens the breaker for a whole open period.
+const ProbeTimeout = time.Second
 
 // New returns a healthy Health tuned by cfg (zero fields take
 // breaker.DefaultConfig's values). now is the clock (time.Now when nil);
 // onChange, when set, is told of each change: false when Redis is declared
-// down, true when it is back. It is called synchronously and must be fast.
+// down, true when it is back. It is called synchronously, on the goroutine
+// that made the change (a caller's, or a background probe's), and must be
+// fast.
 func New(cfg breaker.Config, now func() time.Time, onChange func(healthy bool)) *Health {
 	if now == nil {
 		now = time.Now
 	}
-	b := breaker.NewMemory(BreakerName, cfg, now)
-	if onChange != nil {
-		b.OnTransition = func(_ string, from, to breaker.State) {
-			switch {
-			case to == breaker.Open && from == breaker.Closed:
-				onChange(false)
-			case to == breaker.Closed:
+	h := &Health{br: breaker.NewMemory(BreakerName, cfg, now)}
+	h.closed.Store(true)
+	h.br.OnTransition = func(_ string, from, to breaker.State) {
+		switch {
+		case to == breaker.Closed:
+			h.closed.Store(true)
+			if onChange != nil {
 				onChange(true)
+			}
+		case from == breaker.Closed:
+			h.closed.Store(false)
+			if onChange != nil {
+				onChange(false)
 			}
 		}
 	}
-	return &Health{br: b}
+	return h
+}
+
+// Watch puts every command of c under the health state (c.AddHook) and
+// makes recovery probes PINGs on c, sent in the background with
+// ProbeTimeout, so that no caller's command is spent, or delayed, as a
+// probe. Call it once, before c is used.
+func (h *Health) Watch(c redis.UniversalClient) {
+	c.AddHook(h.Hook())
+	h.ping = func(ctx context.Context) error { return c.Ping(ctx).Err() }
 }
 
 // Healthy reports whether Redis is in use: false while the breaker is open
@@ -93,6 +119,12 @@ func (h *Health) Do(ctx context.Context, fn func(context.Context) error) error {
 	if err != nil {
 		return downError{}
 	}
+	if !h.closed.Load() && h.ping != nil {
+		// Admitted as a recovery probe: PING in the background instead,
+		// and keep this caller on its outage rule until the probes pass.
+		go h.probe(permit)
+		return downError{}
+	}
 	err = fn(context.WithValue(ctx, insideKey{}, h))
 	if ok, counts := outcome(ctx, err); counts {
 		permit.Done(ctx, ok)
@@ -102,11 +134,32 @@ func (h *Health) Do(ctx context.Context, fn func(context.Context) error) error {
 	return err
 }
 
+// probe PINGs Redis under permit, then under each further probe permit
+// the breaker grants, until the breaker closes, a PING fails or the
+// current stage has no permit left (other probes are out).
+func (h *Health) probe(permit breaker.Permit) {
+	bg := context.Background()
+	for {
+		ctx, cancel := context.WithTimeout(context.WithValue(bg, insideKey{}, h), ProbeTimeout)
+		ok, _ := outcome(ctx, h.ping(ctx))
+		cancel()
+		permit.Done(bg, ok)
+		if !ok || h.closed.Load() {
+			return
+		}
+		var err error
+		if permit, err = h.br.Allow(bg); err != nil {
+			return
+		}
+	}
+}
+
 // insideKey marks the context of a call admitted by Do.
 type insideKey struct{}
 
 // Hook is the go-redis hook that puts every command and pipeline of a
-// client under the health state: client.AddHook(h.Hook()).
+// client under the health state. Prefer Watch, which also gives the probes
+// a client of their own to PING.
 func (h *Health) Hook() redis.Hook { return hook{h} }
 
 type hook struct{ h *Health }

@@ -3,6 +3,7 @@ package redishealth_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,12 +19,15 @@ func TestHealthFailsFastWhileRedisIsDownAndRecovers(t *testing.T) {
 	rs := redistest.Start(t)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	var changes []bool
+	var (
+		mu      sync.Mutex
+		changes []bool
+	)
 	cfg := breaker.Defaults()["redis"]
-	h := redishealth.New(cfg, now, func(up bool) { changes = append(changes, up) })
+	h := redishealth.New(cfg, now, func(up bool) { mu.Lock(); changes = append(changes, up); mu.Unlock() })
 	c := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: 1, DialTimeout: 300 * time.Millisecond})
 	defer c.Close()
-	c.AddHook(h.Hook())
+	h.Watch(c)
 	ctx := context.Background()
 
 	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
@@ -57,18 +61,26 @@ func TestHealthFailsFastWhileRedisIsDownAndRecovers(t *testing.T) {
 		t.Fatalf("pipeline with Redis down: %v; want ErrDown", pipeErr)
 	}
 
-	// Back: after the open period the next command is a probe (its new
-	// connection's handshake included) and the stages close the breaker.
+	// Back: after the open period the next command starts the recovery
+	// probes (PINGs in the background, on fresh connections) and is itself
+	// refused at once; the stages close the breaker.
 	rs.Restart()
 	offset.Add(int64(cfg.OpenTimeout + time.Second))
-	for i := 0; !h.Healthy(); i++ {
-		if i > 20 {
-			t.Fatalf("Redis back, health still %+v", h.Snapshot(ctx))
-		}
-		if err := c.Set(ctx, "k", "again", 0).Err(); err != nil {
-			t.Fatalf("probe %d: %v", i, err)
-		}
+	if err := c.Set(ctx, "k", "again", 0).Err(); !errors.Is(err, redishealth.ErrDown) {
+		t.Fatalf("the command that starts the probes: %v; want ErrDown, not a wait", err)
 	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !h.Healthy() {
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis back, health still %+v after 5s", h.Snapshot(ctx))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := c.Set(ctx, "k", "again", 0).Err(); err != nil {
+		t.Fatalf("after recovery: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(changes) != 2 || changes[0] || !changes[1] {
 		t.Fatalf("health changes %v; want [false true]", changes)
 	}

@@ -61,7 +61,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 			}
 			s.log.Warn("redis unreachable: policies follow their outage rules until a probe succeeds", "redis", cfg.Fleet.Redis)
 		})
-		rdb.AddHook(s.RedisHealth.Hook())
+		s.RedisHealth.Watch(rdb)
 		s.closers = append(s.closers, func() { _ = rdb.Close() })
 		s.Redis = rdb
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider"
@@ -58,6 +59,9 @@ func onBedrock(cfg config.Config, endpoint string) config.Config {
 // Haiku answers every turn, and no client sees a 5xx.
 func TestScenarioSonnetOnBedrockDown(t *testing.T) {
 	cfg := quickConfig()
+	// The healthy phase must not fall back because the race detector made a
+	// first call slow.
+	cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 10*time.Second, 8*time.Second
 	up, endpoint := bedrockUpstream(t, cfg.Sim.Models["sonnet"])
 	sc := newScenario(t, onBedrock(cfg, endpoint))
 
@@ -92,6 +96,9 @@ func TestCostReconcilesBedrock(t *testing.T) {
 		st.TokensPerSecond = 300
 		cfg.Sim.Models[name] = st
 	}
+	// An attempt cut by its first-token deadline bills an estimate (the
+	// wire reports no usage for it): deadlines a slow machine never hits.
+	cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 20*time.Second, 15*time.Second
 	up, endpoint := bedrockUpstream(t, cfg.Sim.Models["sonnet"])
 	reconcileCosts(t, onBedrock(cfg, endpoint), map[string]*sim.Sim{"sonnet": up}, false)
 }

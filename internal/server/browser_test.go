@@ -69,6 +69,14 @@ func TestChatPageInBrowser(t *testing.T) {
 	cfg := fastConfig()
 	cfg.Server.MaxMessageBytes = 200
 	s, srv := startServer(t, cfg)
+	// One turn first, so the page's first answer does not pay for loading
+	// the simulator's tokenizer on a busy machine (a first-token timeout
+	// would hand it to Haiku).
+	warm, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat", strings.NewReader(`{"sessionId":"warm","message":"hello","locale":"en"}`))
+	warm.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(warm); err == nil {
+		resp.Body.Close()
+	}
 	ctx := browsertest.New(t, 60*time.Second)
 
 	if err := chromedp.Do(ctx,

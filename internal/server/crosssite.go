@@ -23,19 +23,30 @@ import (
 //     servers send no Origin; browsers always send it on a cross-site POST.
 //
 // POSTs under /admin/ and /dashboard are left to their own authentication.
-func guardCrossSite(originPatterns []string, next http.Handler) http.Handler {
+//
+// Each refusal is counted as a refused turn (Gateway.Refuse).
+func guardCrossSite(originPatterns []string, g *gateway.Gateway, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || strings.HasPrefix(r.URL.Path, "/admin/") || strings.HasPrefix(r.URL.Path, "/dashboard") {
 			next.ServeHTTP(w, r)
 			return
 		}
+		refuse := func(err error) {
+			t := &gateway.Turn{Route: "sendMessage", Surface: "http"}
+			if strings.HasPrefix(r.URL.Path, "/v1/batch") {
+				t.Route, t.Surface = "batch", "batch"
+			}
+			key, _ := gateway.Bearer(r)
+			_ = g.Authenticate(r, key, "", t) // the caller, when the request names one
+			gateway.WriteError(w, g.Refuse(r.Context(), t, err))
+		}
 		if origin := r.Header.Get("Origin"); origin != "" && !originAllowed(origin, r.Host, originPatterns) {
-			gateway.WriteError(w, &gateway.Error{Status: http.StatusForbidden, Code: "forbidden_origin",
+			refuse(&gateway.Error{Status: http.StatusForbidden, Code: "forbidden_origin",
 				Message: "Requests from origin " + truncate(origin, 100) + " are not allowed; add its host to server.originPatterns to allow it."})
 			return
 		}
 		if !isJSON(r.Header.Get("Content-Type")) {
-			gateway.WriteError(w, &gateway.Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			refuse(&gateway.Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
 				Message: "Send the body as JSON with Content-Type: application/json."})
 			return
 		}

@@ -365,6 +365,16 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("error rate shows %q, want a percentage", v)
 		}
 		p.wait("stored history", `document.querySelector('[data-testid="series"]').dataset.state === "ready"`)
+		// Fallbacks count turns: at most the 26 turns asked while a model was
+		// down or cut, however many spans each turn's fallback wrote.
+		note := p.text(`[data-testid="series"] .panel-body .note`)
+		var turns, failed, fallbacks int
+		if _, err := fmt.Sscanf(strings.ReplaceAll(note, ",", ""), "%d turns %d failed spans %d turns served by a fallback tier", &turns, &failed, &fallbacks); err != nil {
+			t.Fatalf("stored history note %q: %v", note, err)
+		}
+		if fallbacks == 0 || fallbacks > 26 {
+			t.Errorf("stored history: %d fallback turns of %d turns; want between 1 and the 26 asked during the outages", fallbacks, turns)
+		}
 		p.screenshot("dashboard-ops.png")
 
 		// A later turn shows up without reloading the page.
@@ -416,6 +426,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		if s := p.text(`[data-testid="anomaly-stats"]`); !strings.Contains(s, "median $") {
 			t.Errorf("anomaly statistics: %q", s)
+		}
+		// Over one hour the monthly ceiling is a fraction of a cent: nobody
+		// is flagged, and the note says why, the scaling on hover.
+		if n := p.num(`String(document.querySelectorAll('[data-testid="top-users-table"] .badge').length)`); n != 0 {
+			t.Errorf("%v users flagged over a monthly ceiling pro-rated to one hour", n)
+		}
+		if tip := p.eval(`document.querySelector('[data-testid="ceiling-note"]').title`); !strings.Contains(tip, "per user per month ×") {
+			t.Errorf("ceiling note's hover text %q does not explain the scaling", tip)
+		}
+		// The per-model table names the spans without a model, and its
+		// share column is inside the panel.
+		if rows := p.eval(`[...document.querySelectorAll('[data-testid="by-model-table"] tbody tr')].map(r => r.cells[0].textContent).join("|")`); strings.Contains(rows, "(none)") || !strings.Contains(rows, "non-model work") {
+			t.Errorf("per-model rows %q: want the model-less spans named", rows)
+		}
+		if out := p.eval(`(() => { const panel = document.querySelector('[data-testid="by-model"]').getBoundingClientRect(); return String([...document.querySelectorAll('[data-testid="by-model-table"] tr')].filter(r => r.lastElementChild.getBoundingClientRect().right > panel.right + 0.5).length); })()`); out != "0" {
+			t.Errorf("%s rows of the per-model table are cut off on the right", out)
 		}
 
 		// A version filter narrows the figures to the matching spans.
@@ -623,13 +649,36 @@ func TestDashboardInBrowser(t *testing.T) {
 		if a != strconv.Itoa(cmp.A.Turns) || b != strconv.Itoa(cmp.B.Turns) || cmp.A.Turns == 0 || cmp.B.Turns == 0 {
 			t.Fatalf("canary turns A %s B %s; the API says %d and %d", a, b, cmp.A.Turns, cmp.B.Turns)
 		}
-		if v := p.text(`[data-testid="verdict"]`); !strings.HasPrefix(v, "B ") && !strings.HasPrefix(v, "Not enough turns") {
-			t.Fatalf("verdict %q", v)
+		want := "B "
+		if cmp.A.Turns < 20 || cmp.B.Turns < 20 {
+			want = "Not comparable"
+		}
+		if v := p.text(`[data-testid="verdict"]`); !strings.HasPrefix(v, want) {
+			t.Fatalf("verdict %q with %d and %d turns; want %q…", v, cmp.A.Turns, cmp.B.Turns, want)
 		}
 		if th := p.text(`[data-testid="thresholds"]`); !strings.Contains(th, "error rate may rise by") {
 			t.Fatalf("thresholds not shown: %q", th)
 		}
 		p.screenshot("dashboard-canary.png")
+
+		// A version against itself, or a side with too few turns, is not
+		// comparable, and says so without the green of a pass.
+		for _, tt := range []struct{ name, hash string }{
+			{"same version", "#/canary?range=1h&dim=model&a=" + url.QueryEscape(sonnet) + "&b=" + url.QueryEscape(sonnet)},
+			{"too few turns", "#/canary?range=1h&dim=model&a=" + url.QueryEscape(sonnet) + "&b=" + url.QueryEscape(haiku)},
+		} {
+			if tt.name == "too few turns" {
+				p.eval(`document.getElementById("limit-minTurns").value = "100000"; document.getElementById("limit-minTurns").dispatchEvent(new Event("change")); ""`)
+			} else {
+				p.open(tt.hash)
+			}
+			p.wait(tt.name+" verdict", `!!document.querySelector('[data-testid="verdict"]')`)
+			v := p.text(`[data-testid="verdict"]`)
+			level := p.eval(`document.querySelector('[data-testid="verdict"]').dataset.level`)
+			if !strings.HasPrefix(v, "Not comparable") || level != "na" {
+				t.Errorf("%s: verdict %q (level %s); want \"Not comparable…\", level na", tt.name, v, level)
+			}
+		}
 	})
 }
 

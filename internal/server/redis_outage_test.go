@@ -113,10 +113,13 @@ func TestRedisOutageCostsTurnsLittle(t *testing.T) {
 			tt.repair(r.rs)
 			open := cfg.Breakers["redis"].OpenTimeout
 			r.offset.Add(int64(open + time.Second))
-			for i := 0; !r.s.RedisHealth.Healthy(); i++ {
-				if i > 20 {
-					t.Fatalf("Redis back and the open period over, but health still %+v after %d turns",
-						r.s.RedisHealth.Snapshot(context.Background()), i)
+			// The next turn starts the probes (in the background); turns go
+			// on meanwhile, on the outage rules, until they pass.
+			deadline := time.Now().Add(5 * time.Second)
+			for !r.s.RedisHealth.Healthy() {
+				if time.Now().After(deadline) {
+					t.Fatalf("Redis back and the open period over, but health still %+v after 5s",
+						r.s.RedisHealth.Snapshot(context.Background()))
 				}
 				r.turn()
 			}

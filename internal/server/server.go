@@ -79,7 +79,7 @@ type Server struct {
 	Redis *redis.Client
 	// RedisHealth is Redis's health as this instance sees it (nil on the
 	// embedded default). Every command through Redis consults it already;
-	// a store built on another client wraps its calls in RedisHealth.Do.
+	// a store built on another client calls RedisHealth.Watch on it.
 	RedisHealth *redishealth.Health
 	// Events is the span event emitter.
 	Events *events.Emitter
@@ -143,6 +143,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	if err != nil {
 		return nil, err
 	}
+	if s.Metrics != nil {
+		deps.OnThrottle = s.Metrics.Throttle
+	}
 	deps.Providers = providers
 	deps.Log = log
 	deps.Now = opts.Now
@@ -177,8 +180,9 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("POST /v1/messages", anthropicdoor.New(s.Gateway, anthropicdoor.Options{}))
 	mux.Handle("POST /model/", bedrockdoor.New(s.Gateway, bedrockdoor.Options{}))
 	mux.Handle("/debug/pprof/", requireAdmin(auth, pprofHandler()))
+	mux.Handle("/metrics", gateway.MethodNotAllowed("GET", "HEAD"))
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
-	return guardCrossSite(s.cfg.Server.OriginPatterns, mux)
+	return guardEdge(s.cfg.Server.BodyTimeout, guardCrossSite(s.cfg.Server.OriginPatterns, s.Gateway, mux))
 }
 
 // requireAdmin lets operators through to h and answers everyone else 401.

@@ -37,7 +37,7 @@ func anthropicMessages(s *sim.Sim) http.HandlerFunc {
 				Message: "model: " + req.Model})
 			return
 		}
-		a := simAnswer{s: s, name: name, req: req, preq: req.ProviderRequest(name), id: messageID()}
+		a := anthropicAnswer{s: s, name: name, req: req, preq: req.ProviderRequest(name), id: anthropicMessageID()}
 		if req.Stream {
 			a.stream(w, r)
 			return
@@ -46,7 +46,7 @@ func anthropicMessages(s *sim.Sim) http.HandlerFunc {
 	}
 }
 
-type simAnswer struct {
+type anthropicAnswer struct {
 	s    *sim.Sim
 	name string
 	req  *anthropic.Request
@@ -54,14 +54,14 @@ type simAnswer struct {
 	id   string
 }
 
-func (a simAnswer) modelID() string {
+func (a anthropicAnswer) modelID() string {
 	if st, ok := a.s.Settings(a.name); ok && st.ModelID != "" {
 		return st.ModelID
 	}
 	return a.name
 }
 
-func (a simAnswer) json(w http.ResponseWriter, r *http.Request) {
+func (a anthropicAnswer) json(w http.ResponseWriter, r *http.Request) {
 	resp, err := a.s.Complete(r.Context(), a.preq)
 	msg := anthropic.NewMessage(a.id, a.modelID())
 	if err != nil {
@@ -87,7 +87,7 @@ func (a simAnswer) json(w http.ResponseWriter, r *http.Request) {
 	anthropic.WriteMessage(w, msg)
 }
 
-func (a simAnswer) stream(w http.ResponseWriter, r *http.Request) {
+func (a anthropicAnswer) stream(w http.ResponseWriter, r *http.Request) {
 	ev := anthropic.NewEvents(w)
 	start := anthropic.NewMessage(a.id, a.modelID())
 	start.Usage.InputTokens = sim.InputTokens(a.preq)
@@ -120,6 +120,7 @@ func (a simAnswer) stream(w http.ResponseWriter, r *http.Request) {
 		case f.drop:
 			panic(http.ErrAbortHandler)
 		case f.refusal:
+			start.Usage.InputTokens = 0 // blocked before admission: nothing billed
 			_ = ev.MessageStart(start)
 			_ = ev.MessageDelta(anthropic.StopRefusal, nil, anthropic.UsageOf(resp.Usage))
 			_ = ev.MessageStop()
@@ -127,6 +128,7 @@ func (a simAnswer) stream(w http.ResponseWriter, r *http.Request) {
 			anthropic.WriteError(w, f.err)
 		default:
 			if !ev.Began() {
+				start.Usage.InputTokens = 0 // refused before admission: nothing billed
 				_ = ev.MessageStart(start)
 			}
 			_ = ev.Error(f.err.Type, f.err.Message)
@@ -141,46 +143,46 @@ func (a simAnswer) stream(w http.ResponseWriter, r *http.Request) {
 	_ = ev.MessageStop()
 }
 
-// simFault is how one simulator failure goes on Anthropic's wire.
-type simFault struct {
+// anthropicFault is how one simulator failure goes on Anthropic's wire.
+type anthropicFault struct {
 	err     *anthropic.Error
 	drop    bool // drop the connection
 	refusal bool // a 200 answer stopped for refusal
 }
 
-func (a simAnswer) fault(err error) simFault {
+func (a anthropicAnswer) fault(err error) anthropicFault {
 	var pe *provider.Error
 	if !errors.As(err, &pe) {
-		return simFault{err: &anthropic.Error{Status: http.StatusInternalServerError, Type: anthropic.ErrAPI, Message: err.Error()}}
+		return anthropicFault{err: &anthropic.Error{Status: http.StatusInternalServerError, Type: anthropic.ErrAPI, Message: err.Error()}}
 	}
 	msg := pe.Err.Error()
 	switch pe.Kind {
 	case provider.KindThrottled:
-		return simFault{err: &anthropic.Error{Status: http.StatusTooManyRequests, Type: anthropic.ErrRateLimit,
+		return anthropicFault{err: &anthropic.Error{Status: http.StatusTooManyRequests, Type: anthropic.ErrRateLimit,
 			Message: msg, RetryAfter: pe.RetryAfter}}
 	case provider.KindUnavailable:
 		if pe.Status == 0 {
-			return simFault{drop: true} // cutAfterTokens
+			return anthropicFault{drop: true} // cutAfterTokens
 		}
 		if st, _ := a.s.Settings(a.name); st.Outage {
-			return simFault{err: &anthropic.Error{Status: http.StatusInternalServerError, Type: anthropic.ErrAPI, Message: msg}}
+			return anthropicFault{err: &anthropic.Error{Status: http.StatusInternalServerError, Type: anthropic.ErrAPI, Message: msg}}
 		}
-		return simFault{err: &anthropic.Error{Status: anthropic.StatusOverloaded, Type: anthropic.ErrOverloaded, Message: msg}}
+		return anthropicFault{err: &anthropic.Error{Status: anthropic.StatusOverloaded, Type: anthropic.ErrOverloaded, Message: msg}}
 	case provider.KindNotReady:
-		return simFault{err: &anthropic.Error{Status: http.StatusServiceUnavailable, Type: anthropic.ErrAPI, Message: msg}}
+		return anthropicFault{err: &anthropic.Error{Status: http.StatusServiceUnavailable, Type: anthropic.ErrAPI, Message: msg}}
 	case provider.KindTimeout:
-		return simFault{err: &anthropic.Error{Status: http.StatusGatewayTimeout, Type: anthropic.ErrTimeout, Message: msg}}
+		return anthropicFault{err: &anthropic.Error{Status: http.StatusGatewayTimeout, Type: anthropic.ErrTimeout, Message: msg}}
 	case provider.KindGuardrail:
-		return simFault{refusal: true}
+		return anthropicFault{refusal: true}
 	case provider.KindNotFound:
-		return simFault{err: &anthropic.Error{Status: http.StatusNotFound, Type: anthropic.ErrNotFound, Message: msg}}
+		return anthropicFault{err: &anthropic.Error{Status: http.StatusNotFound, Type: anthropic.ErrNotFound, Message: msg}}
 	case provider.KindCanceled:
-		return simFault{drop: true}
+		return anthropicFault{drop: true}
 	}
-	return simFault{err: &anthropic.Error{Status: http.StatusInternalServerError, Type: anthropic.ErrAPI, Message: msg}}
+	return anthropicFault{err: &anthropic.Error{Status: http.StatusInternalServerError, Type: anthropic.ErrAPI, Message: msg}}
 }
 
-func messageID() string {
+func anthropicMessageID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return "msg_sim_" + hex.EncodeToString(b[:])

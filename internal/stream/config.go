@@ -28,7 +28,8 @@ type Config struct {
 	// frame, so proxies and clients keep an idle connection open (default 5s).
 	HeartbeatInterval time.Duration `yaml:"heartbeatInterval"`
 	// MaxDuration stops accepting text this long after the stream started
-	// (default 120s).
+	// (default 120s). The gateway's pipeline also cancels the model call at
+	// this age, so a model that stalls near the end cannot hold the stream.
 	MaxDuration time.Duration `yaml:"maxDuration"`
 	// SendTimeout is how long one Send may take; a slower or failed Send is
 	// backpressure (default 500ms).

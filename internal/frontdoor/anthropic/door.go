@@ -39,7 +39,8 @@ const (
 	HeaderDegraded = "x-fmgate-degraded"
 	HeaderTraceID  = "x-fmgate-trace-id"
 	// HeaderFeature, on a request, attributes the turn to a product
-	// feature in events and cost views; default "chat".
+	// feature in events and cost views: up to 64 letters, digits, '.', '_'
+	// or '-'; anything else, or none, is "chat".
 	HeaderFeature = "x-fmgate-feature"
 )
 
@@ -120,7 +121,7 @@ func (d *door) turn(r *http.Request, req *Request, m config.Model) *gateway.Turn
 	id := "msg_" + newID()
 	last := len(req.Messages) - 1
 	feature := r.Header.Get(HeaderFeature)
-	if feature == "" || len(feature) > 64 {
+	if !validFeature(feature) {
 		feature = "chat"
 	}
 	return &gateway.Turn{
@@ -267,6 +268,20 @@ func servedBy(h http.Header, tier string, degraded bool, traceID string) {
 	if traceID != "" {
 		h.Set(HeaderTraceID, traceID)
 	}
+}
+
+// validFeature accepts a short name of letters, digits, '.', '_' and '-':
+// it is stored in every event of the turn.
+func validFeature(f string) bool {
+	if f == "" || len(f) > 64 {
+		return false
+	}
+	for _, c := range f {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // ensureTrace gives t a W3C traceparent when the client sent none, so the

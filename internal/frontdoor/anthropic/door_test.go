@@ -43,6 +43,9 @@ func testConfig(t *testing.T) config.Config {
 	}
 	cfg.Auth.Keys = map[string]config.Caller{testKey: {UserID: "app-1", Tier: "standard", Priority: "P0"}}
 	cfg.Auth.TrustUserHeader = false
+	// The tests assert outcomes, not timing: deadlines generous enough for
+	// the race detector on a busy machine.
+	cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 20*time.Second, 15*time.Second
 	dir := t.TempDir()
 	cfg.EventStore.Path = filepath.Join(dir, "events.db")
 	cfg.Events.WAL.Dir = filepath.Join(dir, "wal")
@@ -248,6 +251,18 @@ func TestGoSDK(t *testing.T) {
 	var ae *sdk.Error
 	if !errors.As(err, &ae) || ae.StatusCode != 401 || ae.Type() != "authentication_error" {
 		t.Errorf("wrong key: %v, want a 401 authentication_error", err)
+	}
+
+	limitedCfg := testConfig(t)
+	limitedCfg.RateLimit.Routes = map[string]ratelimit.Rule{"chat": {Limit: ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1}}}
+	_, limited := gatewayServer(t, limitedCfg)
+	lc := sdk.NewClient(option.WithBaseURL(limited), option.WithAPIKey(testKey), option.WithMaxRetries(0))
+	if _, err := lc.Messages.New(ctx, params); err != nil {
+		t.Fatal(err)
+	}
+	_, err = lc.Messages.New(ctx, params)
+	if !errors.As(err, &ae) || ae.StatusCode != 429 || ae.Type() != "rate_limit_error" || ae.Response.Header.Get("Retry-After") == "" {
+		t.Errorf("rate limited: %v, want a 429 rate_limit_error with retry-after", err)
 	}
 }
 

@@ -509,45 +509,80 @@ func marshal(v any) ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
+// The events' bodies, "type" first as Anthropic sends them.
+type (
+	messageStartEvent struct {
+		Type    string  `json:"type"`
+		Message Message `json:"message"`
+	}
+	blockStartEvent struct {
+		Type         string       `json:"type"`
+		Index        int          `json:"index"`
+		ContentBlock ContentBlock `json:"content_block"`
+	}
+	textDelta struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	blockDeltaEvent struct {
+		Type  string    `json:"type"`
+		Index int       `json:"index"`
+		Delta textDelta `json:"delta"`
+	}
+	indexEvent struct {
+		Type  string `json:"type"`
+		Index int    `json:"index"`
+	}
+	stopDelta struct {
+		StopReason   string  `json:"stop_reason"`
+		StopSequence *string `json:"stop_sequence"`
+	}
+	messageDeltaEvent struct {
+		Type  string    `json:"type"`
+		Delta stopDelta `json:"delta"`
+		Usage Usage     `json:"usage"`
+	}
+	typeOnly struct {
+		Type string `json:"type"`
+	}
+)
+
 // MessageStart opens the stream with m (no content, null stop reason).
 func (e *Events) MessageStart(m Message) error {
 	m.Content = []ContentBlock{}
 	m.StopReason, m.StopSequence = nil, nil
-	return e.send("message_start", map[string]any{"type": "message_start", "message": m})
+	return e.send("message_start", messageStartEvent{Type: "message_start", Message: m})
 }
 
 // BlockStart opens text block index.
 func (e *Events) BlockStart(index int) error {
-	return e.send("content_block_start", map[string]any{"type": "content_block_start", "index": index,
-		"content_block": ContentBlock{Type: "text", Text: ""}})
+	return e.send("content_block_start", blockStartEvent{Type: "content_block_start", Index: index,
+		ContentBlock: ContentBlock{Type: "text", Text: ""}})
 }
 
 // TextDelta appends text to block index.
 func (e *Events) TextDelta(index int, text string) error {
-	return e.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": index,
-		"delta": map[string]string{"type": "text_delta", "text": text}})
+	return e.send("content_block_delta", blockDeltaEvent{Type: "content_block_delta", Index: index,
+		Delta: textDelta{Type: "text_delta", Text: text}})
 }
 
 // BlockStop closes block index.
 func (e *Events) BlockStop(index int) error {
-	return e.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
+	return e.send("content_block_stop", indexEvent{Type: "content_block_stop", Index: index})
 }
 
 // MessageDelta carries the stop reason and the message's final, cumulative
 // usage.
 func (e *Events) MessageDelta(stopReason string, stopSequence *string, u Usage) error {
-	return e.send("message_delta", map[string]any{"type": "message_delta",
-		"delta": map[string]any{"stop_reason": stopReason, "stop_sequence": stopSequence},
-		"usage": u})
+	return e.send("message_delta", messageDeltaEvent{Type: "message_delta",
+		Delta: stopDelta{StopReason: stopReason, StopSequence: stopSequence}, Usage: u})
 }
 
 // MessageStop ends the stream.
-func (e *Events) MessageStop() error {
-	return e.send("message_stop", map[string]string{"type": "message_stop"})
-}
+func (e *Events) MessageStop() error { return e.send("message_stop", typeOnly{Type: "message_stop"}) }
 
 // Ping keeps the connection alive.
-func (e *Events) Ping() error { return e.send("ping", map[string]string{"type": "ping"}) }
+func (e *Events) Ping() error { return e.send("ping", typeOnly{Type: "ping"}) }
 
 // Error ends a broken stream with Anthropic's error event.
 func (e *Events) Error(errType, message string) error {

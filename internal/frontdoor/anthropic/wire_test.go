@@ -3,6 +3,7 @@ package anthropic
 import (
 	"bytes"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -89,4 +90,34 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatalf("accepted an invalid request: %+v", r)
 		}
 	})
+}
+
+func TestEventsWireForm(t *testing.T) {
+	rec := httptest.NewRecorder()
+	ev := NewEvents(rec)
+	_ = ev.TextDelta(0, "日本<b>")
+	_ = ev.MessageDelta(StopEndTurn, nil, Usage{InputTokens: 3, OutputTokens: 5})
+	_ = ev.Error(ErrOverloaded, "Overloaded")
+	want := "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"日本<b>\"}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null}," +
+		"\"usage\":{\"input_tokens\":3,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":5}}\n\n" +
+		"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+	if got := rec.Body.String(); got != want {
+		t.Fatalf("wire form\n%s\nwant\n%s", got, want)
+	}
+	if rec.Header().Get("Content-Type") != "text/event-stream; charset=utf-8" {
+		t.Fatalf("content type %q", rec.Header().Get("Content-Type"))
+	}
+}
+
+func BenchmarkDecodeRequest(b *testing.B) {
+	body := []byte(`{"model":"sonnet","max_tokens":1024,"system":"Be brief.","stream":true,"messages":[` +
+		strings.Repeat(`{"role":"user","content":"おすすめの漫画を教えてください"},{"role":"assistant","content":"Which genre do you like?"},`, 5) +
+		`{"role":"user","content":[{"type":"text","text":"Fantasy, please"}]}]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeRequest(bytes.NewReader(body), 0); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

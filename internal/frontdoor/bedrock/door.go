@@ -25,6 +25,7 @@ type Pipeline interface {
 	Run(ctx context.Context, t *gateway.Turn, out gateway.Output) (*gateway.Result, error)
 	NewStreamOutput(ctx context.Context, s stream.Sender, requestID string) *gateway.StreamOutput
 	Authenticate(r *http.Request, key, bodyUser string, t *gateway.Turn) error
+	AuthenticateSigned(r *http.Request, key string, t *gateway.Turn) error
 	Caller(key string) (config.Caller, bool)
 	ResolveModel(name string) (config.Model, bool)
 }
@@ -160,6 +161,10 @@ func (d *door) authenticate(r *http.Request, body []byte, t *gateway.Turn) (Exce
 			if err := verifySigV4(r.Context(), r, body, secret, d.now()); err != nil {
 				return Exception{Status: http.StatusForbidden, Type: InvalidSignatureException, Message: err.Error()}, false
 			}
+			if err := d.g.AuthenticateSigned(r, akid, t); err != nil {
+				return exceptionFor(err), false
+			}
+			return Exception{}, true
 		}
 		key = akid
 	} else if k, ok := gateway.Bearer(r); ok {

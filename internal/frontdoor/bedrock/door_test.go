@@ -57,6 +57,9 @@ func gatewayConfig(t *testing.T) config.Config {
 		cfg.Sim.Models[name] = st
 	}
 	cfg.Models[0].ModelID = sonnetModelID
+	// Generous deadlines: the race detector on a shared machine must not
+	// turn a slow first call into a fallback answer.
+	cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 20*time.Second, 15*time.Second
 	cfg.Auth.TrustUserHeader = false
 	cfg.Auth.Keys = map[string]config.Caller{testKeyID: {UserID: "door-app", SecretKeyEnv: testSecretEnv}}
 	dir := t.TempDir()
@@ -423,5 +426,62 @@ func TestFmgateFrontsFmgate(t *testing.T) {
 	resp, err = p.Complete(context.Background(), req)
 	if err != nil || resp.Text == "" || resp.StopReason != "end_turn" {
 		t.Fatalf("complete: %v %q %q", err, resp.Text, resp.StopReason)
+	}
+}
+
+// TestAccessKeyIDIsNotABearerKey: an access key id travels in every signed
+// request's Authorization header, so it alone must not authenticate, on
+// this door or any other.
+func TestAccessKeyIDIsNotABearerKey(t *testing.T) {
+	_, srv := startGateway(t, gatewayConfig(t))
+	body := `{"messages":[{"role":"user","content":[{"text":"hello"}]}]}`
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/model/sonnet/converse", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testKeyID)
+	req.Header.Set("Content-Type", "application/json")
+	if status, errType, msg := do(t, req); status != 403 || errType != "UnrecognizedClientException" {
+		t.Fatalf("bedrock door: %d %s %q; want 403 UnrecognizedClientException", status, errType, msg)
+	}
+	req, _ = http.NewRequest(http.MethodPost, srv.URL+"/v1/chat", strings.NewReader(`{"sessionId":"s1","message":"hello"}`))
+	req.Header.Set("Authorization", "Bearer "+testKeyID)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("/v1/chat: %d; want 401", resp.StatusCode)
+	}
+}
+
+// TestMidStreamFailureIsAnException: when the model's stream breaks after
+// the first delta, the event stream ends with an exception message (the
+// SDK's ModelStreamErrorException), never messageStop.
+func TestMidStreamFailureIsAnException(t *testing.T) {
+	s, srv := startGateway(t, gatewayConfig(t))
+	st, _ := s.Sim.Settings("sonnet")
+	st.CutAfterTokens = 30
+	if err := s.Sim.SetSettings("sonnet", st); err != nil {
+		t.Fatal(err)
+	}
+	out, err := client(srv.URL, testKeyID, testSecret).ConverseStream(context.Background(), &bedrockruntime.ConverseStreamInput{
+		ModelId: aws.String("sonnet"), Messages: userMessage("Recommend a long fantasy manga series and explain why")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := out.GetStream()
+	defer es.Close()
+	deltas, stopped := 0, false
+	for ev := range es.Events() {
+		switch ev.(type) {
+		case *types.ConverseStreamOutputMemberContentBlockDelta:
+			deltas++
+		case *types.ConverseStreamOutputMemberMessageStop:
+			stopped = true
+		}
+	}
+	var mse *types.ModelStreamErrorException
+	if !errors.As(es.Err(), &mse) || deltas == 0 || stopped {
+		t.Fatalf("err %v after %d deltas (messageStop %v); want ModelStreamErrorException after some deltas, no messageStop", es.Err(), deltas, stopped)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/gateway"
@@ -35,6 +36,10 @@ func (fakePipeline) NewStreamOutput(context.Context, stream.Sender, string) *gat
 func (fakePipeline) Authenticate(_ *http.Request, _, _ string, t *gateway.Turn) error {
 	t.UserID = "fuzz"
 	return nil
+}
+
+func (fakePipeline) AuthenticateSigned(*http.Request, string, *gateway.Turn) error {
+	return errors.New("no signed keys in the fuzz targets")
 }
 
 func (fakePipeline) Caller(string) (config.Caller, bool) { return config.Caller{}, false }
@@ -99,6 +104,26 @@ func FuzzDoor(f *testing.F) {
 			}
 		default:
 			t.Fatalf("status %d: %s", w.Code, w.Body.String())
+		}
+	})
+}
+
+// FuzzVerifySigV4: any Authorization and X-Amz-Date headers are refused
+// with a signatureError (or, by chance, verify), never a panic.
+func FuzzVerifySigV4(f *testing.F) {
+	f.Add("AWS4-HMAC-SHA256 Credential=AKID/20260102/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature="+strings.Repeat("ab", 32), "20260102T030405Z")
+	f.Add("AWS4-HMAC-SHA256 Credential=AKID/20260102/us-east-1/bedrock/aws4_request, SignedHeaders=:authority;content-length;x-amz-date, Signature="+strings.Repeat("0", 64), "20260102T030405Z")
+	f.Add("AWS4-HMAC-SHA256 Credential=/, SignedHeaders=, Signature=", "")
+	f.Add("AWS4-HMAC-SHA256 ,,,==", "x")
+	now, _ := time.Parse(amzDateFormat, "20260102T030405Z")
+	f.Fuzz(func(t *testing.T, auth, date string) {
+		r := httptest.NewRequest(http.MethodPost, "/model/sonnet/converse", strings.NewReader("{}"))
+		r.Header.Set("Authorization", auth)
+		r.Header.Set("X-Amz-Date", date)
+		err := verifySigV4(context.Background(), r, []byte("{}"), "secret", now)
+		var se *signatureError
+		if err != nil && !errors.As(err, &se) {
+			t.Fatalf("err %T %v is not a signatureError", err, err)
 		}
 	})
 }

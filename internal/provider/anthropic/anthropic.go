@@ -22,8 +22,9 @@
 //
 // Usage is Anthropic's own: input, output, cache-read and cache-write tokens
 // from message_start and the final message_delta. A stream that breaks
-// before its final usage returns what arrived, with the output tokens
-// estimated and Usage.Estimated set.
+// after text arrived but before its final usage returns what arrived, with
+// the output tokens estimated and Usage.Estimated set; the estimate is calibrated on the
+// usage Anthropic reported for this provider's completed answers.
 package anthropic
 
 import (
@@ -181,7 +182,9 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		resp.StopReason = string(acc.StopReason)
 		resp.Usage = usageOf(acc.Usage)
 		if !usageIn {
-			resp.Usage = p.estimate(req, acc, started, resp.Text)
+			resp.Usage = p.estimate(acc, started, resp.Text)
+		} else if resp.Text != "" {
+			p.est.Observe(p.outputKey(), budget.Count(resp.Text), resp.Usage.OutputTokens)
 		}
 		return resp, err
 	}
@@ -239,25 +242,26 @@ func (p *Provider) refused(reason sdk.StopReason) error {
 		Err: errors.New("anthropic: the model refused to answer (stop_reason refusal)")}
 }
 
-// estimate is the usage of a stream cut before its final usage: the input
-// Anthropic reported in message_start (or an estimate), and the larger of
-// the output it reported and an estimate of the text received.
-func (p *Provider) estimate(req *provider.Request, acc sdk.Message, started bool, text string) provider.Usage {
-	u := usageOf(acc.Usage)
-	u.Estimated = true
+// estimate is the usage of a stream that ended before its final usage. A
+// stream that never began (refused, or unreachable) billed nothing. One that
+// began bills the input Anthropic reported in message_start, and for the
+// text received the larger of the output it reported and an estimate, then
+// flagged as estimated.
+func (p *Provider) estimate(acc sdk.Message, started bool, text string) provider.Usage {
 	if !started {
-		var in strings.Builder
-		in.WriteString(req.System)
-		for _, m := range req.Messages {
-			in.WriteString(m.Content)
-		}
-		u.InputTokens = int(p.est.Tokens(p.name, budget.Count(in.String())) + 0.5)
+		return provider.Usage{}
 	}
+	u := usageOf(acc.Usage)
 	if text != "" {
-		u.OutputTokens = max(u.OutputTokens, int(p.est.Tokens(p.name, budget.Count(text))+0.5))
+		u.OutputTokens = max(u.OutputTokens, int(p.est.Tokens(p.outputKey(), budget.Count(text))+0.5))
+		u.Estimated = true
 	}
 	return u
 }
+
+// outputKey calibrates the estimate of answers apart from that of requests:
+// each completed stream teaches it the vendor's count of the text received.
+func (p *Provider) outputKey() string { return p.name + ":output" }
 
 func usageOf(u sdk.Usage) provider.Usage {
 	return provider.Usage{

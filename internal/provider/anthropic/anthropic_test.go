@@ -22,7 +22,9 @@ import (
 const modelID = "claude-3-5-haiku-latest"
 
 // upstream is the simulator on Anthropic's wire, answering at once.
-func upstream(t *testing.T) (*sim.Sim, string) {
+func upstream(t *testing.T) (*sim.Sim, string) { return upstreamB(t) }
+
+func upstreamB(t testing.TB) (*sim.Sim, string) {
 	t.Helper()
 	s, err := sim.New(sim.Config{Models: map[string]sim.Settings{"haiku": {ModelID: modelID}}}, sim.Options{
 		Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
@@ -36,7 +38,9 @@ func upstream(t *testing.T) (*sim.Sim, string) {
 	return s, srv.URL
 }
 
-func newProvider(t *testing.T, endpoint string) *anthropic.Provider {
+func newProvider(t *testing.T, endpoint string) *anthropic.Provider { return newProviderB(t, endpoint) }
+
+func newProviderB(t testing.TB, endpoint string) *anthropic.Provider {
 	t.Helper()
 	p, err := anthropic.New(config.Model{Name: "haiku", Provider: "anthropic", ModelID: modelID,
 		APIKeyEnv: "TEST_ANTHROPIC_KEY", Endpoint: endpoint},

@@ -32,9 +32,11 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/schemas"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
+	"github.com/aws/smithy-go/transport/http/protocol/restjson1"
 
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
@@ -199,7 +201,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	resp := &provider.Response{ModelID: p.modelID}
 	in := &bedrockruntime.ConverseStreamInput{ModelId: aws.String(p.modelID)}
 	in.System, in.Messages, in.InferenceConfig = p.input(req)
-	out, err := p.client.ConverseStream(ctx, in)
+	out, err := p.client.ConverseStream(ctx, in, ownCodec)
 	if err != nil {
 		return resp, p.normalise(ctx, err)
 	}
@@ -253,6 +255,14 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		return resp, err
 	}
 	return resp, p.stopError(resp.StopReason)
+}
+
+// ownCodec gives a ConverseStream call a protocol of its own: the SDK's
+// shared protocol keeps its event-stream decoder state on one codec for
+// every stream of the client, which concurrent streams race on
+// (aws/smithy-go#714).
+func ownCodec(o *bedrockruntime.Options) {
+	o.Protocol = restjson1.New(schemas.AmazonBedrockFrontendService)
 }
 
 // input maps a provider request to Converse's system, messages and

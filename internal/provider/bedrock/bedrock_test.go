@@ -326,3 +326,38 @@ func TestHangingInstanceRoleProbeIsBounded(t *testing.T) {
 		t.Fatalf("err = %v, want ErrNoCredentials", err)
 	}
 }
+
+// TestConcurrentStreams: one provider serves many streams at once, each
+// with its own answer and usage (run with -race: the SDK's shared
+// event-stream codec must not be shared between them).
+func TestConcurrentStreams(t *testing.T) {
+	s, srv := startSim(t)
+	p := newProvider(t, srv.URL)
+	const n = 8
+	errs := make(chan error, n)
+	usage := make(chan provider.Usage, n)
+	for i := range n {
+		go func() {
+			msg := "Recommend a fantasy manga"
+			if i%2 == 0 {
+				msg = "おすすめの漫画を教えて"
+			}
+			resp, err := p.Stream(context.Background(), request(msg), nil)
+			if err == nil && hasJapanese(resp.Text) != (i%2 == 0) {
+				err = errors.New("answer in the wrong language: " + resp.Text)
+			}
+			usage <- resp.Usage
+			errs <- err
+		}()
+	}
+	var sum provider.Usage
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+		sum = sum.Add(<-usage)
+	}
+	if billed := s.Usage("sonnet"); sum != billed {
+		t.Fatalf("streams report %+v, the simulator billed %+v", sum, billed)
+	}
+}

@@ -37,9 +37,17 @@ function signed(v, unit) {
   return (v >= 0 ? "+" : "") + v.toFixed(1) + unit;
 }
 
+/**
+ * The one verdict on B against A. "na" (not comparable) when A and B are the
+ * same version or either side has fewer than t.minTurns turns: a comparison
+ * then says nothing, and must not look like a green light.
+ */
 export function verdict(a, b, checks, t) {
-  if ((a.turns || 0) < t.minTurns || (b.turns || 0) < t.minTurns) {
-    return { level: "warn", text: `Not enough turns to judge: A has ${int(a.turns)}, B has ${int(b.turns)} (at least ${int(t.minTurns)} each).` };
+  if ((a.version || "") === (b.version || "")) {
+    return { level: "na", text: "Not comparable: A and B are the same version. Pick two different versions." };
+  }
+  if (!((a.turns || 0) >= t.minTurns && (b.turns || 0) >= t.minTurns)) {
+    return { level: "na", text: `Not comparable: A has ${int(a.turns || 0)} turns, B has ${int(b.turns || 0)}; at least ${int(t.minTurns)} each are needed.` };
   }
   const bad = checks.filter((c) => c.bad);
   if (!bad.length) return { level: "ok", text: "B is within thresholds of A." };

@@ -8,10 +8,36 @@ import { h, panel, table, tile, bar, MAX_ROWS } from "../dom.js";
 import { timeChart, secs } from "../chart.js";
 import { int, usd, usdTurn, ms, pct, datetime, short, score, seconds } from "../format.js";
 import { waterfall } from "./waterfall.js";
+import { models } from "../models.js";
 
 /** The seed's anomaly ceiling: $0.18 per user per month. */
 const USER_CEILING_PER_MONTH = 0.18;
 const MONTH_MS = 30 * 24 * 3600e3;
+/**
+ * The shortest range over which a user's cost is compared with the monthly
+ * ceiling: over a few hours the pro-rated ceiling is a fraction of a cent and
+ * a single turn would put every user "over".
+ */
+const MIN_CEILING_RANGE_MS = 7 * 24 * 3600e3;
+
+/** The ceiling pro-rated to a range of spanMs, and whether comparing makes sense. */
+export function userCeiling(spanMs) {
+  const ceiling = USER_CEILING_PER_MONTH * (spanMs / MONTH_MS);
+  const days = spanMs / (24 * 3600e3);
+  const how = `$${USER_CEILING_PER_MONTH.toFixed(2)} per user per month × ${days < 1 ? (days * 24).toFixed(1) + " h" : days.toFixed(1) + " days"} / 30 days = ${usdTurn(ceiling)}`;
+  return { ceiling, meaningful: spanMs >= MIN_CEILING_RANGE_MS, how };
+}
+
+/** The label of a breakdown row without a key: what those spans are. */
+function noKey(by) {
+  return by === "model" ? "non-model work" : "(not set)";
+}
+
+/** Hover text of a breakdown row: the full key, or what a keyless row holds. */
+function keyTitle(by, key) {
+  if (key) return key;
+  return by === "model" ? "spans without a model: compute time, session and cache writes, cache and FAQ lookups" : "spans without this attribute";
+}
 
 export default {
   id: "cost",
@@ -64,7 +90,7 @@ export default {
           tile("Turns", int(t.turns), { testid: "cost-turns", raw: t.turns }),
           tile("Cost per turn", usdTurn(t.costPerTurn), { testid: "cost-per-turn", raw: t.costPerTurn }),
           tile("Tokens", `${int(t.tokensIn)} in`, { testid: "cost-tokens", raw: (t.tokensIn || 0) + (t.tokensOut || 0), sub: `${int(t.tokensOut)} out` }),
-          tile("Spans", int(t.spans), { testid: "cost-spans", raw: t.spans, sub: `${int(t.errors)} failed · ${int(t.fallbacks)} fallback` }),
+          tile("Spans", int(t.spans), { testid: "cost-spans", raw: t.spans, sub: `${int(t.errors)} failed spans · ${int(t.fallbacks)} fallback turns` }),
         ));
       } catch (e) {
         if (e.name === "AbortError") throw e;
@@ -92,13 +118,17 @@ export default {
 
     async function loadBreakdown(signal, q, b) {
       try {
-        const r = await get("/admin/cost", { by: b.by, limit: MAX_ROWS + 1, ...q }, signal);
+        const [r, cat] = await Promise.all([get("/admin/cost", { by: b.by, limit: MAX_ROWS + 1, ...q }, signal), models()]);
         const total = r.total?.costUsd || 0;
+        // Model ids are long: the row shows the configured name, the id on hover.
+        const label = (x) => (!x.key ? noKey(b.by) : b.by === "model" ? cat.nameOf(x.key) : x.key);
+        const cols = costCols(b.by, label);
+        cols[0].title = (x) => keyTitle(b.by, x.key);
         b.p.show(table({
           testid: b.p.el.dataset.testid + "-table",
           columns: [
-            ...costCols(b.by, (x) => x.key || "(none)"),
-            { label: "share", cell: (x) => bar(total ? x.costUsd / total : 0) },
+            ...cols,
+            { label: "share", num: true, cell: (x) => pct(total ? x.costUsd / total : 0, 0) },
           ],
           rows: r.rows || [],
         }));
@@ -191,10 +221,12 @@ export default {
     async function loadTopUsers(signal, r) {
       try {
         const rep = await get("/admin/cost/top-users", { ...r, limit: 100 }, signal);
-        const span = Date.parse(r.to) - Date.parse(r.from);
-        const ceiling = USER_CEILING_PER_MONTH * (span / MONTH_MS);
+        const { ceiling, meaningful, how } = userCeiling(Date.parse(r.to) - Date.parse(r.from));
+        const note = meaningful
+          ? `Ceiling $${USER_CEILING_PER_MONTH.toFixed(2)} per user per month, ${usdTurn(ceiling)} over this range.`
+          : `Users are compared with the $${USER_CEILING_PER_MONTH.toFixed(2)}/month ceiling over ranges of 7 days or more; pick a longer range.`;
         topUsers.show(
-          h("p", { class: "note" }, `Ceiling $${USER_CEILING_PER_MONTH.toFixed(2)} per user per month, ${usdTurn(ceiling)} over this range.`),
+          h("p", { class: "note", title: how, dataset: { testid: "ceiling-note" } }, note),
           table({
             testid: "top-users-table",
             columns: [
@@ -202,7 +234,7 @@ export default {
               { label: "cost", num: true, cell: (x) => usd(x.costUsd, 6) },
               { label: "turns", num: true, cell: (x) => int(x.turns) },
               { label: "$/turn", num: true, cell: (x) => usdTurn(x.costPerTurn) },
-              { label: "", cell: (x) => (x.costUsd > ceiling ? h("span", { class: "badge bad", title: "over the pro-rated $0.18/month ceiling" }, "over") : "") },
+              { label: "", cell: (x) => (meaningful && x.costUsd > ceiling ? h("span", { class: "badge bad", title: `over the pro-rated ceiling: ${how}` }, "over") : "") },
             ],
             rows: rep.rows || [],
             onRow: (x) => drillTo({ user: x.key }),

@@ -55,7 +55,7 @@ export default {
     let satChart = null;
     let satModels = "";
 
-    const stored = panel("Stored history · turns, errors, fallbacks", { testid: "series", wide: true, note: "(range and version filters apply)" });
+    const stored = panel("Stored history · turns, failed spans, fallback turns", { testid: "series", wide: true, note: "(range and version filters apply)" });
     const storedBox = h("div", { class: "chart" });
     const latBox = h("div", { class: "chart" });
     let storedChart = null;
@@ -180,12 +180,12 @@ export default {
               h("p", { class: "note" }, ""),
               h("div", { class: "pair" }, storedBox, latBox),
             );
-            storedChart = timeChart(storedBox, { series: [{ label: "turns" }, { label: "errors", color: "#c92a2a" }, { label: "fallbacks", color: "#e8590c" }], fmt: int, integer: true, min: 0 });
+            storedChart = timeChart(storedBox, { series: [{ label: "turns" }, { label: "failed spans", color: "#c92a2a" }, { label: "fallback turns", color: "#e8590c" }], fmt: int, integer: true, min: 0 });
             latChart = timeChart(latBox, { series: [{ label: "avg span latency", color: COLORS[3], sparse: true }], fmt: ms, min: 0 });
           }
           const sum = (k) => pts.reduce((n, p) => n + (p[k] || 0), 0);
           stored.body.querySelector(".note").textContent =
-            `${int(sum("turns"))} turns, ${int(sum("errors"))} errors, ${int(sum("fallbacks"))} fallbacks in ${int(pts.length)} steps of ${seconds(r.stepSeconds)}.`;
+            `${int(sum("turns"))} turns, ${int(sum("errors"))} failed spans, ${int(sum("fallbacks"))} turns served by a fallback tier in ${int(pts.length)} steps of ${seconds(r.stepSeconds)}.`;
           stored.el.dataset.state = "ready";
           storedChart.set(xs, pts.map((p) => p.turns), pts.map((p) => p.errors), pts.map((p) => p.fallbacks));
           latChart.set(xs, pts.map((p) => (p.turns || p.spans ? p.avgLatencyMs : null)));

@@ -1,0 +1,128 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// metricSum adds up the samples of a counter family whose labels match.
+func metricSum(t *testing.T, body, name string, labels map[string]string) float64 {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	var sum float64
+	for _, m := range fams[name].GetMetric() {
+		ok := true
+		for _, lp := range m.GetLabel() {
+			if want, has := labels[lp.GetName()]; has && want != lp.GetValue() {
+				ok = false
+			}
+		}
+		if ok && m.Counter != nil {
+			sum += m.Counter.GetValue()
+		}
+	}
+	return sum
+}
+
+// TestWebSocketRefusalsAreCounted: a burst on one WebSocket is mostly
+// refused (turns in flight per connection, then the per-user rate limit);
+// every refusal the client saw is counted once in /metrics and in the live
+// figures, whichever limit refused it, and so are bad frames and bodies.
+func TestWebSocketRefusalsAreCounted(t *testing.T) {
+	_, srv := startServer(t, fastConfig())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/ws", &websocket.DialOptions{
+		HTTPHeader: http.Header{"X-User-Id": {"burst-user"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	const burst = 60
+	for i := range burst {
+		b, _ := json.Marshal(map[string]string{"action": "sendMessage", "requestId": fmt.Sprint("r", i), "sessionId": "s", "message": "hello", "locale": "en"})
+		if err := c.Write(ctx, websocket.MessageText, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"action":"fly"}`)); err != nil {
+		t.Fatal(err)
+	}
+	codes := map[string]int{}
+	for ended := 0; ended < burst+1; {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("after %d answers: %v", ended, err)
+		}
+		var f wireFrame
+		_ = json.Unmarshal(data, &f)
+		switch f.Type {
+		case "done":
+			ended++
+		case "error":
+			ended++
+			codes[f.Code]++
+		}
+	}
+	if codes["rate_limited"] == 0 || codes["invalid_request"] != 1 {
+		t.Fatalf("error frames by code %v: the burst was not refused", codes)
+	}
+	// The HTTP doors' own refusals count the same way.
+	for _, path := range []string{"/v1/chat", "/v1/batch"} {
+		if resp, _ := do(t, "POST", srv.URL+path, "null"); resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("POST %s null: %d", path, resp.StatusCode)
+		}
+		codes["invalid_request"]++
+	}
+	// So do the cross-site checks in front of every chat route.
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat", strings.NewReader(`{}`))
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Fatalf("text/plain POST: %d", resp.StatusCode)
+	}
+	codes["unsupported_media_type"]++
+	refused := 0
+	for _, n := range codes {
+		refused += n
+	}
+
+	// Spans reach the metrics and the live figures asynchronously.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		body := adminGet(t, srv.URL+"/metrics")
+		limited := metricSum(t, body, "fmgate_errors_total", map[string]string{"code": "rate_limited"})
+		invalid := metricSum(t, body, "fmgate_errors_total", map[string]string{"code": "invalid_request"})
+		throttles := metricSum(t, body, "fmgate_throttles_total", nil)
+		media := metricSum(t, body, "fmgate_errors_total", map[string]string{"code": "unsupported_media_type"})
+		var snap struct {
+			Errors int `json:"errors"`
+		}
+		_ = json.Unmarshal([]byte(adminGet(t, srv.URL+"/admin/live/snapshot")), &snap)
+		if int(limited) == codes["rate_limited"] && int(invalid) == codes["invalid_request"] && int(throttles) == codes["rate_limited"] && int(media) == 1 && snap.Errors == refused {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("client saw %v; /metrics counts rate_limited %v, invalid_request %v, throttles %v; live errors %d",
+				codes, limited, invalid, throttles, snap.Errors)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
