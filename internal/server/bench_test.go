@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -10,8 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/gateway"
@@ -224,4 +228,53 @@ func BenchmarkPipeline(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// roundTrips counts the commands and pipelines a Redis client sends: one
+// network round trip each.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
+}
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
+}
+
+// BenchmarkPipelineFleet is BenchmarkPipeline with every policy's state in
+// Redis (127.0.0.1:6379), reporting the Redis round trips a turn costs.
+//
+//	go test -run '^$' -bench BenchmarkPipelineFleet -benchmem ./internal/server
+func BenchmarkPipelineFleet(b *testing.B) {
+	cfg := benchConfig()
+	cfg.Judge.SampleRate = 0
+	cfg.Fleet.Redis = "127.0.0.1:6379"
+	cfg.Fleet.KeyPrefix = fmt.Sprintf("fmgate-bench-%d:", time.Now().UnixNano())
+	s, err := New(context.Background(), isolate(b, cfg), Options{
+		WrapProvider: func(string, provider.Provider) provider.Provider { return fixedProvider{} }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	rt := &roundTrips{}
+	s.Redis.AddHook(rt)
+	ctx := context.Background()
+	run := func(i int) {
+		t := &gateway.Turn{RequestID: strconv.Itoa(i), SessionID: "bench-" + strconv.Itoa(i%64), Message: "Which fantasy manga should I read next?",
+			Locale: "en", Route: "chat", Surface: "openai", UserID: "bench-" + strconv.Itoa(i%256)}
+		if _, err := s.Gateway.Run(ctx, t, discard{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run(-1) // scripts loaded, connections open
+	rt.n.Store(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		run(i)
+		i++
+	}
+	b.ReportMetric(float64(rt.n.Load())/float64(i), "redis-trips/op")
 }

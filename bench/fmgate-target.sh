@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Starts fmgate as the benchmark harness's target (TARGET_CMD): its OpenAI
+# front door on 127.0.0.1:${FMGATE_BENCH_PORT:-8080}, in front of the
+# harness's mock upstream ($MOCK_URL) through the openai provider, with the
+# whole chain on in memory mode: an API key, every rate-limit scope decided
+# (limits set high enough not to refuse), budgets, quota reservation, the
+# breaker and retry wrapper, events to the write-ahead log and the embedded
+# event store, Prometheus metrics and the live figures.
+set -euo pipefail
+: "${MOCK_URL:?MOCK_URL (the mock upstream's /v1 URL) must be set}"
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${FMGATE_BIN:-$here/.bin/fmgate}
+work=$(mktemp -d "${TMPDIR:-/tmp}/fmgate-bench.XXXXXX")
+sed -e "s#@MOCK_URL@#$MOCK_URL#g" -e "s#@WORK@#$work#g" "$here/fmgate-bench.yaml" >"$work/fmgate.yaml"
+export FMGATE_ADMIN_TOKEN=${FMGATE_ADMIN_TOKEN:-bench-admin-token}
+export BENCH_UPSTREAM_KEY=sk-mock
+cd "$work"
+exec "$bin" serve -config "$work/fmgate.yaml" -addr "127.0.0.1:${FMGATE_BENCH_PORT:-8080}" -log-level warn
