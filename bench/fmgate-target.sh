@@ -7,7 +7,7 @@
 # breaker and retry wrapper, events to the write-ahead log and the embedded
 # event store, Prometheus metrics and the live figures.
 set -euo pipefail
-: "${MOCK_URL:?MOCK_URL (the mock upstream's /v1 URL) must be set}"
+: "${MOCK_URL:?MOCK_URL, the /v1 URL of the mock upstream, must be set}"
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${FMGATE_BIN:-$here/.bin/fmgate}
 work=$(mktemp -d "${TMPDIR:-/tmp}/fmgate-bench.XXXXXX")

@@ -195,7 +195,8 @@ func (fixedProvider) Stream(_ context.Context, req *provider.Request, emit func(
 // in memory mode — every rate-limit scope decided (limits set high, not
 // off), budgets, quota reservation and settlement, breaker, retry wrapper,
 // events to the write-ahead log and the embedded store, Prometheus metrics
-// and live figures — in front of a provider that costs nothing.
+// and live figures — in front of a provider that costs nothing; with and
+// without the catalog retrieval step (a bleve search per turn).
 //
 //	go test -run '^$' -bench BenchmarkPipeline -benchmem ./internal/server
 func BenchmarkPipeline(b *testing.B) {
@@ -212,6 +213,13 @@ func BenchmarkPipeline(b *testing.B) {
 		PerDay:    ratelimit.Rule{Limit: ratelimit.Limit{Rate: 1_000_000, Per: 24 * time.Hour}}}
 	cfg.Budget.SessionInput, cfg.Budget.SessionOutput, cfg.Budget.DailyCostUSD = 1<<30, 1<<30, 1e9
 	cfg.Judge.SampleRate = 0
+	for _, catalog := range []bool{false, true} {
+		cfg.Catalog.Enabled = catalog
+		b.Run(fmt.Sprintf("catalog=%v", catalog), func(b *testing.B) { benchPipeline(b, cfg) })
+	}
+}
+
+func benchPipeline(b *testing.B, cfg config.Config) {
 	s, err := New(context.Background(), isolate(b, cfg), Options{
 		WrapProvider: func(string, provider.Provider) provider.Provider { return fixedProvider{} }})
 	if err != nil {
