@@ -39,7 +39,7 @@ func TestWorseCanaryIsRolledBackWithAnAlert(t *testing.T) {
 	sc := newScenario(t, cfg)
 
 	for i := range 60 {
-		a := sc.chatSession(fmt.Sprintf("canary-user-%d", i), "s1", "Which manga should I read next?")
+		a := sc.chat(fmt.Sprintf("canary-user-%d", i), "Which manga should I read next?", "en")
 		if a.Status != http.StatusOK {
 			t.Fatalf("turn %d: status %d", i, a.Status)
 		}
@@ -72,29 +72,10 @@ func TestWorseCanaryIsRolledBackWithAnAlert(t *testing.T) {
 	}
 	// After the rollback every session gets the live prompt again.
 	for i := range 10 {
-		if _, v := sc.s.Canary.ForSession(fmt.Sprintf("canary-user-%d", i), "s1"); v != st.A {
+		if _, v := sc.s.Canary.ForSession(fmt.Sprintf("canary-user-%d", i), fmt.Sprintf("s-canary-user-%d", i)); v != st.A {
 			t.Fatalf("session %d still on %s after the rollback", i, v)
 		}
 	}
-}
-
-func (sc *scenario) chatSession(user, session, message string) answer {
-	sc.t.Helper()
-	body, _ := json.Marshal(map[string]any{"sessionId": session, "message": message, "locale": "en"})
-	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat", strings.NewReader(string(body)))
-	req.Header.Set("X-User-Id", user)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		sc.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var a answer
-	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
-		sc.t.Fatalf("decode: %v", err)
-	}
-	a.Status = resp.StatusCode
-	return a
 }
 
 func getJSON(t *testing.T, srv *httptest.Server, path string, v any) {

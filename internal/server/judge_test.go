@@ -28,7 +28,7 @@ func TestJudgeFillsTheQualityView(t *testing.T) {
 	const turns = 16
 	for i := range turns {
 		q := questions[i%len(questions)]
-		if a := sc.chatSession(fmt.Sprintf("judged-%d", i), "s1", q.q); a.Status != http.StatusOK {
+		if a := sc.chat(fmt.Sprintf("judged-%d", i), q.q, q.locale); a.Status != http.StatusOK {
 			t.Fatalf("turn %d: %d", i, a.Status)
 		}
 	}
