@@ -439,7 +439,7 @@ var schemaKeys = []string{
 	"artifact.tool_id", "artifact.tool_version", "artifact.sub_agent_id", "artifact.sub_agent_version",
 	"resource", "resource.tokens_in", "resource.tokens_out", "resource.cost_usd",
 	"resource.cache_hit", "resource.capability_flags_active",
-	"outcome", "outcome.status", "outcome.error_code", "outcome.fallback_used", "outcome.eval_score",
+	"outcome", "outcome.status", "outcome.error_code", "outcome.fallback_used", "outcome.eval_score", "outcome.vendor_code",
 	"attribution", "attribution.feature", "attribution.surface", "attribution.locale",
 	"attribution.user_tier", "attribution.priority",
 }
@@ -489,6 +489,7 @@ func TestEncodeWritesOnlyAllowListedFields(t *testing.T) {
 	full := event(1, true)
 	full.PromptExcerpt = "x"
 	full.Attribution.Priority = "P0"
+	full.Outcome.VendorCode = "ThrottlingException"
 	full.Outcome.EvalScore = &score
 	if got := jsonKeys(t, Encode(&full)); !slices.Equal(got, want) {
 		t.Errorf("encoded keys %v", got)

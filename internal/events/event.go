@@ -75,7 +75,8 @@ const (
 
 // Event is one finished span in schema version 3 (seed "The unified event
 // schema"). Fields outside the seed's blocks are Name, MustPersist,
-// PromptExcerpt and Attribution.Priority; they are documented below.
+// PromptExcerpt, Attribution.Priority and Outcome.VendorCode; they are
+// documented below.
 //
 // Optional string fields (parent_span_id at a root span, model_id,
 // prompt_version, tool_*, sub_agent_*, cache_hit, error_code,
@@ -151,6 +152,10 @@ type Outcome struct {
 	ErrorCode    string   `json:"error_code"`
 	FallbackUsed string   `json:"fallback_used"` // the tier that served, e.g. "haiku", "cache", "faq"
 	EvalScore    *float64 `json:"eval_score"`    // filled in later by the judge
+	// VendorCode is the model vendor's own error code behind ErrorCode's
+	// normalised kind (ThrottlingException, overloaded_error, …) on a
+	// failed model attempt. Not in the seed's block; omitted when empty.
+	VendorCode string `json:"vendor_code,omitempty"`
 }
 
 // Attribution is who and what a span's cost is charged to.
@@ -270,6 +275,10 @@ func AppendJSON(b []byte, e *Event) []byte {
 		b = append(b, "null"...)
 	} else {
 		b = appendFloat(b, *e.Outcome.EvalScore)
+	}
+	if e.Outcome.VendorCode != "" {
+		b = appendKey(b, "vendor_code")
+		b = appendString(b, e.Outcome.VendorCode)
 	}
 
 	b = append(b, `},"attribution":{"feature":`...)

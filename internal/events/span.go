@@ -350,6 +350,10 @@ func (s *Span) SetStatus(st Status) { s.set(func(e *Event) { e.Outcome.Status = 
 // it does not change the status, since a fallback can still succeed.
 func (s *Span) SetErrorCode(code string) { s.set(func(e *Event) { e.Outcome.ErrorCode = code }) }
 
+// SetVendorCode sets outcome.vendor_code: the model vendor's own error code
+// of a failed attempt.
+func (s *Span) SetVendorCode(code string) { s.set(func(e *Event) { e.Outcome.VendorCode = code }) }
+
 // SetFallbackUsed sets outcome.fallback_used to the tier that served.
 func (s *Span) SetFallbackUsed(tier string) {
 	s.set(func(e *Event) { e.Outcome.FallbackUsed = tier })

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -201,6 +202,9 @@ func endAttempt(span *events.Span, m modelConfig, u provider.Usage, err error) {
 	if err != nil {
 		span.SetStatus(events.StatusFailed)
 		span.SetErrorCode(string(provider.KindOf(err)))
+		if pe := (*provider.Error)(nil); errors.As(err, &pe) && pe.Code != "" {
+			span.SetVendorCode(pe.Code)
+		}
 	} else {
 		span.SetStatus(events.StatusOK)
 	}

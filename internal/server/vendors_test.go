@@ -1,8 +1,11 @@
 package server
 
 import (
+	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 )
 
@@ -40,4 +43,35 @@ func TestCostReconcilesBedrockAndAnthropic(t *testing.T) {
 	haikuUp := onAnthropic(t, &cfg, "haiku")
 	sonnetUp, endpoint := bedrockUpstream(t, cfg.Sim.Models["sonnet"])
 	reconcileCosts(t, onBedrock(cfg, endpoint), map[string]*sim.Sim{"sonnet": sonnetUp, "haiku": haikuUp}, false)
+}
+
+// TestAttemptEventsKeepTheVendorsCode: a model attempt refused by Bedrock's
+// throttling carries the normalised kind in outcome.error_code and Bedrock's
+// own exception name in outcome.vendor_code.
+func TestAttemptEventsKeepTheVendorsCode(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 10*time.Second, 8*time.Second
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	cfg.Events.Sinks.JSONL.Path = path
+	cfg.Events.Sampling.Enabled = false // every span reaches the log
+	st := cfg.Sim.Models["sonnet"]
+	st.ErrorRate = map[provider.Kind]float64{provider.KindThrottled: 1}
+	_, endpoint := bedrockUpstream(t, st)
+	sc := newScenario(t, onBedrock(cfg, endpoint))
+	if a := sc.chat("vendor-code", "Which manga should I read next?", "en"); a.Status != 200 || a.Tier != "haiku" {
+		t.Fatalf("answer %+v: want haiku after Bedrock throttled", a)
+	}
+	sc.s.Close() // flush the emitter
+	found := false
+	for _, e := range readSpans(t, path) {
+		if e.Name == "model_attempt" && e.Outcome.ErrorCode == string(provider.KindThrottled) {
+			if e.Outcome.VendorCode != "ThrottlingException" {
+				t.Fatalf("throttled attempt's vendor_code %q, want ThrottlingException", e.Outcome.VendorCode)
+			}
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("no throttled model_attempt event")
+	}
 }
