@@ -334,6 +334,10 @@ func DecodeFrame(b []byte) (Frame, error) {
 
 const hexDigits = "0123456789abcdef"
 
+// AppendJSONString appends s quoted as a JSON string, for the front doors
+// that write their vendor's frames by hand; see appendJSONString.
+func AppendJSONString[T ~string | ~[]byte](dst []byte, s T) []byte { return appendJSONString(dst, s) }
+
 // appendJSONString quotes s as encoding/json does with HTML escaping off:
 // non-ASCII stays UTF-8, each invalid byte becomes \ufffd, and U+2028/U+2029
 // are escaped because JavaScript source cannot hold them raw.
