@@ -1,9 +1,7 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -107,19 +105,5 @@ func httptestServer(t *testing.T, s *Server) *httptest.Server {
 // chatIn sends message in an English session of user's.
 func (sc *scenario) chatIn(user, session, message string) answer {
 	sc.t.Helper()
-	body, _ := json.Marshal(map[string]any{"sessionId": session, "message": message, "locale": "en"})
-	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-User-Id", user)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		sc.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var a answer
-	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
-		sc.t.Fatalf("decode: %v", err)
-	}
-	a.Status = resp.StatusCode
-	return a
+	return sc.chatSession(user, session, message, "en")
 }

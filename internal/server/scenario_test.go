@@ -86,9 +86,16 @@ type answer struct {
 	} `json:"error"`
 }
 
+// chat sends message in user's own session ("s-" + user).
 func (sc *scenario) chat(user, message, locale string) answer {
 	sc.t.Helper()
-	body, _ := json.Marshal(map[string]any{"sessionId": "s-" + user, "message": message, "locale": locale})
+	return sc.chatSession(user, "s-"+user, message, locale)
+}
+
+// chatSession sends message in user's session and reads the JSON answer.
+func (sc *scenario) chatSession(user, session, message, locale string) answer {
+	sc.t.Helper()
+	body, _ := json.Marshal(map[string]any{"sessionId": session, "message": message, "locale": locale})
 	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat", strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-User-Id", user)
