@@ -83,25 +83,22 @@ func sending(ctx context.Context) bool { return ctx.Value(sendingKey{}) != nil }
 type laterCmd struct {
 	script *redis.Script
 	keys   []string
-	args   []any
+	args   func(age time.Duration) []any
+	at     time.Time
 	done   func(*redis.Cmd)
 	cmd    *redis.Cmd
 }
 
-// Run runs script like script.Run when ctx carries no open batch, and
-// returns its reply. With one, it queues the call (see the package comment)
-// and returns nil: done, when not nil, is given the reply once it came, or
-// an error. Use it only for calls whose outcome the caller would not act
-// on before the turn ends.
-func Run(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string, args []any, done func(*redis.Cmd)) *redis.Cmd {
-	if b := From(ctx); b != nil && b.queue(&laterCmd{script: s, keys: keys, args: args, done: done}) {
-		return nil
-	}
-	cmd := s.Run(ctx, c, keys, args...)
-	if done != nil {
-		done(cmd)
-	}
-	return cmd
+// Later queues a call of script for the batch ctx carries (see the package
+// comment) and reports true. args builds the script's arguments when it is
+// sent, given how long it waited (a script that reads Redis TIME can date
+// its decision back); done, when not nil, is given the reply once it came,
+// or its error. It reports false, queuing nothing, when ctx carries no
+// open batch: the caller then sends the call itself. Use it only for calls
+// whose outcome the caller would not act on before the turn ends.
+func Later(ctx context.Context, s *redis.Script, keys []string, args func(age time.Duration) []any, done func(*redis.Cmd)) bool {
+	b := From(ctx)
+	return b != nil && b.queue(&laterCmd{script: s, keys: keys, args: args, at: time.Now(), done: done})
 }
 
 // queue adds l unless the batch is closed.
@@ -141,8 +138,8 @@ func (b *Batch) Flush(ctx context.Context) {
 	}
 }
 
-// Close flushes the queued writes and closes the batch: later calls of Run
-// on its context are sent at once, as without a batch. Work that outlives
+// Close flushes the queued writes and closes the batch: Later on its
+// context then queues nothing, and callers send at once. Work that outlives
 // the turn (a background grader) then never queues a write nobody sends.
 func (b *Batch) Close(ctx context.Context) {
 	b.mu.Lock()
@@ -157,16 +154,19 @@ func (b *Batch) Close(ctx context.Context) {
 func (b *Batch) send(ctx context.Context, later []*laterCmd, cmds []redis.Cmder) {
 	ctx = context.WithValue(ctx, sendingKey{}, true)
 	pipe := b.c.Pipeline()
-	for _, l := range later {
-		l.cmd = l.script.EvalSha(ctx, pipe, l.keys, l.args...)
+	now := time.Now()
+	args := make([][]any, len(later))
+	for i, l := range later {
+		args[i] = l.args(now.Sub(l.at))
+		l.cmd = l.script.EvalSha(ctx, pipe, l.keys, args[i]...)
 	}
 	for _, c := range cmds {
 		_ = pipe.Process(ctx, c)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for _, l := range later {
+	for i, l := range later {
 		if err := l.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			l.cmd = l.script.Eval(ctx, b.c, l.keys, l.args...)
+			l.cmd = l.script.Eval(ctx, b.c, l.keys, args[i]...)
 		}
 		if err := l.cmd.Err(); err != nil && !errors.Is(err, redis.Nil) && b.log != nil {
 			b.log.LogAttrs(ctx, slog.LevelDebug, "redis: queued write failed", slog.String("keys", strings.Join(l.keys, " ")), slog.Any("err", err))

@@ -55,6 +55,9 @@ func client(t *testing.T) (*redis.Client, string, *trips) {
 
 var incrBy = redis.NewScript(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
 
+func ten(time.Duration) []any { return []any{10} }
+func one(time.Duration) []any { return []any{1} }
+
 func TestGatherSendsIndependentCallsInOneRoundTrip(t *testing.T) {
 	c, p, n := client(t)
 	ctx := redisbatch.With(context.Background(), redisbatch.New(c, 0, nil))
@@ -117,11 +120,11 @@ func TestRunQueuesUntilTheNextCommand(t *testing.T) {
 	ctx := redisbatch.With(context.Background(), b)
 	var replies []int64
 	for i := 0; i < 3; i++ {
-		if cmd := redisbatch.Run(ctx, c, incrBy, []string{p + "n"}, []any{10}, func(cmd *redis.Cmd) {
+		if !redisbatch.Later(ctx, incrBy, []string{p + "n"}, ten, func(cmd *redis.Cmd) {
 			v, _ := cmd.Int64()
 			replies = append(replies, v)
-		}); cmd != nil {
-			t.Fatal("a queued call returned a reply at once")
+		}) {
+			t.Fatal("Later did not queue with a batch in the context")
 		}
 	}
 	if got := n.n.Load(); got != 0 || b.Pending() != 3 {
@@ -144,8 +147,11 @@ func TestFlushAndClose(t *testing.T) {
 	c, p, n := client(t)
 	b := redisbatch.New(c, 0, nil)
 	ctx := redisbatch.With(context.Background(), b)
-	redisbatch.Run(ctx, c, incrBy, []string{p + "n"}, []any{1}, nil)
-	redisbatch.Run(ctx, c, incrBy, []string{p + "n"}, []any{1}, nil)
+	if redisbatch.Later(context.Background(), incrBy, []string{p + "n"}, one, nil) {
+		t.Fatal("Later queued without a batch")
+	}
+	redisbatch.Later(ctx, incrBy, []string{p + "n"}, one, nil)
+	redisbatch.Later(ctx, incrBy, []string{p + "n"}, one, nil)
 	b.Flush(ctx)
 	if got := n.n.Load(); got != 1 {
 		t.Fatalf("%d round trips for a flush of two writes, want 1", got)
@@ -155,10 +161,11 @@ func TestFlushAndClose(t *testing.T) {
 		t.Fatalf("an empty flush sent something (%d round trips)", got)
 	}
 	b.Close(ctx)
-	if cmd := redisbatch.Run(ctx, c, incrBy, []string{p + "n"}, []any{1}, nil); cmd == nil {
-		t.Fatal("Run on a closed batch queued the call")
-	} else if v, _ := cmd.Int64(); v != 3 {
-		t.Fatalf("counter %d, want 3", v)
+	if redisbatch.Later(ctx, incrBy, []string{p + "n"}, one, nil) {
+		t.Fatal("Later queued on a closed batch")
+	}
+	if v, _ := c.Get(ctx, p+"n").Int64(); v != 2 {
+		t.Fatalf("counter %d, want 2", v)
 	}
 }
 
@@ -171,7 +178,7 @@ func TestQueuedScriptRedisForgotIsSentWithItsSource(t *testing.T) {
 	b := redisbatch.New(c, 0, nil)
 	ctx := redisbatch.With(context.Background(), b)
 	var reply int64
-	redisbatch.Run(ctx, c, fresh, []string{p + "n"}, []any{7}, func(cmd *redis.Cmd) { reply, _ = cmd.Int64() })
+	redisbatch.Later(ctx, fresh, []string{p + "n"}, func(time.Duration) []any { return []any{7} }, func(cmd *redis.Cmd) { reply, _ = cmd.Int64() })
 	b.Flush(ctx)
 	if v, _ := c.Get(context.Background(), p+"n").Int64(); v != 7 || reply != 7 {
 		t.Fatalf("counter %d, reply %d; want 7 and 7", v, reply)
@@ -222,5 +229,18 @@ func TestTransactionsPassThrough(t *testing.T) {
 	}
 	if got := n.n.Load(); got != 2 {
 		t.Fatalf("%d round trips, want 2 (the transaction on its own)", got)
+	}
+}
+
+func TestLaterTellsArgsHowLongTheCallWaited(t *testing.T) {
+	c, p, _ := client(t)
+	b := redisbatch.New(c, 0, nil)
+	ctx := redisbatch.With(context.Background(), b)
+	var age time.Duration
+	redisbatch.Later(ctx, incrBy, []string{p + "n"}, func(a time.Duration) []any { age = a; return []any{1} }, nil)
+	time.Sleep(30 * time.Millisecond)
+	b.Flush(ctx)
+	if age < 30*time.Millisecond || age > 5*time.Second {
+		t.Fatalf("age %v, want the 30ms the call waited", age)
 	}
 }
