@@ -178,14 +178,18 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		s.Catalog = ix
 		svc := catalog.NewService(ix)
 		s.mountCatalog(svc)
-		retr = retriever{ix: svc, br: s.Breakers.Get("search"), enf: enf, topK: cfg.Catalog.TopK, primary: cfg.Models[0].Name}
+		retr = retriever{ix: svc, br: s.Breakers.Get(searchBreaker), enf: enf, topK: cfg.Catalog.TopK, primary: cfg.Models[0].Name}
 	}
 	s.mountAdmin()
 	s.alerting(cfg)
 	var batcher gateway.Batcher
 	if rdb != nil {
-		batcher = &fleetBatcher{rdb: rdb, log: s.log, now: now, cfg: cfg, sessions: sessions,
+		fb := &fleetBatcher{rdb: rdb, log: s.log, now: now, cfg: cfg, sessions: sessions,
 			limiter: limiter, enf: enf, counters: counters, breakers: s.Breakers, ledger: ledger, pressure: retrier.Pressure}
+		if retr != nil {
+			fb.search = s.Breakers.Get(searchBreaker)
+		}
+		batcher = fb
 		sessions = aheadSessions{sessions}
 	}
 	return gateway.Deps{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,7 +44,17 @@ type fleetBatcher struct {
 	breakers *breaker.Set
 	ledger   quota.Ledger
 	pressure retry.Pressure
+	// search is the catalog search's breaker; nil without the catalog.
+	// searchClosed is whether it was closed when last read: only then is
+	// its permit taken ahead, since a closed breaker's permit costs nothing
+	// when the turn is refused before it searches, and a half-open one's
+	// would hold a probe slot.
+	search       breaker.Breaker
+	searchClosed atomic.Bool
 }
+
+// searchBreaker is the name of the catalog search's breaker.
+const searchBreaker = "search"
 
 // ahead is what Begin read for one turn. Each answer is taken once, by the
 // call it stands for; a call that finds nothing (or a different question)
@@ -135,6 +146,18 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 					a.sats[m] = s
 					mu.Unlock()
 				}
+			})
+		}
+	}
+	if f.search != nil {
+		calls = append(calls, func(ctx context.Context) {
+			s, err := f.search.Snapshot(ctx)
+			f.searchClosed.Store(err == nil && s.State == breaker.Closed)
+		})
+		if f.searchClosed.Load() {
+			calls = append(calls, func(ctx context.Context) {
+				p, err := f.search.Allow(ctx)
+				a.putPermit(searchBreaker, permitAnswer{permit: p, err: err})
 			})
 		}
 	}
@@ -348,13 +371,14 @@ func reserveAndAllow(ctx context.Context, l quota.Ledger, s *breaker.Set, model 
 	return res, err
 }
 
-// allow is the breaker's permit for an attempt on model: the one taken with
-// the reservation, for the first attempt, or a new one.
-func allow(ctx context.Context, s *breaker.Set, model string) (breaker.Permit, error) {
+// allow is breaker br's permit (named name): the one taken ahead — with the
+// reservation for a model's first attempt, with the admission reads for the
+// catalog search — or a new one.
+func allow(ctx context.Context, br breaker.Breaker, name string) (breaker.Permit, error) {
 	if a := aheadFrom(ctx); a != nil {
-		if p, ok := a.takePermit(model); ok {
+		if p, ok := a.takePermit(name); ok {
 			return p.permit, p.err
 		}
 	}
-	return s.Get(model).Allow(ctx)
+	return br.Allow(ctx)
 }

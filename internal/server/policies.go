@@ -232,7 +232,7 @@ func (iv invoker) Invoke(ctx context.Context, model string, call func(context.Co
 		if attempt > 0 {
 			iv.obs.Retry(model, string(provider.KindOf(prev)))
 		}
-		permit, err := allow(ctx, iv.breakers, model)
+		permit, err := allow(ctx, iv.breakers.Get(model), model)
 		if errors.Is(err, breaker.ErrOpen) {
 			return retry.Final(err) // fall to the next tier at once, no tokens burnt
 		}
