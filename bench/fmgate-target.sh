@@ -5,13 +5,18 @@
 # whole chain on in memory mode: an API key, every rate-limit scope decided
 # (limits set high enough not to refuse), budgets, quota reservation, the
 # breaker and retry wrapper, events to the write-ahead log and the embedded
-# event store, Prometheus metrics and the live figures.
+# event store, Prometheus metrics and the live figures. With
+# FMGATE_BENCH_REDIS=HOST:PORT it runs in fleet mode instead: every policy's
+# state in that Redis, under a key prefix of its own.
 set -euo pipefail
 : "${MOCK_URL:?MOCK_URL, the /v1 URL of the mock upstream, must be set}"
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${FMGATE_BIN:-$here/.bin/fmgate}
 work=$(mktemp -d "${TMPDIR:-/tmp}/fmgate-bench.XXXXXX")
 sed -e "s#@MOCK_URL@#$MOCK_URL#g" -e "s#@WORK@#$work#g" "$here/fmgate-bench.yaml" >"$work/fmgate.yaml"
+if [ -n "${FMGATE_BENCH_REDIS:-}" ]; then
+	printf 'fleet:\n  redis: "%s"\n  keyPrefix: "fmgate-bench-%s:"\n' "$FMGATE_BENCH_REDIS" "$$" >>"$work/fmgate.yaml"
+fi
 export FMGATE_ADMIN_TOKEN=${FMGATE_ADMIN_TOKEN:-bench-admin-token}
 export BENCH_UPSTREAM_KEY=sk-mock
 cd "$work"

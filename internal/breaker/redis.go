@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fmgate/fmgate/internal/redisbatch"
 )
 
 //go:embed redis.lua
@@ -47,7 +49,7 @@ type Redis struct {
 	client redis.UniversalClient
 	name   string
 	keys   []string
-	args   []any // ARGV from position 5 on: the config
+	args   []any // ARGV from position 6 on: the config
 }
 
 // NewRedis returns a breaker named name whose keys live under keyPrefix
@@ -91,6 +93,16 @@ type reply struct {
 	openedAt                  int64
 }
 
+func (b *Redis) argv(op string, gen int64, slot int, success bool, age time.Duration) []any {
+	ok := "0"
+	if success {
+		ok = "1"
+	}
+	argv := make([]any, 0, 5+len(b.args))
+	argv = append(argv, op, gen, slot, ok, max(age.Microseconds(), 0))
+	return append(argv, b.args...)
+}
+
 func (b *Redis) run(ctx context.Context, op string, gen int64, slot int, success bool) (reply, error) {
 	timeout := b.Timeout
 	if timeout <= 0 {
@@ -98,14 +110,12 @@ func (b *Redis) run(ctx context.Context, op string, gen int64, slot int, success
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	ok := "0"
-	if success {
-		ok = "1"
-	}
-	argv := make([]any, 0, 4+len(b.args))
-	argv = append(argv, op, gen, slot, ok)
-	argv = append(argv, b.args...)
-	v, err := redisScript.Run(ctx, b.client, b.keys, argv...).Int64Slice()
+	return b.decode(redisScript.Run(ctx, b.client, b.keys, b.argv(op, gen, slot, success, 0)...))
+}
+
+// decode reads the script's reply and reports the transitions it made.
+func (b *Redis) decode(cmd *redis.Cmd) (reply, error) {
+	v, err := cmd.Int64Slice()
 	if err != nil {
 		return reply{}, fmt.Errorf("breaker %s: %w: %w", b.name, ErrUnavailable, err)
 	}
@@ -171,8 +181,15 @@ type redisPermit struct {
 }
 
 // Done records the outcome; if Redis fails the outcome is dropped (fail-open).
+// Within a turn's batch (redisbatch) the outcome is sent with the turn's
+// next Redis command, or at the turn's end; the transitions it makes are
+// reported then.
 func (p *redisPermit) Done(ctx context.Context, success bool) {
 	if p.done.Swap(true) {
+		return
+	}
+	argv := func(age time.Duration) []any { return p.b.argv("done", p.gen, p.slot, success, age) }
+	if redisbatch.Later(ctx, redisScript, p.b.keys, argv, func(cmd *redis.Cmd) { _, _ = p.b.decode(cmd) }) {
 		return
 	}
 	_, _ = p.b.run(context.WithoutCancel(ctx), "done", p.gen, p.slot, success)

@@ -1,9 +1,11 @@
 -- One breaker decision, atomically. The rules mirror machine.go exactly.
 -- KEYS: state hash, probes hash (slot -> deadline µs), window hash
 --       ("c:<step>"/"f:<step>" -> calls/failures per window step).
--- ARGV: op (allow|done|snap), gen, slot, success (1/0), failureThreshold,
+-- ARGV: op (allow|done|snap), gen, slot, success (1/0), ageUs, failureThreshold,
 --       failureRate, minCalls, bucketUs, buckets, openUs, waitUs, ttlMs,
 --       windowTtlMs, stages...
+-- ageUs is how long ago the call was made (an outcome queued by a turn's
+-- batch and sent with its next command): the decision is taken at that time.
 -- Returns: allowed, state, gen, slot, retryUs, stage, stageProbes, admitted,
 --          succeeded, inFlight, calls, failures, openedAt, then (from, to)
 --          pairs for each transition made.
@@ -12,20 +14,21 @@ local op = ARGV[1]
 local pgen = tonumber(ARGV[2])
 local pslot = tonumber(ARGV[3])
 local success = ARGV[4] == '1'
-local threshold = tonumber(ARGV[5])
-local rate = tonumber(ARGV[6])
-local minCalls = tonumber(ARGV[7])
-local bucketUs = tonumber(ARGV[8])
-local nb = tonumber(ARGV[9])
-local openUs = tonumber(ARGV[10])
-local waitUs = tonumber(ARGV[11])
-local ttlMs = tonumber(ARGV[12])
-local windowTtlMs = tonumber(ARGV[13])
+local ageUs = tonumber(ARGV[5])
+local threshold = tonumber(ARGV[6])
+local rate = tonumber(ARGV[7])
+local minCalls = tonumber(ARGV[8])
+local bucketUs = tonumber(ARGV[9])
+local nb = tonumber(ARGV[10])
+local openUs = tonumber(ARGV[11])
+local waitUs = tonumber(ARGV[12])
+local ttlMs = tonumber(ARGV[13])
+local windowTtlMs = tonumber(ARGV[14])
 local stages = {}
-for i = 14, #ARGV do stages[#stages + 1] = tonumber(ARGV[i]) end
+for i = 15, #ARGV do stages[#stages + 1] = tonumber(ARGV[i]) end
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) - ageUs
 
 local v = redis.call('HMGET', K, 'st', 'gen', 'oa', 'stg', 'adm', 'ok')
 local st = tonumber(v[1]) or 0

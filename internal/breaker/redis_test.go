@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fmgate/fmgate/internal/redisbatch"
 	"github.com/fmgate/fmgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -63,4 +64,47 @@ func TestRedisSharesStateAcrossInstances(t *testing.T) {
 	wantState(t, a, Open, "after five failures split between two instances")
 	other := NewRedis(client, prefix, "haiku", cfg)
 	wantState(t, other, Closed, "for a different name")
+}
+
+// TestRedisConformanceBatched runs the suite the way a fleet turn calls a
+// breaker: inside a Redis batch (redisbatch), where an outcome is queued and
+// sent ahead of the next call instead of on its own round trip.
+func TestRedisConformanceBatched(t *testing.T) {
+	runConformance(t, func(t *testing.T) harness {
+		client, prefix := redistest.Client(t)
+		client.AddHook(redisbatch.Hook())
+		bt := redisbatch.New(client, 10*time.Second, nil)
+		t.Cleanup(func() { bt.Close(context.Background()) })
+		f := RedisFactory(client, prefix, 10*time.Second)
+		return harness{
+			factory: func(name string, cfg Config, hook TransitionFunc) Breaker {
+				return batched{f(name, cfg, hook), bt}
+			},
+			advance: func(d time.Duration) { time.Sleep(d + 2*time.Millisecond) },
+		}
+	})
+}
+
+// batched puts every call of a Breaker, and of its permits, in one batch.
+type batched struct {
+	Breaker
+	b *redisbatch.Batch
+}
+
+func (x batched) Allow(ctx context.Context) (Permit, error) {
+	p, err := x.Breaker.Allow(redisbatch.With(ctx, x.b))
+	return batchedPermit{p, x.b}, err
+}
+
+func (x batched) Snapshot(ctx context.Context) (Snapshot, error) {
+	return x.Breaker.Snapshot(redisbatch.With(ctx, x.b))
+}
+
+type batchedPermit struct {
+	Permit
+	b *redisbatch.Batch
+}
+
+func (p batchedPermit) Done(ctx context.Context, ok bool) {
+	p.Permit.Done(redisbatch.With(ctx, p.b), ok)
 }

@@ -305,6 +305,13 @@ func New(cfg Config, est *Estimator, counters Counters, now func() time.Time) (*
 // Estimator returns the estimator the enforcer uses, for Observe.
 func (b *Enforcer) Estimator() *Estimator { return b.est }
 
+// Day is the counter key ("2006-01-02", in the configured zone) of the day
+// t falls in: the day Check loads counters for.
+func (b *Enforcer) Day(t time.Time) string {
+	d, _ := b.day(t)
+	return d
+}
+
 // day returns the counter key of the day t falls in and when it ends.
 func (b *Enforcer) day(t time.Time) (string, time.Time) {
 	t = t.In(b.loc)

@@ -13,7 +13,8 @@ import (
 // RedisCounters keeps counters in Redis for a fleet: a hash per session
 // (in, out; expires SessionTTL after the last update) and a hash per user and
 // day (cost in nano-USD; expires after 48 hours). Load is one pipelined round
-// trip, Add one MULTI/EXEC of HINCRBY and PEXPIRE. The enforcer bounds every
+// trip, Add one Lua script of HINCRBY and PEXPIRE (atomic, as a MULTI/EXEC
+// would be, but a command that a turn's batch can pipeline with others). The enforcer bounds every
 // call with Config.StoreTimeout; on error Check admits the request and
 // reports it, Record returns it.
 type RedisCounters struct {
@@ -56,17 +57,22 @@ func (r *RedisCounters) Load(ctx context.Context, userID, sessionID, day string)
 	return t, nil
 }
 
+// addScript adds ARGV[1] input and ARGV[2] output tokens to the session
+// hash KEYS[1] and ARGV[4] nano-USD to the day hash KEYS[2], renewing their
+// expiries to ARGV[3] and ARGV[5] milliseconds.
+var addScript = redis.NewScript(`
+redis.call('HINCRBY', KEYS[1], 'in', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'out', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('HINCRBY', KEYS[2], 'nusd', ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+return 1
+`)
+
 // Add implements Counters.
 func (r *RedisCounters) Add(ctx context.Context, userID, sessionID, day string, in, out int, costUSD float64) error {
 	sk, dk := r.keys(userID, sessionID, day)
-	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HIncrBy(ctx, sk, "in", int64(in))
-		p.HIncrBy(ctx, sk, "out", int64(out))
-		p.PExpire(ctx, sk, r.ttl)
-		p.HIncrBy(ctx, dk, "nusd", toNano(costUSD))
-		p.PExpire(ctx, dk, dayTTL)
-		return nil
-	})
+	err := addScript.Run(ctx, r.c, []string{sk, dk}, in, out, max(r.ttl.Milliseconds(), 1), toNano(costUSD), dayTTL.Milliseconds()).Err()
 	if err != nil {
 		return fmt.Errorf("redis add: %w", err)
 	}

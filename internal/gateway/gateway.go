@@ -44,6 +44,7 @@ type Gateway struct {
 	invoker  Invoker
 	fallback Fallback
 	judge    Judge
+	batcher  Batcher
 
 	draining atomic.Bool
 	inflight sync.WaitGroup
@@ -78,6 +79,9 @@ type Deps struct {
 	Fallback  Fallback
 	// Judge grades a sample of completed turns; nil grades none.
 	Judge Judge
+	// Batcher groups a turn's shared-state calls into few round trips
+	// (fleet mode); nil makes each call on its own.
+	Batcher Batcher
 	// AdminRoutes are mounted under /admin/ behind the admin token.
 	AdminRoutes http.Handler
 	// Tracer emits one event per span; nil switches events off.
@@ -118,6 +122,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		invoker:   d.Invoker,
 		fallback:  d.Fallback,
 		judge:     d.Judge,
+		batcher:   d.Batcher,
 		admin:     d.AdminRoutes,
 		tracer:    d.Tracer,
 		batches:   newBatchJobs(cfg.Batch),
@@ -165,6 +170,9 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 	}
 	if g.judge == nil {
 		g.judge = passJudge{}
+	}
+	if g.batcher == nil {
+		g.batcher = oneByOne{}
 	}
 	return g, nil
 }

@@ -38,6 +38,9 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	if err := g.validate(t); err != nil {
 		return nil, err
 	}
+	// 1½. Batch the turn's shared-state calls (fleet mode: reads ahead for steps 2–5).
+	ctx, endBatch := g.batcher.Begin(ctx, t)
+	defer endBatch()
 	// 2. Identify the caller.
 	g.identify(ctx, t)
 	// 3. Admit: rate limits.
@@ -310,19 +313,28 @@ func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output
 func (g *Gateway) record(ctx context.Context, t *Turn, res *Result) {
 	ctx, span := g.tracer.Start(ctx, "record", events.WithKind(events.KindInternal), events.WithMustPersist())
 	defer span.End()
+	// The three writes are independent: in fleet mode they share a round trip.
+	var sessionErr, budgetErr error
+	cached := false
+	g.batcher.Together(ctx,
+		func(ctx context.Context) { sessionErr = g.appendSession(ctx, t, res) },
+		func(ctx context.Context) {
+			cached = (!res.Degraded || g.isModel(res.Tier)) && g.fallback.Remember(ctx, t, res)
+		},
+		func(ctx context.Context) { budgetErr = g.budget.Record(ctx, t, res) })
 	usd := 0.0
-	switch err := g.appendSession(ctx, t, res); {
-	case err != nil:
-		g.log.WarnContext(ctx, "session append failed", "err", err)
+	switch {
+	case sessionErr != nil:
+		g.log.WarnContext(ctx, "session append failed", "err", sessionErr)
 		span.SetErrorCode("session_write_failed")
 	case !t.Stateless:
 		usd += g.units.StorageWriteUSD
 	}
-	if (!res.Degraded || g.isModel(res.Tier)) && g.fallback.Remember(ctx, t, res) {
+	if cached {
 		usd += g.units.CacheCallUSD
 	}
-	if err := g.budget.Record(ctx, t, res); err != nil {
-		g.log.WarnContext(ctx, "budget record failed", "err", err)
+	if budgetErr != nil {
+		g.log.WarnContext(ctx, "budget record failed", "err", budgetErr)
 	}
 	span.SetCost(usd)
 	g.judge.Consider(ctx, t, res)

@@ -121,6 +121,28 @@ func (onceInvoker) Invoke(ctx context.Context, _ string, call func(context.Conte
 	return InvokeReport{Attempts: 1}, call(ctx)
 }
 
+// Batcher groups the calls a turn makes to shared state (fleet mode: Redis)
+// into as few round trips as their dependencies allow. Begin is called once
+// a turn is valid: it may read ahead what the admission steps will consult
+// and returns the turn's context and the function that ends the turn's
+// batch, sending what was queued. Together runs calls that do not depend on
+// each other (the record step's writes) and returns when all are done.
+type Batcher interface {
+	Begin(ctx context.Context, t *Turn) (context.Context, func())
+	Together(ctx context.Context, calls ...func(context.Context))
+}
+
+// oneByOne is the Batcher of a gateway whose state is in memory.
+type oneByOne struct{}
+
+func (oneByOne) Begin(ctx context.Context, _ *Turn) (context.Context, func()) { return ctx, func() {} }
+
+func (oneByOne) Together(ctx context.Context, calls ...func(context.Context)) {
+	for _, call := range calls {
+		call(ctx)
+	}
+}
+
 // Judge sees every completed turn and may have it graded by the sampled
 // eval judge. Consider must not block the turn.
 type Judge interface {

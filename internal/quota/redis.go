@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fmgate/fmgate/internal/redisbatch"
 )
 
 //go:embed ledger.lua
@@ -50,9 +52,7 @@ func (l *Redis) keys(model string) []string {
 	return []string{base + "win", base + "held", base + "exp", base + "agg", base + "ceil"}
 }
 
-func (l *Redis) run(ctx context.Context, model, op, id string, p Priority, tokens int) ([]any, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
+func (l *Redis) args(model, op, id string, p Priority, tokens int) []any {
 	c := l.cfg.Models[model]
 	clock := ""
 	if l.clock != nil {
@@ -64,7 +64,13 @@ func (l *Redis) run(ctx context.Context, model, op, id string, p Priority, token
 		l.pol.guaranteed[0], l.pol.guaranteed[1], l.pol.guaranteed[2], l.pol.guaranteed[3],
 		l.cfg.MaxHold.Milliseconds(), clock,
 	}
-	res, err := ledgerScript.Run(ctx, l.c, l.keys(model), args...).Slice()
+	return args
+}
+
+func (l *Redis) run(ctx context.Context, model, op, id string, p Priority, tokens int) ([]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	res, err := ledgerScript.Run(ctx, l.c, l.keys(model), l.args(model, op, id, p, tokens)...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("quota: redis %s %s: %w", op, model, err)
 	}
@@ -185,8 +191,7 @@ func (r *redisReservation) Settle(ctx context.Context, actualTokens int) error {
 	if r.done.Swap(true) {
 		return nil
 	}
-	_, err := r.l.run(ctx, r.model, "settle", r.id, P0, max(actualTokens, 0))
-	return err
+	return r.l.finish(ctx, r.model, "settle", r.id, max(actualTokens, 0))
 }
 
 // Release implements Reservation.
@@ -194,6 +199,18 @@ func (r *redisReservation) Release(ctx context.Context) error {
 	if r.done.Swap(true) {
 		return nil
 	}
-	_, err := r.l.run(ctx, r.model, "release", r.id, P0, 0)
+	return r.l.finish(ctx, r.model, "release", r.id, 0)
+}
+
+// finish settles or releases a hold. Within a turn's batch (redisbatch) it
+// is sent with the turn's next Redis command, or at the turn's end, and
+// returns nil: nobody acts on its outcome, and a hold it fails to end
+// expires after MaxHold as when the call fails outright.
+func (l *Redis) finish(ctx context.Context, model, op, id string, tokens int) error {
+	args := l.args(model, op, id, P0, tokens)
+	if redisbatch.Later(ctx, ledgerScript, l.keys(model), func(time.Duration) []any { return args }, nil) {
+		return nil
+	}
+	_, err := l.run(ctx, model, op, id, P0, tokens)
 	return err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fmgate/fmgate/internal/redisbatch"
 	"github.com/fmgate/fmgate/internal/redistest"
 )
 
@@ -70,4 +71,63 @@ func TestRedisErrorsDoNotHang(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("took %s", d)
 	}
+}
+
+// TestRedisConformanceBatched runs the suite the way a fleet turn calls the
+// ledger: inside a Redis batch (redisbatch), where settlements and releases
+// are queued and sent ahead of the next call.
+func TestRedisConformanceBatched(t *testing.T) {
+	runConformance(t, func(t *testing.T, cfg Config, clk *fakeClock) Ledger {
+		c, prefix := redistest.Client(t)
+		c.AddHook(redisbatch.Hook())
+		cfg.StoreTimeout = 2e9
+		l, err := NewRedis(c, prefix, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.clock = clk.Now
+		b := redisbatch.New(c, 2*time.Second, nil)
+		t.Cleanup(func() { b.Close(context.Background()) })
+		return batchedLedger{l, b}
+	})
+}
+
+// batchedLedger puts every call of a Ledger, and of its reservations, in
+// one batch.
+type batchedLedger struct {
+	Ledger
+	b *redisbatch.Batch
+}
+
+func (x batchedLedger) Reserve(ctx context.Context, model string, p Priority, tokens int) (Reservation, error) {
+	r, err := x.Ledger.Reserve(redisbatch.With(ctx, x.b), model, p, tokens)
+	if err != nil {
+		return nil, err
+	}
+	return batchedReservation{r, x.b}, nil
+}
+
+func (x batchedLedger) Saturation(ctx context.Context, model string) (Snapshot, error) {
+	return x.Ledger.Saturation(redisbatch.With(ctx, x.b), model)
+}
+
+func (x batchedLedger) SetCeiling(ctx context.Context, model string, c Ceiling) error {
+	return x.Ledger.SetCeiling(redisbatch.With(ctx, x.b), model, c)
+}
+
+func (x batchedLedger) Ceilings(ctx context.Context) (map[string]Ceiling, error) {
+	return x.Ledger.Ceilings(redisbatch.With(ctx, x.b))
+}
+
+type batchedReservation struct {
+	Reservation
+	b *redisbatch.Batch
+}
+
+func (r batchedReservation) Settle(ctx context.Context, n int) error {
+	return r.Reservation.Settle(redisbatch.With(ctx, r.b), n)
+}
+
+func (r batchedReservation) Release(ctx context.Context) error {
+	return r.Reservation.Release(redisbatch.With(ctx, r.b))
 }

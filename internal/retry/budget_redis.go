@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fmgate/fmgate/internal/redisbatch"
 )
 
 // RedisBudget is the fleet-wide Budget: one window shared by every instance,
@@ -67,23 +69,35 @@ redis.call('PEXPIRE', key, math.ceil(slot * (nslots + 1) / 1000))
 return ok
 `)
 
-func (b *RedisBudget) run(ctx context.Context, deposit bool) (bool, error) {
+func (b *RedisBudget) args(deposit bool) []any {
 	op := "0"
 	if deposit {
 		op = "1"
 	}
+	return []any{clockArg(b.clock), op, b.l.deposit, b.l.reserve,
+		b.l.slot.Microseconds(), budgetSlots, tokenUnits}
+}
+
+func (b *RedisBudget) run(ctx context.Context, deposit bool) (bool, error) {
 	ctx, cancel := b.gate.ctx(ctx)
 	defer cancel()
-	n, err := budgetScript.Run(ctx, b.rdb, []string{b.key},
-		clockArg(b.clock), op, b.l.deposit, b.l.reserve,
-		b.l.slot.Microseconds(), budgetSlots, tokenUnits).Int()
+	n, err := budgetScript.Run(ctx, b.rdb, []string{b.key}, b.args(deposit)...).Int()
 	return n == 1, err
 }
 
-// Deposit implements Budget.
+// Deposit implements Budget. Within a turn's batch (redisbatch) the deposit
+// is sent with the turn's next Redis command, or at the turn's end.
 func (b *RedisBudget) Deposit(ctx context.Context) {
 	b.local.Deposit(ctx)
 	if !b.gate.up() {
+		return
+	}
+	args := b.args(true)
+	if redisbatch.Later(ctx, budgetScript, []string{b.key}, func(time.Duration) []any { return args }, func(cmd *redis.Cmd) {
+		if cmd.Err() != nil {
+			b.gate.fail()
+		}
+	}) {
 		return
 	}
 	if _, err := b.run(ctx, true); err != nil {

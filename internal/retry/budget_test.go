@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fmgate/fmgate/internal/redisbatch"
 	"github.com/fmgate/fmgate/internal/redistest"
 )
 
@@ -195,4 +196,29 @@ func BenchmarkRedisBudget(b *testing.B) {
 	for b.Loop() {
 		budget.Withdraw(ctx)
 	}
+}
+
+// TestRedisBudgetBatched runs the suite the way a fleet turn calls the
+// budget: inside a Redis batch (redisbatch), where deposits are queued and
+// sent ahead of the next call.
+func TestRedisBudgetBatched(t *testing.T) {
+	testBudget(t, func(t *testing.T, c BudgetConfig, clk *fakeClock) Budget {
+		rdb, prefix := redistest.Client(t)
+		rdb.AddHook(redisbatch.Hook())
+		b := NewRedisBudget(rdb, prefix, c)
+		b.clock = clk.Now
+		bt := redisbatch.New(rdb, 2*time.Second, nil)
+		t.Cleanup(func() { bt.Close(context.Background()) })
+		return batchedBudget{b, bt}
+	})
+}
+
+type batchedBudget struct {
+	Budget
+	b *redisbatch.Batch
+}
+
+func (x batchedBudget) Deposit(ctx context.Context) { x.Budget.Deposit(redisbatch.With(ctx, x.b)) }
+func (x batchedBudget) Withdraw(ctx context.Context) bool {
+	return x.Budget.Withdraw(redisbatch.With(ctx, x.b))
 }

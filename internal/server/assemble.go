@@ -26,6 +26,7 @@ import (
 	"github.com/fmgate/fmgate/internal/queue"
 	"github.com/fmgate/fmgate/internal/quota"
 	"github.com/fmgate/fmgate/internal/ratelimit"
+	"github.com/fmgate/fmgate/internal/redisbatch"
 	"github.com/fmgate/fmgate/internal/redishealth"
 	"github.com/fmgate/fmgate/internal/retry"
 	"github.com/fmgate/fmgate/internal/session"
@@ -53,6 +54,9 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 			// before the health breaker has seen enough failures to open.
 			MaxRetries: 1,
 		})
+		// A turn's batch (redisbatch) goes first, so that the pipeline it
+		// sends is one call to the health state and to any counting hook.
+		rdb.AddHook(redisbatch.Hook())
 		// Every policy below shares this client, so every one of them
 		// consults the one health state and fails fast while Redis is away.
 		s.RedisHealth = redishealth.New(cfg.Breakers[redishealth.BreakerName], now, func(up bool) {
@@ -85,7 +89,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	// Step 4: budgets.
 	var counters budget.Counters = budget.NewMemoryCounters(cfg.Budget.SessionTTL, now)
 	if rdb != nil {
-		counters = budget.NewRedisCounters(rdb, prefix+"budget:", cfg.Budget.SessionTTL)
+		counters = aheadCounters{budget.NewRedisCounters(rdb, prefix+"budget:", cfg.Budget.SessionTTL)}
 	}
 	enf, err := budget.New(cfg.Budget, budget.NewEstimator(), counters, now)
 	if err != nil {
@@ -117,7 +121,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	factory := breaker.MemoryFactory(now)
 	if rdb != nil {
 		retrier.Budget = retry.NewRedisBudget(rdb, prefix, cfg.Retry.Budget)
-		retrier.Pressure = retry.NewRedisPressure(rdb, prefix, "", cfg.Retry.Pressure, now)
+		retrier.Pressure = aheadPressure{retry.NewRedisPressure(rdb, prefix, "", cfg.Retry.Pressure, now)}
 		factory = breaker.RedisFactory(rdb, prefix, 0)
 	}
 	s.Retrier = retrier
@@ -174,11 +178,22 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		s.Catalog = ix
 		svc := catalog.NewService(ix)
 		s.mountCatalog(svc)
-		retr = retriever{ix: svc, br: s.Breakers.Get("search"), enf: enf, topK: cfg.Catalog.TopK, primary: cfg.Models[0].Name}
+		retr = retriever{ix: svc, br: s.Breakers.Get(searchBreaker), enf: enf, topK: cfg.Catalog.TopK, primary: cfg.Models[0].Name}
 	}
 	s.mountAdmin()
 	s.alerting(cfg)
+	var batcher gateway.Batcher
+	if rdb != nil {
+		fb := &fleetBatcher{rdb: rdb, log: s.log, now: now, cfg: cfg, sessions: sessions,
+			limiter: limiter, enf: enf, counters: counters, breakers: s.Breakers, ledger: ledger, pressure: retrier.Pressure}
+		if retr != nil {
+			fb.search = s.Breakers.Get(searchBreaker)
+		}
+		batcher = fb
+		sessions = aheadSessions{sessions}
+	}
 	return gateway.Deps{
+		Batcher:    batcher,
 		Retriever:  retr,
 		Tracer:     tracer,
 		Sessions:   sessions,
@@ -187,7 +202,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		Admitter:   admitter{l: limiter, obs: s.Metrics},
 		Budgeter:   budgeter{enf: enf, prices: prices(cfg)},
 		Planner:    planner{breakers: s.Breakers, ledger: ledger},
-		Reserver:   reserver{ledger: ledger, queue: q, maxOut: maxOut, obs: s.Metrics},
+		Reserver:   reserver{ledger: ledger, breakers: s.Breakers, queue: q, maxOut: maxOut, obs: s.Metrics},
 		Invoker:    invoker{retrier: retrier, breakers: s.Breakers, obs: s.Metrics},
 		Fallback:   cascade{r: resolver, models: models},
 		Judge:      judger,

@@ -26,7 +26,7 @@ type retriever struct {
 }
 
 func (r retriever) Retrieve(ctx context.Context, t *gateway.Turn) error {
-	permit, err := r.br.Allow(ctx)
+	permit, err := allow(ctx, r.br, searchBreaker)
 	if errors.Is(err, breaker.ErrOpen) {
 		return fmt.Errorf("%w: %w", gateway.ErrSearchOpen, err)
 	}

@@ -31,7 +31,7 @@ type admitter struct {
 }
 
 func (a admitter) Admit(ctx context.Context, t *gateway.Turn) error {
-	res, err := a.l.Check(ctx, ratelimit.Request{UserID: t.UserID, Route: t.Route, Premium: t.Premium, Cost: 1})
+	res, err := limitCheck(ctx, a.l, rateRequest(t))
 	if err != nil {
 		return err
 	}
@@ -99,11 +99,11 @@ type planner struct {
 func (p planner) Plan(ctx context.Context, t *gateway.Turn, models []string) []string {
 	route := make([]string, 0, len(models))
 	for i, m := range models {
-		if snap, err := p.breakers.Get(m).Snapshot(ctx); err == nil && snap.State == breaker.Open && snap.RetryAfter > 0 {
+		if snap, err := breakerSnapshot(ctx, p.breakers, m); err == nil && snap.State == breaker.Open && snap.RetryAfter > 0 {
 			continue
 		}
 		if t.Priority == gateway.P0 && i < len(models)-1 {
-			if snap, err := p.ledger.Saturation(ctx, m); err == nil && snap.Saturation >= 1 {
+			if snap, err := quotaSaturation(ctx, p.ledger, m); err == nil && snap.Saturation >= 1 {
 				continue // downshift: the cheaper tier answers instead
 			}
 		}
@@ -115,10 +115,11 @@ func (p planner) Plan(ctx context.Context, t *gateway.Turn, models []string) []s
 // reserver is step 6: quota reservations, with the priority queue for the
 // classes that wait.
 type reserver struct {
-	ledger quota.Ledger
-	queue  *queue.Queue
-	maxOut map[string]int
-	obs    observer
+	ledger   quota.Ledger
+	breakers *breaker.Set
+	queue    *queue.Queue
+	maxOut   map[string]int
+	obs      observer
 }
 
 func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (gateway.Lease, error) {
@@ -128,7 +129,7 @@ func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (g
 	}
 	prio := quota.Priority(t.Priority)
 	if t.Priority == gateway.P0 {
-		res, err := r.ledger.Reserve(ctx, model, prio, tokens)
+		res, err := reserveAndAllow(ctx, r.ledger, r.breakers, model, prio, tokens)
 		switch {
 		case errors.Is(err, quota.ErrSaturated):
 			r.obs.Throttle("quota")
@@ -226,13 +227,12 @@ type invoker struct {
 }
 
 func (iv invoker) Invoke(ctx context.Context, model string, call func(context.Context) error) (gateway.InvokeReport, error) {
-	br := iv.breakers.Get(model)
 	var prev error
 	rep, err := iv.retrier.Do(ctx, model, func(ctx context.Context, attempt int) error {
 		if attempt > 0 {
 			iv.obs.Retry(model, string(provider.KindOf(prev)))
 		}
-		permit, err := br.Allow(ctx)
+		permit, err := allow(ctx, iv.breakers.Get(model), model)
 		if errors.Is(err, breaker.ErrOpen) {
 			return retry.Final(err) // fall to the next tier at once, no tokens burnt
 		}

@@ -1,0 +1,244 @@
+// Package redisbatch sends the Redis work of one turn in as few round trips
+// as the turn's data dependencies allow, without changing what any policy
+// sends or decides.
+//
+// Two mechanisms, both scoped to a Batch carried by the turn's context:
+//
+//   - Gather runs independent calls at once (the admission reads, the record
+//     writes) and sends the commands they issue together, as one pipeline:
+//     the policies run their own code, scripts, timeouts and outage rules
+//     unchanged, and only the transport is shared.
+//   - Later queues a script whose reply the caller does not wait for (a
+//     quota settlement, a breaker outcome, a retry-budget deposit). It is sent
+//     ahead of the turn's next command, in the same pipeline, or by Flush at
+//     the end of the turn. Redis runs a pipeline in order, so every command
+//     sees the queued writes, as if each had been sent on its own.
+//
+// Hook must be installed on the client before any other hook (redishealth's
+// included), so that a pipeline the batch sends is counted, guarded and
+// timed as one call. Without a Batch in the context every command goes
+// straight through.
+//
+// The client must be a single Redis server (redis.Client): a pipeline of
+// keys from several policies spans many hash slots, which Redis Cluster
+// would split per node.
+package redisbatch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultTimeout bounds a flush of queued writes, and any pipeline whose
+// callers set no deadline of their own.
+const DefaultTimeout = 250 * time.Millisecond
+
+// Batch is the Redis work of one turn. It is safe for concurrent use.
+type Batch struct {
+	c       redis.UniversalClient
+	timeout time.Duration
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	later  []*laterCmd
+	closed bool
+}
+
+// New returns a batch sending on c; Flush and pipelines without a caller's
+// deadline are bounded by timeout (DefaultTimeout when <= 0). log, when not
+// nil, hears about queued writes that failed.
+func New(c redis.UniversalClient, timeout time.Duration, log *slog.Logger) *Batch {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	return &Batch{c: c, timeout: timeout, log: log}
+}
+
+type batchKey struct{}
+
+// With returns ctx carrying b.
+func With(ctx context.Context, b *Batch) context.Context {
+	return context.WithValue(ctx, batchKey{}, b)
+}
+
+// From returns the batch ctx carries, or nil.
+func From(ctx context.Context) *Batch {
+	b, _ := ctx.Value(batchKey{}).(*Batch)
+	return b
+}
+
+// sendingKey marks the context of a pipeline the batch itself sends, which
+// the hook lets through.
+type sendingKey struct{}
+
+func sending(ctx context.Context) bool { return ctx.Value(sendingKey{}) != nil }
+
+// laterCmd is one queued script call.
+type laterCmd struct {
+	script *redis.Script
+	keys   []string
+	args   func(age time.Duration) []any
+	at     time.Time
+	done   func(*redis.Cmd)
+	cmd    *redis.Cmd
+}
+
+// Later queues a call of script for the batch ctx carries (see the package
+// comment) and reports true. args builds the script's arguments when it is
+// sent, given how long it waited (a script that reads Redis TIME can date
+// its decision back); done, when not nil, is given the reply once it came,
+// or its error. It reports false, queuing nothing, when ctx carries no
+// open batch: the caller then sends the call itself. Use it only for calls
+// whose outcome the caller would not act on before the turn ends.
+func Later(ctx context.Context, s *redis.Script, keys []string, args func(age time.Duration) []any, done func(*redis.Cmd)) bool {
+	b := From(ctx)
+	return b != nil && b.queue(&laterCmd{script: s, keys: keys, args: args, at: time.Now(), done: done})
+}
+
+// queue adds l unless the batch is closed.
+func (b *Batch) queue(l *laterCmd) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.later = append(b.later, l)
+	return true
+}
+
+// takeLater removes and returns the queued writes.
+func (b *Batch) takeLater() []*laterCmd {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.later
+	b.later = nil
+	return l
+}
+
+// Pending is how many writes are queued.
+func (b *Batch) Pending() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.later)
+}
+
+// Flush sends the queued writes now, in one round trip, and waits for
+// them (at most the batch's timeout). Nothing is sent when none is queued.
+func (b *Batch) Flush(ctx context.Context) {
+	if l := b.takeLater(); len(l) > 0 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
+		defer cancel()
+		b.send(ctx, l, nil)
+	}
+}
+
+// Close flushes the queued writes and closes the batch: Later on its
+// context then queues nothing, and callers send at once. Work that outlives
+// the turn (a background grader) then never queues a write nobody sends.
+func (b *Batch) Close(ctx context.Context) {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.Flush(ctx)
+}
+
+// send runs the queued writes, then cmds, as one pipeline under ctx. A
+// queued script Redis no longer knows (NOSCRIPT, after a restart) is sent
+// again with its source.
+func (b *Batch) send(ctx context.Context, later []*laterCmd, cmds []redis.Cmder) {
+	ctx = context.WithValue(ctx, sendingKey{}, true)
+	pipe := b.c.Pipeline()
+	now := time.Now()
+	args := make([][]any, len(later))
+	for i, l := range later {
+		args[i] = l.args(now.Sub(l.at))
+		l.cmd = l.script.EvalSha(ctx, pipe, l.keys, args[i]...)
+	}
+	for _, c := range cmds {
+		_ = pipe.Process(ctx, c)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, l := range later {
+		if err := l.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			l.cmd = l.script.Eval(ctx, b.c, l.keys, args[i]...)
+		}
+		if err := l.cmd.Err(); err != nil && !errors.Is(err, redis.Nil) && b.log != nil {
+			b.log.LogAttrs(ctx, slog.LevelDebug, "redis: queued write failed", slog.String("keys", strings.Join(l.keys, " ")), slog.Any("err", err))
+		}
+		if l.done != nil {
+			l.done(l.cmd)
+		}
+	}
+}
+
+// Hook is the go-redis hook that routes a turn's commands through its
+// batch. Install it first on the client (see the package comment).
+func Hook() redis.Hook { return hook{} }
+
+type hook struct{}
+
+func (hook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if sending(ctx) || handshake(cmd) {
+			return next(ctx, cmd)
+		}
+		if g := groupFrom(ctx); g != nil {
+			return g.do(ctx, []redis.Cmder{cmd})
+		}
+		if b := From(ctx); b != nil {
+			if l := b.takeLater(); len(l) > 0 {
+				b.send(ctx, l, []redis.Cmder{cmd})
+				return cmd.Err()
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if sending(ctx) || isTx(cmds) || (len(cmds) > 0 && handshake(cmds[0])) {
+			return next(ctx, cmds) // go-redis reads a transaction's replies its own way
+		}
+		if g := groupFrom(ctx); g != nil {
+			return g.do(ctx, cmds)
+		}
+		if b := From(ctx); b != nil {
+			if l := b.takeLater(); len(l) > 0 {
+				b.send(ctx, l, cmds)
+				return firstErr(cmds)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func firstErr(cmds []redis.Cmder) error {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isTx(cmds []redis.Cmder) bool { return len(cmds) > 0 && cmds[0].Name() == "multi" }
+
+// handshake reports a command go-redis sends while opening a connection,
+// under the context of the command that needed it: it belongs to that
+// connection and is never held or combined.
+func handshake(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "auth", "client", "select", "readonly":
+		return true
+	}
+	return false
+}

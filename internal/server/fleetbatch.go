@@ -1,0 +1,384 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fmgate/fmgate/internal/breaker"
+	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/quota"
+	"github.com/fmgate/fmgate/internal/ratelimit"
+	"github.com/fmgate/fmgate/internal/redisbatch"
+	"github.com/fmgate/fmgate/internal/retry"
+	"github.com/fmgate/fmgate/internal/session"
+)
+
+// fleetBatcher is the gateway's Batcher in fleet mode. Every turn gets a
+// Redis batch (redisbatch), and Begin reads ahead, in one round trip, what
+// steps 2–5 consult: the session's history, the rate-limit decision, the
+// budget counters, the breakers of the models, the quota saturation the
+// planner checks and the retry pressure of the first model. Each policy's
+// own Redis code makes those calls, with its own timeouts and outage rules;
+// the adapters then take the answers from the turn's context instead of
+// asking again. Step 6 reserves quota and takes the breaker's permit in a
+// second round trip (the reservation's size depends on the history), and
+// the record step's writes, with the quota settlement, the breaker outcome
+// and the retry deposit queued since, go in a third.
+type fleetBatcher struct {
+	rdb      *redis.Client
+	log      *slog.Logger
+	now      func() time.Time
+	cfg      config.Config
+	sessions session.Store
+	limiter  *ratelimit.Limiter
+	enf      *budget.Enforcer
+	counters budget.Counters
+	breakers *breaker.Set
+	ledger   quota.Ledger
+	pressure retry.Pressure
+	// search is the catalog search's breaker; nil without the catalog.
+	// searchClosed is whether it was closed when last read: only then is
+	// its permit taken ahead, since a closed breaker's permit costs nothing
+	// when the turn is refused before it searches, and a half-open one's
+	// would hold a probe slot.
+	search       breaker.Breaker
+	searchClosed atomic.Bool
+}
+
+// searchBreaker is the name of the catalog search's breaker.
+const searchBreaker = "search"
+
+// ahead is what Begin read for one turn. Each answer is taken once, by the
+// call it stands for; a call that finds nothing (or a different question)
+// asks Redis itself.
+type ahead struct {
+	mu      sync.Mutex
+	history *historyAnswer
+	limit   *limitAnswer
+	totals  *totalsAnswer
+	snaps   map[string]breaker.Snapshot
+	sats    map[string]quota.Snapshot
+	levels  map[string]retry.Level
+	permits map[string]permitAnswer
+}
+
+type historyAnswer struct {
+	owner, sessionID string
+	msgs             []provider.Message
+	err              error
+}
+
+type limitAnswer struct {
+	req ratelimit.Request
+	res ratelimit.Result
+	err error
+}
+
+type totalsAnswer struct {
+	userID, sessionID, day string
+	tot                    budget.Totals
+	err                    error
+}
+
+type permitAnswer struct {
+	permit breaker.Permit
+	err    error
+}
+
+type aheadKey struct{}
+
+func aheadFrom(ctx context.Context) *ahead {
+	a, _ := ctx.Value(aheadKey{}).(*ahead)
+	return a
+}
+
+// Begin implements gateway.Batcher.
+func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Context, func()) {
+	b := redisbatch.New(f.rdb, 0, f.log)
+	a := &ahead{snaps: map[string]breaker.Snapshot{}, sats: map[string]quota.Snapshot{},
+		levels: map[string]retry.Level{}, permits: map[string]permitAnswer{}}
+	ctx = context.WithValue(redisbatch.With(ctx, b), aheadKey{}, a)
+	end := func() { b.Close(context.WithoutCancel(ctx)) }
+
+	var calls []func(context.Context)
+	if !t.Stateless {
+		calls = append(calls, func(ctx context.Context) {
+			h := &historyAnswer{owner: t.UserID, sessionID: t.SessionID}
+			h.msgs, h.err = f.sessions.History(ctx, t.UserID, t.SessionID)
+			a.history = h
+		})
+	}
+	calls = append(calls, func(ctx context.Context) {
+		l := &limitAnswer{req: rateRequest(t)}
+		l.res, l.err = f.limiter.Check(ctx, l.req)
+		a.limit = l
+	})
+	day := f.enf.Day(f.now())
+	calls = append(calls, func(ctx context.Context) {
+		tctx, cancel := context.WithTimeout(ctx, f.cfg.Budget.StoreTimeout)
+		defer cancel()
+		tot := &totalsAnswer{userID: t.UserID, sessionID: t.SessionID, day: day}
+		tot.tot, tot.err = f.counters.Load(tctx, t.UserID, t.SessionID, day)
+		a.totals = tot
+	})
+	models := f.route(t.StartTier)
+	mu := &a.mu // the maps below are filled by concurrent calls
+	for i, m := range models {
+		calls = append(calls, func(ctx context.Context) {
+			if s, err := f.breakers.Get(m).Snapshot(ctx); err == nil {
+				mu.Lock()
+				a.snaps[m] = s
+				mu.Unlock()
+			}
+		})
+		if t.Priority == gateway.P0 && i < len(models)-1 {
+			calls = append(calls, func(ctx context.Context) {
+				if s, err := f.ledger.Saturation(ctx, m); err == nil {
+					mu.Lock()
+					a.sats[m] = s
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	if f.search != nil {
+		calls = append(calls, func(ctx context.Context) {
+			s, err := f.search.Snapshot(ctx)
+			f.searchClosed.Store(err == nil && s.State == breaker.Closed)
+		})
+		if f.searchClosed.Load() {
+			calls = append(calls, func(ctx context.Context) {
+				p, err := f.search.Allow(ctx)
+				a.putPermit(searchBreaker, permitAnswer{permit: p, err: err})
+			})
+		}
+	}
+	if len(models) > 0 {
+		m := models[0]
+		calls = append(calls, func(ctx context.Context) {
+			l := f.pressure.Level(ctx, m)
+			mu.Lock()
+			a.levels[m] = l
+			mu.Unlock()
+		})
+	}
+	redisbatch.Gather(ctx, calls...)
+	return ctx, end
+}
+
+// Together implements gateway.Batcher.
+func (f *fleetBatcher) Together(ctx context.Context, calls ...func(context.Context)) {
+	redisbatch.Gather(ctx, calls...)
+}
+
+// route is the model tiers a turn starting at start may try, as the
+// gateway orders them.
+func (f *fleetBatcher) route(start string) []string {
+	names := make([]string, 0, len(f.cfg.Models))
+	for _, m := range f.cfg.Models {
+		if len(names) == 0 && start != "" && m.Name != start && m.ModelID != start {
+			continue
+		}
+		names = append(names, m.Name)
+	}
+	if len(names) == 0 && start != "" {
+		return f.route("")
+	}
+	return names
+}
+
+// rateRequest is the rate-limit question a turn asks.
+func rateRequest(t *gateway.Turn) ratelimit.Request {
+	return ratelimit.Request{UserID: t.UserID, Route: t.Route, Premium: t.Premium, Cost: 1}
+}
+
+// takeHistory returns the history read ahead for owner's session.
+func (a *ahead) takeHistory(owner, sessionID string) (*historyAnswer, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := a.history
+	if h == nil || h.owner != owner || h.sessionID != sessionID {
+		return nil, false
+	}
+	a.history = nil
+	return h, true
+}
+
+func (a *ahead) takeLimit(req ratelimit.Request) (*limitAnswer, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.limit
+	if l == nil || l.req != req {
+		return nil, false
+	}
+	a.limit = nil
+	return l, true
+}
+
+func (a *ahead) takeTotals(userID, sessionID, day string) (*totalsAnswer, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	tot := a.totals
+	if tot == nil || tot.userID != userID || tot.sessionID != sessionID || tot.day != day {
+		return nil, false
+	}
+	a.totals = nil
+	return tot, true
+}
+
+// snapshot is model's breaker as read ahead. Unlike the other answers it
+// stays: the planner and the reservation both consult it.
+func (a *ahead) snapshot(model string) (breaker.Snapshot, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.snaps[model]
+	return s, ok
+}
+
+func (a *ahead) takeSaturation(model string) (quota.Snapshot, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.sats[model]
+	delete(a.sats, model)
+	return s, ok
+}
+
+func (a *ahead) takeLevel(model string) (retry.Level, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l, ok := a.levels[model]
+	delete(a.levels, model)
+	return l, ok
+}
+
+func (a *ahead) putPermit(model string, p permitAnswer) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.permits[model] = p
+}
+
+func (a *ahead) takePermit(model string) (permitAnswer, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p, ok := a.permits[model]
+	delete(a.permits, model)
+	return p, ok
+}
+
+// The wrappers below answer from what Begin read, when the turn's context
+// carries it, and ask the policy otherwise.
+
+// aheadSessions is the session store the gateway reads history through.
+type aheadSessions struct{ session.Store }
+
+func (s aheadSessions) History(ctx context.Context, owner, sessionID string) ([]provider.Message, error) {
+	if a := aheadFrom(ctx); a != nil {
+		if h, ok := a.takeHistory(owner, sessionID); ok {
+			return h.msgs, h.err
+		}
+	}
+	return s.Store.History(ctx, owner, sessionID)
+}
+
+// aheadCounters are the budget counters the enforcer loads.
+type aheadCounters struct{ budget.Counters }
+
+func (c aheadCounters) Load(ctx context.Context, userID, sessionID, day string) (budget.Totals, error) {
+	if a := aheadFrom(ctx); a != nil {
+		if tot, ok := a.takeTotals(userID, sessionID, day); ok {
+			return tot.tot, tot.err
+		}
+	}
+	return c.Counters.Load(ctx, userID, sessionID, day)
+}
+
+// aheadPressure is the retry pressure the retrier consults.
+type aheadPressure struct{ retry.Pressure }
+
+func (p aheadPressure) Level(ctx context.Context, model string) retry.Level {
+	if a := aheadFrom(ctx); a != nil {
+		if l, ok := a.takeLevel(model); ok {
+			return l
+		}
+	}
+	return p.Pressure.Level(ctx, model)
+}
+
+// limitCheck is the rate-limit decision for req: the one read ahead, or a
+// new one.
+func limitCheck(ctx context.Context, l *ratelimit.Limiter, req ratelimit.Request) (ratelimit.Result, error) {
+	if a := aheadFrom(ctx); a != nil {
+		if ans, ok := a.takeLimit(req); ok {
+			return ans.res, ans.err
+		}
+	}
+	return l.Check(ctx, req)
+}
+
+// breakerSnapshot is model's breaker state for the planner.
+func breakerSnapshot(ctx context.Context, s *breaker.Set, model string) (breaker.Snapshot, error) {
+	if a := aheadFrom(ctx); a != nil {
+		if snap, ok := a.snapshot(model); ok {
+			return snap, nil
+		}
+	}
+	return s.Get(model).Snapshot(ctx)
+}
+
+// quotaSaturation is model's quota saturation for the planner.
+func quotaSaturation(ctx context.Context, l quota.Ledger, model string) (quota.Snapshot, error) {
+	if a := aheadFrom(ctx); a != nil {
+		if snap, ok := a.takeSaturation(model); ok {
+			return snap, nil
+		}
+	}
+	return l.Saturation(ctx, model)
+}
+
+// reserveAndAllow reserves quota for model and, in the same round trip,
+// takes the breaker's permit for the first attempt, kept in the turn's
+// context for the invoker. The permit is asked for only while the breaker
+// was closed when read ahead: a closed breaker's permit costs nothing if
+// unused, a half-open one's holds a probe slot.
+func reserveAndAllow(ctx context.Context, l quota.Ledger, s *breaker.Set, model string, prio quota.Priority, tokens int) (quota.Reservation, error) {
+	a := aheadFrom(ctx)
+	closed := false
+	if a != nil {
+		snap, ok := a.snapshot(model)
+		closed = ok && snap.State == breaker.Closed
+	}
+	if !closed {
+		return l.Reserve(ctx, model, prio, tokens)
+	}
+	var (
+		res quota.Reservation
+		err error
+	)
+	redisbatch.Gather(ctx,
+		func(ctx context.Context) { res, err = l.Reserve(ctx, model, prio, tokens) },
+		func(ctx context.Context) {
+			p, perr := s.Get(model).Allow(ctx)
+			a.putPermit(model, permitAnswer{permit: p, err: perr})
+		})
+	return res, err
+}
+
+// allow is breaker br's permit (named name): the one taken ahead — with the
+// reservation for a model's first attempt, with the admission reads for the
+// catalog search — or a new one.
+func allow(ctx context.Context, br breaker.Breaker, name string) (breaker.Permit, error) {
+	if a := aheadFrom(ctx); a != nil {
+		if p, ok := a.takePermit(name); ok {
+			return p.permit, p.err
+		}
+	}
+	return br.Allow(ctx)
+}
