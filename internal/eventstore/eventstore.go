@@ -176,7 +176,7 @@ type Store struct {
 	stmts                                           map[string]*sql.Stmt // preparedSQL by text
 
 	dict     dicts
-	sampling *sampling // guarded by mu
+	sampling *sampling    // guarded by mu
 	pruned   atomic.Int64 // spans that started before this are gone (ms)
 
 	// mu serializes the writers (Write, materialization, SetEvalScore,
