@@ -36,7 +36,7 @@ type Turn struct {
 	// the span starts, before anything is written: a front door sets it as
 	// the response's traceparent header.
 	OnTraceparent func(traceparent string)
-	Feature     string // attribution: what product feature this turn serves
+	Feature       string // attribution: what product feature this turn serves
 
 	// StartTier, when set, is the model tier the turn starts at (a vendor
 	// front door's "model"); the route falls down the cascade below it.
