@@ -32,11 +32,15 @@ type Config struct {
 // SamplingConfig decides which turns' traces are kept in full. A turn is
 // sampled when its head decision says so (Rate of new traces, or the sampled
 // flag of an incoming traceparent) or, at its end, when it failed, fell back
-// or was slow. The OTLP export receives only sampled turns; the JSONL span
-// log receives every span of sampled turns and the turn and must-persist
-// (cost) records of the others; the event store and the NATS stream, where
-// roll-ups come from, receive everything. Spans wait for their turn's
-// decision in a bounded buffer.
+// or was slow; the turn span of a turn that was not records it
+// (Event.SampledOut). The OTLP export receives only sampled turns; the JSONL
+// span log receives every span of sampled turns and the turn and
+// must-persist (cost) records of the others, the spans waiting for their
+// turn's decision in a bounded buffer. The NATS stream receives everything;
+// the event stores (embedded, or PostgreSQL through fmgate ingest) receive
+// everything too, sum every span into their roll-ups, and keep in full only
+// what the span log keeps: the other spans of an unsampled turn are reduced
+// to the figures the views sum. With Enabled false every turn is sampled.
 type SamplingConfig struct {
 	// Enabled switches sampling on. Default true.
 	Enabled bool `yaml:"enabled"`

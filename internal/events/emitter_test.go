@@ -433,7 +433,7 @@ func walSegments(t *testing.T, dir string) []string {
 var schemaKeys = []string{
 	"schema_version", "trace_id", "span_id", "parent_span_id", "workflow_id",
 	"user_id_hash", "session_id", "ts_start", "ts_end", "duration_ms",
-	"name", "must_persist", "prompt_excerpt",
+	"name", "must_persist", "prompt_excerpt", "sampled_out",
 	"node", "node.graph_version", "node.node_id", "node.invocation_mode",
 	"artifact", "artifact.artifact_kind", "artifact.model_id", "artifact.prompt_version",
 	"artifact.tool_id", "artifact.tool_version", "artifact.sub_agent_id", "artifact.sub_agent_version",
@@ -488,6 +488,7 @@ func TestEncodeWritesOnlyAllowListedFields(t *testing.T) {
 	score := 0.5
 	full := event(1, true)
 	full.PromptExcerpt = "x"
+	full.SampledOut = true
 	full.Attribution.Priority = "P0"
 	full.Outcome.VendorCode = "ThrottlingException"
 	full.Outcome.EvalScore = &score

@@ -75,8 +75,8 @@ const (
 
 // Event is one finished span in schema version 3 (seed "The unified event
 // schema"). Fields outside the seed's blocks are Name, MustPersist,
-// PromptExcerpt, Attribution.Priority and Outcome.VendorCode; they are
-// documented below.
+// PromptExcerpt, SampledOut, Attribution.Priority and Outcome.VendorCode;
+// they are documented below.
 //
 // Optional string fields (parent_span_id at a root span, model_id,
 // prompt_version, tool_*, sub_agent_*, cache_hit, error_code,
@@ -111,6 +111,13 @@ type Event struct {
 	// span ended. It is not part of the encoded event: TailSampler reads it
 	// in process.
 	Sampled bool `json:"-"`
+	// SampledOut is set on a turn span whose turn was not sampled (see
+	// SamplingConfig): neither head-sampled nor failed, fell back or slow.
+	// It is how the decision travels with the spans to the event stores,
+	// which then keep only that turn's turn span and must-persist records
+	// in full. Not in the seed's blocks; omitted when false, so an event
+	// without it is kept whole.
+	SampledOut bool `json:"sampled_out,omitempty"`
 
 	Node        Node        `json:"node"`
 	Artifact    Artifact    `json:"artifact"`
@@ -222,6 +229,9 @@ func AppendJSON(b []byte, e *Event) []byte {
 	if e.PromptExcerpt != "" {
 		b = appendKey(b, "prompt_excerpt")
 		b = appendString(b, e.PromptExcerpt)
+	}
+	if e.SampledOut {
+		b = append(b, `,"sampled_out":true`...)
 	}
 
 	b = append(b, `,"node":{"graph_version":`...)

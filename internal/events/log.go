@@ -52,5 +52,6 @@ func (c Config) TracerOptions() TracerOptions {
 		ExcerptChars: c.Privacy.ExcerptChars,
 		HeadSampling: c.Sampling.Enabled,
 		SampleRate:   c.Sampling.Rate,
+		SlowTurn:     c.Sampling.SlowTurn,
 	}
 }

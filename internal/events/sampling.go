@@ -145,11 +145,18 @@ func (s *TailSampler) Write(ctx context.Context, batch []Event) error {
 }
 
 // sampled is the tail decision on a turn span.
-func (s *TailSampler) sampled(turn *Event) bool {
+func (s *TailSampler) sampled(turn *Event) bool { return TailSampled(turn, s.cfg.SlowTurn) }
+
+// TailSampled is the decision on a finished turn span: its trace is kept
+// whole when it was head-sampled (Event.Sampled), failed, fell back,
+// carries an error code or lasted at least slow. The Tracer records a
+// negative decision on the turn span (Event.SampledOut) for the event
+// stores; TailSampler takes it again for the trace export and span log.
+func TailSampled(turn *Event, slow time.Duration) bool {
 	return turn.Sampled ||
 		turn.Outcome.Status == StatusFailed || turn.Outcome.Status == StatusFallback ||
 		turn.Outcome.ErrorCode != "" || turn.Outcome.FallbackUsed != "" ||
-		time.Duration(turn.DurationMS)*time.Millisecond >= s.cfg.SlowTurn
+		time.Duration(turn.DurationMS)*time.Millisecond >= slow
 }
 
 func (s *TailSampler) pass(out []Event, e Event, keep bool) []Event {

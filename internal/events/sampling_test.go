@@ -189,3 +189,48 @@ func TestTailSamplerBounds(t *testing.T) {
 		t.Fatal("Close did not pass on the waiting trace")
 	}
 }
+
+// TestTurnSpanRecordsDecision: the turn span of a turn that is not sampled
+// says so in its encoded event (sampled_out), so that stores fed from the
+// NATS stream apply the same decision; other spans and sampled turns carry
+// nothing, and with sampling off no turn is sampled out.
+func TestTurnSpanRecordsDecision(t *testing.T) {
+	clock := time.Date(2026, 4, 29, 14, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clock }
+	tests := []struct {
+		name     string
+		sampling bool
+		status   Status
+		dur      time.Duration
+		head     bool
+		out      bool
+	}{
+		{"normal", true, StatusOK, 100 * time.Millisecond, false, true},
+		{"failed", true, StatusFailed, 100 * time.Millisecond, false, false},
+		{"fallback", true, StatusFallback, 100 * time.Millisecond, false, false},
+		{"slow", true, StatusOK, 4 * time.Second, false, false},
+		{"caller sampled", true, StatusOK, 100 * time.Millisecond, true, false},
+		{"sampling off", false, StatusOK, 100 * time.Millisecond, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &collect{}
+			tr := NewTracer(c, TracerOptions{HeadSampling: tt.sampling, SampleRate: 0, Now: now})
+			ctx := context.Background()
+			if tt.head {
+				ctx = ContextWithRemote(ctx, TraceContext{TraceID: [16]byte{9}, SpanID: [8]byte{9}, Flags: 1})
+			}
+			turnSpans(tr, ctx, tt.status, tt.dur, &clock)
+			for _, e := range c.evs {
+				want := tt.out && e.Name == "turn"
+				if e.SampledOut != want {
+					t.Errorf("%s span: sampled out %v, want %v", e.Name, e.SampledOut, want)
+				}
+				back, err := Decode(Encode(&e))
+				if err != nil || back.SampledOut != e.SampledOut {
+					t.Errorf("%s span: decoded sampled out %v (%v), want %v", e.Name, back.SampledOut, err, e.SampledOut)
+				}
+			}
+		})
+	}
+}

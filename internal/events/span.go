@@ -37,6 +37,11 @@ type TracerOptions struct {
 	// flag either way. Children inherit their trace's flag.
 	HeadSampling bool
 	SampleRate   float64
+	// SlowTurn, with HeadSampling, is the tail rule for the turn span: a
+	// turn span (named "turn") that ends neither head-sampled nor failed,
+	// fallen back or at least SlowTurn long is marked SampledOut. Zero
+	// means DefaultConfig's 3s.
+	SlowTurn time.Duration
 }
 
 // Tracer starts spans. It is safe for concurrent use.
@@ -57,6 +62,9 @@ func NewTracer(rec Recorder, opts TracerOptions) *Tracer {
 	}
 	if opts.ExcerptChars <= 0 {
 		opts.ExcerptChars = 200
+	}
+	if opts.SlowTurn <= 0 {
+		opts.SlowTurn = DefaultConfig().Sampling.SlowTurn
 	}
 	return &Tracer{rec: rec, opts: opts}
 }
@@ -393,6 +401,9 @@ func (s *Span) End() {
 	ev.TSStart = s.start.UTC()
 	ev.TSEnd = end.UTC()
 	ev.DurationMS = end.Sub(s.start).Milliseconds()
+	if ev.Name == "turn" && s.t.opts.HeadSampling {
+		ev.SampledOut = !TailSampled(&ev, s.t.opts.SlowTurn)
+	}
 	if s.t.rec != nil {
 		s.t.rec.Emit(ev)
 	}

@@ -21,12 +21,25 @@ import (
 // stored as raw bytes (half the length): trace, span and user ids are.
 const codecVersion = 1
 
+// codecTally marks a tally: what is left of a span of a turn that was not
+// sampled (events.Event.SampledOut) once its details are dropped. It keeps
+// exactly the fields the views sum, group and filter on, so that every
+// figure stays the one of the whole span; the trace view does not show it.
+//
+// Layout: the byte 2, then trace id, user id hash, session id, duration,
+// name, graph version, model id, prompt version, tool id, tokens in and
+// out, cost, status, fallback used, a flag byte (1: an eval score follows)
+// [eval score], feature, surface, locale and user tier, in the forms of a
+// span record.
+const codecTally = 2
+
 const (
 	flagMustPersist = 1 << iota
 	flagEval
 	flagWorkflowIsTrace
 	flagNoEnd
 	flagNoStart
+	flagSampledOut
 )
 
 var errCorrupt = errors.New("eventstore: corrupt span record")
@@ -48,6 +61,9 @@ func encodeSpan(b []byte, e *events.Event) []byte {
 	}
 	if e.TSStart.IsZero() {
 		flags |= flagNoStart
+	}
+	if e.SampledOut {
+		flags |= flagSampledOut
 	}
 	b = append(b, codecVersion)
 	b = binary.AppendUvarint(b, flags)
@@ -101,6 +117,47 @@ func encodeSpan(b []byte, e *events.Event) []byte {
 	return appendStr(b, at.Priority)
 }
 
+// encodeTally appends the tally of e (see codecTally) to b.
+func encodeTally(b []byte, e *events.Event) []byte {
+	b = append(b, codecTally)
+	b = appendStr(b, e.TraceID)
+	b = appendStr(b, e.UserIDHash)
+	b = appendStr(b, e.SessionID)
+	b = binary.AppendVarint(b, e.DurationMS)
+	b = appendStr(b, e.Name)
+	b = appendStr(b, e.Node.GraphVersion)
+	a := &e.Artifact
+	b = appendStr(b, a.ModelID)
+	b = appendStr(b, a.PromptVersion)
+	b = appendStr(b, a.ToolID)
+	r := &e.Resource
+	b = binary.AppendVarint(b, int64(r.TokensIn))
+	b = binary.AppendVarint(b, int64(r.TokensOut))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(finite(r.CostUSD)))
+	o := &e.Outcome
+	b = appendStr(b, string(o.Status))
+	b = appendStr(b, o.FallbackUsed)
+	if o.EvalScore != nil {
+		b = append(b, 1)
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(*o.EvalScore))
+	} else {
+		b = append(b, 0)
+	}
+	at := &e.Attribution
+	b = appendStr(b, at.Feature)
+	b = appendStr(b, at.Surface)
+	b = appendStr(b, at.Locale)
+	return appendStr(b, at.UserTier)
+}
+
+// isTally reports whether a stored record is a tally.
+func isTally(rec []byte) bool { return len(rec) > 0 && rec[0] == codecTally }
+
+// droppable reports whether a span of a turn that was not sampled is
+// reduced to its tally: every span but the turn span and the must-persist
+// (cost and quota) records.
+func droppable(e *events.Event) bool { return e.Name != "turn" && !e.MustPersist }
+
 func appendStr(b []byte, s string) []byte {
 	if len(s) > 0 && len(s)%2 == 0 && isHex(s) {
 		b = binary.AppendUvarint(b, uint64(len(s))<<1|1)
@@ -133,12 +190,17 @@ type spanDecoder struct {
 	// session) and the prompt excerpt empty: aggregations need none, and
 	// they are most of a record's allocations.
 	skipIDs bool
+	// skipTallies is read by spansDec: tallies are not visited.
+	skipTallies bool
 }
 
 // decode parses one record stored with ts_start tsStart (milliseconds).
 func (d *spanDecoder) decode(rec []byte, tsStart int64, e *events.Event) error {
 	*e = events.Event{}
 	d.b, d.err = rec, false
+	if isTally(d.b) {
+		return d.decodeTally(tsStart, e)
+	}
 	if len(d.b) == 0 || d.b[0] != codecVersion {
 		return errCorrupt
 	}
@@ -207,6 +269,52 @@ func (d *spanDecoder) decode(rec []byte, tsStart int64, e *events.Event) error {
 		return errCorrupt
 	}
 	e.MustPersist = flags&flagMustPersist != 0
+	e.SampledOut = flags&flagSampledOut != 0
+	return nil
+}
+
+// decodeTally parses a tally (d.b) into e: the span's figures, without
+// its span id and the other details.
+func (d *spanDecoder) decodeTally(tsStart int64, e *events.Event) error {
+	d.b = d.b[1:]
+	e.SchemaVersion = events.SchemaVersion
+	e.TraceID = d.id()
+	e.WorkflowID = e.TraceID
+	e.UserIDHash = d.id()
+	e.SessionID = d.id()
+	e.TSStart = time.UnixMilli(tsStart).UTC()
+	e.DurationMS = d.varint()
+	e.TSEnd = e.TSStart.Add(time.Duration(e.DurationMS) * time.Millisecond)
+	e.Name = d.str(true)
+	e.Node.GraphVersion = d.str(true)
+	a := &e.Artifact
+	a.ModelID = d.str(true)
+	a.PromptVersion = d.str(true)
+	a.ToolID = d.str(true)
+	r := &e.Resource
+	r.TokensIn = int(d.varint())
+	r.TokensOut = int(d.varint())
+	r.CostUSD = d.float()
+	o := &e.Outcome
+	o.Status = events.Status(d.str(true))
+	o.FallbackUsed = d.str(true)
+	if len(d.b) == 0 {
+		return errCorrupt
+	}
+	hasEval := d.b[0] == 1
+	d.b = d.b[1:]
+	if hasEval {
+		v := d.float()
+		o.EvalScore = &v
+	}
+	at := &e.Attribution
+	at.Feature = d.str(true)
+	at.Surface = d.str(true)
+	at.Locale = d.str(true)
+	at.UserTier = d.str(true)
+	if d.err || len(d.b) != 0 {
+		return errCorrupt
+	}
 	return nil
 }
 

@@ -175,8 +175,9 @@ type Store struct {
 	ins, upsertRollup, insTurn, insTurnInfo, insVer *ladder
 	stmts                                           map[string]*sql.Stmt // preparedSQL by text
 
-	dict   dicts
-	pruned atomic.Int64 // spans that started before this are gone (ms)
+	dict     dicts
+	sampling *sampling    // guarded by mu
+	pruned   atomic.Int64 // spans that started before this are gone (ms)
 
 	// mu serializes the writers (Write, materialization, SetEvalScore,
 	// Prune) and guards what follows.
@@ -209,7 +210,7 @@ func Open(ctx context.Context, cfg Config, now func() time.Time) (*Store, error)
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{cfg: cfg, now: now, log: slog.Default(), done: make(chan struct{}), stale: true}
+	s := &Store{cfg: cfg, now: now, log: slog.Default(), done: make(chan struct{}), stale: true, sampling: newSampling()}
 	var err error
 	if cfg.Path == ":memory:" {
 		// Each connection to ":memory:" is its own database: share one.
@@ -474,6 +475,7 @@ type newSpan struct {
 	e      *events.Event
 	ts     int64
 	th, sh int64
+	tally  bool // stored as a tally: its turn was sampled out
 }
 
 func (s *Store) writeTx(ctx context.Context, batch []events.Event) (err error) {
@@ -484,6 +486,7 @@ func (s *Store) writeTx(ctx context.Context, batch []events.Event) (err error) {
 	if s.cfg.Retention > 0 {
 		cutoff = max(cutoff, s.now().Add(-s.cfg.Retention).UnixMilli())
 	}
+	sampledOut := s.sampling.learn(batch)
 	spans := make([]newSpan, 0, len(batch))
 	for i := range batch {
 		e := &batch[i]
@@ -491,7 +494,11 @@ func (s *Store) writeTx(ctx context.Context, batch []events.Event) (err error) {
 		if ts < cutoff {
 			continue
 		}
-		spans = append(spans, newSpan{e: e, ts: ts, th: hashID(e.TraceID), sh: hashID(e.SpanID)})
+		sp := newSpan{e: e, ts: ts, th: hashID(e.TraceID), sh: hashID(e.SpanID), tally: s.sampling.tally(e)}
+		if !sp.tally {
+			s.sampling.remember(e, storedKey{sp.ts, sp.th, sp.sh})
+		}
+		spans = append(spans, sp)
 	}
 	if len(spans) == 0 {
 		return nil
@@ -507,6 +514,9 @@ func (s *Store) writeTx(ctx context.Context, batch []events.Event) (err error) {
 	}()
 	stored, last, err := s.insertSpans(ctx, tx, spans)
 	if err != nil {
+		return err
+	}
+	if err := s.reduce(ctx, tx, sampledOut); err != nil {
 		return err
 	}
 	// Sum the new spans into the pending state; materialize in this
@@ -569,7 +579,11 @@ func (s *Store) insertSpans(ctx context.Context, tx *sql.Tx, spans []newSpan) ([
 	buf := make([]byte, 0, 160*len(spans))
 	for _, sp := range spans {
 		start := len(buf)
-		buf = encodeSpan(buf, sp.e)
+		if sp.tally {
+			buf = encodeTally(buf, sp.e)
+		} else {
+			buf = encodeSpan(buf, sp.e)
+		}
 		args = append(args, sp.ts, sp.th, sp.sh, buf[start:len(buf):len(buf)])
 	}
 	err := s.ins.exec(ctx, tx, 4, args, func(res sql.Result, from, n int) error {

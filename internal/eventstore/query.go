@@ -398,6 +398,9 @@ func (s *Store) spansDec(ctx context.Context, dec spanDecoder, fn func(e *events
 		if err := rs.Scan(&id, &ts, &data); err != nil {
 			return err
 		}
+		if dec.skipTallies && isTally(data) {
+			continue
+		}
 		if err := dec.decode(data, ts, &e); err != nil {
 			return fmt.Errorf("span %d: %w", id, err)
 		}
@@ -407,9 +410,9 @@ func (s *Store) spansDec(ctx context.Context, dec spanDecoder, fn func(e *events
 }
 
 // traceSpans calls fn for every stored span of trace, in start order
-// (ties in the order stored). It returns ErrNotFound when the trace has
-// no turn row.
-func (s *Store) traceSpans(ctx context.Context, trace string, fn func(e *events.Event, ts int64)) error {
+// (ties in the order stored), tallies included unless wholeOnly. It
+// returns ErrNotFound when the trace has no turn row.
+func (s *Store) traceSpans(ctx context.Context, trace string, wholeOnly bool, fn func(e *events.Event, ts int64)) error {
 	turns, err := s.findTurns(ctx, trace)
 	if err != nil {
 		return err
@@ -421,7 +424,7 @@ func (s *Store) traceSpans(ctx context.Context, trace string, fn func(e *events.
 	for _, t := range turns[1:] {
 		lo, hi = min(lo, t.ts), max(hi, t.last)
 	}
-	return s.spans(ctx, func(e *events.Event, ts int64) {
+	return s.spansDec(ctx, spanDecoder{skipTallies: wholeOnly}, func(e *events.Event, ts int64) {
 		if e.TraceID == trace {
 			fn(e, ts)
 		}
@@ -955,7 +958,7 @@ func (s *Store) fromSpans(ctx context.Context, q Query) ([]CostRow, CostRow, err
 	var err error
 	switch {
 	case q.Trace != "":
-		err = s.traceSpans(ctx, q.Trace, visit)
+		err = s.traceSpans(ctx, q.Trace, false, visit)
 		if errors.Is(err, ErrNotFound) {
 			err = nil
 		}
@@ -1026,7 +1029,7 @@ func (s *Store) userSpans(ctx context.Context, q Query, fn func(e *events.Event,
 
 func (s *Store) nodes(ctx context.Context, q Query) ([]CostRow, error) {
 	var out []CostRow
-	err := s.traceSpans(ctx, q.Trace, func(e *events.Event, ts int64) {
+	err := s.traceSpans(ctx, q.Trace, false, func(e *events.Event, ts int64) {
 		if !spanMatches(e, &q) || (q.User != "" && e.UserIDHash != q.User) {
 			return
 		}

@@ -8,7 +8,8 @@ import (
 	"github.com/fmgate/fmgate/internal/events"
 )
 
-// TraceReport is every stored span of one trace, in start order.
+// TraceReport is every span of one trace stored whole, in start order: of
+// a turn that was not sampled, its turn span and must-persist records.
 type TraceReport struct {
 	TraceID string `json:"traceId"`
 	// Spans encode as schema-v3 events (events.Encode).
@@ -44,7 +45,7 @@ func (s *Store) Trace(ctx context.Context, traceID string) (TraceReport, error) 
 		return TraceReport{}, err
 	}
 	rep := TraceReport{TraceID: traceID, Spans: []events.Event{}}
-	err := s.traceSpans(ctx, traceID, func(e *events.Event, _ int64) {
+	err := s.traceSpans(ctx, traceID, true, func(e *events.Event, _ int64) {
 		rep.Spans = append(rep.Spans, *e) // the decoder shares no memory between spans
 	})
 	if err != nil {

@@ -103,10 +103,10 @@ func (g *Gateway) continueWith(ctx context.Context, t *Turn, model, sofar string
 	// No BeginTier: the answer's headers and first event are long gone; the
 	// done frame's parts name the tiers.
 	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
-		span := g.attemptSpan(ctx, t, model, m.ModelID)
+		sctx, span := g.attemptSpan(ctx, t, model, m.ModelID)
 		span.SetFallbackUsed(model)
 		span.AddCapabilityFlags("continuation")
-		actx, stop := context.WithCancelCause(ctx)
+		actx, stop := context.WithCancelCause(sctx)
 		defer stop(nil)
 		late := time.AfterFunc(g.cfg.Deadline.Attempt, func() {
 			stop(&provider.Error{Kind: provider.KindTimeout, Err: errFirstTokenLate})

@@ -75,6 +75,9 @@ func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 		Route:       "sendMessage",
 		Surface:     "http",
 		TraceParent: r.Header.Get("traceparent"),
+		// The answer's traceparent: the turn's span and sampled flag,
+		// set before the JSON answer, an error or the first SSE frame.
+		OnTraceparent: func(tp string) { w.Header().Set("traceparent", tp) },
 	}
 	if err := g.authenticate(r, body.UserID, t); err != nil {
 		writeError(w, g.Refuse(r.Context(), t, err))
@@ -105,9 +108,6 @@ func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, err)
 		return
-	}
-	if res.TraceParent != "" {
-		w.Header().Set("traceparent", res.TraceParent) // the turn's span, with its sampled flag
 	}
 	writeJSON(w, http.StatusOK, chatAnswer{
 		RequestID:  t.RequestID,

@@ -230,8 +230,8 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
 		out.Discard()
 		beginTier(out, model, m.ModelID, model != g.primary())
-		span := g.attemptSpan(ctx, t, model, m.ModelID)
-		actx, token, stop := g.watchStream(ctx, t)
+		sctx, span := g.attemptSpan(ctx, t, model, m.ModelID)
+		actx, token, stop := g.watchStream(sctx, t)
 		defer stop()
 		start := g.now()
 		r, err := p.Stream(actx, req, func(text string) error {

@@ -24,6 +24,9 @@ func (g *Gateway) startTurn(ctx context.Context, t *Turn) (context.Context, *eve
 	span.SetUser(t.UserID)
 	span.SetWorkflow(t.RequestID)
 	attribute(span, t)
+	if tc := span.Context(); tc.IsValid() && t.OnTraceparent != nil {
+		t.OnTraceparent(events.FormatTraceparent(tc))
+	}
 	return ctx, span
 }
 
@@ -100,11 +103,13 @@ func (g *Gateway) step(ctx context.Context, name string, fn func(context.Context
 
 // attemptSpan opens the span of one model attempt; cost and quota records
 // are must-persist.
-func (g *Gateway) attemptSpan(ctx context.Context, t *Turn, model, modelID string) *events.Span {
-	_, span := g.tracer.Start(ctx, "model_attempt", events.WithKind(events.KindLLMCall), events.WithNodeID(model), events.WithMustPersist())
+// The returned ctx carries the span: the provider sends its traceparent
+// upstream.
+func (g *Gateway) attemptSpan(ctx context.Context, t *Turn, model, modelID string) (context.Context, *events.Span) {
+	ctx, span := g.tracer.Start(ctx, "model_attempt", events.WithKind(events.KindLLMCall), events.WithNodeID(model), events.WithMustPersist())
 	span.SetModel(modelID)
 	span.SetPromptVersion(t.PromptVersion)
-	return span
+	return ctx, span
 }
 
 // traceStream wraps out so that the answer's delivery is a "stream" span:

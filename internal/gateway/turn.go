@@ -31,7 +31,12 @@ type Turn struct {
 	Route       string // rate-limit route: "sendMessage", "chat", "batch"
 	Surface     string // "ws", "http", "sse", "batch"
 	TraceParent string // incoming W3C traceparent, if any
-	Feature     string // attribution: what product feature this turn serves
+	// OnTraceparent, when set, is called with the W3C traceparent of the
+	// turn's span (its trace and span id and its sampled flag) as soon as
+	// the span starts, before anything is written: a front door sets it as
+	// the response's traceparent header.
+	OnTraceparent func(traceparent string)
+	Feature       string // attribution: what product feature this turn serves
 
 	// StartTier, when set, is the model tier the turn starts at (a vendor
 	// front door's "model"); the route falls down the cascade below it.

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fmgate/fmgate/internal/events"
 )
 
 // Role of a message in a conversation.
@@ -183,4 +185,16 @@ func RetryAfterOf(err error) time.Duration {
 		return pe.RetryAfter
 	}
 	return 0
+}
+
+// Traceparent is the W3C traceparent an adapter sends upstream with a call
+// made in ctx: the model attempt's span (its trace and span id, its
+// trace's sampled flag), so that a vendor's or a proxy's traces join the
+// turn's. It is "" when ctx carries no span.
+func Traceparent(ctx context.Context) string {
+	tc, ok := events.TraceContextFrom(ctx)
+	if !ok || !tc.IsValid() {
+		return ""
+	}
+	return events.FormatTraceparent(tc)
 }

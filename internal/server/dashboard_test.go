@@ -36,6 +36,9 @@ func newDashboardScenario(t *testing.T) *dashboardScenario {
 	cfg := quickConfig()
 	cfg.EventStore.Path = filepath.Join(t.TempDir(), "events.db")
 	cfg.Alerts.Interval = 200 * time.Millisecond // the alerts panel shows the outage the scenario causes
+	// Every trace kept whole: the waterfall drawn is checked against all of
+	// a turn's spans, which the store keeps only for sampled turns.
+	cfg.Events.Sampling.Rate = 1
 	ds := &dashboardScenario{scenario: newScenario(t, cfg)}
 
 	var mu sync.Mutex

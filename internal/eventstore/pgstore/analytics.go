@@ -391,6 +391,9 @@ func (s *Store) SetEvalScore(ctx context.Context, id string, score float64) erro
 		return fmt.Errorf("pgstore: eval: span %s: %w", span, eventstore.ErrNotFound)
 	case err != nil && !errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("pgstore: eval: %w", err)
+	case err == nil && rec == nil && span != root:
+		// Sampled out: the span's details, its id among them, are gone.
+		return fmt.Errorf("pgstore: eval: span %s: %w", span, eventstore.ErrNotFound)
 	case err == nil:
 		var e events.Event
 		if err := eventstore.DecodeRecord(rec, ts, &e); err != nil {

@@ -206,23 +206,60 @@ func (s *Store) Write(ctx context.Context, batch []events.Event) (int64, error) 
 	if err := s.ensureDays(ctx, batch); err != nil {
 		return 0, err
 	}
+	smp := sampleBatch(batch)
 	rows := make([][]any, len(batch))
 	buf := make([]byte, 0, 192*len(batch))
 	for i := range batch {
 		e := &batch[i]
-		start := len(buf)
-		buf = eventstore.AppendRecord(buf, e)
-		rows[i] = spanRow(e, buf[start:len(buf):len(buf)])
+		var rec []byte
+		if !smp.out[e.TraceID] || !droppable(e) {
+			start := len(buf)
+			buf = eventstore.AppendRecord(buf, e)
+			rec = buf[start:len(buf):len(buf)]
+		}
+		rows[i] = spanRow(e, rec)
 	}
 	for attempt := 0; ; attempt++ {
-		n, err := s.writeTx(ctx, rows)
+		n, err := s.writeTx(ctx, rows, smp)
 		if err == nil || !retryable(err) || attempt >= 5 || ctx.Err() != nil {
 			return n, err
 		}
 	}
 }
 
-func (s *Store) writeTx(ctx context.Context, rows [][]any) (int64, error) {
+// batchSampling is what a batch says of trace sampling: the traces whose
+// turn span it carries sampled out, and the traces of its other droppable
+// spans, whose turn span may have been stored before.
+type batchSampling struct {
+	out        map[string]bool
+	outIDs     []string
+	others     []string
+	seenOthers map[string]bool
+}
+
+func sampleBatch(batch []events.Event) batchSampling {
+	b := batchSampling{out: map[string]bool{}, seenOthers: map[string]bool{}}
+	for i := range batch {
+		if e := &batch[i]; e.Name == "turn" && e.SampledOut && !b.out[e.TraceID] {
+			b.out[e.TraceID] = true
+			b.outIDs = append(b.outIDs, e.TraceID)
+		}
+	}
+	for i := range batch {
+		e := &batch[i]
+		if droppable(e) && !b.out[e.TraceID] && !b.seenOthers[e.TraceID] {
+			b.seenOthers[e.TraceID] = true
+			b.others = append(b.others, e.TraceID)
+		}
+	}
+	return b
+}
+
+// droppable reports whether a span of a sampled-out turn loses its record:
+// all but the turn span and the must-persist records.
+func droppable(e *events.Event) bool { return e.Name != "turn" && !e.MustPersist }
+
+func (s *Store) writeTx(ctx context.Context, rows [][]any, smp batchSampling) (int64, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: begin: %w", err)
@@ -241,6 +278,11 @@ func (s *Store) writeTx(ctx context.Context, rows [][]any) (int64, error) {
 	var n int64
 	if err := tx.QueryRow(ctx, mergeSQL).Scan(&n); err != nil {
 		return 0, fmt.Errorf("pgstore: merge: %w", err)
+	}
+	if len(smp.outIDs) > 0 || len(smp.others) > 0 {
+		if _, err := tx.Exec(ctx, sampleSQL, smp.outIDs, smp.others); err != nil {
+			return 0, fmt.Errorf("pgstore: sample: %w", err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("pgstore: commit: %w", err)
@@ -262,7 +304,7 @@ func spanRow(e *events.Event, rec []byte) []any {
 		e.Attribution.Feature, e.Attribution.Surface, e.Attribution.Locale, e.Attribution.UserTier,
 		e.Node.GraphVersion, e.Artifact.ModelID, e.Artifact.PromptVersion, e.Artifact.ToolID,
 		string(e.Outcome.Status), e.Outcome.FallbackUsed,
-		int64(e.Resource.TokensIn), int64(e.Resource.TokensOut), cost, e.DurationMS, eval, rec,
+		int64(e.Resource.TokensIn), int64(e.Resource.TokensOut), cost, e.DurationMS, eval, rec, e.MustPersist,
 	}
 }
 

@@ -90,12 +90,21 @@ var schema = []string{
 	)`,
 	`CREATE INDEX IF NOT EXISTS turns_start ON turns (ts_start)`,
 	`CREATE INDEX IF NOT EXISTS turns_user ON turns (user_id_hash, ts_start)`,
+
+	// Trace sampling. A span of a turn that was not sampled
+	// (events.Event.SampledOut) keeps its row, whose columns are what the
+	// views sum, group and filter on, but not its record (rec NULL): the
+	// trace view shows it no more. The turn span and the must-persist
+	// records keep theirs.
+	`ALTER TABLE spans ADD COLUMN IF NOT EXISTS must_persist boolean NOT NULL DEFAULT false`,
+	`ALTER TABLE spans ALTER COLUMN rec DROP NOT NULL`,
+	`ALTER TABLE turns ADD COLUMN IF NOT EXISTS sampled_out boolean NOT NULL DEFAULT false`,
 }
 
 // spanCols are the columns of spans, in spanRow's order.
 var spanCols = []string{"ts_start", "trace_id", "span_id", "name", "user_id_hash", "session_id",
 	"feature", "surface", "locale", "user_tier", "graph_version", "model_id", "prompt_version", "tool_id",
-	"status", "fallback_used", "tokens_in", "tokens_out", "cost", "duration_ms", "eval_score", "rec"}
+	"status", "fallback_used", "tokens_in", "tokens_out", "cost", "duration_ms", "eval_score", "rec", "must_persist"}
 
 // createStage makes the connection's staging table; its rows go at commit.
 const createStage = `CREATE TEMP TABLE IF NOT EXISTS stage (LIKE spans) ON COMMIT DELETE ROWS`
@@ -158,6 +167,19 @@ var mergeSQL = `WITH ins AS (
 		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms
 )
 SELECT count(*) FROM ins` // data-modifying WITH clauses always run to completion
+
+// sampleSQL records the turns of $1 sampled out and drops the records of
+// their spans stored so far but for the turn span and the must-persist
+// records; $2 are the other traces of the batch, whose spans may have
+// arrived after their turn span.
+const sampleSQL = `WITH o AS (
+	UPDATE turns SET sampled_out = true WHERE trace_id = ANY($1) AND NOT sampled_out RETURNING trace_id
+), d AS (
+	SELECT trace_id, ts_start, last_ts FROM turns WHERE (trace_id = ANY($1) OR trace_id = ANY($2)) AND (sampled_out OR trace_id = ANY($1))
+)
+UPDATE spans s SET rec = NULL FROM d
+WHERE s.trace_id = d.trace_id AND s.ts_start >= d.ts_start AND s.ts_start <= d.last_ts
+	AND s.name <> 'turn' AND NOT s.must_persist AND s.rec IS NOT NULL`
 
 func prefixed(p, cols string) string {
 	parts := strings.Split(cols, ", ")

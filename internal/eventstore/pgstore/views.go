@@ -379,10 +379,18 @@ func (s *Store) describeTurns(ctx context.Context, rows []eventstore.CostRow) er
 	return nil
 }
 
-// traceSpans calls fn for every stored span of trace in start order.
-func (s *Store) traceSpans(ctx context.Context, trace string, fn func(e *events.Event, ts int64)) error {
-	rs, err := s.pool.Query(ctx, `SELECT s.ts_start, s.rec FROM spans s JOIN turns t ON t.trace_id = s.trace_id
-		WHERE t.trace_id = $1 AND s.trace_id = $1 AND s.ts_start >= t.ts_start AND s.ts_start <= t.last_ts
+// traceSpans calls fn for every stored span of trace in start order. A
+// span of a sampled-out turn stored without its record is visited as its
+// columns say (its figures, no ids), unless wholeOnly skips it.
+func (s *Store) traceSpans(ctx context.Context, trace string, wholeOnly bool, fn func(e *events.Event, ts int64)) error {
+	cond := ""
+	if wholeOnly {
+		cond = " AND s.rec IS NOT NULL"
+	}
+	rs, err := s.pool.Query(ctx, `SELECT s.ts_start, s.rec, s.name, s.user_id_hash, s.session_id, `+prefixed("s.", dimCols)+`,
+		s.status, s.fallback_used, s.tokens_in, s.tokens_out, s.cost, s.duration_ms, s.eval_score
+		FROM spans s JOIN turns t ON t.trace_id = s.trace_id
+		WHERE t.trace_id = $1 AND s.trace_id = $1 AND s.ts_start >= t.ts_start AND s.ts_start <= t.last_ts`+cond+`
 		ORDER BY s.ts_start, s.span_id`, trace)
 	if err != nil {
 		return err
@@ -391,13 +399,18 @@ func (s *Store) traceSpans(ctx context.Context, trace string, fn func(e *events.
 	var (
 		ts  int64
 		rec []byte
+		c   spanColumns
 	)
 	for rs.Next() {
-		if err := rs.Scan(&ts, &rec); err != nil {
+		if err := rs.Scan(&ts, &rec, &c.name, &c.user, &c.session, &c.feature, &c.surface, &c.locale, &c.tier,
+			&c.graph, &c.model, &c.prompt, &c.tool, &c.status, &c.fallback, &c.tokensIn, &c.tokensOut, &c.cost,
+			&c.duration, &c.eval); err != nil {
 			return err
 		}
 		var e events.Event
-		if err := eventstore.DecodeRecord(rec, ts, &e); err != nil {
+		if rec == nil {
+			c.event(trace, ts, &e)
+		} else if err := eventstore.DecodeRecord(rec, ts, &e); err != nil {
 			return fmt.Errorf("span of trace %s: %w", trace, err)
 		}
 		fn(&e, ts)
@@ -405,9 +418,32 @@ func (s *Store) traceSpans(ctx context.Context, trace string, fn func(e *events.
 	return rs.Err()
 }
 
+// spanColumns are the columns of a span row the views read.
+type spanColumns struct {
+	name, user, session, feature, surface, locale, tier string
+	graph, model, prompt, tool, status, fallback        string
+	tokensIn, tokensOut, duration                       int64
+	cost                                                float64
+	eval                                                *float64
+}
+
+// event fills e with what the columns say of a span stored without its
+// record.
+func (c *spanColumns) event(trace string, ts int64, e *events.Event) {
+	*e = events.Event{SchemaVersion: events.SchemaVersion, TraceID: trace, WorkflowID: trace,
+		UserIDHash: c.user, SessionID: c.session, Name: c.name, DurationMS: c.duration}
+	e.TSStart = time.UnixMilli(ts).UTC()
+	e.TSEnd = e.TSStart.Add(time.Duration(c.duration) * time.Millisecond)
+	e.Node.GraphVersion = c.graph
+	e.Artifact.ModelID, e.Artifact.PromptVersion, e.Artifact.ToolID = c.model, c.prompt, c.tool
+	e.Resource.TokensIn, e.Resource.TokensOut, e.Resource.CostUSD = int(c.tokensIn), int(c.tokensOut), c.cost
+	e.Outcome.Status, e.Outcome.FallbackUsed, e.Outcome.EvalScore = events.Status(c.status), c.fallback, c.eval
+	e.Attribution = events.Attribution{Feature: c.feature, Surface: c.surface, Locale: c.locale, UserTier: c.tier}
+}
+
 func (s *Store) nodes(ctx context.Context, q eventstore.Query) ([]eventstore.CostRow, error) {
 	var out []eventstore.CostRow
-	err := s.traceSpans(ctx, q.Trace, func(e *events.Event, ts int64) {
+	err := s.traceSpans(ctx, q.Trace, false, func(e *events.Event, ts int64) {
 		if (q.GraphVersion != "" && q.GraphVersion != e.Node.GraphVersion) ||
 			(q.PromptVersion != "" && q.PromptVersion != e.Artifact.PromptVersion) ||
 			(q.ModelID != "" && q.ModelID != e.Artifact.ModelID) ||
@@ -427,13 +463,14 @@ func (s *Store) TopUsers(ctx context.Context, from, to time.Time, n int) (events
 	return s.Cost(ctx, eventstore.Query{By: eventstore.ByUser, From: from, To: to, Limit: n})
 }
 
-// Trace returns every stored span of the trace, in start order.
+// Trace returns every span of the trace stored whole (of a sampled-out
+// turn, its turn span and must-persist records), in start order.
 func (s *Store) Trace(ctx context.Context, traceID string) (eventstore.TraceReport, error) {
 	if !eventstore.ValidTraceID(traceID) {
 		return eventstore.TraceReport{}, eventstore.Invalidf("trace id must be 32 lowercase hex digits")
 	}
 	rep := eventstore.TraceReport{TraceID: traceID, Spans: []events.Event{}}
-	err := s.traceSpans(ctx, traceID, func(e *events.Event, _ int64) { rep.Spans = append(rep.Spans, *e) })
+	err := s.traceSpans(ctx, traceID, true, func(e *events.Event, _ int64) { rep.Spans = append(rep.Spans, *e) })
 	if err != nil {
 		return rep, fmt.Errorf("pgstore: trace: %w", err)
 	}

@@ -153,12 +153,68 @@ func dataset(r *rand.Rand, seed uint64, n int, every time.Duration, users []stri
 	return out
 }
 
-// Run runs the suite; open returns an empty store.
+// Sample returns a copy of data as a gateway with trace sampling emits it:
+// the turn span of every turn that is neither head-sampled (one trace in
+// every) nor failed, fallen back, errored or at least slow long is marked
+// events.Event.SampledOut.
+func Sample(data []events.Event, every int, slow time.Duration) []events.Event {
+	out := slices.Clone(data)
+	n := 0
+	for i := range out {
+		e := &out[i]
+		if e.Name != "turn" {
+			continue
+		}
+		d := *e
+		d.Sampled = n%every == 0
+		n++
+		e.SampledOut = !events.TailSampled(&d, slow)
+	}
+	return out
+}
+
+// Run runs the suite; open returns an empty store. The same spans are
+// written to two stores, whole and as a gateway sampling traces emits them
+// (Sample): every view of both must give the figures of the whole spans,
+// while the sampled store keeps fewer spans whole.
 func Run(t *testing.T, open func(t *testing.T) Backend) {
-	ctx := context.Background()
 	data := Dataset(7, 240)
-	s := open(t)
-	// Spans arrive shuffled, in batches, and some twice (a redelivery).
+	sampled := Sample(data, 20, 3*time.Second)
+	whole, thin := open(t), open(t)
+	load(t, whole, data)
+	load(t, thin, sampled)
+	t.Run("Whole", func(t *testing.T) { run(t, whole, data) })
+	t.Run("Sampled", func(t *testing.T) { run(t, thin, sampled) })
+	t.Run("SampledKeepsFewerSpans", func(t *testing.T) {
+		ref := newReference(sampled)
+		count := func(s Backend) (n int) {
+			for trace := range ref.turns {
+				rep, err := s.Trace(context.Background(), trace)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n += len(rep.Spans)
+			}
+			return n
+		}
+		kept := 0
+		for i := range sampled {
+			if ref.keptWhole(&sampled[i]) {
+				kept++
+			}
+		}
+		w, s := count(whole), count(thin)
+		if w != len(data) || s != kept || s >= w {
+			t.Fatalf("trace views show %d spans whole and %d sampled; want %d and %d", w, s, len(data), kept)
+		}
+		t.Logf("%d of %d spans kept whole", s, w)
+	})
+}
+
+// load writes data to s as spans arrive: shuffled (a turn span before or
+// after its steps), in batches, and some twice (a redelivery).
+func load(t *testing.T, s Backend, data []events.Event) {
+	ctx := context.Background()
 	shuffled := slices.Clone(data)
 	r := rand.New(rand.NewPCG(3, 4))
 	r.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
@@ -171,12 +227,24 @@ func Run(t *testing.T, open func(t *testing.T) Backend) {
 	if err := s.Write(ctx, replay); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func run(t *testing.T, s Backend, data []events.Event) {
+	ctx := context.Background()
 	ref := newReference(data)
 
 	from, to := T0.Add(90*time.Second+123*time.Millisecond), T0.Add(2*time.Hour+17*time.Minute+5*time.Millisecond)
 	wide := [2]time.Time{T0.Add(-2 * time.Hour), T0.Add(4 * time.Hour)}
 	someTrace := data[len(data)/2].TraceID
 	someUser := data[len(data)/3].UserIDHash
+	// A trace sampled out, when there is one, is shown per span too.
+	outTrace := someTrace
+	for _, e := range data {
+		if e.SampledOut {
+			outTrace = e.TraceID
+			break
+		}
+	}
 	queries := []eventstore.Query{
 		{By: eventstore.ByTotal, From: wide[0], To: wide[1]},
 		{By: eventstore.ByTotal, From: from, To: to},
@@ -201,6 +269,8 @@ func Run(t *testing.T, open func(t *testing.T) Backend) {
 		{By: eventstore.ByModel, From: from, To: to, Trace: someTrace},
 		{By: eventstore.ByNode, Trace: someTrace},
 		{By: eventstore.ByNode, Trace: someTrace, ModelID: "sonnet-v1"},
+		{By: eventstore.ByNode, Trace: outTrace},
+		{By: eventstore.ByTool, Trace: outTrace},
 	}
 	for _, q := range queries {
 		t.Run(fmt.Sprintf("%s%+v", q.By, describe(q)), func(t *testing.T) {
@@ -219,25 +289,29 @@ func Run(t *testing.T, open func(t *testing.T) Backend) {
 		}
 		compareReports(t, got, ref.cost(eventstore.Query{By: eventstore.ByUser, From: from, To: to, Limit: 3}))
 	})
+	// A trace view shows every span of a sampled turn, and of a turn that
+	// was not its turn span and must-persist records.
 	t.Run("Trace", func(t *testing.T) {
-		got, err := s.Trace(ctx, someTrace)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var want []events.Event
-		for _, e := range data {
-			if e.TraceID == someTrace {
-				want = append(want, e)
+		for _, trace := range []string{someTrace, outTrace} {
+			got, err := s.Trace(ctx, trace)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		slices.SortFunc(want, func(a, b events.Event) int { return a.TSStart.Compare(b.TSStart) })
-		if len(got.Spans) != len(want) {
-			t.Fatalf("trace has %d spans, want %d", len(got.Spans), len(want))
-		}
-		for i := range want {
-			g, w := events.Encode(&got.Spans[i]), events.Encode(&want[i])
-			if string(g) != string(w) {
-				t.Errorf("span %d:\n got %s\nwant %s", i, g, w)
+			var want []events.Event
+			for _, e := range data {
+				if e.TraceID == trace && ref.keptWhole(&e) {
+					want = append(want, e)
+				}
+			}
+			slices.SortFunc(want, func(a, b events.Event) int { return a.TSStart.Compare(b.TSStart) })
+			if len(got.Spans) != len(want) {
+				t.Fatalf("trace %s has %d spans, want %d", trace, len(got.Spans), len(want))
+			}
+			for i := range want {
+				g, w := events.Encode(&got.Spans[i]), events.Encode(&want[i])
+				if string(g) != string(w) {
+					t.Errorf("span %d:\n got %s\nwant %s", i, g, w)
+				}
 			}
 		}
 	})
@@ -454,7 +528,14 @@ type reference struct {
 	turns map[string]*turn
 }
 
+// keptWhole reports whether a store keeps e whole: unless its turn was
+// sampled out, and then only its turn span and must-persist records.
+func (r *reference) keptWhole(e *events.Event) bool {
+	return !r.turns[e.TraceID].sampledOut || e.Name == "turn" || e.MustPersist
+}
+
 type turn struct {
+	sampledOut                         bool
 	trace                              string
 	start                              time.Time
 	user, feature, graph, locale, root string
@@ -477,6 +558,7 @@ func newReference(data []events.Event) *reference {
 		t.user, t.feature, t.graph, t.locale = e.UserIDHash, e.Attribution.Feature, e.Node.GraphVersion, e.Attribution.Locale
 		if e.Name == "turn" {
 			t.root, t.duration, t.eval = e.SpanID, e.DurationMS, e.Outcome.EvalScore
+			t.sampledOut = e.SampledOut
 		}
 		t.spans = append(t.spans, e)
 	}
@@ -577,7 +659,12 @@ func (r *reference) cost(q eventstore.Query) eventstore.CostReport {
 		slices.SortFunc(sp, func(a, b events.Event) int { return a.TSStart.Compare(b.TSStart) })
 		for i := range sp {
 			if matches(&sp[i], &q) {
-				rows = append(rows, eventstore.NodeRow(&sp[i], sp[i].TSStart.UnixMilli()))
+				e := sp[i]
+				if !r.keptWhole(&e) {
+					// A tally: the span's figures without its ids.
+					e.SpanID, e.ParentSpanID = "", ""
+				}
+				rows = append(rows, eventstore.NodeRow(&e, e.TSStart.UnixMilli()))
 				total.add(&sp[i])
 			}
 		}

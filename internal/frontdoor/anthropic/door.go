@@ -87,8 +87,7 @@ func (d *door) serveMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t := d.turn(r, req, m)
-	traceID := ensureTrace(t)
-	w.Header().Set(HeaderTraceID, traceID)
+	traced(w.Header(), t)
 	key := r.Header.Get("x-api-key")
 	if key == "" {
 		key, _ = gateway.Bearer(r)
@@ -98,7 +97,7 @@ func (d *door) serveMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Stream {
-		d.stream(w, r, t, traceID)
+		d.stream(w, r, t)
 		return
 	}
 	out := &collector{}
@@ -142,8 +141,13 @@ func (d *door) turn(r *http.Request, req *Request, m config.Model) *gateway.Turn
 	}
 }
 
-func (d *door) stream(w http.ResponseWriter, r *http.Request, t *gateway.Turn, traceID string) {
-	snd := &sender{ev: NewEvents(w), id: t.RequestID, traceID: traceID}
+func (d *door) stream(w http.ResponseWriter, r *http.Request, t *gateway.Turn) {
+	snd := &sender{ev: NewEvents(w), id: t.RequestID}
+	headers := t.OnTraceparent
+	t.OnTraceparent = func(tp string) {
+		headers(tp)
+		snd.traceID = traceIDOf(tp) // before the first event: the turn's span starts first
+	}
 	so := d.g.NewStreamOutput(r.Context(), snd, t.RequestID)
 	_, err := d.g.Run(r.Context(), t, &streamOutput{StreamOutput: so, snd: snd})
 	so.Close() // the sender goroutine is done: w is ours again
@@ -284,20 +288,23 @@ func validFeature(f string) bool {
 	return true
 }
 
-// ensureTrace gives t a W3C traceparent when the client sent none, so the
-// turn's trace id is known before the first byte (a streamed answer's
-// headers carry it), and returns that trace id.
-func ensureTrace(t *gateway.Turn) string {
-	if tc, ok := events.ParseTraceparent(t.TraceParent); ok {
+// traced has the turn's traceparent and trace id sent as response headers
+// as soon as its span starts, before the first byte of an answer. A client
+// without a traceparent gets a new trace, sampled as the gateway samples.
+func traced(h http.Header, t *gateway.Turn) {
+	t.OnTraceparent = func(tp string) {
+		h.Set("traceparent", tp)
+		if id := traceIDOf(tp); id != "" {
+			h.Set(HeaderTraceID, id)
+		}
+	}
+}
+
+func traceIDOf(tp string) string {
+	if tc, ok := events.ParseTraceparent(tp); ok {
 		return tc.TraceHex()
 	}
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	b[0] |= 1  // an all-zero trace id is invalid
-	b[16] |= 1 // so is an all-zero parent id
-	trace, parent := hex.EncodeToString(b[:16]), hex.EncodeToString(b[16:])
-	t.TraceParent = "00-" + trace + "-" + parent + "-01"
-	return trace
+	return ""
 }
 
 // answeredBy is the model field of an answer: the provider's model id, or

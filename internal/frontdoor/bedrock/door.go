@@ -2,7 +2,6 @@ package bedrock
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -109,8 +108,18 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Route:       "chat",
 		Surface:     "bedrock",
 		Feature:     r.Header.Get(FeatureHeader),
-		TraceParent: traceparent(r),
+		TraceParent: r.Header.Get("traceparent"),
 		Stateless:   true,
+	}
+	h := w.Header()
+	// The turn's traceparent and trace id go out as headers as soon as its
+	// span starts, before the first byte. A client without a traceparent
+	// gets a new trace, sampled as the gateway samples.
+	t.OnTraceparent = func(tp string) {
+		h.Set("traceparent", tp)
+		if id := traceIDOf(tp); id != "" {
+			h.Set(HeaderTraceID, id)
+		}
 	}
 	if ex, ok := d.authenticate(r, body, t); !ok {
 		WriteException(w, ex)
@@ -191,7 +200,12 @@ func (d *door) converse(w http.ResponseWriter, r *http.Request, t *gateway.Turn,
 // converseStream answers with the event stream: the pipeline's frames,
 // transcoded by eventSender.
 func (d *door) converseStream(w http.ResponseWriter, r *http.Request, t *gateway.Turn, start time.Time) {
-	es := &eventSender{w: w, ew: NewEventWriter(w), traceID: traceIDOf(t.TraceParent)}
+	es := &eventSender{w: w, ew: NewEventWriter(w)}
+	headers := t.OnTraceparent
+	t.OnTraceparent = func(tp string) {
+		headers(tp)
+		es.traceID = traceIDOf(tp) // before the first event: the turn's span starts first
+	}
 	so := d.g.NewStreamOutput(r.Context(), es, t.RequestID)
 	res, err := d.g.Run(r.Context(), t, &tierOutput{StreamOutput: so, s: es})
 	so.Close() // no frame is sent after this
@@ -344,19 +358,6 @@ func streamException(exType string) string {
 		return "internalServerException"
 	}
 	return "modelStreamErrorException"
-}
-
-// traceparent is the request's W3C traceparent, or a new one, so that the
-// trace id is known before the first byte of a stream.
-func traceparent(r *http.Request) string {
-	if h := r.Header.Get("traceparent"); h != "" {
-		if _, ok := events.ParseTraceparent(h); ok {
-			return h
-		}
-	}
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
 }
 
 func traceIDOf(tp string) string {

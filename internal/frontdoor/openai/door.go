@@ -91,13 +91,16 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := newID()
+	h := w.Header()
 	t := &gateway.Turn{
-		RequestID:     id,
-		SessionID:     id,
-		Message:       c.Message,
-		Route:         "chat",
-		Surface:       "openai",
-		TraceParent:   r.Header.Get("traceparent"),
+		RequestID:   id,
+		SessionID:   id,
+		Message:     c.Message,
+		Route:       "chat",
+		Surface:     "openai",
+		TraceParent: r.Header.Get("traceparent"),
+		// The turn's traceparent, set before the first byte of the answer.
+		OnTraceparent: func(tp string) { h.Set("traceparent", tp) },
 		Feature:       feature,
 		Stateless:     true,
 		History:       c.History,

@@ -145,7 +145,7 @@ func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 // Complete asks for the whole answer in one JSON response.
 func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
 	start := p.now()
-	msg, err := p.client.Messages.New(ctx, p.params(req))
+	msg, err := p.client.Messages.New(ctx, p.params(req), traced(ctx)...)
 	if err != nil {
 		return &provider.Response{ModelID: p.modelID}, p.normalise(ctx, err)
 	}
@@ -165,7 +165,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(text string) error) (*provider.Response, error) {
 	start := p.now()
 	resp := &provider.Response{ModelID: p.modelID}
-	st := p.client.Messages.NewStreaming(ctx, p.params(req))
+	st := p.client.Messages.NewStreaming(ctx, p.params(req), traced(ctx)...)
 	defer st.Close()
 
 	var (
@@ -351,4 +351,12 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 		return t.Sub(now)
 	}
 	return 0
+}
+
+// traced sends the model attempt's traceparent with a call.
+func traced(ctx context.Context) []option.RequestOption {
+	if tp := provider.Traceparent(ctx); tp != "" {
+		return []option.RequestOption{option.WithHeader("traceparent", tp)}
+	}
+	return nil
 }

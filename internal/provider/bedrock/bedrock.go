@@ -36,6 +36,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/aws/smithy-go/transport/http/protocol/restjson1"
 
 	"github.com/fmgate/fmgate/internal/budget"
@@ -174,7 +175,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	resp := &provider.Response{ModelID: p.modelID}
 	in := &bedrockruntime.ConverseInput{ModelId: aws.String(p.modelID)}
 	in.System, in.Messages, in.InferenceConfig = p.input(req)
-	out, err := p.client.Converse(ctx, in)
+	out, err := p.client.Converse(ctx, in, traced(ctx))
 	if err != nil {
 		return resp, p.normalise(ctx, err)
 	}
@@ -201,7 +202,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	resp := &provider.Response{ModelID: p.modelID}
 	in := &bedrockruntime.ConverseStreamInput{ModelId: aws.String(p.modelID)}
 	in.System, in.Messages, in.InferenceConfig = p.input(req)
-	out, err := p.client.ConverseStream(ctx, in, ownCodec)
+	out, err := p.client.ConverseStream(ctx, in, ownCodec, traced(ctx))
 	if err != nil {
 		return resp, p.normalise(ctx, err)
 	}
@@ -392,4 +393,14 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 		return max(t.Sub(now), 0)
 	}
 	return 0
+}
+
+// traced sends the model attempt's traceparent with a call.
+func traced(ctx context.Context) func(*bedrockruntime.Options) {
+	tp := provider.Traceparent(ctx)
+	return func(o *bedrockruntime.Options) {
+		if tp != "" {
+			o.APIOptions = append(o.APIOptions, smithyhttp.AddHeaderValue("traceparent", tp))
+		}
+	}
 }

@@ -165,7 +165,7 @@ func (p *Provider) params(req *provider.Request) sdk.ChatCompletionNewParams {
 func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
 	resp := &provider.Response{ModelID: p.cfg.ModelID}
 	start := p.cfg.Now()
-	c, err := p.client.Chat.Completions.New(ctx, p.params(req))
+	c, err := p.client.Chat.Completions.New(ctx, p.params(req), traced(ctx)...)
 	if err != nil {
 		if !refused(err) {
 			resp.Usage = p.estimate(req, "") // the server may have started
@@ -194,7 +194,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	params := p.params(req)
 	params.StreamOptions = sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)}
 	start := p.cfg.Now()
-	s := p.client.Chat.Completions.NewStreaming(ctx, params)
+	s := p.client.Chat.Completions.NewStreaming(ctx, params, traced(ctx)...)
 	defer s.Close()
 
 	var (
@@ -388,4 +388,12 @@ func roughEstimate(req *provider.Request, output string) provider.Usage {
 		in += len(m.Content)/4 + 4
 	}
 	return provider.Usage{InputTokens: in, OutputTokens: (len(output) + 3) / 4}
+}
+
+// traced sends the model attempt's traceparent with a call.
+func traced(ctx context.Context) []option.RequestOption {
+	if tp := provider.Traceparent(ctx); tp != "" {
+		return []option.RequestOption{option.WithHeader("traceparent", tp)}
+	}
+	return nil
 }
