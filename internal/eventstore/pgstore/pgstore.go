@@ -131,9 +131,15 @@ func (s *Store) migrate(ctx context.Context) error {
 // turns meanwhile; a concurrent Open finds it created, or fails to create
 // it and leaves it to the first.
 func (s *Store) migrateUserRollup(ctx context.Context) error {
-	var exists bool
-	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('user_rollup') IS NOT NULL`).Scan(&exists); err != nil {
+	var exists, hasPrev bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('user_rollup') IS NOT NULL, EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = 'turns' AND column_name = 'prev_user')`).Scan(&exists, &hasPrev); err != nil {
 		return fmt.Errorf("pgstore: schema: %w", err)
+	}
+	if !hasPrev {
+		if _, err := s.pool.Exec(ctx, addPrevKey); err != nil && !isDuplicate(err) {
+			return fmt.Errorf("pgstore: schema: %w", err)
+		}
 	}
 	if exists {
 		return nil

@@ -90,11 +90,14 @@ var schema = []string{
 	)`,
 	`CREATE INDEX IF NOT EXISTS turns_start ON turns (ts_start)`,
 	`CREATE INDEX IF NOT EXISTS turns_user ON turns (user_id_hash, ts_start)`,
-	// The key the turn had before its last update (NULL when the update
-	// created it), for the user roll-up's correction: see mergeSQL.
-	`ALTER TABLE turns ADD COLUMN IF NOT EXISTS prev_ts bigint, ADD COLUMN IF NOT EXISTS prev_feature text COLLATE "C",
-		ADD COLUMN IF NOT EXISTS prev_user text COLLATE "C"`,
 }
+
+// addPrevKey gives turns the key each turn had before its last update
+// (NULL when the write created it), for the user roll-up's correction: see
+// mergeSQL. Run only when the columns are missing, since ALTER TABLE waits
+// for every query reading turns.
+const addPrevKey = `ALTER TABLE turns ADD COLUMN IF NOT EXISTS prev_ts bigint,
+	ADD COLUMN IF NOT EXISTS prev_feature text COLLATE "C", ADD COLUMN IF NOT EXISTS prev_user text COLLATE "C"`
 
 // userRollupTable sums turns per (feature, user) by the hour (lvl 1) and
 // the day (lvl 2) of their start, feature first so that one feature's
