@@ -680,7 +680,7 @@ func (s *Store) Prune(ctx context.Context, before time.Time) error {
 			steps = append(steps, step{`DELETE FROM rollup WHERE lvl = ? AND bucket <= ?`, []any{l.id, b - l.width}, false})
 		}
 	}
-	for _, l := range userLevels {
+	for _, l := range slices.Concat(userLevels, allUserLevels) {
 		steps = append(steps, step{`DELETE FROM user_rollup WHERE lvl = ? AND bucket <= ?`, []any{l.id, b - l.width}, false})
 	}
 	for _, st := range steps {

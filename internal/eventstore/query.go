@@ -512,7 +512,7 @@ func (s *Store) fromTurns(ctx context.Context, q Query) ([]CostRow, CostRow, err
 		return s.fewTurns(ctx, w, q.Limit)
 	}
 	if q.By == ByUser {
-		if q.Feature != "" && q.GraphVersion == "" && q.User == "" {
+		if q.GraphVersion == "" && q.User == "" {
 			return s.featureUsers(ctx, q)
 		}
 		return s.topUsers(ctx, q)

@@ -11,15 +11,21 @@ import (
 
 // The user roll-up sums turns per (feature, user) by the hour and by the
 // day of the turn's start, so that "a feature's costliest users" reads one
-// row per user and bucket of that feature instead of every turn in range.
+// row per user and bucket of that feature instead of every turn in range;
+// two more levels sum every feature's turns per user (feature ""), for the
+// costliest users overall.
 // It follows the turns table exactly: a turn's row is added under its key
 // (start bucket, feature, user); when later spans change that key (the
 // turn starts earlier, or its feature or user is now another), the stored
 // turn's sums are taken out under the old key in the same transaction.
 // Rows are keyed feature first, so one feature's range is contiguous.
 
-// userLevels are the roll-up's bucket widths, coarsest first (for plan).
-var userLevels = []level{{1, false, dayMS}, {0, false, hourMS}}
+// userLevels are the per-feature levels' bucket widths, coarsest first
+// (for plan); allUserLevels those of every feature together.
+var (
+	userLevels    = []level{{1, false, dayMS}, {0, false, hourMS}}
+	allUserLevels = []level{{3, false, dayMS}, {2, false, hourMS}}
+)
 
 const userRollupCols = 12
 
@@ -51,12 +57,15 @@ func (s *Store) backfillUserRollup(ctx context.Context) error {
 	if filled || !turns {
 		return nil
 	}
-	for _, l := range userLevels {
-		_, err := s.w.ExecContext(ctx, `INSERT INTO user_rollup SELECT ?, feature, ts_start - ts_start % ?, user_id_hash,
-			SUM(cost_usd), SUM(has_root), SUM(spans), SUM(tokens_in), SUM(tokens_out), SUM(errors), SUM(fallbacks), SUM(latency_ms)
-			FROM turns GROUP BY 2, 3, 4`, l.id, l.width)
-		if err != nil {
-			return fmt.Errorf("eventstore: user roll-up: %w", err)
+	for _, ls := range [][]level{userLevels, allUserLevels} {
+		all := ls[0].id == allUserLevels[0].id
+		for _, l := range ls {
+			_, err := s.w.ExecContext(ctx, `INSERT INTO user_rollup SELECT ?, CASE WHEN ? THEN '' ELSE feature END, ts_start - ts_start % ?,
+				user_id_hash, SUM(cost_usd), SUM(has_root), SUM(spans), SUM(tokens_in), SUM(tokens_out), SUM(errors), SUM(fallbacks),
+				SUM(latency_ms) FROM turns GROUP BY 2, 3, 4`, l.id, all, l.width)
+			if err != nil {
+				return fmt.Errorf("eventstore: user roll-up: %w", err)
+			}
 		}
 	}
 	return nil
@@ -87,8 +96,12 @@ func (d userDeltas) add(t *turnState, sign int64) {
 	if t.hasRoot() {
 		root = 1
 	}
-	for _, l := range userLevels {
-		k := userKey{l.id, t.feature, floorTo(t.ts, l.width), t.user}
+	for i, l := range slices.Concat(userLevels, allUserLevels) {
+		feature := t.feature
+		if i >= len(userLevels) {
+			feature = "" // every feature together
+		}
+		k := userKey{l.id, feature, floorTo(t.ts, l.width), t.user}
 		a := d[k]
 		if a == nil {
 			a = &agg{}
@@ -130,10 +143,14 @@ func (s *Store) flushUserRollup(ctx context.Context, tx *sql.Tx, d userDeltas) e
 	return nil
 }
 
-// featureUsers answers ByUser for one feature (no user or graph filter):
-// the whole hours and days of the range from the user roll-up, the edges
-// from the turns.
+// featureUsers answers ByUser with no user or graph filter, for one
+// feature or all: the whole hours and days of the range from the user
+// roll-up, the edges from the turns.
 func (s *Store) featureUsers(ctx context.Context, q Query) ([]CostRow, CostRow, error) {
+	levels := userLevels
+	if q.Feature == "" {
+		levels = allUserLevels
+	}
 	users := map[string]*agg{}
 	var total agg
 	read := func(query string, args ...any) error {
@@ -160,7 +177,7 @@ func (s *Store) featureUsers(ctx context.Context, q Query) ([]CostRow, CostRow, 
 		}
 		return rs.Err()
 	}
-	for _, p := range plan(q.From.UnixMilli(), q.To.UnixMilli(), userLevels, nil) {
+	for _, p := range plan(q.From.UnixMilli(), q.To.UnixMilli(), levels, nil) {
 		var err error
 		if p.lvl != nil {
 			err = read(`SELECT user_id_hash, cost_usd, turns, spans, tokens_in, tokens_out, errors, fallbacks, latency_ms

@@ -44,6 +44,23 @@ func TestUserRollupFilledFromStoredTurns(t *testing.T) {
 	q := Query{By: ByUser, Feature: synthFeatures[0], From: t0.Add(-26 * time.Hour), To: t0.Add(26 * time.Hour), Limit: 1000}
 	check := func() {
 		t.Helper()
+		for _, feature := range []string{synthFeatures[0], ""} {
+			q.Feature = feature
+			checkQuery(t, s, q)
+		}
+	}
+	check()
+	if err := s.Write(ctx, synthTurns(g, 100)); err != nil {
+		t.Fatal(err)
+	}
+	check()
+}
+
+// checkQuery compares featureUsers with topUsers for q.
+func checkQuery(t *testing.T, s *Store, q Query) {
+	t.Helper()
+	ctx := context.Background()
+	{
 		if err := s.sync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -60,13 +77,8 @@ func TestUserRollupFilledFromStoredTurns(t *testing.T) {
 		}
 		for i := range got {
 			if got[i].Key != want[i].Key || got[i].Spans != want[i].Spans || got[i].Turns != want[i].Turns {
-				t.Errorf("user %d: %+v, want %+v", i, got[i], want[i])
+				t.Errorf("feature %q, user %d: %+v, want %+v", q.Feature, i, got[i], want[i])
 			}
 		}
 	}
-	check()
-	if err := s.Write(ctx, synthTurns(g, 100)); err != nil {
-		t.Fatal(err)
-	}
-	check()
 }

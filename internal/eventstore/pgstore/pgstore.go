@@ -159,9 +159,9 @@ func (s *Store) migrateUserRollup(ctx context.Context) error {
 		return fmt.Errorf("pgstore: schema: %w", err)
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO user_rollup (lvl, feature, bucket, user_id_hash, `+userSums+`)
-		SELECT l.lvl, t.feature, t.ts_start - ((t.ts_start % l.w) + l.w) % l.w, t.user_id_hash,
+		SELECT l.lvl, CASE WHEN l.every THEN '' ELSE t.feature END, t.ts_start - ((t.ts_start % l.w) + l.w) % l.w, t.user_id_hash,
 			sum(t.spans), sum(t.turns), sum(t.tokens_in), sum(t.tokens_out), sum(t.cost), sum(t.errors), sum(t.fallbacks), sum(t.latency_ms)
-		FROM turns t CROSS JOIN `+userLevels+` AS l(lvl, w) GROUP BY 1, 2, 3, 4`)
+		FROM turns t CROSS JOIN `+userLevels+` AS l(lvl, w, every) GROUP BY 1, 2, 3, 4`)
 	if err != nil {
 		return fmt.Errorf("pgstore: schema: fill user_rollup: %w", err)
 	}
@@ -355,8 +355,8 @@ func (s *Store) Prune(ctx context.Context, before time.Time) error {
 		`DELETE FROM turns WHERE ts_start < $1`,
 		`DELETE FROM rollup WHERE lvl = 1 AND bucket + ` + strconv.Itoa(minuteMS) + ` <= $1`,
 		`DELETE FROM rollup WHERE lvl = 2 AND bucket + ` + strconv.Itoa(hourMS) + ` <= $1`,
-		`DELETE FROM user_rollup WHERE lvl = 1 AND bucket + ` + strconv.Itoa(hourMS) + ` <= $1`,
-		`DELETE FROM user_rollup WHERE lvl = 2 AND bucket + ` + strconv.Itoa(dayMS) + ` <= $1`,
+		`DELETE FROM user_rollup WHERE lvl IN (1, 3) AND bucket + ` + strconv.Itoa(hourMS) + ` <= $1`,
+		`DELETE FROM user_rollup WHERE lvl IN (2, 4) AND bucket + ` + strconv.Itoa(dayMS) + ` <= $1`,
 	} {
 		if _, err := s.pool.Exec(ctx, q, b); err != nil {
 			return fmt.Errorf("pgstore: prune: %w", err)

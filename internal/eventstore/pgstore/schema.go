@@ -102,7 +102,8 @@ const addPrevKey = `ALTER TABLE turns ADD COLUMN IF NOT EXISTS prev_ts bigint,
 // userRollupTable sums turns per (feature, user) by the hour (lvl 1) and
 // the day (lvl 2) of their start, feature first so that one feature's
 // buckets are contiguous: a feature's costliest users read one row per user
-// and bucket instead of every turn in range. It is created, and filled
+// and bucket instead of every turn in range. Levels 3 (hour) and 4 (day)
+// sum every feature together (feature ""), for the costliest users overall. It is created, and filled
 // from the turns already stored, by the first Open that finds it missing
 // (migrateUserRollup).
 const userRollupTable = `CREATE TABLE user_rollup (
@@ -121,8 +122,10 @@ const userRollupTable = `CREATE TABLE user_rollup (
 		PRIMARY KEY (lvl, feature, bucket, user_id_hash)
 	)`
 
-// userLevels are the user roll-up's levels and bucket widths.
-var userLevels = "(VALUES (1, " + strconv.Itoa(hourMS) + "::bigint), (2, " + strconv.Itoa(dayMS) + "::bigint))"
+// userLevels are the user roll-up's levels, bucket widths and whether a
+// level sums every feature together.
+var userLevels = "(VALUES (1, " + strconv.Itoa(hourMS) + "::bigint, false), (2, " + strconv.Itoa(dayMS) + "::bigint, false), " +
+	"(3, " + strconv.Itoa(hourMS) + "::bigint, true), (4, " + strconv.Itoa(dayMS) + "::bigint, true))"
 
 // userSums are the columns the user roll-up sums, in scanRows' order.
 const userSums = "spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms"
@@ -211,7 +214,7 @@ var mergeSQL = `WITH ins AS (
 	RETURNING trace_id, ts_start, feature, user_id_hash, prev_ts, prev_feature, prev_user, ` + userSums + `
 ), u AS (
 	INSERT INTO user_rollup AS o (lvl, feature, bucket, user_id_hash, ` + userSums + `)
-	SELECT l.lvl, d.feature, d.ts - ((d.ts % l.w) + l.w) % l.w, d.user_id_hash,
+	SELECT l.lvl, CASE WHEN l.every THEN '' ELSE d.feature END, d.ts - ((d.ts % l.w) + l.w) % l.w, d.user_id_hash,
 		sum(d.spans), sum(d.turns), sum(d.tokens_in), sum(d.tokens_out), sum(d.cost), sum(d.errors), sum(d.fallbacks), sum(d.latency_ms)
 	FROM (
 		SELECT ts_start AS ts, feature, user_id_hash, ` + userSums + ` FROM t
@@ -219,7 +222,7 @@ var mergeSQL = `WITH ins AS (
 		SELECT t.prev_ts, t.prev_feature, t.prev_user, b.spans - t.spans, b.turns - t.turns, b.tokens_in - t.tokens_in,
 			b.tokens_out - t.tokens_out, b.cost - t.cost, b.errors - t.errors, b.fallbacks - t.fallbacks, b.latency_ms - t.latency_ms
 		FROM t JOIN bt b USING (trace_id) WHERE t.prev_ts IS NOT NULL
-	) d CROSS JOIN ` + userLevels + ` AS l(lvl, w)
+	) d CROSS JOIN ` + userLevels + ` AS l(lvl, w, every)
 	GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
 	ON CONFLICT (lvl, feature, bucket, user_id_hash) DO UPDATE SET
 		spans = o.spans + excluded.spans, turns = o.turns + excluded.turns,

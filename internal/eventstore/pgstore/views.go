@@ -289,7 +289,7 @@ const turnSums = `sum(t.spans), sum(t.turns), sum(t.tokens_in), sum(t.tokens_out
 
 // fromTurns groups the turns that started in range by user or by turn.
 func (s *Store) fromTurns(ctx context.Context, q eventstore.Query) ([]eventstore.CostRow, eventstore.CostRow, error) {
-	if q.By == eventstore.ByUser && q.Feature != "" && q.User == "" && q.GraphVersion == "" {
+	if q.By == eventstore.ByUser && q.User == "" && q.GraphVersion == "" {
 		return s.featureUsers(ctx, q)
 	}
 	w := where{}
@@ -446,12 +446,17 @@ func (s *Store) Trace(ctx context.Context, traceID string) (eventstore.TraceRepo
 	return rep, nil
 }
 
-// featureUsers answers ByUser for one feature (no user or graph filter):
-// whole days and hours of the range from the user roll-up, the edges from
-// the turns, grouped once and read twice (the total, the costliest users).
+// featureUsers answers ByUser with no user or graph filter, for one
+// feature or all: whole days and hours of the range from the user roll-up,
+// the edges from the turns, grouped once and read twice (the total, the
+// costliest users).
 func (s *Store) featureUsers(ctx context.Context, q eventstore.Query) ([]eventstore.CostRow, eventstore.CostRow, error) {
 	from, to := q.From.UnixMilli(), q.To.UnixMilli()
 	args := []any{q.Feature}
+	hourLvl, dayLvl, turnFeature := 1, 2, "feature = $1 AND "
+	if q.Feature == "" {
+		hourLvl, dayLvl, turnFeature = 3, 4, "$1::text = '' AND "
+	}
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
@@ -466,7 +471,7 @@ func (s *Store) featureUsers(ctx context.Context, q eventstore.Query) ([]eventst
 	raw := func(lo, hi int64) {
 		if lo < hi {
 			parts = append(parts, `SELECT user_id_hash, `+userSums+` FROM turns
-				WHERE feature = $1 AND ts_start >= `+arg(lo)+` AND ts_start < `+arg(hi))
+				WHERE `+turnFeature+`ts_start >= `+arg(lo)+` AND ts_start < `+arg(hi))
 		}
 	}
 	hLo, hHi := ceilTo(from, hourMS), floorTo(to, hourMS)
@@ -475,11 +480,11 @@ func (s *Store) featureUsers(ctx context.Context, q eventstore.Query) ([]eventst
 	} else {
 		dLo, dHi := ceilTo(hLo, dayMS), floorTo(hHi, dayMS)
 		if dLo < dHi {
-			rolled(2, dLo, dHi)
-			rolled(1, hLo, dLo)
-			rolled(1, dHi, hHi)
+			rolled(dayLvl, dLo, dHi)
+			rolled(hourLvl, hLo, dLo)
+			rolled(hourLvl, dHi, hHi)
 		} else {
-			rolled(1, hLo, hHi)
+			rolled(hourLvl, hLo, hHi)
 		}
 		raw(from, hLo)
 		raw(hHi, to)
