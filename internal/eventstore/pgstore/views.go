@@ -449,7 +449,8 @@ func (s *Store) Trace(ctx context.Context, traceID string) (eventstore.TraceRepo
 // featureUsers answers ByUser with no user or graph filter, for one
 // feature or all: whole days and hours of the range from the user roll-up,
 // the edges from the turns, grouped once and read twice (the total, the
-// costliest users).
+// costliest users). A day the range covers more than half of is read as
+// the day less the hours outside the range, which are fewer rows.
 func (s *Store) featureUsers(ctx context.Context, q eventstore.Query) ([]eventstore.CostRow, eventstore.CostRow, error) {
 	from, to := q.From.UnixMilli(), q.To.UnixMilli()
 	args := []any{q.Feature}
@@ -462,10 +463,27 @@ func (s *Store) featureUsers(ctx context.Context, q eventstore.Query) ([]eventst
 		return "$" + strconv.Itoa(len(args))
 	}
 	var parts []string
-	rolled := func(lvl int, lo, hi int64) {
+	rolledAs := func(cols string, lvl int, lo, hi int64) {
 		if lo < hi {
-			parts = append(parts, `SELECT user_id_hash, `+userSums+` FROM user_rollup
+			parts = append(parts, `SELECT user_id_hash, `+cols+` FROM user_rollup
 				WHERE lvl = `+strconv.Itoa(lvl)+` AND feature = $1 AND bucket >= `+arg(lo)+` AND bucket < `+arg(hi))
+		}
+	}
+	rolled := func(lvl int, lo, hi int64) { rolledAs(userSums, lvl, lo, hi) }
+	less := func(lvl int, lo, hi int64) {
+		rolledAs(`-spans, -turns, -tokens_in, -tokens_out, -cost, -errors, -fallbacks, -latency_ms`, lvl, lo, hi)
+	}
+	// hours [a, b) of one day
+	hours := func(a, b int64) {
+		if a >= b {
+			return
+		}
+		if d := floorTo(a, dayMS); b-a > dayMS/2 {
+			rolled(dayLvl, d, d+dayMS)
+			less(hourLvl, d, a)
+			less(hourLvl, b, d+dayMS)
+		} else {
+			rolled(hourLvl, a, b)
 		}
 	}
 	raw := func(lo, hi int64) {
@@ -479,12 +497,12 @@ func (s *Store) featureUsers(ctx context.Context, q eventstore.Query) ([]eventst
 		raw(from, to)
 	} else {
 		dLo, dHi := ceilTo(hLo, dayMS), floorTo(hHi, dayMS)
-		if dLo < dHi {
+		if dLo <= dHi {
 			rolled(dayLvl, dLo, dHi)
-			rolled(hourLvl, hLo, dLo)
-			rolled(hourLvl, dHi, hHi)
-		} else {
-			rolled(hourLvl, hLo, hHi)
+			hours(hLo, dLo)
+			hours(dHi, hHi)
+		} else { // within one day
+			hours(hLo, hHi)
 		}
 		raw(from, hLo)
 		raw(hHi, to)

@@ -196,6 +196,10 @@ func Run(t *testing.T, open func(t *testing.T) Backend) {
 		{By: eventstore.ByUser, From: from, To: to, Feature: "chat"},
 		{By: eventstore.ByUser, From: wide[0], To: wide[1], Feature: "recommend", Limit: 3},
 		{By: eventstore.ByUser, From: T0.Add(-34 * time.Hour), To: T0.Add(38 * time.Hour), Feature: "order_status"},
+		// Most of a day, whose first hours hold spans outside the range.
+		{By: eventstore.ByUser, From: T0.Add(50 * time.Minute), To: T0.Add(14*time.Hour + 30*time.Minute), Feature: "chat"},
+		{By: eventstore.ByUser, From: T0.Add(50 * time.Minute), To: T0.Add(14*time.Hour + 30*time.Minute)},
+		{By: eventstore.ByUser, From: T0.Add(-20 * time.Hour), To: T0.Add(30 * time.Hour), Feature: "recommend"},
 		{By: eventstore.ByTurn, From: from, To: to, Limit: 5},
 		{By: eventstore.ByTurn, From: from, To: to, User: someUser, Limit: 1000},
 		{By: eventstore.ByUser, From: wide[0], To: wide[1], ModelID: "sonnet-v1"},
