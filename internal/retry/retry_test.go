@@ -439,3 +439,28 @@ func TestDoThrottleStormAmplification(t *testing.T) {
 		t.Errorf("paced amplification %.3f, want ≤ 1.1", paced)
 	}
 }
+
+func TestDoSkipsPacedModel(t *testing.T) {
+	h := newHarness(t, DefaultConfig())
+	rate := NewMemorySendRate(DefaultConfig().SendRate, h.clk.Now)
+	h.r.Rate = rate
+	ctx := context.Background()
+	// A throttle leaves one token, for the throttled call's retry.
+	rep, err := h.r.Do(ctx, "sonnet", h.failing(0, perr(provider.KindThrottled), nil))
+	if err != nil || rep.Attempts != 2 {
+		t.Fatalf("first turn: %+v, %v; want the throttled call retried once", rep, err)
+	}
+	h.calls = 0
+	rep, err = h.r.Do(ctx, "sonnet", h.failing(0, nil))
+	if !errors.Is(err, ErrPaced) || rep.Stop != StopPaced || rep.Attempts != 0 || h.calls != 0 {
+		t.Fatalf("right after a throttle: %+v, %v, %d calls; want ErrPaced and no call", rep, err, h.calls)
+	}
+	if _, err := h.r.Do(ctx, "haiku", h.failing(0, nil)); err != nil {
+		t.Errorf("another model was paced: %v", err)
+	}
+	h.clk.Advance(DefaultConfig().SendRate.ForgetAfter)
+	h.calls = 0
+	if _, err := h.r.Do(ctx, "sonnet", h.failing(0, nil)); err != nil || h.calls != 1 {
+		t.Errorf("after forgetAfter: %v, %d calls", err, h.calls)
+	}
+}
