@@ -25,6 +25,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -172,8 +173,8 @@ type Store struct {
 	ckpt *sql.DB // checkpoints; nil for ":memory:"
 
 	// Statements prepared once on w.
-	ins, upsertRollup, insTurn, insTurnInfo, insVer *ladder
-	stmts                                           map[string]*sql.Stmt // preparedSQL by text
+	ins, upsertRollup, insTurn, insTurnInfo, insVer, upsertUsers *ladder
+	stmts                                                        map[string]*sql.Stmt // preparedSQL by text
 
 	dict     dicts
 	sampling *sampling    // guarded by mu
@@ -356,13 +357,16 @@ func (s *Store) init(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, q := range schema {
+	for _, q := range slices.Concat(schema, userRollupSchema) {
 		if _, err := s.w.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("eventstore: schema: %w", err)
 		}
 	}
 	if _, err := s.w.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
 		return fmt.Errorf("eventstore: schema: %w", err)
+	}
+	if err := s.backfillUserRollup(ctx); err != nil {
+		return err
 	}
 	for _, p := range []struct {
 		l      **ladder
@@ -374,6 +378,7 @@ func (s *Store) init(ctx context.Context) error {
 		{&s.insTurn, insertTurnSQL, []int{64, 8, 1}},
 		{&s.insTurnInfo, insertTurnInfoSQL, []int{64, 8, 1}},
 		{&s.insVer, insertVersionSQL, []int{128, 16, 1}},
+		{&s.upsertUsers, userRollupSQL, []int{64, 8, 1}},
 	} {
 		l, err := prepareLadder(ctx, s.w, p.sqlFor, p.sizes...)
 		if err != nil {
@@ -689,6 +694,9 @@ func (s *Store) Prune(ctx context.Context, before time.Time) error {
 			steps = append(steps, step{`DELETE FROM rollup WHERE lvl = ? AND bucket <= ?`, []any{l.id, b - l.width}, false})
 		}
 	}
+	for _, l := range slices.Concat(userLevels, allUserLevels) {
+		steps = append(steps, step{`DELETE FROM user_rollup WHERE lvl = ? AND bucket <= ?`, []any{l.id, b - l.width}, false})
+	}
 	for _, st := range steps {
 		for ctx.Err() == nil {
 			res, err := s.w.ExecContext(ctx, st.sql, st.args...)
@@ -735,7 +743,7 @@ func (s *Store) Close() error {
 
 func (s *Store) closeDBs() error {
 	var errs []error
-	for _, l := range []*ladder{s.ins, s.upsertRollup, s.insTurn, s.insTurnInfo, s.insVer} {
+	for _, l := range []*ladder{s.ins, s.upsertRollup, s.insTurn, s.insTurnInfo, s.insVer, s.upsertUsers} {
 		errs = append(errs, l.close())
 	}
 	for _, st := range s.stmts {

@@ -745,6 +745,7 @@ func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 		data        []byte
 	}
 	var verRows []verRow
+	users := userDeltas{}
 	for _, d := range pend {
 		th := d.th
 		t := d
@@ -759,6 +760,7 @@ func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 					continue
 				}
 				oldMinute, oldTS, oldVers := old.minute(), old.ts, old.vers
+				users.add(old, -1)
 				old.merge(d)
 				t = old
 				// A turn that now starts earlier moves: its rows under the
@@ -780,6 +782,7 @@ func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 				}
 			}
 		}
+		users.add(t, 1)
 		if err := turns.add(ctx, t.hotArgs(nil)...); err != nil {
 			return fmt.Errorf("eventstore: materialize turns: %w", err)
 		}
@@ -808,7 +811,7 @@ func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 	if err := vers.flush(ctx); err != nil {
 		return fmt.Errorf("eventstore: materialize turns: %w", err)
 	}
-	return nil
+	return s.flushUserRollup(ctx, tx, users)
 }
 
 // readTurn reads a stored turn: at its known minute, or else searching the

@@ -515,6 +515,9 @@ func (s *Store) fromTurns(ctx context.Context, q Query) ([]CostRow, CostRow, err
 		return s.fewTurns(ctx, w, q.Limit)
 	}
 	if q.By == ByUser {
+		if q.GraphVersion == "" && q.User == "" {
+			return s.featureUsers(ctx, q)
+		}
 		return s.topUsers(ctx, q)
 	}
 	w := where{}

@@ -18,6 +18,8 @@ package eventstore
 //     carried, with the turn's figures and the sums of the spans carrying
 //     that version; the version comparison and span-filtered per-user
 //     views read it.
+//   - user_rollup: turns' sums per (feature, user) by hour and by day of
+//     their start (userrollup.go), for a feature's costliest users.
 //   - dims, vers: dictionaries of dimension tuples and of versions.
 //   - meta: the materialization watermark and the pruning horizon.
 //
@@ -126,7 +128,7 @@ var schema = []string{
 }
 
 // knownTables are every table any layout of the store created.
-var knownTables = []string{"events", "cost_minute", "turns", "turn_info", "turn_versions", "rollup", "dims", "vers", "meta"}
+var knownTables = []string{"events", "cost_minute", "turns", "turn_info", "turn_versions", "rollup", "dims", "vers", "meta", "user_rollup"}
 
 const (
 	rollupCols   = 13

@@ -47,7 +47,7 @@ var providerErrorKinds = []string{
 const outcomeOK = "ok"
 
 // throttleScopes are the scopes a refusal by a limiter is charged to.
-var throttleScopes = []string{"user", "session", "ip", "global", "tenant", "route", "provider", "quota", "connection"}
+var throttleScopes = []string{"user", "session", "ip", "global", "tenant", "route", "provider", "quota", "connection", "pace"}
 
 // spanNames are the span names the gateway emits; cost is attributed to
 // them as the component label.

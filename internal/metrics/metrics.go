@@ -246,7 +246,8 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Throttle counts one refusal (or hold) by a limiter in
 // fmgate_throttles_total{scope}. scope is user, session, ip, global, tenant,
-// route, provider, quota or connection, or one of them followed by '_' or ':' and more
+// route, provider, quota, connection or pace (an attempt the adaptive send
+// rate kept from a throttling model), or one of them followed by '_' or ':' and more
 // (ratelimit's "user_per_minute" is "user", "route_chat" is "route");
 // anything else counts as "other".
 func (m *Metrics) Throttle(scope string) {

@@ -33,6 +33,8 @@ type Config struct {
 	Budget BudgetConfig `yaml:"budget"`
 	// Pressure adapts the policy per model to its recent error rate.
 	Pressure PressureConfig `yaml:"pressure"`
+	// SendRate paces attempts at a model that throttles.
+	SendRate SendRateConfig `yaml:"sendRate"`
 	// MinAttemptTime is the least time an attempt is worth starting with: a
 	// retry whose wait leaves less than this before the turn's deadline is
 	// not made, so the caller moves on to the next tier at once. Default
@@ -89,6 +91,24 @@ type LevelPolicies struct {
 	Recovery LevelPolicy `yaml:"recovery"`
 }
 
+// SendRateConfig drives the adaptive send rate per model (see SendRate).
+type SendRateConfig struct {
+	// Enabled paces attempts at a model that throttles. Default true.
+	Enabled bool `yaml:"enabled"`
+	// Decrease is the share of its send rate a model keeps after a
+	// throttle, in (0,1). Default 0.7.
+	Decrease float64 `yaml:"decrease"`
+	// Growth scales the cubic the rate grows back along, in calls per
+	// second per second cubed. Default 0.4.
+	Growth float64 `yaml:"growth"`
+	// MinPerSecond is the least rate a throttling model is paced to, so
+	// that it keeps being probed. Default 0.5.
+	MinPerSecond float64 `yaml:"minPerSecond"`
+	// ForgetAfter is how long after its last throttle a model is called
+	// without limit again. Default 30s.
+	ForgetAfter time.Duration `yaml:"forgetAfter"`
+}
+
 // PressureConfig drives the per-model pressure levels.
 type PressureConfig struct {
 	// Window is the sliding window of outcomes the error rate is computed
@@ -119,7 +139,10 @@ func intp(n int) *int { return &n }
 // 100ms, cap 10s, 5 retries; per class the scaled step-function matrix
 // (throttled 3 retries from 200ms growing ×3, unavailable 2, not_ready 2 from
 // 250ms, timeout 1 with no growth, guardrail 0); a 20% retry budget with a
-// floor of 5/s over 10s; pressure over 60s with thresholds 5/20/50%.
+// floor of 5/s over 10s; pressure over 60s with thresholds 5/20/50%; an
+// adaptive send rate per throttling model (×0.7 per throttle, cubic growth
+// 0.4, floor 0.5/s, forgotten 30 s after the last throttle: the constants
+// of the AWS SDKs' adaptive retry mode).
 //
 // The matrix's intervals (2s, 1s) are seconds-scale for workflows with
 // minutes to spare; a chat turn must answer within 3 s, so the intervals are
@@ -155,6 +178,7 @@ func DefaultConfig() Config {
 				Recovery: LevelPolicy{BaseMultiplier: 3, FewerRetries: 1, MaxRetries: 1},
 			},
 		},
+		SendRate:       SendRateConfig{Enabled: true, Decrease: 0.7, Growth: 0.4, MinPerSecond: 0.5, ForgetAfter: 30 * time.Second},
 		MinAttemptTime: 300 * time.Millisecond,
 	}
 }
@@ -257,6 +281,19 @@ func (c Config) Validate() error {
 	}
 	if p.ShareTTL <= 0 {
 		bad("pressure.shareTTL", "must be > 0")
+	}
+	sr := c.SendRate
+	if sr.Decrease <= 0 || sr.Decrease >= 1 {
+		bad("sendRate.decrease", "must be in (0,1)")
+	}
+	if sr.Growth <= 0 {
+		bad("sendRate.growth", "must be > 0")
+	}
+	if sr.MinPerSecond <= 0 {
+		bad("sendRate.minPerSecond", "must be > 0")
+	}
+	if sr.ForgetAfter < time.Second {
+		bad("sendRate.forgetAfter", "must be >= 1s")
 	}
 	levels := []struct {
 		name string

@@ -2,7 +2,9 @@
 // tried again: exponential backoff with jitter, per-error-class limits, a
 // retry budget that keeps retries a bounded fraction of traffic, and
 // adaptive pressure per model that tightens the policy as a model's error
-// rate climbs and tells callers to skip it when it is failing outright.
+// rate climbs and tells callers to skip it when it is failing outright, and
+// an adaptive send rate per model that paces calls to a model that throttles
+// and tells callers to skip it when a call would exceed that pace.
 //
 // A Retrier prefers giving up early to starting doomed work: it stops as
 // soon as a retry would not fit before the turn's deadline, so the caller
@@ -23,6 +25,11 @@ import (
 // pressure level is CIRCUIT_OPEN: no call was made, the caller should skip
 // to its next model.
 var ErrPressureOpen = errors.New("retry: model pressure circuit open")
+
+// ErrPaced is returned (wrapped) by Retrier.Do when the model's adaptive
+// send rate had no room for a first attempt: no call was made, the caller
+// should skip to its next model.
+var ErrPaced = errors.New("retry: model paced after throttling")
 
 // ErrFinal marks errors that must not be retried; see Final.
 var ErrFinal = errors.New("retry: final")
@@ -60,12 +67,14 @@ const (
 	StopBudget       Stop = "budget"        // the retry budget refused
 	StopDeadline     Stop = "deadline"      // the wait plus MinAttemptTime would pass the deadline
 	StopPressureOpen Stop = "pressure_open" // the model's circuit is open
+	StopPaced        Stop = "paced"         // the model's send rate had no room for the attempt
 	StopCanceled     Stop = "canceled"      // the context ended
 )
 
 // Report describes what Do did, for events and metrics.
 type Report struct {
-	// Attempts is the number of calls made (0 when the circuit was open).
+	// Attempts is the number of calls made (0 when the circuit was open or
+	// the first attempt was paced).
 	Attempts int
 	// Retries is Attempts−1 when at least one call was made.
 	Retries int
@@ -91,6 +100,9 @@ type Retrier struct {
 	// Pressure adapts the policy per model. New sets a MemoryPressure; nil
 	// means always NORMAL.
 	Pressure Pressure
+	// Rate paces attempts at a model that throttles. New sets a
+	// MemorySendRate when cfg.SendRate.Enabled; nil means no pacing.
+	Rate SendRate
 	// Sleep waits d or until ctx ends. Nil: a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Now is the clock the deadline is compared with. Nil: time.Now.
@@ -109,12 +121,16 @@ func New(cfg Config, rng *rand.Rand) (*Retrier, error) {
 	if rng == nil {
 		rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
-	return &Retrier{
+	r := &Retrier{
 		Budget:   NewMemoryBudget(cfg.Budget, time.Now),
 		Pressure: NewMemoryPressure(cfg.Pressure, time.Now),
 		cfg:      cfg,
 		rnd:      &lockedRand{r: rng},
-	}, nil
+	}
+	if cfg.SendRate.Enabled {
+		r.Rate = NewMemorySendRate(cfg.SendRate, time.Now)
+	}
+	return r, nil
 }
 
 // Policy is the effective retry policy for one error class at one pressure
@@ -168,21 +184,27 @@ func (r *Retrier) Policy(class provider.Kind, level Level) Policy {
 // it). attempt counts from 0.
 //
 // Before the first call, a model at CIRCUIT_OPEN is skipped: Do returns an
-// error satisfying errors.Is(err, ErrPressureOpen) without calling. The
+// error satisfying errors.Is(err, ErrPressureOpen) without calling; so is a
+// model whose send rate (Rate) has no room for the call, with ErrPaced. The
 // first call deposits into the budget. After a failure Do retries only if
 // all hold: the error is retryable (Classify) and not Final; the context is
 // live; the model's current level is not CIRCUIT_OPEN; fewer retries were
 // made than the class allows at that level; the wait (backoff, at least the
 // provider's Retry-After) plus MinAttemptTime ends before ctx's deadline;
-// and the budget grants a withdrawal. Otherwise it stops at once. Every
-// outcome is recorded to Pressure, except cancellations, which say nothing
-// about the model.
+// the send rate has room for one more call; and the budget grants a
+// withdrawal. Otherwise it stops at once. Every outcome is recorded to Pressure,
+// except cancellations, which say nothing about the model; every throttle
+// is recorded to Rate.
 func (r *Retrier) Do(ctx context.Context, model string, call func(ctx context.Context, attempt int) error) (Report, error) {
 	var rep Report
 	rep.Level = r.pressure().Level(ctx, model)
 	if rep.Level == LevelCircuitOpen {
 		rep.Stop = StopPressureOpen
 		return rep, fmt.Errorf("retry: %s: %w", model, ErrPressureOpen)
+	}
+	if !r.rate().Allow(ctx, model) {
+		rep.Stop = StopPaced
+		return rep, fmt.Errorf("retry: %s: %w", model, ErrPaced)
 	}
 	r.budget().Deposit(ctx)
 
@@ -199,6 +221,9 @@ func (r *Retrier) Do(ctx context.Context, model string, call func(ctx context.Co
 		rep.LastKind = kind
 		if kind != provider.KindCanceled {
 			r.pressure().Record(ctx, model, !blamesModel(kind))
+		}
+		if kind == provider.KindThrottled {
+			r.rate().Throttled(ctx, model)
 		}
 
 		wait, of, stop := r.next(ctx, model, err, &rep, &prev)
@@ -245,6 +270,9 @@ func (r *Retrier) next(ctx context.Context, model string, err error, rep *Report
 	if dl, has := ctx.Deadline(); has && r.now().Add(wait+r.cfg.MinAttemptTime).After(dl) {
 		return 0, 0, StopDeadline
 	}
+	if !r.rate().Allow(ctx, model) {
+		return 0, 0, StopPaced
+	}
 	if !r.budget().Withdraw(ctx) {
 		rep.BudgetRefused = true
 		return 0, 0, StopBudget
@@ -264,6 +292,13 @@ func (r *Retrier) pressure() Pressure {
 		return Steady{}
 	}
 	return r.Pressure
+}
+
+func (r *Retrier) rate() SendRate {
+	if r.Rate == nil {
+		return Unpaced{}
+	}
+	return r.Rate
 }
 
 func (r *Retrier) now() time.Time {

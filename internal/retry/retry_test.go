@@ -19,7 +19,8 @@ type harness struct {
 }
 
 // newHarness returns a Retrier on a fake clock whose Sleep advances the
-// clock, with no budget and no pressure unless the test sets them.
+// clock, with no budget, no pressure and no pacing unless the test sets
+// them.
 func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	r, err := New(cfg, rand.New(rand.NewPCG(1, 2)))
@@ -33,7 +34,7 @@ func newHarness(t *testing.T, cfg Config) *harness {
 		h.clk.Advance(d)
 		return ctx.Err()
 	}
-	r.Budget, r.Pressure = Unlimited{}, Steady{}
+	r.Budget, r.Pressure, r.Rate = Unlimited{}, Steady{}, Unpaced{}
 	return h
 }
 
@@ -378,5 +379,88 @@ func BenchmarkRetrierDoSuccess(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r.Do(ctx, "sonnet", ok)
+	}
+}
+
+// TestDoThrottleStormAmplification runs turns at 20/s for 30 s against a
+// primary that answers, then for 24 s throttles half of its calls (a
+// game day's throttle storm), each turn falling back to a
+// secondary (one call) when the primary gave no answer, with the default
+// budget and pressure: upstream calls per turn stay within 1.1 only when
+// the send rate paces the primary.
+func TestDoThrottleStormAmplification(t *testing.T) {
+	run := func(paced bool) (perTurn float64, primaryShare float64) {
+		h := newHarness(t, DefaultConfig())
+		h.r.Sleep = func(ctx context.Context, d time.Duration) error { return ctx.Err() }
+		h.r.Budget = NewMemoryBudget(DefaultConfig().Budget, h.clk.Now)
+		h.r.Pressure = NewMemoryPressure(DefaultConfig().Pressure, h.clk.Now)
+		if paced {
+			h.r.Rate = NewMemorySendRate(DefaultConfig().SendRate, h.clk.Now)
+		}
+		ctx := context.Background()
+		var calls, primary, n int
+		throttle := perr(provider.KindThrottled)
+		rng := rand.New(rand.NewPCG(7, 8))
+		for range 600 {
+			if _, err := h.r.Do(ctx, "sonnet", func(context.Context, int) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			h.clk.Advance(50 * time.Millisecond)
+		}
+		for i := range 480 {
+			n++
+			tctx, cancel := context.WithDeadline(ctx, h.clk.Now().Add(3*time.Second))
+			_, err := h.r.Do(tctx, "sonnet", func(context.Context, int) error {
+				calls++
+				if rng.Float64() < 0.5 {
+					return throttle
+				}
+				primary++
+				return nil
+			})
+			if err != nil {
+				calls++
+				if _, err := h.r.Do(tctx, "haiku", func(context.Context, int) error { return nil }); err != nil {
+					t.Fatalf("turn %d: the secondary failed: %v", i, err)
+				}
+			}
+			cancel()
+			h.clk.Advance(50 * time.Millisecond)
+		}
+		return float64(calls) / float64(n), float64(primary) / float64(n)
+	}
+	unpaced, _ := run(false)
+	paced, share := run(true)
+	t.Logf("calls per turn in the storm: %.3f unpaced, %.3f paced (%.0f%% of turns answered by the primary)", unpaced, paced, 100*share)
+	if unpaced <= 1.1 {
+		t.Fatalf("unpaced amplification %.3f: the storm does not stress the retry loop", unpaced)
+	}
+	if paced > 1.1 {
+		t.Errorf("paced amplification %.3f, want ≤ 1.1", paced)
+	}
+}
+
+func TestDoSkipsPacedModel(t *testing.T) {
+	h := newHarness(t, DefaultConfig())
+	rate := NewMemorySendRate(DefaultConfig().SendRate, h.clk.Now)
+	h.r.Rate = rate
+	ctx := context.Background()
+	// A throttle leaves one token, for the throttled call's retry.
+	rep, err := h.r.Do(ctx, "sonnet", h.failing(0, perr(provider.KindThrottled), nil))
+	if err != nil || rep.Attempts != 2 {
+		t.Fatalf("first turn: %+v, %v; want the throttled call retried once", rep, err)
+	}
+	h.calls = 0
+	rep, err = h.r.Do(ctx, "sonnet", h.failing(0, nil))
+	if !errors.Is(err, ErrPaced) || rep.Stop != StopPaced || rep.Attempts != 0 || h.calls != 0 {
+		t.Fatalf("right after a throttle: %+v, %v, %d calls; want ErrPaced and no call", rep, err, h.calls)
+	}
+	if _, err := h.r.Do(ctx, "haiku", h.failing(0, nil)); err != nil {
+		t.Errorf("another model was paced: %v", err)
+	}
+	h.clk.Advance(DefaultConfig().SendRate.ForgetAfter)
+	h.calls = 0
+	if _, err := h.r.Do(ctx, "sonnet", h.failing(0, nil)); err != nil || h.calls != 1 {
+		t.Errorf("after forgetAfter: %v, %d calls", err, h.calls)
 	}
 }

@@ -250,7 +250,7 @@ var definitions = []definition{
 	},
 	{
 		name:  "throttle-storm",
-		about: "Sonnet throttles half of all calls: retries stay within budget, the cascade absorbs the rest.",
+		about: "Sonnet throttles half of all calls: the fleet paces its Sonnet calls to what Sonnet accepts, the cascade absorbs the rest.",
 		steps: []step{
 			{0.25, "sonnet throttling 50%", func(ctx context.Context, r *runner) error {
 				return r.simAll(ctx, "sonnet", `{"errorRate":{"throttled":0.5}}`)

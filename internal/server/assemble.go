@@ -122,6 +122,9 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	if rdb != nil {
 		retrier.Budget = retry.NewRedisBudget(rdb, prefix, cfg.Retry.Budget)
 		retrier.Pressure = aheadPressure{retry.NewRedisPressure(rdb, prefix, "", cfg.Retry.Pressure, now)}
+		if cfg.Retry.SendRate.Enabled {
+			retrier.Rate = retry.NewRedisSendRate(rdb, prefix, cfg.Retry.SendRate, now)
+		}
 		factory = breaker.RedisFactory(rdb, prefix, 0)
 	}
 	s.Retrier = retrier

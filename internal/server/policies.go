@@ -248,7 +248,8 @@ func (iv invoker) Invoke(ctx context.Context, model string, call func(context.Co
 		case kind == provider.KindCanceled:
 			// The client left, or the provider asked us to slow down: neither
 			// says the model is unhealthy. Throttling is for the retry
-			// budget, adaptive pressure and the quota ledger to absorb; a
+			// budget, adaptive pressure, the adaptive send rate and the
+			// quota ledger to absorb; a
 			// breaker opened by it would shift all traffic away for a whole
 			// open period.
 		case kind == provider.KindValidation, kind == provider.KindGuardrail, kind == provider.KindAccessDenied, kind == provider.KindNotFound:
@@ -261,6 +262,9 @@ func (iv invoker) Invoke(ctx context.Context, model string, call func(context.Co
 		}
 		return err
 	})
+	if rep.Stop == retry.StopPaced {
+		iv.obs.Throttle("pace") // the model throttles: this attempt went to the next tier unsent
+	}
 	return gateway.InvokeReport{Attempts: rep.Attempts, Retries: rep.Retries}, err
 }
 

@@ -123,6 +123,54 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("pgstore: schema: %w", err)
 		}
 	}
+	return s.migrateUserRollup(ctx)
+}
+
+// migrateUserRollup creates the user roll-up when it is missing and fills
+// it from the turns stored, in one transaction that holds writers off the
+// turns meanwhile; a concurrent Open finds it created, or fails to create
+// it and leaves it to the first.
+func (s *Store) migrateUserRollup(ctx context.Context) error {
+	var exists, hasPrev bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('user_rollup') IS NOT NULL, EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = 'turns' AND column_name = 'prev_user')`).Scan(&exists, &hasPrev); err != nil {
+		return fmt.Errorf("pgstore: schema: %w", err)
+	}
+	if !hasPrev {
+		if _, err := s.pool.Exec(ctx, addPrevKey); err != nil && !isDuplicate(err) {
+			return fmt.Errorf("pgstore: schema: %w", err)
+		}
+	}
+	if exists {
+		return nil
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: schema: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, userRollupTable); err != nil {
+		if isDuplicate(err) {
+			return nil
+		}
+		return fmt.Errorf("pgstore: schema: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE turns IN SHARE MODE`); err != nil {
+		return fmt.Errorf("pgstore: schema: %w", err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO user_rollup (lvl, feature, bucket, user_id_hash, `+userSums+`)
+		SELECT l.lvl, CASE WHEN l.every THEN '' ELSE t.feature END, t.ts_start - ((t.ts_start % l.w) + l.w) % l.w, t.user_id_hash,
+			sum(t.spans), sum(t.turns), sum(t.tokens_in), sum(t.tokens_out), sum(t.cost), sum(t.errors), sum(t.fallbacks), sum(t.latency_ms)
+		FROM turns t CROSS JOIN `+userLevels+` AS l(lvl, w, every) GROUP BY 1, 2, 3, 4`)
+	if err != nil {
+		return fmt.Errorf("pgstore: schema: fill user_rollup: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		if isDuplicate(err) {
+			return nil
+		}
+		return fmt.Errorf("pgstore: schema: %w", err)
+	}
 	return nil
 }
 
@@ -138,8 +186,6 @@ func retryable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
-
-const dayMS = 24 * 60 * 60 * 1000
 
 // ensureDays creates the day partitions the spans fall in. Writers wait
 // for each other here only while a partition is being created: a writer
@@ -351,6 +397,8 @@ func (s *Store) Prune(ctx context.Context, before time.Time) error {
 		`DELETE FROM turns WHERE ts_start < $1`,
 		`DELETE FROM rollup WHERE lvl = 1 AND bucket + ` + strconv.Itoa(minuteMS) + ` <= $1`,
 		`DELETE FROM rollup WHERE lvl = 2 AND bucket + ` + strconv.Itoa(hourMS) + ` <= $1`,
+		`DELETE FROM user_rollup WHERE lvl IN (1, 3) AND bucket + ` + strconv.Itoa(hourMS) + ` <= $1`,
+		`DELETE FROM user_rollup WHERE lvl IN (2, 4) AND bucket + ` + strconv.Itoa(dayMS) + ` <= $1`,
 	} {
 		if _, err := s.pool.Exec(ctx, q, b); err != nil {
 			return fmt.Errorf("pgstore: prune: %w", err)

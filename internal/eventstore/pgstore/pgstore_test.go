@@ -83,3 +83,60 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("writing after Prune: stored %d (%v), want %d", n, err, len(old))
 	}
 }
+
+// TestUserRollupFilledFromStoredTurns opens a store written before the
+// user roll-up existed: the first Open fills it from the turns, and a
+// feature's users read from it match the turns read directly.
+func TestUserRollupFilledFromStoredTurns(t *testing.T) {
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	s, err := Open(ctx, pgtest.DSN(), Options{Schema: schema, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(ctx, storetest.Dataset(5, 200)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `DROP TABLE user_rollup; ALTER TABLE turns DROP COLUMN prev_ts, DROP COLUMN prev_feature, DROP COLUMN prev_user`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = Open(ctx, pgtest.DSN(), Options{Schema: schema, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	q := eventstore.Query{By: eventstore.ByUser, Feature: "chat", From: storetest.T0.Add(-26 * time.Hour), To: storetest.T0.Add(26 * time.Hour)}
+	if err := eventstore.Normalize(&q, s.now()); err != nil {
+		t.Fatal(err)
+	}
+	check := func() {
+		t.Helper()
+		got, total, err := s.featureUsers(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := where{}
+		w.add("t.ts_start >= ? AND t.ts_start < ?", q.From.UnixMilli(), q.To.UnixMilli())
+		w.eq("t.feature", q.Feature)
+		want, err := s.scanRows(ctx, `SELECT t.user_id_hash, `+turnSums+` FROM turns t WHERE `+w.String()+
+			` GROUP BY 1 ORDER BY sum(t.cost) DESC, 1`, w.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want) == 0 || len(got) != min(len(want), q.Limit) || total.Spans == 0 {
+			t.Fatalf("%d users (total %+v), want %d", len(got), total, len(want))
+		}
+		for i := range got {
+			if got[i].Key != want[i].Key || got[i].Spans != want[i].Spans || got[i].Turns != want[i].Turns {
+				t.Errorf("user %d: %+v, want %+v", i, got[i], want[i])
+			}
+		}
+	}
+	check()
+	// Writes after the migration keep it exact.
+	if _, err := s.Write(ctx, storetest.Dataset(6, 50)); err != nil {
+		t.Fatal(err)
+	}
+	check()
+}

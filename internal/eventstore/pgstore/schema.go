@@ -101,6 +101,44 @@ var schema = []string{
 	`ALTER TABLE turns ADD COLUMN IF NOT EXISTS sampled_out boolean NOT NULL DEFAULT false`,
 }
 
+// addPrevKey gives turns the key each turn had before its last update
+// (NULL when the write created it), for the user roll-up's correction: see
+// mergeSQL. Run only when the columns are missing, since ALTER TABLE waits
+// for every query reading turns.
+const addPrevKey = `ALTER TABLE turns ADD COLUMN IF NOT EXISTS prev_ts bigint,
+	ADD COLUMN IF NOT EXISTS prev_feature text COLLATE "C", ADD COLUMN IF NOT EXISTS prev_user text COLLATE "C"`
+
+// userRollupTable sums turns per (feature, user) by the hour (lvl 1) and
+// the day (lvl 2) of their start, feature first so that one feature's
+// buckets are contiguous: a feature's costliest users read one row per user
+// and bucket instead of every turn in range. Levels 3 (hour) and 4 (day)
+// sum every feature together (feature ""), for the costliest users overall. It is created, and filled
+// from the turns already stored, by the first Open that finds it missing
+// (migrateUserRollup).
+const userRollupTable = `CREATE TABLE user_rollup (
+		lvl smallint NOT NULL,
+		feature text COLLATE "C" NOT NULL,
+		bucket bigint NOT NULL,
+		user_id_hash text COLLATE "C" NOT NULL,
+		spans bigint NOT NULL,
+		turns bigint NOT NULL,
+		tokens_in bigint NOT NULL,
+		tokens_out bigint NOT NULL,
+		cost double precision NOT NULL,
+		errors bigint NOT NULL,
+		fallbacks bigint NOT NULL,
+		latency_ms bigint NOT NULL,
+		PRIMARY KEY (lvl, feature, bucket, user_id_hash)
+	)`
+
+// userLevels are the user roll-up's levels, bucket widths and whether a
+// level sums every feature together.
+var userLevels = "(VALUES (1, " + strconv.Itoa(hourMS) + "::bigint, false), (2, " + strconv.Itoa(dayMS) + "::bigint, false), " +
+	"(3, " + strconv.Itoa(hourMS) + "::bigint, true), (4, " + strconv.Itoa(dayMS) + "::bigint, true))"
+
+// userSums are the columns the user roll-up sums, in scanRows' order.
+const userSums = "spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms"
+
 // spanCols are the columns of spans, in spanRow's order.
 var spanCols = []string{"ts_start", "trace_id", "span_id", "name", "user_id_hash", "session_id",
 	"feature", "surface", "locale", "user_tier", "graph_version", "model_id", "prompt_version", "tool_id",
@@ -115,11 +153,20 @@ const (
 	hourMS   = 3_600_000
 )
 
+const dayMS = 24 * hourMS
+
 var dimCols = "feature, surface, locale, user_tier, graph_version, model_id, prompt_version, tool_id"
 
 // mergeSQL moves the staged spans into spans, skipping those stored
 // already, and adds exactly the new ones to the roll-ups and turns. It
 // returns how many spans were new.
+//
+// The user roll-up follows the turns: each turn written adds its new row
+// under its new key (start bucket, feature, user) and, when it existed,
+// takes its previous row out under its previous key. The update keeps the
+// previous key in prev_*, read under the row's lock, and the previous sums
+// are the new ones less the batch's (bt), so concurrent writers of one turn
+// each correct exactly what they changed.
 var mergeSQL = `WITH ins AS (
 	INSERT INTO spans SELECT * FROM stage ORDER BY ts_start, trace_id, span_id ON CONFLICT DO NOTHING
 	RETURNING ts_start, trace_id, span_id, name, user_id_hash, session_id, ` + dimCols + `,
@@ -140,17 +187,25 @@ var mergeSQL = `WITH ins AS (
 		cost = o.cost + excluded.cost, errors = o.errors + excluded.errors,
 		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms,
 		first_ts = least(o.first_ts, excluded.first_ts), last_ts = greatest(o.last_ts, excluded.last_ts)
+), bt AS (
+	SELECT trace_id, min(ts_start) AS ts_start, max(ts_start) AS last_ts, max(user_id_hash) AS user_id_hash,
+		max(session_id) AS session_id, max(feature) AS feature, max(surface) AS surface,
+		max(locale) AS locale, max(user_tier) AS user_tier, max(graph_version) AS graph_version,
+		coalesce(max(span_id) FILTER (WHERE is_turn = 1), '') AS root_span_id,
+		coalesce(max(duration_ms) FILTER (WHERE is_turn = 1), 0) AS duration_ms,
+		coalesce(max(status) FILTER (WHERE is_turn = 1), '') AS status, max(eval_score) FILTER (WHERE is_turn = 1) AS eval_score,
+		count(*) AS spans, sum(is_turn) AS turns, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out, sum(cost) AS cost,
+		sum(is_err) AS errors, sum(is_fb) AS fallbacks, sum(duration_ms) AS latency_ms
+	FROM x GROUP BY trace_id
 ), t AS (
 	INSERT INTO turns AS o (trace_id, ts_start, last_ts, user_id_hash, session_id, feature, surface, locale, user_tier,
 		graph_version, root_span_id, duration_ms, status, eval_score,
 		spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms)
-	SELECT trace_id, min(ts_start), max(ts_start), max(user_id_hash), max(session_id), max(feature), max(surface),
-		max(locale), max(user_tier), max(graph_version),
-		coalesce(max(span_id) FILTER (WHERE is_turn = 1), ''), coalesce(max(duration_ms) FILTER (WHERE is_turn = 1), 0),
-		coalesce(max(status) FILTER (WHERE is_turn = 1), ''), max(eval_score) FILTER (WHERE is_turn = 1),
-		count(*), sum(is_turn), sum(tokens_in), sum(tokens_out), sum(cost), sum(is_err), sum(is_fb), sum(duration_ms)
-	FROM x GROUP BY trace_id ORDER BY trace_id
+	SELECT trace_id, ts_start, last_ts, user_id_hash, session_id, feature, surface, locale, user_tier, graph_version,
+		root_span_id, duration_ms, status, eval_score, ` + userSums + `
+	FROM bt ORDER BY trace_id
 	ON CONFLICT (trace_id) DO UPDATE SET
+		prev_ts = o.ts_start, prev_feature = o.feature, prev_user = o.user_id_hash,
 		ts_start = least(o.ts_start, excluded.ts_start), last_ts = greatest(o.last_ts, excluded.last_ts),
 		user_id_hash = greatest(o.user_id_hash, excluded.user_id_hash),
 		session_id = greatest(o.session_id, excluded.session_id),
@@ -161,6 +216,24 @@ var mergeSQL = `WITH ins AS (
 		duration_ms = greatest(o.duration_ms, excluded.duration_ms),
 		status = greatest(o.status, excluded.status),
 		eval_score = coalesce(excluded.eval_score, o.eval_score),
+		spans = o.spans + excluded.spans, turns = o.turns + excluded.turns,
+		tokens_in = o.tokens_in + excluded.tokens_in, tokens_out = o.tokens_out + excluded.tokens_out,
+		cost = o.cost + excluded.cost, errors = o.errors + excluded.errors,
+		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms
+	RETURNING trace_id, ts_start, feature, user_id_hash, prev_ts, prev_feature, prev_user, ` + userSums + `
+), u AS (
+	INSERT INTO user_rollup AS o (lvl, feature, bucket, user_id_hash, ` + userSums + `)
+	SELECT l.lvl, CASE WHEN l.every THEN '' ELSE d.feature END, d.ts - ((d.ts % l.w) + l.w) % l.w, d.user_id_hash,
+		sum(d.spans), sum(d.turns), sum(d.tokens_in), sum(d.tokens_out), sum(d.cost), sum(d.errors), sum(d.fallbacks), sum(d.latency_ms)
+	FROM (
+		SELECT ts_start AS ts, feature, user_id_hash, ` + userSums + ` FROM t
+		UNION ALL
+		SELECT t.prev_ts, t.prev_feature, t.prev_user, b.spans - t.spans, b.turns - t.turns, b.tokens_in - t.tokens_in,
+			b.tokens_out - t.tokens_out, b.cost - t.cost, b.errors - t.errors, b.fallbacks - t.fallbacks, b.latency_ms - t.latency_ms
+		FROM t JOIN bt b USING (trace_id) WHERE t.prev_ts IS NOT NULL
+	) d CROSS JOIN ` + userLevels + ` AS l(lvl, w, every)
+	GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+	ON CONFLICT (lvl, feature, bucket, user_id_hash) DO UPDATE SET
 		spans = o.spans + excluded.spans, turns = o.turns + excluded.turns,
 		tokens_in = o.tokens_in + excluded.tokens_in, tokens_out = o.tokens_out + excluded.tokens_out,
 		cost = o.cost + excluded.cost, errors = o.errors + excluded.errors,

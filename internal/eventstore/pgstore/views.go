@@ -289,6 +289,9 @@ const turnSums = `sum(t.spans), sum(t.turns), sum(t.tokens_in), sum(t.tokens_out
 
 // fromTurns groups the turns that started in range by user or by turn.
 func (s *Store) fromTurns(ctx context.Context, q eventstore.Query) ([]eventstore.CostRow, eventstore.CostRow, error) {
+	if q.By == eventstore.ByUser && q.User == "" && q.GraphVersion == "" {
+		return s.featureUsers(ctx, q)
+	}
 	w := where{}
 	w.add("t.ts_start >= ? AND t.ts_start < ?", q.From.UnixMilli(), q.To.UnixMilli())
 	w.eq("t.user_id_hash", q.User)
@@ -478,4 +481,105 @@ func (s *Store) Trace(ctx context.Context, traceID string) (eventstore.TraceRepo
 		return rep, fmt.Errorf("pgstore: trace %s: %w", traceID, eventstore.ErrNotFound)
 	}
 	return rep, nil
+}
+
+// featureUsers answers ByUser with no user or graph filter, for one
+// feature or all: whole days and hours of the range from the user roll-up,
+// the edges from the turns, grouped once and read twice (the total, the
+// costliest users). A day the range covers more than half of is read as
+// the day less the hours outside the range, which are fewer rows.
+func (s *Store) featureUsers(ctx context.Context, q eventstore.Query) ([]eventstore.CostRow, eventstore.CostRow, error) {
+	from, to := q.From.UnixMilli(), q.To.UnixMilli()
+	args := []any{q.Feature}
+	hourLvl, dayLvl, turnFeature := 1, 2, "feature = $1 AND "
+	if q.Feature == "" {
+		hourLvl, dayLvl, turnFeature = 3, 4, "$1::text = '' AND "
+	}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	var parts []string
+	rolledAs := func(cols string, lvl int, lo, hi int64) {
+		if lo < hi {
+			parts = append(parts, `SELECT user_id_hash, `+cols+` FROM user_rollup
+				WHERE lvl = `+strconv.Itoa(lvl)+` AND feature = $1 AND bucket >= `+arg(lo)+` AND bucket < `+arg(hi))
+		}
+	}
+	rolled := func(lvl int, lo, hi int64) { rolledAs(userSums, lvl, lo, hi) }
+	less := func(lvl int, lo, hi int64) {
+		rolledAs(`-spans, -turns, -tokens_in, -tokens_out, -cost, -errors, -fallbacks, -latency_ms`, lvl, lo, hi)
+	}
+	// hours [a, b) of one day
+	hours := func(a, b int64) {
+		if a >= b {
+			return
+		}
+		if d := floorTo(a, dayMS); b-a > dayMS/2 {
+			rolled(dayLvl, d, d+dayMS)
+			less(hourLvl, d, a)
+			less(hourLvl, b, d+dayMS)
+		} else {
+			rolled(hourLvl, a, b)
+		}
+	}
+	raw := func(lo, hi int64) {
+		if lo < hi {
+			parts = append(parts, `SELECT user_id_hash, `+userSums+` FROM turns
+				WHERE `+turnFeature+`ts_start >= `+arg(lo)+` AND ts_start < `+arg(hi))
+		}
+	}
+	hLo, hHi := ceilTo(from, hourMS), floorTo(to, hourMS)
+	if hLo >= hHi {
+		raw(from, to)
+	} else {
+		dLo, dHi := ceilTo(hLo, dayMS), floorTo(hHi, dayMS)
+		if dLo <= dHi {
+			rolled(dayLvl, dLo, dHi)
+			hours(hLo, dLo)
+			hours(dHi, hHi)
+		} else { // within one day
+			hours(hLo, hHi)
+		}
+		raw(from, hLo)
+		raw(hHi, to)
+	}
+	rs, err := s.pool.Query(ctx, `WITH g AS MATERIALIZED (
+		SELECT user_id_hash AS k, sum(spans) AS spans, sum(turns) AS turns, sum(tokens_in) AS tokens_in,
+			sum(tokens_out) AS tokens_out, sum(cost) AS cost, sum(errors) AS errors, sum(fallbacks) AS fallbacks,
+			sum(latency_ms) AS latency_ms
+		FROM (`+strings.Join(parts, " UNION ALL ")+`) p GROUP BY 1 HAVING sum(spans) <> 0
+	) (SELECT true, '', sum(spans), sum(turns), sum(tokens_in), sum(tokens_out), sum(cost), sum(errors), sum(fallbacks), sum(latency_ms) FROM g)
+	UNION ALL (SELECT false, * FROM g ORDER BY cost DESC, k LIMIT `+strconv.Itoa(q.Limit)+`)`, args...)
+	if err != nil {
+		return nil, eventstore.CostRow{}, err
+	}
+	defer rs.Close()
+	var (
+		rows  []eventstore.CostRow
+		total eventstore.CostRow
+	)
+	for rs.Next() {
+		var (
+			isTotal bool
+			r       eventstore.CostRow
+			n       [7]*int64
+			cost    *float64
+			latency *int64
+		)
+		if err := rs.Scan(&isTotal, &r.Key, &n[0], &n[1], &n[2], &n[3], &cost, &n[4], &n[5], &latency); err != nil {
+			return nil, eventstore.CostRow{}, err
+		}
+		fill(&r, n, cost, latency)
+		if isTotal {
+			total = r
+		} else {
+			rows = append(rows, r)
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return nil, eventstore.CostRow{}, err
+	}
+	slices.SortStableFunc(rows, byCost)
+	return rows, total, nil
 }

@@ -261,6 +261,13 @@ func run(t *testing.T, s Backend, data []events.Event) {
 		{By: eventstore.ByUser, From: from, To: to},
 		{By: eventstore.ByUser, From: from, To: to, Limit: 2},
 		{By: eventstore.ByUser, From: from, To: to, Feature: "recommend", GraphVersion: "g1"},
+		{By: eventstore.ByUser, From: from, To: to, Feature: "chat"},
+		{By: eventstore.ByUser, From: wide[0], To: wide[1], Feature: "recommend", Limit: 3},
+		{By: eventstore.ByUser, From: T0.Add(-34 * time.Hour), To: T0.Add(38 * time.Hour), Feature: "order_status"},
+		// Most of a day, whose first hours hold spans outside the range.
+		{By: eventstore.ByUser, From: T0.Add(50 * time.Minute), To: T0.Add(14*time.Hour + 30*time.Minute), Feature: "chat"},
+		{By: eventstore.ByUser, From: T0.Add(50 * time.Minute), To: T0.Add(14*time.Hour + 30*time.Minute)},
+		{By: eventstore.ByUser, From: T0.Add(-20 * time.Hour), To: T0.Add(30 * time.Hour), Feature: "recommend"},
 		{By: eventstore.ByTurn, From: from, To: to, Limit: 5},
 		{By: eventstore.ByTurn, From: from, To: to, User: someUser, Limit: 1000},
 		{By: eventstore.ByUser, From: wide[0], To: wide[1], ModelID: "sonnet-v1"},
@@ -458,6 +465,54 @@ func run(t *testing.T, s Backend, data []events.Event) {
 			t.Fatalf("Cost by an unknown grouping = %v, want ErrInvalid", err)
 		}
 	})
+	// Last: it adds spans far from the dataset's.
+	t.Run("TurnMovesToAnEarlierHour", func(t *testing.T) { turnMoves(ctx, t, s) })
+}
+
+// turnMoves checks a feature's users when a turn's root, delivered after
+// one of its spans, moves the turn's start into the previous hour: the
+// turn counts, whole, in the hour it now starts in, and no longer in the
+// one it seemed to start in.
+func turnMoves(ctx context.Context, t *testing.T, s Backend) {
+	hour := T0.Add(30 * time.Hour)
+	const trace, user = "00000000000000ab00000000000000cd", "feedfacefeedface"
+	span := func(id, name string, at time.Time, cost float64) events.Event {
+		e := events.Event{SchemaVersion: 3, TraceID: trace, SpanID: id, WorkflowID: trace, SessionID: "s-move",
+			UserIDHash: user, Name: name, TSStart: at, TSEnd: at.Add(time.Millisecond), DurationMS: 1,
+			Attribution: events.Attribution{Feature: "moving"}}
+		e.Node = events.Node{GraphVersion: "g1", NodeID: name, InvocationMode: events.ModeSyncStreaming}
+		e.Artifact.ArtifactKind = events.KindInternal
+		e.Outcome.Status = events.StatusOK
+		e.Resource.CostUSD = cost
+		e.Resource.CapabilityFlagsActive = []string{}
+		return e
+	}
+	users := func(from, to time.Time) eventstore.CostReport {
+		t.Helper()
+		rep, err := s.Cost(ctx, eventstore.Query{By: eventstore.ByUser, Feature: "moving", From: from, To: to})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if err := s.Write(ctx, []events.Event{span("00000000000000a1", "model_attempt", hour.Add(500*time.Millisecond), 0.25)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := users(hour, hour.Add(time.Hour)); len(got.Rows) != 1 || got.Rows[0].Key != user || !near(got.Rows[0].CostUSD, 0.25) {
+		t.Fatalf("before the root: %+v", got.Rows)
+	}
+	if err := s.Write(ctx, []events.Event{span("00000000000000a0", "turn", hour.Add(-100*time.Millisecond), 0.5)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := users(hour, hour.Add(time.Hour)); len(got.Rows) != 0 || got.Total.Spans != 0 {
+		t.Errorf("the turn now starts in the previous hour, yet the next hour has %+v (total %+v)", got.Rows, got.Total)
+	}
+	for _, r := range [][2]time.Time{{hour.Add(-time.Hour), hour}, {hour.Add(-30 * time.Hour), hour.Add(30 * time.Hour)}} {
+		got := users(r[0], r[1])
+		if len(got.Rows) != 1 || got.Rows[0].Turns != 1 || got.Rows[0].Spans != 2 || !near(got.Rows[0].CostUSD, 0.75) {
+			t.Errorf("%v – %v: %+v, want the whole turn: 2 spans, $0.75", r[0], r[1], got.Rows)
+		}
+	}
 }
 
 func describe(q eventstore.Query) string {
