@@ -407,39 +407,69 @@ func (e *Emitter) runSink(r *sinkRunner) {
 		batch = append(batch, *it.ev)
 		maxSeq = max(maxSeq, it.seq)
 	}
+	flush := func() {
+		e.write(r, batch, maxSeq)
+		clear(batch)
+		batch, maxSeq = batch[:0], 0
+	}
+	// gather takes what is queued, then waits BatchWait at most for more,
+	// up to a full batch; it reports false once Close began.
+	var timer *time.Timer
+	gather := func() bool {
+	drain:
+		for len(batch) < e.cfg.BatchSize {
+			select {
+			case it := <-r.q:
+				take(it)
+			default:
+				break drain
+			}
+		}
+		if e.cfg.BatchWait <= 0 || len(batch) >= e.cfg.BatchSize {
+			return true
+		}
+		if timer == nil {
+			timer = time.NewTimer(e.cfg.BatchWait)
+		} else {
+			timer.Reset(e.cfg.BatchWait)
+		}
+		defer timer.Stop()
+		for len(batch) < e.cfg.BatchSize {
+			select {
+			case it := <-r.q:
+				take(it)
+			case <-timer.C:
+				return true
+			case <-e.sinkDone:
+				return false
+			}
+		}
+		return true
+	}
 	for {
 		select {
 		case it := <-r.q:
 			take(it)
-		drain:
-			for len(batch) < e.cfg.BatchSize {
-				select {
-				case it := <-r.q:
-					take(it)
-				default:
-					break drain
-				}
+			if gather() {
+				flush()
+				continue
 			}
-			e.write(r, batch, maxSeq)
-			clear(batch)
-			batch, maxSeq = batch[:0], 0
 		case <-e.sinkDone:
-			for {
-				select {
-				case it := <-r.q:
-					take(it)
-					if len(batch) < e.cfg.BatchSize {
-						continue
-					}
-				default:
+		}
+		// Closing: write everything still queued, then stop.
+		for {
+			select {
+			case it := <-r.q:
+				take(it)
+				if len(batch) < e.cfg.BatchSize {
+					continue
 				}
-				if len(batch) == 0 {
-					return
-				}
-				e.write(r, batch, maxSeq)
-				clear(batch)
-				batch, maxSeq = batch[:0], 0
+			default:
 			}
+			if len(batch) == 0 {
+				return
+			}
+			flush()
 		}
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/stream"
 )
@@ -184,39 +182,80 @@ type streamError struct{ message, typ, code string }
 
 func (e *streamError) Error() string { return "error event mid-stream: " + e.message }
 
-var errMalformed = errors.New("a chunk of the stream is not JSON")
-
 // decode reads data into c; an error event is a *streamError.
 func (c *chunk) decode(data string) error {
 	*c = chunk{}
-	if !gjson.Valid(data) {
-		return errMalformed
-	}
-	var failed error
-	gjson.Parse(data).ForEach(func(key, v gjson.Result) bool {
-		switch key.Str {
+	p := scanner{s: data}
+	var failed *streamError
+	answered := false
+	err := p.object(func(key string) (err error) {
+		switch key {
 		case "model":
-			c.model = v.String()
+			c.model, err = p.text()
 		case "choices":
-			v.ForEach(func(_, ch gjson.Result) bool {
-				if ch.Get("index").Int() != 0 {
-					return true // fmgate asks for one choice
+			err = p.array(func() error {
+				var ch choice
+				if err := ch.read(&p, "delta"); err != nil {
+					return err
 				}
-				c.content = ch.Get("delta.content").String()
-				c.finish = ch.Get("finish_reason").String()
-				return false
+				if ch.index == 0 && !answered { // fmgate asks for one choice
+					c.content, c.finish, answered = ch.content, ch.finish, true
+				}
+				return nil
 			})
 		case "usage":
-			c.usage, c.reported = usageOf(v)
+			c.usage, c.reported, err = readUsage(&p)
 		case "error":
-			if v.Type != gjson.Null {
-				failed = errorOf(v)
-				return false
-			}
+			failed, err = readError(&p)
+		default:
+			err = p.skip()
 		}
-		return true
+		return err
 	})
-	return failed
+	if err == nil {
+		err = p.end()
+	}
+	if err != nil {
+		return errMalformed
+	}
+	if failed != nil {
+		return failed
+	}
+	return nil
+}
+
+var errMalformed = errors.New("a chunk of the stream is not JSON")
+
+// choice is one entry of "choices": its text is under "delta" in a chunk,
+// under "message" in a whole answer.
+type choice struct {
+	index           int64
+	content, finish string
+}
+
+func (ch *choice) read(p *scanner, textKey string) error {
+	return p.object(func(key string) (err error) {
+		switch key {
+		case "index":
+			ch.index, err = p.int()
+		case "finish_reason":
+			ch.finish, err = p.text()
+		case textKey:
+			if p.null() {
+				return nil
+			}
+			err = p.object(func(key string) (err error) {
+				if key == "content" {
+					ch.content, err = p.text()
+					return err
+				}
+				return p.skip()
+			})
+		default:
+			err = p.skip()
+		}
+		return err
+	})
 }
 
 // completion is what fmgate reads of a chat.completion.
@@ -228,39 +267,97 @@ type completion struct {
 
 func decodeCompletion(raw []byte) (completion, error) {
 	var c completion
-	if !gjson.ValidBytes(raw) {
-		return c, errors.New("the answer is not JSON")
-	}
-	r := gjson.ParseBytes(raw)
-	c.model = r.Get("model").String()
-	c.usage, c.reported = usageOf(r.Get("usage"))
-	r.Get("choices").ForEach(func(_, ch gjson.Result) bool {
-		if ch.Get("index").Int() != 0 {
-			return true
+	p := scanner{s: string(raw)}
+	err := p.object(func(key string) (err error) {
+		switch key {
+		case "model":
+			c.model, err = p.text()
+		case "choices":
+			err = p.array(func() error {
+				var ch choice
+				if err := ch.read(&p, "message"); err != nil {
+					return err
+				}
+				if ch.index == 0 && !c.answered {
+					c.text, c.finish, c.answered = ch.content, ch.finish, true
+				}
+				return nil
+			})
+		case "usage":
+			c.usage, c.reported, err = readUsage(&p)
+		default:
+			err = p.skip()
 		}
-		c.answered = true
-		c.text = ch.Get("message.content").String()
-		c.finish = ch.Get("finish_reason").String()
-		return false
+		return err
 	})
+	if err == nil {
+		err = p.end()
+	}
+	if err != nil {
+		return completion{}, errors.New("the answer is not JSON")
+	}
 	return c, nil
 }
 
-// usageOf reads a usage object; ok is false when there is none.
-func usageOf(v gjson.Result) (u provider.Usage, ok bool) {
-	if !v.IsObject() {
-		return u, false
+// readUsage reads a usage object; ok is false for null.
+func readUsage(p *scanner) (u provider.Usage, ok bool, err error) {
+	if p.null() {
+		return u, false, nil
 	}
-	return provider.Usage{
-		InputTokens:       int(v.Get("prompt_tokens").Int()),
-		OutputTokens:      int(v.Get("completion_tokens").Int()),
-		CachedInputTokens: int(v.Get("prompt_tokens_details.cached_tokens").Int()),
-	}, true
+	err = p.object(func(key string) error {
+		var n int64
+		var err error
+		switch key {
+		case "prompt_tokens":
+			n, err = p.int()
+			u.InputTokens = int(n)
+		case "completion_tokens":
+			n, err = p.int()
+			u.OutputTokens = int(n)
+		case "prompt_tokens_details":
+			if p.null() {
+				return nil
+			}
+			err = p.object(func(key string) error {
+				if key != "cached_tokens" {
+					return p.skip()
+				}
+				n, err := p.int()
+				u.CachedInputTokens = int(n)
+				return err
+			})
+		default:
+			err = p.skip()
+		}
+		return err
+	})
+	return u, err == nil, err
 }
 
-func errorOf(v gjson.Result) *streamError {
-	if !v.IsObject() {
-		return &streamError{message: v.String()}
+// readError reads an "error" member: nil for null; an object's message,
+// type and code; anything else as the message.
+func readError(p *scanner) (*streamError, error) {
+	if p.null() {
+		return nil, nil
 	}
-	return &streamError{message: v.Get("message").String(), typ: v.Get("type").String(), code: v.Get("code").String()}
+	e := &streamError{}
+	if p.peek() != '{' {
+		var err error
+		e.message, err = p.text()
+		return e, err
+	}
+	err := p.object(func(key string) (err error) {
+		switch key {
+		case "message":
+			e.message, err = p.text()
+		case "type":
+			e.typ, err = p.text()
+		case "code":
+			e.code, err = p.text()
+		default:
+			err = p.skip()
+		}
+		return err
+	})
+	return e, err
 }
