@@ -215,12 +215,14 @@ func (e *Emitter) minAck() uint64 {
 // the log's intake queue stays full, the event is delivered without the
 // guarantee and counted (WALStats.Late, WALStats.Overflow). Any other event
 // is queued and Emit returns at once.
-func (e *Emitter) Emit(ev Event) {
+func (e *Emitter) Emit(ev Event) { e.emit(&ev) }
+
+// emit is Emit of an event nothing writes any more.
+func (e *Emitter) emit(p *Event) {
 	if e == nil || e.closed.Load() {
 		return
 	}
 	e.emitted.Add(1)
-	p := &ev
 	if p.MustPersist && e.wal != nil {
 		if e.persist(p) {
 			return
