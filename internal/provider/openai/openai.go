@@ -1,6 +1,10 @@
 // Package openai is the provider adapter for OpenAI and any server that
 // speaks the OpenAI Chat Completions API (vLLM, Ollama, LM Studio, another
-// fmgate's front door), through the official openai-go SDK.
+// fmgate's front door), through the official openai-go SDK's client: its
+// client.Post carries the base URL, the Bearer key, the headers and the
+// error statuses, while the request body and the streamed chunks are
+// written and read by hand (wire.go, scan.go) instead of through the SDK's
+// reflective types, which cost most of a streamed answer.
 //
 // Answers stream with stream_options.include_usage, so usage is the
 // server's own, from the final usage chunk; no tokenizer runs while the
