@@ -15,6 +15,12 @@ type Config struct {
 	BufferSize int `yaml:"bufferSize"`
 	// BatchSize is the most events handed to one Sink.Write. Default 256.
 	BatchSize int `yaml:"batchSize"`
+	// BatchWait is how long a sink's batch, once its first event is in,
+	// waits for more (up to BatchSize) before the sink writes it: fewer,
+	// larger writes (the event store commits a transaction per write, OTLP
+	// posts a request). Events reach the sinks this much later; a turn
+	// never waits for it. Default 20ms; 0 writes what is queued at once.
+	BatchWait time.Duration `yaml:"batchWait"`
 	// WriteTimeout bounds one Sink.Write, and how long a must-persist Emit
 	// waits for the log. Default 2s.
 	WriteTimeout time.Duration `yaml:"writeTimeout"`
@@ -140,6 +146,7 @@ func DefaultConfig() Config {
 	return Config{
 		BufferSize:   8192,
 		BatchSize:    256,
+		BatchWait:    20 * time.Millisecond,
 		WriteTimeout: 2 * time.Second,
 		GraphVersion: "v1",
 		WAL: WALConfig{
@@ -167,6 +174,9 @@ func (c Config) Validate() error {
 	}
 	if c.BatchSize <= 0 {
 		bad("batchSize", "must be > 0")
+	}
+	if c.BatchWait < 0 || c.BatchWait > time.Second {
+		bad("batchWait", "must be in 0..1s")
 	}
 	if c.WriteTimeout <= 0 {
 		bad("writeTimeout", "must be > 0")

@@ -35,12 +35,22 @@ type item struct {
 	seq uint64 // WAL sequence number; 0 when not in the WAL
 }
 
-// walItem is a must-persist event on its way into the log; written is
-// closed once its record is written to the log file (or the write failed).
+// walItem is a must-persist event on its way into the log; written
+// receives one value once its record is written to the log file (or the
+// write failed).
 type walItem struct {
 	ev      *Event
 	written chan struct{}
 }
+
+// walWait is what a must-persist Emit waits with; it is reused (walWaits)
+// once its signal was received, so that the hot path allocates neither.
+type walWait struct {
+	written chan struct{} // capacity 1: the writer never blocks on it
+	timer   *time.Timer
+}
+
+var walWaits sync.Pool
 
 type sinkRunner struct {
 	sink    Sink
@@ -215,12 +225,14 @@ func (e *Emitter) minAck() uint64 {
 // the log's intake queue stays full, the event is delivered without the
 // guarantee and counted (WALStats.Late, WALStats.Overflow). Any other event
 // is queued and Emit returns at once.
-func (e *Emitter) Emit(ev Event) {
+func (e *Emitter) Emit(ev Event) { e.emit(&ev) }
+
+// emit is Emit of an event nothing writes any more.
+func (e *Emitter) emit(p *Event) {
 	if e == nil || e.closed.Load() {
 		return
 	}
 	e.emitted.Add(1)
-	p := &ev
 	if p.MustPersist && e.wal != nil {
 		if e.persist(p) {
 			return
@@ -237,26 +249,40 @@ func (e *Emitter) Emit(ev Event) {
 // into the log (queue full, or the log closed first); the caller then
 // delivers p without it.
 func (e *Emitter) persist(p *Event) bool {
-	it := walItem{ev: p, written: make(chan struct{})}
-	t := time.NewTimer(e.cfg.WriteTimeout)
-	defer t.Stop()
+	w, _ := walWaits.Get().(*walWait)
+	if w == nil {
+		w = &walWait{written: make(chan struct{}, 1), timer: time.NewTimer(e.cfg.WriteTimeout)}
+	} else {
+		w.timer.Reset(e.cfg.WriteTimeout)
+	}
+	// reuse returns w to the pool, only when no signal can still come for
+	// it: a late one would reach the next Emit.
+	reuse := func() {
+		w.timer.Stop()
+		walWaits.Put(w)
+	}
 	select {
-	case e.walq <- it:
-	case <-t.C:
+	case e.walq <- walItem{ev: p, written: w.written}:
+	case <-w.timer.C:
+		reuse() // never queued
 		return false
 	case <-e.walExit:
+		reuse()
 		return false
 	}
 	select {
-	case <-it.written:
-	case <-t.C:
-		e.walLate.Add(1)
+	case <-w.written:
+		reuse()
+	case <-w.timer.C:
+		e.walLate.Add(1) // its signal may still come: w is not reused
 	case <-e.walExit:
 		// Close raced with this Emit: the writer may have stopped before
 		// taking p from the queue.
 		select {
-		case <-it.written:
+		case <-w.written:
+			reuse()
 		default:
+			w.timer.Stop()
 			return false
 		}
 	}
@@ -343,7 +369,7 @@ func (e *Emitter) runWAL() {
 			unsynced = true
 		}
 		for _, it := range pending {
-			close(it.written)
+			it.written <- struct{}{}
 		}
 		for i, it := range pending {
 			e.fanout(it.ev, seqs[i])
@@ -407,39 +433,69 @@ func (e *Emitter) runSink(r *sinkRunner) {
 		batch = append(batch, *it.ev)
 		maxSeq = max(maxSeq, it.seq)
 	}
+	flush := func() {
+		e.write(r, batch, maxSeq)
+		clear(batch)
+		batch, maxSeq = batch[:0], 0
+	}
+	// gather takes what is queued, then waits BatchWait at most for more,
+	// up to a full batch; it reports false once Close began.
+	var timer *time.Timer
+	gather := func() bool {
+	drain:
+		for len(batch) < e.cfg.BatchSize {
+			select {
+			case it := <-r.q:
+				take(it)
+			default:
+				break drain
+			}
+		}
+		if e.cfg.BatchWait <= 0 || len(batch) >= e.cfg.BatchSize {
+			return true
+		}
+		if timer == nil {
+			timer = time.NewTimer(e.cfg.BatchWait)
+		} else {
+			timer.Reset(e.cfg.BatchWait)
+		}
+		defer timer.Stop()
+		for len(batch) < e.cfg.BatchSize {
+			select {
+			case it := <-r.q:
+				take(it)
+			case <-timer.C:
+				return true
+			case <-e.sinkDone:
+				return false
+			}
+		}
+		return true
+	}
 	for {
 		select {
 		case it := <-r.q:
 			take(it)
-		drain:
-			for len(batch) < e.cfg.BatchSize {
-				select {
-				case it := <-r.q:
-					take(it)
-				default:
-					break drain
-				}
+			if gather() {
+				flush()
+				continue
 			}
-			e.write(r, batch, maxSeq)
-			clear(batch)
-			batch, maxSeq = batch[:0], 0
 		case <-e.sinkDone:
-			for {
-				select {
-				case it := <-r.q:
-					take(it)
-					if len(batch) < e.cfg.BatchSize {
-						continue
-					}
-				default:
+		}
+		// Closing: write everything still queued, then stop.
+		for {
+			select {
+			case it := <-r.q:
+				take(it)
+				if len(batch) < e.cfg.BatchSize {
+					continue
 				}
-				if len(batch) == 0 {
-					return
-				}
-				e.write(r, batch, maxSeq)
-				clear(batch)
-				batch, maxSeq = batch[:0], 0
+			default:
 			}
+			if len(batch) == 0 {
+				return
+			}
+			flush()
 		}
 	}
 }

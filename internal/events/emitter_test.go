@@ -598,3 +598,99 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// batchSink counts the Write calls and the events in them.
+type batchSink struct {
+	mu             sync.Mutex
+	writes, events int
+}
+
+func (*batchSink) Name() string { return "batches" }
+func (b *batchSink) Write(_ context.Context, batch []Event) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.writes++
+	b.events += len(batch)
+	return nil
+}
+
+func (b *batchSink) counts() (writes, events int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.writes, b.events
+}
+
+// Events emitted one after another within BatchWait reach a sink in one
+// write; with BatchWait 0 the first is written at once, alone.
+func TestBatchWaitGathersOneWrite(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		wait time.Duration
+		want int // writes for the first event and the nine after it
+	}{
+		{"wait", time.Second, 1},
+		{"no wait", 0, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.BatchWait = tt.wait
+			sink := &batchSink{}
+			em, err := New(context.Background(), cfg, []Sink{sink}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer em.Close(context.Background())
+			em.Emit(event(0, false))
+			if tt.wait == 0 {
+				// Written alone before the others come.
+				for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+					if _, n := sink.counts(); n == 1 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("the first event was not written within 5s")
+					}
+				}
+			}
+			for i := 1; i < 10; i++ {
+				em.Emit(event(i, false))
+			}
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				if _, n := sink.counts(); n == 10 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the events were not written within 5s")
+				}
+			}
+			if w, _ := sink.counts(); w > tt.want || (tt.wait > 0 && w != tt.want) {
+				t.Fatalf("%d writes for 10 events, want %d", w, tt.want)
+			}
+		})
+	}
+}
+
+// Close does not wait out BatchWait: the batch gathering goes out at once.
+func TestCloseWritesAWaitingBatch(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.BatchWait = time.Second
+	sink := &batchSink{}
+	em, err := New(context.Background(), cfg, []Sink{sink}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		em.Emit(event(i, false))
+	}
+	time.Sleep(10 * time.Millisecond) // the sink is now waiting for more
+	start := time.Now()
+	if err := em.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > cfg.BatchWait*8/10 {
+		t.Fatalf("Close took %v: it waited for the batch", took)
+	}
+	if _, n := sink.counts(); n != 3 {
+		t.Fatalf("%d events written, want 3", n)
+	}
+}

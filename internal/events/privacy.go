@@ -1,14 +1,11 @@
 package events
 
 import (
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"hash"
 	"regexp"
 	"strings"
-	"sync"
 	"unicode/utf8"
 )
 
@@ -17,7 +14,9 @@ import (
 // id (an e-mail, a member number) cannot be reversed by hashing candidates.
 // Safe for concurrent use.
 type Hasher struct {
-	pool sync.Pool
+	// ipad and opad are the key, padded to SHA-256's block, XORed with
+	// HMAC's inner and outer pads (RFC 2104).
+	ipad, opad [sha256.BlockSize]byte
 }
 
 // hashHexLen is the length of user_id_hash.
@@ -30,9 +29,17 @@ func NewHasher(secret []byte) *Hasher {
 		secret = make([]byte, 32)
 		_, _ = rand.Read(secret) // crypto/rand.Read never fails on Linux
 	}
-	key := append([]byte(nil), secret...)
+	var key [sha256.BlockSize]byte
+	if len(secret) > sha256.BlockSize {
+		sum := sha256.Sum256(secret)
+		copy(key[:], sum[:])
+	} else {
+		copy(key[:], secret)
+	}
 	h := &Hasher{}
-	h.pool.New = func() any { return hmac.New(sha256.New, key) }
+	for i, k := range key {
+		h.ipad[i], h.opad[i] = k^0x36, k^0x5c
+	}
 	return h
 }
 
@@ -41,13 +48,30 @@ func (h *Hasher) Hash(userID string) string {
 	if userID == "" {
 		return ""
 	}
-	m := h.pool.Get().(hash.Hash)
-	m.Reset()
-	m.Write([]byte(userID))
-	var sum [sha256.Size]byte
-	m.Sum(sum[:0])
-	h.pool.Put(m)
-	return hex.EncodeToString(sum[:hashHexLen/2])
+	return h.hash("", userID)
+}
+
+// hash is Hash of prefix+id, computed without building the string: two
+// SHA-256 sums over buffers on the stack (ids up to a few hundred bytes),
+// so that the result is the only allocation.
+func (h *Hasher) hash(prefix, id string) string {
+	var small [sha256.BlockSize + 256]byte
+	n := sha256.BlockSize + len(prefix) + len(id)
+	in := small[:0]
+	if n > len(small) {
+		in = make([]byte, 0, n)
+	}
+	in = append(in, h.ipad[:]...)
+	in = append(in, prefix...)
+	in = append(in, id...)
+	inner := sha256.Sum256(in)
+	var out [sha256.BlockSize + sha256.Size]byte
+	copy(out[:], h.opad[:])
+	copy(out[sha256.BlockSize:], inner[:])
+	sum := sha256.Sum256(out[:])
+	var hexed [hashHexLen]byte
+	hex.Encode(hexed[:], sum[:hashHexLen/2])
+	return string(hexed[:])
 }
 
 // Placeholders that Redact substitutes.

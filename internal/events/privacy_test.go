@@ -1,6 +1,10 @@
 package events
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"regexp"
 	"strings"
 	"testing"
@@ -108,3 +112,34 @@ func TestHasher(t *testing.T) {
 }
 
 const knownHash = "159378a13c2acfe21c20ebdf5d6d02cf"
+
+// The hash is HMAC-SHA256 as crypto/hmac computes it, whatever the key's
+// and the id's length: stored hashes must keep joining.
+func TestHashIsHMACSHA256(t *testing.T) {
+	for _, keyLen := range []int{1, 16, 63, 64, 65, 200} {
+		key := bytes.Repeat([]byte{byte(keyLen)}, keyLen)
+		h := NewHasher(key)
+		for _, idLen := range []int{1, 10, 55, 56, 64, 200, 256, 257, 1000} {
+			id := strings.Repeat("ü", idLen)[:idLen]
+			m := hmac.New(sha256.New, key)
+			m.Write([]byte("session\x00" + id))
+			want := hex.EncodeToString(m.Sum(nil))[:32]
+			if got := h.hash("session\x00", id); got != want {
+				t.Fatalf("key %d bytes, id %d bytes: %s, want %s", keyLen, idLen, got, want)
+			}
+			m.Reset()
+			m.Write([]byte(id))
+			if got, want := h.Hash(id), hex.EncodeToString(m.Sum(nil))[:32]; got != want {
+				t.Fatalf("Hash: key %d bytes, id %d bytes: %s, want %s", keyLen, idLen, got, want)
+			}
+		}
+	}
+}
+
+func BenchmarkHash(b *testing.B) {
+	h := NewHasher([]byte("a secret of at least sixteen bytes"))
+	b.ReportAllocs()
+	for b.Loop() {
+		h.hash("session\x00", "chatcmpl-80bb40c5197bac3c251b9d92")
+	}
+}

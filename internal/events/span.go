@@ -149,10 +149,10 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...StartOption) (c
 	s.ev.Artifact.ArtifactKind = KindInternal
 	s.ev.Outcome.Status = StatusOK
 
-	v, _ := ctx.Value(ctxKey{}).(ctxValue)
+	parent, remote := fromContext(ctx)
 	switch {
-	case v.span != nil:
-		p := v.span
+	case parent != nil:
+		p := parent
 		s.tc.TraceID = p.tc.TraceID
 		s.tc.Flags = p.tc.Flags
 		s.ev.ParentSpanID = p.ev.SpanID
@@ -164,17 +164,17 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...StartOption) (c
 		s.ev.Node.InvocationMode = p.ev.Node.InvocationMode
 		s.ev.Resource.CapabilityFlagsActive = p.ev.Resource.CapabilityFlagsActive
 		p.mu.Unlock()
-	case v.remote.IsValid():
-		s.tc.TraceID = v.remote.TraceID
-		s.tc.Flags = v.remote.Flags
-		s.ev.ParentSpanID = v.remote.SpanHex()
+	case remote.IsValid():
+		s.tc.TraceID = remote.TraceID
+		s.tc.Flags = remote.Flags
+		s.ev.ParentSpanID = remote.SpanHex()
 	default:
 		s.tc.TraceID = t.newTraceID()
 		s.tc.Flags = t.headFlags()
 	}
 	s.tc.SpanID = t.newSpanID()
-	if v.span != nil {
-		s.ev.TraceID = v.span.ev.TraceID // immutable once started: share the parent's string
+	if parent != nil {
+		s.ev.TraceID = parent.ev.TraceID // immutable once started: share the parent's string
 	} else {
 		s.ev.TraceID = s.tc.TraceHex()
 	}
@@ -189,18 +189,18 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...StartOption) (c
 	if s.start.IsZero() {
 		s.start = t.opts.Now()
 	}
-	return context.WithValue(ctx, ctxKey{}, ctxValue{span: s}), s
+	return context.WithValue(ctx, ctxKey{}, s), s
 }
 
 // StartChild opens a child of the span in ctx with that span's Tracer, for
 // code that is handed a context but not the Tracer. Without a local span in
 // ctx it returns ctx and a nil *Span, whose methods no-op.
 func StartChild(ctx context.Context, name string, opts ...StartOption) (context.Context, *Span) {
-	v, _ := ctx.Value(ctxKey{}).(ctxValue)
-	if v.span == nil {
+	parent := SpanFromContext(ctx)
+	if parent == nil {
 		return ctx, nil
 	}
-	return v.span.t.Start(ctx, name, opts...)
+	return parent.t.Start(ctx, name, opts...)
 }
 
 // Span is one unit of work of a turn. Its setters are safe for concurrent
@@ -258,7 +258,7 @@ func (s *Span) SetWorkflow(id string) {
 	if s == nil || id == "" {
 		return
 	}
-	h := s.t.opts.Hasher.Hash("workflow\x00" + id)
+	h := s.t.opts.Hasher.hash("workflow\x00", id)
 	s.set(func(e *Event) { e.WorkflowID = h })
 }
 
@@ -267,7 +267,7 @@ func (s *Span) SetSession(id string) {
 	if s == nil || id == "" {
 		return
 	}
-	h := s.t.opts.Hasher.Hash("session\x00" + id)
+	h := s.t.opts.Hasher.hash("session\x00", id)
 	s.set(func(e *Event) { e.SessionID = h })
 }
 
@@ -395,16 +395,21 @@ func (s *Span) End() {
 		return
 	}
 	s.ended = true
-	ev := s.ev
-	s.mu.Unlock()
-	ev.Sampled = s.tc.Flags&1 == 1
-	ev.TSStart = s.start.UTC()
-	ev.TSEnd = end.UTC()
-	ev.DurationMS = end.Sub(s.start).Milliseconds()
-	if ev.Name == "turn" && s.t.opts.HeadSampling {
-		ev.SampledOut = !TailSampled(&ev, s.t.opts.SlowTurn)
+	s.ev.Sampled = s.tc.Flags&1 == 1
+	s.ev.TSStart = s.start.UTC()
+	s.ev.TSEnd = end.UTC()
+	s.ev.DurationMS = end.Sub(s.start).Milliseconds()
+	if s.ev.Name == "turn" && s.t.opts.HeadSampling {
+		s.ev.SampledOut = !TailSampled(&s.ev, s.t.opts.SlowTurn)
 	}
-	if s.t.rec != nil {
-		s.t.rec.Emit(ev)
+	s.mu.Unlock()
+	switch r := s.t.rec.(type) {
+	case nil:
+	case *Emitter:
+		// Nothing writes the event of an ended span: the emitter may keep
+		// it as it is instead of a copy.
+		r.emit(&s.ev)
+	default:
+		r.Emit(s.ev)
 	}
 }

@@ -98,11 +98,20 @@ func lowerHexVal(c byte) (byte, bool) {
 
 type ctxKey struct{}
 
-// ctxValue is what the context carries: the current local span, or a remote
-// parent taken from an incoming traceparent.
-type ctxValue struct {
-	span   *Span
-	remote TraceContext
+// Under ctxKey the context carries the current local span, as a *Span
+// (stored as it is, so starting a span boxes nothing), or a remote parent
+// taken from an incoming traceparent, as a remoteParent.
+type remoteParent TraceContext
+
+// fromContext returns the local span in ctx, or else the remote parent.
+func fromContext(ctx context.Context) (*Span, TraceContext) {
+	switch v := ctx.Value(ctxKey{}).(type) {
+	case *Span:
+		return v, TraceContext{}
+	case remoteParent:
+		return nil, TraceContext(v)
+	}
+	return nil, TraceContext{}
 }
 
 // ContextWithRemote returns ctx carrying tc as the parent of the next span
@@ -112,30 +121,30 @@ func ContextWithRemote(ctx context.Context, tc TraceContext) context.Context {
 	if !tc.IsValid() {
 		return ctx
 	}
-	return context.WithValue(ctx, ctxKey{}, ctxValue{remote: tc})
+	return context.WithValue(ctx, ctxKey{}, remoteParent(tc))
 }
 
 // SpanFromContext returns the span started into ctx, or nil.
 func SpanFromContext(ctx context.Context) *Span {
-	v, _ := ctx.Value(ctxKey{}).(ctxValue)
-	return v.span
+	s, _ := ctx.Value(ctxKey{}).(*Span)
+	return s
 }
 
 // TraceContextFrom returns the trace context in ctx: the current span's, or
 // the remote parent's. It reports false when ctx carries neither.
 func TraceContextFrom(ctx context.Context) (TraceContext, bool) {
-	v, ok := ctx.Value(ctxKey{}).(ctxValue)
-	if !ok {
-		return TraceContext{}, false
+	span, remote := fromContext(ctx)
+	if span != nil {
+		return span.tc, true
 	}
-	if v.span != nil {
-		return v.span.tc, true
-	}
-	return v.remote, v.remote.IsValid()
+	return remote, remote.IsValid()
 }
 
 // TraceID returns the current trace id in ctx as 32 hex, or "".
 func TraceID(ctx context.Context) string {
+	if span, _ := fromContext(ctx); span != nil {
+		return span.ev.TraceID // set at Start, never changed
+	}
 	tc, ok := TraceContextFrom(ctx)
 	if !ok {
 		return ""

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -324,4 +325,44 @@ func BenchmarkDrillDown10M(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkWriteSmallBatches writes fresh turns in batches of n spans, as
+// the emitter hands them over at a live gateway's pace, and reports the
+// CPU cost per span: each Write is a transaction, so small batches pay its
+// commit per few spans. Run:
+// go test -run=^$ -bench=WriteSmallBatches -benchmem ./internal/eventstore
+func BenchmarkWriteSmallBatches(b *testing.B) {
+	for _, n := range []int{7, 70, 700} {
+		b.Run(fmt.Sprintf("spans=%d", n), func(b *testing.B) {
+			s := openTest(b, filepath.Join(b.TempDir(), "events.db"))
+			g := &synth{rng: rand.New(rand.NewPCG(1, 2)), start: t0, step: time.Millisecond, users: 5000}
+			ctx := context.Background()
+			var all []events.Event
+			for len(all) < n*(b.N+1) {
+				all = g.turn(all)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := cpuTime()
+			for i := 0; i < b.N; i++ {
+				if err := s.Write(ctx, all[i*n:(i+1)*n]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := s.sync(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N*n)/1e3, "cpu-µs/span")
+		})
+	}
+}
+
+// cpuTime is the CPU time the process used so far, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

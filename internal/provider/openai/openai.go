@@ -1,6 +1,10 @@
 // Package openai is the provider adapter for OpenAI and any server that
 // speaks the OpenAI Chat Completions API (vLLM, Ollama, LM Studio, another
-// fmgate's front door), through the official openai-go SDK.
+// fmgate's front door), through the official openai-go SDK's client: its
+// client.Post carries the base URL, the Bearer key, the headers and the
+// error statuses, while the request body and the streamed chunks are
+// written and read by hand (wire.go, scan.go) instead of through the SDK's
+// reflective types, which cost most of a streamed answer.
 //
 // Answers stream with stream_options.include_usage, so usage is the
 // server's own, from the final usage chunk; no tokenizer runs while the
@@ -18,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -27,8 +32,6 @@ import (
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/packages/ssestream"
-	"github.com/tidwall/gjson"
 
 	"github.com/fmgate/fmgate/internal/provider"
 )
@@ -43,6 +46,9 @@ const (
 	ResponseHeaderTimeout = 60 * time.Second
 	// MaxIdleConnsPerHost keeps this many keep-alive connections per server.
 	MaxIdleConnsPerHost = 256
+	// DrainWait bounds the wait for the end of a streamed body after its
+	// [DONE] event: reading it keeps the connection for the next call.
+	DrainWait = 100 * time.Millisecond
 )
 
 // Config configures one model tier served by an OpenAI-compatible server.
@@ -131,58 +137,40 @@ func NewHTTPClient() *http.Client {
 	}}
 }
 
-// params is the Chat Completions request for req.
-func (p *Provider) params(req *provider.Request) sdk.ChatCompletionNewParams {
-	msgs := make([]sdk.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1)
-	if req.System != "" {
-		msgs = append(msgs, sdk.SystemMessage(req.System))
-	}
-	for _, m := range req.Messages {
-		if m.Role == provider.RoleAssistant {
-			msgs = append(msgs, sdk.AssistantMessage(m.Content))
-		} else {
-			msgs = append(msgs, sdk.UserMessage(m.Content))
-		}
-	}
-	params := sdk.ChatCompletionNewParams{Model: p.cfg.ModelID, Messages: msgs}
-	if req.MaxTokens > 0 {
-		if p.maxCompletion {
-			params.MaxCompletionTokens = sdk.Int(int64(req.MaxTokens))
-		} else {
-			params.MaxTokens = sdk.Int(int64(req.MaxTokens))
-		}
-	}
-	if req.Temperature != nil {
-		params.Temperature = sdk.Float(*req.Temperature)
-	}
-	if len(req.StopSequences) > 0 {
-		params.Stop = sdk.ChatCompletionNewParamsStopUnion{OfStringArray: req.StopSequences}
-	}
-	return params
-}
-
 // Complete asks for the whole answer in one response.
 func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
 	resp := &provider.Response{ModelID: p.cfg.ModelID}
-	start := p.cfg.Now()
-	c, err := p.client.Chat.Completions.New(ctx, p.params(req), traced(ctx)...)
+	body, err := p.body(req, false)
 	if err != nil {
+		return resp, p.fail(provider.KindValidation, 0, "", err)
+	}
+	start := p.cfg.Now()
+	var raw []byte
+	if err := p.client.Post(ctx, chatPath, body, &raw, traced(ctx)...); err != nil {
 		if !refused(err) {
 			resp.Usage = p.estimate(req, "") // the server may have started
 		}
 		return resp, p.failure(ctx, err)
 	}
 	resp.TTFT = p.cfg.Now().Sub(start)
-	if c.Model != "" {
-		resp.ModelID = c.Model
+	c, err := decodeCompletion(raw)
+	if err != nil {
+		resp.Usage = p.estimate(req, "")
+		return resp, p.fail(provider.KindUnavailable, 0, "", err)
 	}
-	resp.Usage = usageOf(c.Usage)
-	if len(c.Choices) == 0 {
+	if c.model != "" {
+		resp.ModelID = c.model
+	}
+	if c.reported {
+		resp.Usage = c.usage
+	} else {
+		resp.Usage = p.estimate(req, c.text)
+	}
+	if !c.answered {
 		return resp, p.fail(provider.KindUnavailable, 0, "", errors.New("the answer has no choices"))
 	}
-	ch := c.Choices[0]
-	resp.Text = ch.Message.Content
-	return resp, p.finish(resp, ch.FinishReason)
+	resp.Text = c.text
+	return resp, p.finish(resp, c.finish)
 }
 
 // Stream streams the answer, delta by delta.
@@ -191,17 +179,29 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		emit = func(string) error { return nil }
 	}
 	resp := &provider.Response{ModelID: p.cfg.ModelID}
-	params := p.params(req)
-	params.StreamOptions = sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)}
+	body, err := p.body(req, true)
+	if err != nil {
+		return resp, p.fail(provider.KindValidation, 0, "", err)
+	}
 	start := p.cfg.Now()
-	s := p.client.Chat.Completions.NewStreaming(ctx, params, traced(ctx)...)
-	defer s.Close()
+	// callCtx lets the end of the body be waited for a bounded time only.
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var raw *http.Response
+	if err := p.client.Post(callCtx, chatPath, body, &raw, traced(ctx)...); err != nil {
+		if !refused(err) {
+			resp.Usage = p.estimate(req, "") // the server may have started
+		}
+		return resp, p.failure(ctx, err)
+	}
+	defer raw.Body.Close()
 
 	var (
 		text     strings.Builder
 		usage    provider.Usage
 		reported bool
 		finish   string
+		c        chunk
 	)
 	// settle fills the response with what arrived, or the estimate.
 	settle := func() {
@@ -212,41 +212,56 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 			resp.Usage = p.estimate(req, resp.Text)
 		}
 	}
-	for s.Next() {
-		ch := s.Current()
-		if ch.Model != "" {
-			resp.ModelID = ch.Model
+	events := newEventReader(raw.Body)
+	for {
+		data, err := events.next()
+		if err == io.EOF {
+			break
 		}
-		if ch.JSON.Usage.Valid() {
-			usage, reported = usageOf(ch.Usage), true
+		if err != nil {
+			settle()
+			return resp, p.failure(ctx, err)
 		}
-		for _, c := range ch.Choices {
-			if c.Index != 0 {
-				continue
+		if strings.HasPrefix(data, "[DONE]") {
+			// Read the body's end, so that its HTTP/1.1 connection is
+			// reused, waiting DrainWait at most for a server slow to end it.
+			t := time.AfterFunc(DrainWait, cancel)
+			_, _ = io.CopyN(io.Discard, raw.Body, 4096)
+			t.Stop()
+			break
+		}
+		if err := c.decode(data); err != nil {
+			settle()
+			if se := (*streamError)(nil); errors.As(err, &se) {
+				return resp, p.streamFailure(se)
 			}
-			if d := c.Delta.Content; d != "" {
-				if text.Len() == 0 {
-					resp.TTFT = p.cfg.Now().Sub(start)
-				}
-				text.WriteString(d)
-				if err := emit(d); err != nil {
-					settle()
-					return resp, err
-				}
+			return resp, p.fail(provider.KindUnavailable, 0, "", err)
+		}
+		if c.model != "" {
+			resp.ModelID = c.model
+		}
+		if c.reported {
+			usage, reported = c.usage, true
+		}
+		if c.finish != "" {
+			finish = c.finish
+		}
+		if d := c.content; d != "" {
+			if text.Len() == 0 {
+				resp.TTFT = p.cfg.Now().Sub(start)
 			}
-			if c.FinishReason != "" {
-				finish = c.FinishReason
+			text.WriteString(d)
+			if err := emit(d); err != nil {
+				settle()
+				return resp, err
 			}
 		}
 	}
 	settle()
-	if err := s.Err(); err != nil {
-		if refused(err) {
-			resp.Usage = provider.Usage{} // an error status: nothing was generated or billed
-		}
-		return resp, p.failure(ctx, err)
-	}
 	if finish == "" {
+		if ctx.Err() != nil {
+			return resp, p.failure(ctx, ctx.Err())
+		}
 		return resp, p.fail(provider.KindUnavailable, 0, "", errors.New("the stream ended before the answer did (connection dropped)"))
 	}
 	return resp, p.finish(resp, finish)
@@ -293,20 +308,6 @@ func (p *Provider) failure(ctx context.Context, err error) error {
 		}
 		return pe
 	}
-	var se *ssestream.StreamError
-	if errors.As(err, &se) {
-		// An error event mid-stream: {"error":{"message","type","code"}}.
-		e := gjson.GetBytes(se.Event.Data, "error")
-		code := e.Get("code").String()
-		if code == "" {
-			code = e.Get("type").String()
-		}
-		kind := kindOf(0, code)
-		if kind == provider.KindUnknown {
-			kind = provider.KindUnavailable
-		}
-		return p.fail(kind, 0, code, fmt.Errorf("error event mid-stream: %s", e.Get("message").String()))
-	}
 	if cerr := ctx.Err(); cerr != nil {
 		kind := provider.KindCanceled
 		if errors.Is(cerr, context.DeadlineExceeded) {
@@ -316,6 +317,20 @@ func (p *Provider) failure(ctx context.Context, err error) error {
 	}
 	// The connection failed: refused, reset or dropped mid-answer.
 	return p.fail(provider.KindUnavailable, 0, "", err)
+}
+
+// streamFailure normalises an error event the server sent mid-stream:
+// {"error":{"message","type","code"}}.
+func (p *Provider) streamFailure(se *streamError) error {
+	code := se.code
+	if code == "" {
+		code = se.typ
+	}
+	kind := kindOf(0, code)
+	if kind == provider.KindUnknown {
+		kind = provider.KindUnavailable
+	}
+	return p.fail(kind, 0, code, fmt.Errorf("error event mid-stream: %s", se.message))
 }
 
 // refused reports whether err is the server's error status, which bills
@@ -367,14 +382,6 @@ func RetryAfter(h http.Header, now time.Time) time.Duration {
 		return t.Sub(now)
 	}
 	return 0
-}
-
-func usageOf(u sdk.CompletionUsage) provider.Usage {
-	return provider.Usage{
-		InputTokens:       int(u.PromptTokens),
-		OutputTokens:      int(u.CompletionTokens),
-		CachedInputTokens: int(u.PromptTokensDetails.CachedTokens),
-	}
 }
 
 // roughEstimate is about four bytes per token, plus a few tokens per

@@ -2,10 +2,16 @@ package openai_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode"
@@ -287,5 +293,234 @@ func TestRetryAfter(t *testing.T) {
 		if got := openai.RetryAfter(tt.h, now); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// The request on the wire: the route under the base URL, the key as a
+// Bearer token and nothing else identifying, and every field of the call.
+func TestRequestOnTheWire(t *testing.T) {
+	type seen struct {
+		path, auth, org, project, contentType string
+		body                                  map[string]any
+	}
+	got := make(chan seen, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var s seen
+		s.path, s.auth = r.URL.Path, r.Header.Get("Authorization")
+		s.org, s.project = r.Header.Get("OpenAI-Organization"), r.Header.Get("OpenAI-Project")
+		s.contentType = r.Header.Get("Content-Type")
+		if err := json.NewDecoder(r.Body).Decode(&s.body); err != nil {
+			t.Errorf("request body: %v", err)
+		}
+		got <- s
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"model\":\"m-1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n"+
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	t.Setenv("OPENAI_ORG_ID", "org-from-env")
+	t.Setenv("OPENAI_PROJECT_ID", "proj-from-env")
+	p := newProvider(t, srv.URL+"/v1/")
+	temp := 0.25
+	req := request("Recommend a \"fantasy\" manga\n")
+	req.Temperature = &temp
+	req.StopSequences = []string{"END", "終"}
+	resp, err := p.Stream(context.Background(), req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-got
+	if s.path != "/v1/chat/completions" || s.auth != "Bearer sk-test" || s.org != "" || s.project != "" || s.contentType != "application/json" {
+		t.Errorf("path %q, Authorization %q, organization %q, project %q, content type %q", s.path, s.auth, s.org, s.project, s.contentType)
+	}
+	want := map[string]any{
+		"model": modelID,
+		"messages": []any{
+			map[string]any{"role": "system", "content": "You are the store assistant."},
+			map[string]any{"role": "user", "content": "hi"},
+			map[string]any{"role": "assistant", "content": "Hello!"},
+			map[string]any{"role": "user", "content": "Recommend a \"fantasy\" manga\n"},
+		},
+		"max_tokens":     400.0,
+		"temperature":    0.25,
+		"stop":           []any{"END", "終"},
+		"stream":         true,
+		"stream_options": map[string]any{"include_usage": true},
+	}
+	if !reflect.DeepEqual(s.body, want) {
+		t.Errorf("body %v\nwant %v", s.body, want)
+	}
+	if resp.Text != "ok" || resp.ModelID != "m-1" || resp.Usage != (provider.Usage{InputTokens: 7, OutputTokens: 1}) || resp.StopReason != "end_turn" {
+		t.Errorf("response %+v", resp)
+	}
+}
+
+// What a server may put in a stream, read as the Chat Completions wire says.
+func TestStreamWire(t *testing.T) {
+	const done = "data: [DONE]\n\n"
+	tests := []struct {
+		name      string
+		body      string
+		wantText  string
+		wantUsage provider.Usage
+		wantStop  string
+		wantKind  provider.Kind
+		wantCode  string
+	}{
+		{name: "CRLF, comments, event names and ids",
+			body: ": keep-alive\r\n\r\nevent: message\r\nid: 1\r\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\r\n\r\n" +
+				"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":1}}}\r\n\r\n" + done,
+			wantText: "ab", wantUsage: provider.Usage{InputTokens: 3, OutputTokens: 2, CachedInputTokens: 1}, wantStop: "max_tokens"},
+		{name: "escapes and a data field over two lines",
+			body: "data: {\"choices\":[{\"index\":0,\n" + "data: \"delta\":{\"content\":\"\\u3053\\u3093 \\\"x\\\"\\n\"},\"finish_reason\":\"stop\"}]}\n\n" +
+				"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":4}}\n\n" + done,
+			wantText: "こん \"x\"\n", wantUsage: provider.Usage{InputTokens: 1, OutputTokens: 4}, wantStop: "end_turn"},
+		{name: "other choices are not the answer",
+			body: "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"no\"}},{\"index\":0,\"delta\":{\"content\":\"yes\"},\"finish_reason\":\"stop\"}]}\n\n" +
+				"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\n" + done,
+			wantText: "yes", wantUsage: provider.Usage{InputTokens: 1, OutputTokens: 1}, wantStop: "end_turn"},
+		{name: "no usage chunk: the estimate",
+			body:     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"12345678\"},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n" + done,
+			wantText: "12345678", wantUsage: provider.Usage{InputTokens: 2, OutputTokens: 8, Estimated: true}, wantStop: "end_turn"},
+		{name: "an error event mid-stream",
+			body:     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"par\"}}]}\n\n" + "data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\",\"code\":\"rate_limit_exceeded\"}}\n\n",
+			wantText: "par", wantUsage: provider.Usage{InputTokens: 2, OutputTokens: 3, Estimated: true}, wantKind: provider.KindThrottled, wantCode: "rate_limit_exceeded"},
+		{name: "an error event with a type only",
+			body:      "data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\"}}\n\n",
+			wantUsage: provider.Usage{InputTokens: 2, Estimated: true}, wantKind: provider.KindUnavailable, wantCode: "server_error"},
+		{name: "a chunk that is not JSON",
+			body:     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n" + "data: {\"choices\":[\n\n",
+			wantText: "a", wantUsage: provider.Usage{InputTokens: 2, OutputTokens: 1, Estimated: true}, wantKind: provider.KindUnavailable},
+		{name: "cut before the finish",
+			body:     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"abcd\"}}]}\n\n" + "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ef\"}}]}",
+			wantText: "abcd", wantUsage: provider.Usage{InputTokens: 2, OutputTokens: 4, Estimated: true}, wantKind: provider.KindUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, tt.body)
+			}))
+			defer srv.Close()
+			p, err := openai.New(openai.Config{Name: "local", ModelID: modelID, BaseURL: srv.URL,
+				Estimate: func(_ *provider.Request, out string) provider.Usage {
+					return provider.Usage{InputTokens: 2, OutputTokens: len(out)}
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var deltas strings.Builder
+			resp, err := p.Stream(context.Background(), request("hi"), func(d string) error { deltas.WriteString(d); return nil })
+			if provider.KindOf(err) != tt.wantKind {
+				t.Fatalf("error %v, want kind %q", err, tt.wantKind)
+			}
+			if pe := (*provider.Error)(nil); errors.As(err, &pe) && pe.Code != tt.wantCode {
+				t.Errorf("code %q, want %q", pe.Code, tt.wantCode)
+			}
+			if resp.Text != tt.wantText || deltas.String() != tt.wantText {
+				t.Errorf("text %q, deltas %q; want %q", resp.Text, deltas.String(), tt.wantText)
+			}
+			if resp.Usage != tt.wantUsage {
+				t.Errorf("usage %+v, want %+v", resp.Usage, tt.wantUsage)
+			}
+			if err == nil && resp.StopReason != tt.wantStop {
+				t.Errorf("stop %q, want %q", resp.StopReason, tt.wantStop)
+			}
+		})
+	}
+}
+
+// An event over MaxEventBytes fails the call instead of growing without bound.
+func TestStreamEventBound(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"")
+		_, _ = io.WriteString(w, strings.Repeat("x", openai.MaxEventBytes+1))
+		_, _ = io.WriteString(w, "\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	_, err := newProvider(t, srv.URL).Stream(context.Background(), request("hi"), nil)
+	if provider.KindOf(err) != provider.KindUnavailable || !strings.Contains(err.Error(), "over") {
+		t.Fatalf("error %v, want an unavailable failure for the oversized event", err)
+	}
+}
+
+// Streams read to their end leave their connection to the next call.
+func TestStreamsReuseTheConnection(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 3 {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d \"}}]}\n\n", i)
+			w.(http.Flusher).Flush()
+		}
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"+
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n")
+		// The body's end (the last, empty chunk) comes on its own, after [DONE].
+		w.(http.Flusher).Flush()
+		time.Sleep(20 * time.Millisecond)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	p := newProvider(t, srv.URL)
+	for range 5 {
+		if resp, err := p.Stream(context.Background(), request("hi"), nil); err != nil || resp.Text != "t0 t1 t2 " {
+			t.Fatalf("text %q, error %v", resp.Text, err)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections for 5 sequential streams, want 1", n)
+	}
+}
+
+func TestCompleteOnTheWire(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		if _, ok := body["stream"]; ok || r.Header.Get("Authorization") != "Bearer sk-test" {
+			t.Errorf("a complete call sent stream=%v, Authorization %q", body["stream"], r.Header.Get("Authorization"))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c","model":"m-2","choices":[{"index":0,"message":{"role":"assistant","content":"\u3042 done"},"finish_reason":"length"}],"usage":{"prompt_tokens":9,"completion_tokens":2}}`)
+	}))
+	defer srv.Close()
+	resp, err := newProvider(t, srv.URL).Complete(context.Background(), request("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Text != "あ done" || resp.ModelID != "m-2" || resp.StopReason != "max_tokens" || resp.Usage != (provider.Usage{InputTokens: 9, OutputTokens: 2}) {
+		t.Fatalf("response %+v", resp)
+	}
+}
+
+// A server that never ends its body after [DONE] costs the call DrainWait,
+// not the rest of its deadline.
+func TestStreamDoesNotWaitForABodyThatNeverEnds(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n"+
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	start := time.Now()
+	resp, err := newProvider(t, srv.URL).Stream(context.Background(), request("hi"), nil)
+	if err != nil || resp.Text != "ok" {
+		t.Fatalf("text %q, error %v", resp.Text, err)
+	}
+	if took := time.Since(start); took > 10*openai.DrainWait {
+		t.Fatalf("the call took %v after its answer was complete", took)
 	}
 }

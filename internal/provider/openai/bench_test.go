@@ -1,0 +1,69 @@
+package openai_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/provider/openai"
+)
+
+// chunkedServer answers every call with the same stream of n
+// chat.completion.chunk events and a usage chunk, as a server at full speed
+// does: what is left is the adapter's, the SDK's and the wire's cost.
+func chunkedServer(b *testing.B, n int) string {
+	b.Helper()
+	var body strings.Builder
+	for i := range n {
+		delta := fmt.Sprintf(`{"content":"tok%d "}`, i)
+		if i == 0 {
+			delta = `{"role":"assistant","content":"tok0 "}`
+		}
+		finish := "null"
+		if i == n-1 {
+			finish = `"stop"`
+		}
+		fmt.Fprintf(&body, "data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":%s,\"finish_reason\":%s}]}\n\n", delta, finish)
+	}
+	fmt.Fprintf(&body, "data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-x\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n", n, n+5)
+	body.WriteString("data: [DONE]\n\n")
+	stream := body.String()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, stream)
+	}))
+	b.Cleanup(srv.Close)
+	return srv.URL + "/v1"
+}
+
+// BenchmarkStream is one streamed answer of 20 chunks plus the usage chunk
+// from a loopback server that costs almost nothing: the adapter's decoding
+// of the request and the stream, the SDK's request path and the wire.
+//
+//	go test -run '^$' -bench BenchmarkStream -benchmem ./internal/provider/openai
+func BenchmarkStream(b *testing.B) {
+	base := chunkedServer(b, 20)
+	p, err := openai.New(openai.Config{Name: "local", ModelID: "gpt-x", BaseURL: base, APIKey: "sk-test"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &provider.Request{Model: "local", System: "You are the store assistant.", MaxTokens: 400,
+		Messages: []provider.Message{{Role: provider.RoleUser, Content: "Which fantasy manga should I read next?"}}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := p.Stream(ctx, req, func(string) error { return nil })
+		if err != nil {
+			b.Fatal(err)
+		}
+		if resp.Usage.OutputTokens != 20 {
+			b.Fatalf("usage %+v", resp.Usage)
+		}
+	}
+}

@@ -1,0 +1,363 @@
+package openai
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/stream"
+)
+
+// The Chat Completions wire, written and read by hand: the request is
+// appended as bytes and the answers are read with gjson into the few fields
+// fmgate uses, instead of the SDK's reflective param and response types,
+// whose decoding was most of a streamed answer's cost. The calls still go
+// through the SDK's client (base URL, auth, headers, error statuses).
+
+// chatPath is the Chat Completions endpoint, relative to the base URL.
+const chatPath = "chat/completions"
+
+// MaxEventBytes bounds one server-sent event of a streamed answer; a
+// longer one fails the call as unavailable.
+const MaxEventBytes = 4 << 20
+
+// body is the Chat Completions request for req: the system prompt, the
+// conversation, the limits and stops; with stream, the usage chunk asked
+// for.
+func (p *Provider) body(req *provider.Request, stream bool) ([]byte, error) {
+	size := 160 + len(p.cfg.ModelID) + len(req.System)
+	for _, m := range req.Messages {
+		size += 32 + len(m.Content)
+	}
+	for _, s := range req.StopSequences {
+		size += 4 + len(s)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"model":`...)
+	b = appendString(b, p.cfg.ModelID)
+	b = append(b, `,"messages":[`...)
+	first := true
+	message := func(role, content string) {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(b, `{"role":"`...)
+		b = append(b, role...)
+		b = append(b, `","content":`...)
+		b = appendString(b, content)
+		b = append(b, '}')
+	}
+	if req.System != "" {
+		message("system", req.System)
+	}
+	for _, m := range req.Messages {
+		if m.Role == provider.RoleAssistant {
+			message("assistant", m.Content)
+		} else {
+			message("user", m.Content)
+		}
+	}
+	b = append(b, ']')
+	if req.MaxTokens > 0 {
+		if p.maxCompletion {
+			b = append(b, `,"max_completion_tokens":`...)
+		} else {
+			b = append(b, `,"max_tokens":`...)
+		}
+		b = strconv.AppendInt(b, int64(req.MaxTokens), 10)
+	}
+	if req.Temperature != nil {
+		t := *req.Temperature
+		if math.IsNaN(t) || math.IsInf(t, 0) {
+			return nil, fmt.Errorf("openai: temperature %v is not a number", t)
+		}
+		b = append(b, `,"temperature":`...)
+		b = strconv.AppendFloat(b, t, 'g', -1, 64)
+	}
+	if len(req.StopSequences) > 0 {
+		b = append(b, `,"stop":[`...)
+		for i, s := range req.StopSequences {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, s)
+		}
+		b = append(b, ']')
+	}
+	if stream {
+		b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
+	}
+	return append(b, '}'), nil
+}
+
+func appendString(b []byte, s string) []byte { return stream.AppendJSONString(b, s) }
+
+// eventReader reads the data of server-sent events: data lines joined by
+// newlines, dispatched at a blank line; event names, ids and comments are
+// skipped. An event cut by the end of the body is dropped, as the SSE
+// specification says.
+type eventReader struct {
+	r    *bufio.Reader
+	data []byte
+}
+
+func newEventReader(r io.Reader) *eventReader {
+	return &eventReader{r: bufio.NewReaderSize(r, 4096)}
+}
+
+// next returns the next event's data, or io.EOF at the end of the body.
+func (e *eventReader) next() (string, error) {
+	e.data = e.data[:0]
+	has := false
+	for {
+		line, err := e.line()
+		if err != nil {
+			return "", err
+		}
+		if len(line) == 0 {
+			if has {
+				return string(e.data), nil
+			}
+			continue
+		}
+		name, value, _ := bytes.Cut(line, []byte(":"))
+		if string(name) != "data" {
+			continue // event:, id:, retry:, or a ":" comment
+		}
+		if len(value) > 0 && value[0] == ' ' {
+			value = value[1:]
+		}
+		if has {
+			e.data = append(e.data, '\n')
+		}
+		if len(e.data)+len(value) > MaxEventBytes {
+			return "", fmt.Errorf("an event of the stream is over %d bytes", MaxEventBytes)
+		}
+		e.data = append(e.data, value...)
+		has = true
+	}
+}
+
+// line returns the next line without its end (\n or \r\n), valid
+// until the next call. A line longer than the buffer is gathered, within
+// MaxEventBytes.
+func (e *eventReader) line() ([]byte, error) {
+	line, err := e.r.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		long := append([]byte(nil), line...)
+		for err == bufio.ErrBufferFull {
+			if len(long) > MaxEventBytes {
+				return nil, fmt.Errorf("an event of the stream is over %d bytes", MaxEventBytes)
+			}
+			line, err = e.r.ReadSlice('\n')
+			long = append(long, line...)
+		}
+		line = long
+	}
+	if err != nil && (err != io.EOF || len(line) == 0) {
+		return line, err
+	}
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	return bytes.TrimSuffix(line, []byte("\r")), nil
+}
+
+// chunk is what fmgate reads of one chat.completion.chunk: the first
+// choice's delta and finish reason, the model and the usage.
+type chunk struct {
+	model    string
+	content  string
+	finish   string
+	usage    provider.Usage
+	reported bool // usage was in this chunk
+}
+
+// streamError is an error event a server sent instead of a chunk.
+type streamError struct{ message, typ, code string }
+
+func (e *streamError) Error() string { return "error event mid-stream: " + e.message }
+
+// decode reads data into c; an error event is a *streamError.
+func (c *chunk) decode(data string) error {
+	*c = chunk{}
+	p := scanner{s: data}
+	var failed *streamError
+	answered := false
+	err := p.object(func(key string) (err error) {
+		switch key {
+		case "model":
+			c.model, err = p.text()
+		case "choices":
+			err = p.array(func() error {
+				var ch choice
+				if err := ch.read(&p, "delta"); err != nil {
+					return err
+				}
+				if ch.index == 0 && !answered { // fmgate asks for one choice
+					c.content, c.finish, answered = ch.content, ch.finish, true
+				}
+				return nil
+			})
+		case "usage":
+			c.usage, c.reported, err = readUsage(&p)
+		case "error":
+			failed, err = readError(&p)
+		default:
+			err = p.skip()
+		}
+		return err
+	})
+	if err == nil {
+		err = p.end()
+	}
+	if err != nil {
+		return errMalformed
+	}
+	if failed != nil {
+		return failed
+	}
+	return nil
+}
+
+var errMalformed = errors.New("a chunk of the stream is not JSON")
+
+// choice is one entry of "choices": its text is under "delta" in a chunk,
+// under "message" in a whole answer.
+type choice struct {
+	index           int64
+	content, finish string
+}
+
+func (ch *choice) read(p *scanner, textKey string) error {
+	return p.object(func(key string) (err error) {
+		switch key {
+		case "index":
+			ch.index, err = p.int()
+		case "finish_reason":
+			ch.finish, err = p.text()
+		case textKey:
+			if p.null() {
+				return nil
+			}
+			err = p.object(func(key string) (err error) {
+				if key == "content" {
+					ch.content, err = p.text()
+					return err
+				}
+				return p.skip()
+			})
+		default:
+			err = p.skip()
+		}
+		return err
+	})
+}
+
+// completion is what fmgate reads of a chat.completion.
+type completion struct {
+	model, text, finish string
+	usage               provider.Usage
+	reported, answered  bool
+}
+
+func decodeCompletion(raw []byte) (completion, error) {
+	var c completion
+	p := scanner{s: string(raw)}
+	err := p.object(func(key string) (err error) {
+		switch key {
+		case "model":
+			c.model, err = p.text()
+		case "choices":
+			err = p.array(func() error {
+				var ch choice
+				if err := ch.read(&p, "message"); err != nil {
+					return err
+				}
+				if ch.index == 0 && !c.answered {
+					c.text, c.finish, c.answered = ch.content, ch.finish, true
+				}
+				return nil
+			})
+		case "usage":
+			c.usage, c.reported, err = readUsage(&p)
+		default:
+			err = p.skip()
+		}
+		return err
+	})
+	if err == nil {
+		err = p.end()
+	}
+	if err != nil {
+		return completion{}, errors.New("the answer is not JSON")
+	}
+	return c, nil
+}
+
+// readUsage reads a usage object; ok is false for null.
+func readUsage(p *scanner) (u provider.Usage, ok bool, err error) {
+	if p.null() {
+		return u, false, nil
+	}
+	err = p.object(func(key string) error {
+		var n int64
+		var err error
+		switch key {
+		case "prompt_tokens":
+			n, err = p.int()
+			u.InputTokens = int(n)
+		case "completion_tokens":
+			n, err = p.int()
+			u.OutputTokens = int(n)
+		case "prompt_tokens_details":
+			if p.null() {
+				return nil
+			}
+			err = p.object(func(key string) error {
+				if key != "cached_tokens" {
+					return p.skip()
+				}
+				n, err := p.int()
+				u.CachedInputTokens = int(n)
+				return err
+			})
+		default:
+			err = p.skip()
+		}
+		return err
+	})
+	return u, err == nil, err
+}
+
+// readError reads an "error" member: nil for null; an object's message,
+// type and code; anything else as the message.
+func readError(p *scanner) (*streamError, error) {
+	if p.null() {
+		return nil, nil
+	}
+	e := &streamError{}
+	if p.peek() != '{' {
+		var err error
+		e.message, err = p.text()
+		return e, err
+	}
+	err := p.object(func(key string) (err error) {
+		switch key {
+		case "message":
+			e.message, err = p.text()
+		case "type":
+			e.typ, err = p.text()
+		case "code":
+			e.code, err = p.text()
+		default:
+			err = p.skip()
+		}
+		return err
+	})
+	return e, err
+}
