@@ -157,7 +157,15 @@ func (g *group) send(units []*unit) {
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(units[0].ctx), deadline)
 	defer cancel()
-	g.b.send(ctx, g.b.takeLater(), cmds)
+	l, sent, err := g.b.takeLater(ctx)
+	if err != nil {
+		for _, c := range cmds {
+			c.SetErr(err)
+		}
+	} else {
+		g.b.send(ctx, l, cmds)
+		sent()
+	}
 	for _, u := range units {
 		close(u.sent)
 	}

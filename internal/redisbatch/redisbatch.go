@@ -48,6 +48,10 @@ type Batch struct {
 	mu     sync.Mutex
 	later  []*laterCmd
 	closed bool
+	// flushing is closed when the queued writes on their way now have
+	// been answered; nil when none are. The batch's other commands wait
+	// for it, so that none overtakes a write queued before it.
+	flushing chan struct{}
 }
 
 // New returns a batch sending on c; Flush and pipelines without a caller's
@@ -112,13 +116,37 @@ func (b *Batch) queue(l *laterCmd) bool {
 	return true
 }
 
-// takeLater removes and returns the queued writes.
-func (b *Batch) takeLater() []*laterCmd {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	l := b.later
-	b.later = nil
-	return l
+// takeLater waits until no queued write of the batch is on its way, then
+// removes and returns the queued writes. When it returns some, the caller
+// sends them ahead of its own commands and calls sent once they were
+// answered. It fails only when ctx ends while it waits.
+func (b *Batch) takeLater(ctx context.Context) (l []*laterCmd, sent func(), err error) {
+	for {
+		b.mu.Lock()
+		if w := b.flushing; w != nil {
+			b.mu.Unlock()
+			select {
+			case <-w:
+				continue
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		}
+		l, b.later = b.later, nil
+		if len(l) == 0 {
+			b.mu.Unlock()
+			return nil, func() {}, nil
+		}
+		w := make(chan struct{})
+		b.flushing = w
+		b.mu.Unlock()
+		return l, func() {
+			b.mu.Lock()
+			b.flushing = nil
+			b.mu.Unlock()
+			close(w)
+		}, nil
+	}
 }
 
 // Pending is how many writes are queued.
@@ -131,11 +159,14 @@ func (b *Batch) Pending() int {
 // Flush sends the queued writes now, in one round trip, and waits for
 // them (at most the batch's timeout). Nothing is sent when none is queued.
 func (b *Batch) Flush(ctx context.Context) {
-	if l := b.takeLater(); len(l) > 0 {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
-		defer cancel()
-		b.send(ctx, l, nil)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
+	defer cancel()
+	l, sent, err := b.takeLater(ctx)
+	if err != nil || len(l) == 0 {
+		return
 	}
+	defer sent()
+	b.send(ctx, l, nil)
 }
 
 // Close flushes the queued writes and closes the batch: Later on its
@@ -194,7 +225,13 @@ func (hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return g.do(ctx, []redis.Cmder{cmd})
 		}
 		if b := From(ctx); b != nil {
-			if l := b.takeLater(); len(l) > 0 {
+			l, sent, err := b.takeLater(ctx)
+			if err != nil {
+				cmd.SetErr(err)
+				return err
+			}
+			if len(l) > 0 {
+				defer sent()
 				b.send(ctx, l, []redis.Cmder{cmd})
 				return cmd.Err()
 			}
@@ -212,7 +249,15 @@ func (hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPip
 			return g.do(ctx, cmds)
 		}
 		if b := From(ctx); b != nil {
-			if l := b.takeLater(); len(l) > 0 {
+			l, sent, err := b.takeLater(ctx)
+			if err != nil {
+				for _, c := range cmds {
+					c.SetErr(err)
+				}
+				return err
+			}
+			if len(l) > 0 {
+				defer sent()
 				b.send(ctx, l, cmds)
 				return firstErr(cmds)
 			}
