@@ -1,0 +1,53 @@
+// Package providertest holds the checks every provider adapter's tests run
+// against the simulator's wire server.
+package providertest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/simserver"
+)
+
+// SendsTheAttemptsTraceparent checks that every call of p, streamed or not,
+// carries the model attempt's traceparent (its span id, its trace's sampled
+// flag) to the vendor's endpoint, as rec saw it, and that a call made
+// outside a span carries none.
+func SendsTheAttemptsTraceparent(t *testing.T, p provider.Provider, rec *simserver.Recorder, req *provider.Request) {
+	t.Helper()
+	tr := events.NewTracer(nil, events.TracerOptions{})
+	call := func(ctx context.Context, streamed bool) string {
+		t.Helper()
+		var err error
+		if streamed {
+			_, err = p.Stream(ctx, req, func(string) error { return nil })
+		} else {
+			_, err = p.Complete(ctx, req)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := rec.Last()
+		if len(got) == 0 {
+			t.Fatal("the wire server recorded no request")
+		}
+		return got[len(got)-1].Traceparent
+	}
+	for _, flags := range []byte{1, 0} {
+		for _, streamed := range []bool{true, false} {
+			ctx := events.ContextWithRemote(context.Background(),
+				events.TraceContext{TraceID: [16]byte{0xab, 1}, SpanID: [8]byte{0xcd, 2}, Flags: flags})
+			ctx, _ = tr.Start(ctx, "turn")
+			ctx, attempt := tr.Start(ctx, "model_attempt")
+			want := events.FormatTraceparent(attempt.Context())
+			if got := call(ctx, streamed); got != want {
+				t.Errorf("flags %02x streamed %v: upstream got traceparent %q, want the attempt's %q", flags, streamed, got, want)
+			}
+		}
+	}
+	if got := call(context.Background(), true); got != "" {
+		t.Errorf("a call outside any span sent traceparent %q", got)
+	}
+}
