@@ -149,6 +149,37 @@ func (b *Batch) takeLater(ctx context.Context) (l []*laterCmd, sent func(), err 
 	}
 }
 
+// AfterQueued runs fn once the writes queued so far on the batch ctx
+// carries have been sent and answered (or failed), and reports true. It
+// reports false, doing nothing, when ctx carries no batch or nothing is
+// queued or on its way: the caller then runs fn itself. A caller that
+// wakes others after a queued write (a released quota hold wakes the
+// queue) uses it so they do not look before the write landed.
+func AfterQueued(ctx context.Context, fn func()) bool {
+	b := From(ctx)
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := len(b.later); n > 0 {
+		l := b.later[n-1]
+		prev := l.done
+		l.done = func(c *redis.Cmd) {
+			if prev != nil {
+				prev(c)
+			}
+			fn()
+		}
+		return true
+	}
+	if w := b.flushing; w != nil {
+		go func() { <-w; fn() }()
+		return true
+	}
+	return false
+}
+
 // Pending is how many writes are queued.
 func (b *Batch) Pending() int {
 	b.mu.Lock()

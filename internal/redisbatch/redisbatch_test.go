@@ -244,3 +244,39 @@ func TestLaterTellsArgsHowLongTheCallWaited(t *testing.T) {
 		t.Fatalf("age %v, want the 30ms the call waited", age)
 	}
 }
+
+// A waiter woken after a queued write must find it in Redis: AfterQueued
+// runs its function only once the write was answered.
+func TestAfterQueuedRunsOnceTheWriteLanded(t *testing.T) {
+	c, p, _ := client(t)
+	b := redisbatch.New(c, 0, nil)
+	ctx := redisbatch.With(context.Background(), b)
+	if redisbatch.AfterQueued(ctx, func() {}) {
+		t.Fatal("AfterQueued took a function with nothing queued")
+	}
+	if redisbatch.AfterQueued(context.Background(), func() {}) {
+		t.Fatal("AfterQueued took a function without a batch")
+	}
+	redisbatch.Later(ctx, incrBy, []string{p + "n"}, ten, nil)
+	seen := make(chan int64, 1)
+	if !redisbatch.AfterQueued(ctx, func() {
+		v, _ := c.Get(context.Background(), p+"n").Int64()
+		seen <- v
+	}) {
+		t.Fatal("AfterQueued did not wait for the queued write")
+	}
+	select {
+	case v := <-seen:
+		t.Fatalf("ran before the write was sent (saw %d)", v)
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.Flush(ctx)
+	select {
+	case v := <-seen:
+		if v != 10 {
+			t.Fatalf("woken after the write, Redis held %d, want 10", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not run within 5s of the flush")
+	}
+}

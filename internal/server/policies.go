@@ -16,6 +16,7 @@ import (
 	"github.com/fmgate/fmgate/internal/queue"
 	"github.com/fmgate/fmgate/internal/quota"
 	"github.com/fmgate/fmgate/internal/ratelimit"
+	"github.com/fmgate/fmgate/internal/redisbatch"
 	"github.com/fmgate/fmgate/internal/redishealth"
 	"github.com/fmgate/fmgate/internal/retry"
 	"github.com/fmgate/fmgate/internal/stream"
@@ -208,14 +209,23 @@ func (l lease) Settle(ctx context.Context, u provider.Usage) {
 	if l.res != nil {
 		_ = l.res.Settle(context.WithoutCancel(ctx), u.InputTokens+u.OutputTokens)
 	}
-	l.q.Notify()
+	l.notify(ctx)
 }
 
 func (l lease) Release(ctx context.Context) {
 	if l.res != nil {
 		_ = l.res.Release(context.WithoutCancel(ctx))
 	}
-	l.q.Notify()
+	l.notify(ctx)
+}
+
+// notify wakes the turns waiting for quota once the settlement reached the
+// ledger: in fleet mode it rides the turn's Redis batch, and a turn woken
+// before it landed would find the hold still there and wait on.
+func (l lease) notify(ctx context.Context) {
+	if !redisbatch.AfterQueued(ctx, l.q.Notify) {
+		l.q.Notify()
+	}
 }
 
 // invoker is step 7: the retry loop, with the model's breaker consulted on
