@@ -4,12 +4,32 @@ package providertest
 
 import (
 	"context"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/simserver"
 )
+
+// RecordingSim serves a simulator with one model (tier, modelID) at zero
+// latency on the vendors' wire protocols, recording what each request
+// carried. It returns the server's URL and the recorder.
+func RecordingSim(t *testing.T, tier, modelID string) (string, *simserver.Recorder) {
+	t.Helper()
+	s, err := sim.New(sim.Config{Models: map[string]sim.Settings{tier: {ModelID: modelID}}}, sim.Options{
+		Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := simserver.NewRecorder(0)
+	srv := httptest.NewServer(rec.Wrap(simserver.Handler(s)))
+	t.Cleanup(srv.Close)
+	return srv.URL, rec
+}
 
 // SendsTheAttemptsTraceparent checks that every call of p, streamed or not,
 // carries the model attempt's traceparent (its span id, its trace's sampled
