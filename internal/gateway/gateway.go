@@ -47,7 +47,11 @@ type Gateway struct {
 	batcher  Batcher
 
 	draining atomic.Bool
-	inflight sync.WaitGroup
+	// drained is cancelled when Drain starts: turns still waiting for quota
+	// end then (untilDrain) instead of when the drain times out.
+	drained    context.Context
+	startDrain context.CancelFunc
+	inflight   sync.WaitGroup
 	// turnsMu orders enter against Drain so no turn slips in after the wait.
 	turnsMu sync.RWMutex
 
@@ -128,6 +132,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		batches:   newBatchJobs(cfg.Batch),
 		throttle:  d.OnThrottle,
 	}
+	g.drained, g.startDrain = context.WithCancel(context.Background())
 	if g.throttle == nil {
 		g.throttle = func(string) {}
 	}
@@ -182,8 +187,7 @@ func (g *Gateway) enter() (func(), error) {
 	g.turnsMu.RLock()
 	defer g.turnsMu.RUnlock()
 	if g.draining.Load() {
-		return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown,
-			Message: "The assistant is restarting. Please reconnect in a few seconds.", RetryAfter: 5 * time.Second}
+		return nil, shuttingDown(nil)
 	}
 	g.inflight.Add(1)
 	return g.inflight.Done, nil
@@ -194,6 +198,7 @@ func (g *Gateway) Drain(ctx context.Context) error {
 	g.turnsMu.Lock()
 	g.draining.Store(true)
 	g.turnsMu.Unlock()
+	g.startDrain()
 	g.stopBatches() // batch work is resubmitted, not waited for
 
 	done := make(chan struct{})
@@ -204,6 +209,26 @@ func (g *Gateway) Drain(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// shuttingDown is the refusal of a turn this instance will not serve because
+// it is draining; the client (or its load balancer) retries elsewhere.
+func shuttingDown(err error) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown,
+		Message: "The assistant is restarting. Please reconnect in a few seconds.", RetryAfter: 5 * time.Second, Err: err}
+}
+
+// errDraining is the cause of a wait ended by the start of a drain.
+var errDraining = errors.New("gateway: draining")
+
+// untilDrain is ctx, also cancelled (with errDraining) when the gateway
+// starts draining. A turn waiting in the quota queue has sent nothing
+// upstream, so it ends at once with shutting_down, which the client can
+// retry on another instance, rather than being cut when the drain times out.
+func (g *Gateway) untilDrain(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(g.drained, func() { cancel(errDraining) })
+	return ctx, func() { stop(); cancel(nil) }
 }
 
 // Ready reports whether the gateway accepts new turns.
@@ -289,6 +314,13 @@ var (
 func isRefusal(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Status == http.StatusTooManyRequests
+}
+
+// isShuttingDown reports whether err refuses the turn because the instance
+// is draining: another instance answers it better than a fallback tier.
+func isShuttingDown(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == CodeShuttingDown
 }
 
 // cost prices usage with the model's price table (one definition, in budget).

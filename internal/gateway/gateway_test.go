@@ -485,3 +485,76 @@ func TestLogsNameTheRequestByItsHash(t *testing.T) {
 		t.Fatalf("logs = %s; want the request id hashed as %s", logs.String(), turn.RequestHash)
 	}
 }
+
+// queueReserver holds every turn as a saturated quota queue would, until
+// its context ends (or the test does).
+type queueReserver struct{ waiting, release chan struct{} }
+
+func (r queueReserver) Reserve(ctx context.Context, _ *Turn, _ string) (Lease, error) {
+	r.waiting <- struct{}{}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-r.release:
+		return nil, errors.New("test over")
+	}
+}
+
+func TestDrainEndsTurnsWaitingForQuota(t *testing.T) {
+	cfg := config.Default()
+	waiting := make(chan struct{}, 2)
+	p := &scriptProvider{answer: "never sent"}
+	release := make(chan struct{})
+	g, err := New(cfg, Deps{Providers: both(p), Reserver: queueReserver{waiting: waiting, release: release}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler("admin-secret", nil))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // runs first: lets srv.Close return
+
+	c := dial(t, srv)
+	send(t, c, map[string]string{"action": "sendMessage", "requestId": "ws", "sessionId": "s", "message": "hello"})
+	jsonDone := make(chan *http.Response, 1)
+	go func() {
+		resp, err := http.Post(srv.URL+"/v1/chat", "application/json", strings.NewReader(`{"sessionId":"s2","message":"hello"}`))
+		if err != nil {
+			t.Error(err)
+		}
+		jsonDone <- resp
+	}()
+	for range 2 {
+		select {
+		case <-waiting:
+		case <-time.After(10 * time.Second):
+			t.Fatal("turns never reached the quota step")
+		}
+	}
+
+	// The drain would wait its whole timeout for the queued turns; they end at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := g.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v after %s", err, time.Since(start))
+	}
+	_, chunks, last := readAnswer(t, c)
+	if len(chunks) != 0 || last.Type != "error" || last.Code != CodeShuttingDown || last.RetryAfterSeconds <= 0 {
+		t.Fatalf("queued WebSocket turn ended with %d chunks and %+v, want a retryable shutting_down error", len(chunks), last)
+	}
+	resp := <-jsonDone
+	if resp == nil {
+		return
+	}
+	var eb errorBody
+	json.NewDecoder(resp.Body).Decode(&eb)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || eb.Error.Code != CodeShuttingDown || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("queued JSON turn: %d %+v (Retry-After %q), want 503 shutting_down", resp.StatusCode, eb, resp.Header.Get("Retry-After"))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.calls != 0 {
+		t.Fatalf("the provider was called %d times for turns that never left the queue", p.calls)
+	}
+}

@@ -173,12 +173,17 @@ func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out 
 		}
 		var lease Lease
 		err := g.step(ctx, "quota", func(ctx context.Context) (err error) {
+			ctx, stop := g.untilDrain(ctx)
+			defer stop()
 			lease, err = g.reserve.Reserve(ctx, t, model)
+			if err != nil && context.Cause(ctx) == errDraining {
+				err = shuttingDown(err)
+			}
 			return err
 		})
 		if err != nil {
 			last = err
-			if isRefusal(err) && t.Priority != P0 {
+			if isRefusal(err) && t.Priority != P0 || isShuttingDown(err) {
 				return nil, err // queued classes get the refusal, not a degraded answer
 			}
 			continue
@@ -281,7 +286,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 
 // fallBack asks the cascade below the model tiers and writes its answer.
 func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output) (*Result, error) {
-	if isRefusal(cause) && t.Priority != P0 {
+	if isRefusal(cause) && t.Priority != P0 || isShuttingDown(cause) {
 		return nil, cause
 	}
 	if errors.Is(cause, context.Canceled) && ctx.Err() != nil {
