@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/jobstore"
 )
 
 // Batch jobs run many messages through the same pipeline at priority P3, so
@@ -17,6 +19,22 @@ import (
 // in all; a job belongs to its caller, and is dropped ResultTTL after it
 // ends. On drain, batch work stops at once: items not answered yet are
 // marked canceled, and the caller submits them again.
+//
+// The instance that accepts a job runs it and saves its state to the job
+// store (JobStore) as it goes: at most every jobSaveEvery while items end,
+// at least every jobHeartbeat while it runs, and when it ends. Any instance
+// answers the job's status from the store, and a job whose state stopped
+// being saved while it ran (its instance was killed) is shown canceled.
+
+const (
+	jobSaveEvery = time.Second
+	jobHeartbeat = 5 * time.Second
+	// jobStale is how long a running job's state may go unsaved before
+	// readers take its instance for dead.
+	jobStale = 3 * jobHeartbeat
+	// jobStoreTimeout bounds one save or load.
+	jobStoreTimeout = 2 * time.Second
+)
 
 const batchWorkers = 4
 
@@ -43,8 +61,11 @@ type batchJob struct {
 	Failed    int           `json:"failed"`
 	Canceled  int           `json:"canceled"`
 	Created   time.Time     `json:"createdAt"`
+	Updated   time.Time     `json:"updatedAt"`
 	Finished  *time.Time    `json:"finishedAt,omitempty"`
 	Results   []batchResult `json:"results"`
+
+	dirty bool // changed since the last save
 }
 
 type batchResult struct {
@@ -63,20 +84,81 @@ func (j *batchJob) finished() *time.Time {
 	return j.Finished
 }
 
-// batchJobs holds the jobs, and the context their turns run under, which
-// Drain cancels.
+// batchJobs holds the jobs this instance runs, the store their state is
+// saved to, and the context their turns run under, which Drain cancels.
 type batchJobs struct {
-	cfg    config.Batch
-	ctx    context.Context
-	cancel context.CancelFunc
+	cfg     config.Batch
+	store   JobStore
+	now     func() time.Time
+	ctx     context.Context
+	cancel  context.CancelFunc
+	running sync.WaitGroup // runBatch, until its job's last save
 
 	mu   sync.Mutex
 	jobs map[string]*batchJob
 }
 
-func newBatchJobs(cfg config.Batch) *batchJobs {
+func newBatchJobs(cfg config.Batch, store JobStore, now func() time.Time) *batchJobs {
+	if now == nil {
+		now = time.Now
+	}
+	if store == nil {
+		store = jobstore.NewMemory(cfg.MaxJobs, now)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &batchJobs{cfg: cfg, ctx: ctx, cancel: cancel, jobs: make(map[string]*batchJob)}
+	return &batchJobs{cfg: cfg, store: store, now: now, ctx: ctx, cancel: cancel, jobs: make(map[string]*batchJob)}
+}
+
+// save writes j's state to the store, to be kept ResultTTL after it ends
+// (and, while it runs, until readers would take it for dead anyway).
+func (b *batchJobs) save(j *batchJob) error {
+	j.mu.Lock()
+	j.Updated = b.now().UTC()
+	j.dirty = false
+	ttl := b.cfg.ResultTTL + jobStale
+	if j.Finished != nil {
+		ttl = b.cfg.ResultTTL
+	}
+	state, err := json.Marshal(j)
+	j.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("batch: encoding job %s: %w", j.ID, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), jobStoreTimeout)
+	defer cancel()
+	return b.store.Put(ctx, j.ID, j.owner, state, ttl)
+}
+
+// load reads owner's job id from the store: a job another instance runs,
+// or ran before it restarted.
+func (b *batchJobs) load(ctx context.Context, id, owner string) (*batchJob, error) {
+	ctx, cancel := context.WithTimeout(ctx, jobStoreTimeout)
+	defer cancel()
+	state, ok, err := b.store.Get(ctx, id, owner)
+	if err != nil || !ok {
+		return nil, err
+	}
+	j := &batchJob{owner: owner}
+	if err := json.Unmarshal(state, j); err != nil {
+		return nil, fmt.Errorf("batch: decoding job %s: %w", id, err)
+	}
+	if j.Finished == nil && b.now().Sub(j.Updated) > jobStale {
+		j.interrupted()
+	}
+	return j, nil
+}
+
+// interrupted marks a job whose instance stopped saving it while it ran:
+// its unanswered items will not be answered.
+func (j *batchJob) interrupted() {
+	for i := range j.Results {
+		if r := &j.Results[i]; r.Status == "pending" {
+			*r = batchResult{Index: i, Status: "canceled", Error: &errorJSON{Code: CodeShuttingDown,
+				Message: "The gateway instance running this job stopped before this message was answered; submit it again."}}
+			j.Canceled++
+		}
+	}
+	j.Status, j.Finished = "canceled", &j.Updated
 }
 
 // put admits j, or refuses it when its owner or the gateway holds too many
@@ -112,6 +194,13 @@ func (b *batchJobs) put(j *batchJob, now time.Time) error {
 	}
 	b.jobs[j.ID] = j
 	return nil
+}
+
+// drop forgets a job that was never started.
+func (b *batchJobs) drop(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.jobs, id)
 }
 
 // get returns owner's job id, nil when there is none or it is another
@@ -176,36 +265,71 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request) {
 		refuse(err)
 		return
 	}
+	if err := g.batches.save(job); err != nil {
+		// The job runs here all the same; this instance answers its status.
+		g.log.Warn("batch job state not saved", "job", job.ID, "err", err)
+	}
 	accepted := map[string]any{"jobId": job.ID, "status": job.Status, "total": job.Total, "statusUrl": "/v1/batch/" + job.ID}
-	go g.runBatch(g.batches.ctx, job, body, caller)
+	if err := g.startBatch(job, body, caller); err != nil {
+		g.batches.drop(job.ID)
+		refuse(err)
+		return
+	}
 	w.Header().Set("Location", "/v1/batch/"+job.ID)
 	writeJSON(w, http.StatusAccepted, accepted)
 }
 
-// serveBatchStatus is GET /v1/batch/{id}, for the job's owner only.
+// serveBatchStatus is GET /v1/batch/{id}, for the job's owner only: from
+// this instance's memory while it runs the job, else from the job store.
 func (g *Gateway) serveBatchStatus(w http.ResponseWriter, r *http.Request) {
 	caller := &Turn{}
 	if err := g.authenticate(r, "", caller); err != nil {
 		writeError(w, err)
 		return
 	}
-	job := g.batches.get(r.PathValue("id"), caller.UserID, g.now())
-	if job == nil {
-		writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found",
-			Message: fmt.Sprintf("You have no batch job with that id (jobs are kept for %s after they finish).", g.cfg.Batch.ResultTTL)})
+	id := r.PathValue("id")
+	if job := g.batches.get(id, caller.UserID, g.now()); job != nil {
+		job.mu.Lock()
+		defer job.mu.Unlock()
+		writeJSON(w, http.StatusOK, job)
 		return
 	}
-	job.mu.Lock()
-	defer job.mu.Unlock()
-	writeJSON(w, http.StatusOK, job)
+	job, err := g.batches.load(r.Context(), id, caller.UserID)
+	switch {
+	case err != nil:
+		g.log.Warn("batch status unreadable", "job", id, "err", err)
+		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeUpstream, RetryAfter: 5 * time.Second, Err: err,
+			Message: "The batch job store cannot be reached right now; ask for the job's status again shortly."})
+	case job == nil:
+		writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found",
+			Message: fmt.Sprintf("You have no batch job with that id (jobs are kept for %s after they finish).", g.cfg.Batch.ResultTTL)})
+	default:
+		writeJSON(w, http.StatusOK, job)
+	}
+}
+
+// startBatch runs job unless the gateway is draining; Drain waits for it.
+func (g *Gateway) startBatch(job *batchJob, body batchBody, caller *Turn) error {
+	g.turnsMu.RLock()
+	defer g.turnsMu.RUnlock()
+	if g.draining.Load() {
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown,
+			Message: "The gateway is restarting; submit the batch again shortly.", RetryAfter: 5 * time.Second}
+	}
+	g.batches.running.Add(1)
+	go g.runBatch(g.batches.ctx, job, body, caller)
+	return nil
 }
 
 // runBatch answers a job's messages, batchWorkers at a time, until they
-// are all answered or ctx (the gateway's batch context) ends.
+// are all answered or ctx (the gateway's batch context) ends, saving the
+// job's state as it goes and once more at its end.
 func (g *Gateway) runBatch(ctx context.Context, job *batchJob, body batchBody, caller *Turn) {
+	defer g.batches.running.Done()
 	job.mu.Lock()
-	job.Status = "running"
+	job.Status, job.dirty = "running", true
 	job.mu.Unlock()
+	stopSaving := g.saveWhileRunning(job)
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range min(batchWorkers, len(body.Messages)) {
@@ -220,6 +344,7 @@ func (g *Gateway) runBatch(ctx context.Context, job *batchJob, body batchBody, c
 	}
 	close(work)
 	wg.Wait()
+	stopSaving()
 	job.mu.Lock()
 	now := g.now().UTC()
 	job.Status, job.Finished = "done", &now
@@ -227,6 +352,39 @@ func (g *Gateway) runBatch(ctx context.Context, job *batchJob, body batchBody, c
 		job.Status = "canceled"
 	}
 	job.mu.Unlock()
+	if err := g.batches.save(job); err != nil {
+		g.log.Warn("batch job's final state not saved; other instances will show it canceled", "job", job.ID, "err", err)
+	}
+}
+
+// saveWhileRunning saves job every jobSaveEvery while it changes, and every
+// jobHeartbeat regardless, until the returned stop is called.
+func (g *Gateway) saveWhileRunning(job *batchJob) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(jobSaveEvery)
+		defer tick.Stop()
+		last := g.now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			job.mu.Lock()
+			due := job.dirty || g.now().Sub(last) >= jobHeartbeat
+			job.mu.Unlock()
+			if !due {
+				continue
+			}
+			last = g.now()
+			if err := g.batches.save(job); err != nil {
+				g.log.Warn("batch job state not saved", "job", job.ID, "err", err)
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
 }
 
 func (g *Gateway) runBatchItem(ctx context.Context, job *batchJob, i int, body batchBody, caller *Turn) {
@@ -272,6 +430,7 @@ func (g *Gateway) runBatchItem(ctx context.Context, job *batchJob, i int, body b
 	}
 	job.mu.Lock()
 	defer job.mu.Unlock()
+	job.dirty = true
 	switch {
 	case res == nil && ctx.Err() != nil:
 		job.Results[i] = batchResult{Index: i, Status: "canceled", Error: &errorJSON{Code: CodeShuttingDown,

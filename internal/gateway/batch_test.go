@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/jobstore"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/redistest"
 )
 
 // stallProvider sends the first tokens of an answer, then nothing until the
@@ -228,4 +230,88 @@ func waitRunning(t *testing.T, srv *httptest.Server, id string) <-chan struct{} 
 	}
 	close(ch)
 	return ch
+}
+
+// TestBatchJobAnswersFromAnyInstance: two instances sharing a job store, as
+// a fleet shares Redis. A job one instance runs is read from the other,
+// for its owner only; its state after the runner's drain is there too; and
+// a job whose runner stopped saving it (killed) shows canceled, saying so.
+func TestBatchJobAnswersFromAnyInstance(t *testing.T) {
+	stores := map[string]func(t *testing.T) JobStore{
+		"memory": func(*testing.T) JobStore { return jobstore.NewMemory(64, nil) },
+		"redis": func(t *testing.T) JobStore {
+			client, prefix := redistest.Client(t)
+			return jobstore.NewRedis(client, prefix+"batch:")
+		},
+	}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			store := open(t)
+			instance := func() (*Gateway, *httptest.Server) {
+				cfg := config.Default()
+				cfg.Deadline.Batch = time.Hour // items stay in flight until the drain
+				g, err := New(cfg, Deps{Providers: both(&stallProvider{}), Jobs: store})
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv := httptest.NewServer(g.Handler("admin-secret", nil))
+				t.Cleanup(srv.Close)
+				t.Cleanup(g.stopBatches)
+				return g, srv
+			}
+			a, srvA := instance()
+			_, srvB := instance()
+
+			job := batchDo(t, srvA, "POST", "/v1/batch", "alice", batchBodyOf(10, 10))
+			if job.status != http.StatusAccepted {
+				t.Fatalf("submit: %+v", job)
+			}
+			pollB := func(want string) batchReply {
+				t.Helper()
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					st := batchDo(t, srvB, "GET", "/v1/batch/"+job.JobID, "alice", "")
+					if st.status == http.StatusOK && st.Status == want {
+						return st
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the other instance shows %d %+v, want status %q", st.status, st, want)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			st := pollB("running")
+			if st.Total != 10 || len(st.Results) != 10 {
+				t.Fatalf("the other instance's view: %+v", st)
+			}
+			if bobs := batchDo(t, srvB, "GET", "/v1/batch/"+job.JobID, "bob", ""); bobs.status != http.StatusNotFound {
+				t.Fatalf("another caller read the job from the other instance: %+v", bobs)
+			}
+
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := a.Drain(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// The drain waited for the job's last save: no polling needed.
+			st = batchDo(t, srvB, "GET", "/v1/batch/"+job.JobID, "alice", "")
+			if st.Status != "canceled" || st.Cancel != 10 {
+				t.Fatalf("after the runner's drain the other instance shows %q, %d canceled; want canceled, 10", st.Status, st.Cancel)
+			}
+
+			// A runner killed mid-job leaves a running state nobody renews.
+			dead := &batchJob{owner: "alice", ID: "b-dead", Status: "running", Total: 2, Completed: 1,
+				Updated: time.Now().Add(-jobStale - time.Second),
+				Results: []batchResult{{Index: 0, Status: "done", Text: "ok"}, {Index: 1, Status: "pending"}}}
+			state, _ := json.Marshal(dead)
+			if err := store.Put(context.Background(), dead.ID, dead.owner, state, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			st = batchDo(t, srvB, "GET", "/v1/batch/b-dead", "alice", "")
+			if st.Status != "canceled" || st.Done != 1 || st.Cancel != 1 || st.Results[1].Error == nil ||
+				!strings.Contains(st.Results[1].Error.Message, "stopped") {
+				t.Fatalf("a job whose runner died: %+v", st)
+			}
+		})
+	}
 }

@@ -86,6 +86,10 @@ type Deps struct {
 	// Batcher groups a turn's shared-state calls into few round trips
 	// (fleet mode); nil makes each call on its own.
 	Batcher Batcher
+	// Jobs keeps batch jobs' state for GET /v1/batch/{id}; nil keeps it in
+	// this instance's memory. A fleet shares one (Redis), so a job's status
+	// answers from any instance, and after its own restarts.
+	Jobs JobStore
 	// AdminRoutes are mounted under /admin/ behind the admin token.
 	AdminRoutes http.Handler
 	// Tracer emits one event per span; nil switches events off.
@@ -129,7 +133,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		batcher:   d.Batcher,
 		admin:     d.AdminRoutes,
 		tracer:    d.Tracer,
-		batches:   newBatchJobs(cfg.Batch),
+		batches:   newBatchJobs(cfg.Batch, d.Jobs, d.Now),
 		throttle:  d.OnThrottle,
 	}
 	g.drained, g.startDrain = context.WithCancel(context.Background())
@@ -199,10 +203,10 @@ func (g *Gateway) Drain(ctx context.Context) error {
 	g.draining.Store(true)
 	g.turnsMu.Unlock()
 	g.startDrain()
-	g.stopBatches() // batch work is resubmitted, not waited for
+	g.stopBatches() // batch work is resubmitted, not waited for; its jobs' last state is saved
 
 	done := make(chan struct{})
-	go func() { g.inflight.Wait(); close(done) }()
+	go func() { g.inflight.Wait(); g.batches.running.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"time"
 
 	"github.com/fmgate/fmgate/internal/provider"
 )
@@ -39,6 +40,14 @@ type Planner interface {
 // make the turn wait in the priority queue.
 type Reserver interface {
 	Reserve(ctx context.Context, t *Turn, model string) (Lease, error)
+}
+
+// JobStore keeps batch jobs' state where every instance can read it
+// (package jobstore: in memory, or in Redis for a fleet). A state is the
+// job as GET /v1/batch/{id} shows it; only its owner reads it back.
+type JobStore interface {
+	Put(ctx context.Context, id, owner string, state []byte, ttl time.Duration) error
+	Get(ctx context.Context, id, owner string) ([]byte, bool, error)
 }
 
 // Lease is a quota reservation, settled with the actual usage or released.

@@ -187,12 +187,23 @@ func (r *runner) startBatch(ctx context.Context) (string, *instance, error) {
 	return a.JobID, in, nil
 }
 
-// waitBatch polls the job until it finishes or batchWait passes.
+// waitBatch polls the job through the balancer, as its client would (a
+// fleet answers a job's status from any instance), until it finishes or
+// batchWait passes. An instance that does not know the job (a gateway
+// outside fleet mode, with -targets) sends the poll to the one it ran on.
 func (r *runner) waitBatch(ctx context.Context, in *instance, id string) BatchOutcome {
 	out := BatchOutcome{Instance: in.id}
 	deadline := time.Now().Add(batchWait)
+	owner := func(h http.Header) { h.Set("X-User-Id", "batch-owner") }
 	for {
-		data, status, err := r.request(ctx, in, http.MethodGet, "/v1/batch/"+id, "", func(h http.Header) { h.Set("X-User-Id", "batch-owner") })
+		at := r.lb.pick(nil)
+		if at == nil {
+			at = in
+		}
+		data, status, err := r.request(ctx, at, http.MethodGet, "/v1/batch/"+id, "", owner)
+		if err == nil && status == http.StatusNotFound && at != in {
+			data, status, err = r.request(ctx, in, http.MethodGet, "/v1/batch/"+id, "", owner)
+		}
 		if err != nil {
 			out.Error = err.Error()
 			return out
@@ -208,7 +219,7 @@ func (r *runner) waitBatch(ctx context.Context, in *instance, id string) BatchOu
 			return out
 		}
 		out.Status, out.Total, out.Completed, out.Failed = s.Status, s.Total, s.Completed, s.Failed
-		if s.Status == "done" || s.Status == "completed" || s.Status == "failed" || time.Now().After(deadline) || ctx.Err() != nil {
+		if s.Status == "done" || s.Status == "canceled" || time.Now().After(deadline) || ctx.Err() != nil {
 			return out
 		}
 		select {

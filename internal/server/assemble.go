@@ -23,6 +23,7 @@ import (
 	"github.com/fmgate/fmgate/internal/fallback"
 	"github.com/fmgate/fmgate/internal/fallback/cache"
 	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/jobstore"
 	"github.com/fmgate/fmgate/internal/queue"
 	"github.com/fmgate/fmgate/internal/quota"
 	"github.com/fmgate/fmgate/internal/ratelimit"
@@ -186,7 +187,9 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	s.mountAdmin()
 	s.alerting(cfg)
 	var batcher gateway.Batcher
+	var jobs gateway.JobStore // nil: this instance's memory
 	if rdb != nil {
+		jobs = jobstore.NewRedis(rdb, prefix+"batch:")
 		fb := &fleetBatcher{rdb: rdb, log: s.log, now: now, cfg: cfg, sessions: sessions,
 			limiter: limiter, enf: enf, counters: counters, breakers: s.Breakers, ledger: ledger, pressure: retrier.Pressure}
 		if retr != nil {
@@ -197,6 +200,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	}
 	return gateway.Deps{
 		Batcher:    batcher,
+		Jobs:       jobs,
 		Retriever:  retr,
 		Tracer:     tracer,
 		Sessions:   sessions,
