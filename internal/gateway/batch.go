@@ -298,7 +298,7 @@ func (g *Gateway) serveBatchStatus(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		g.log.Warn("batch status unreadable", "job", id, "err", err)
-		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeUpstream, RetryAfter: 5 * time.Second, Err: err,
+		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: 5 * time.Second, Err: err,
 			Message: "The batch job store cannot be reached right now; ask for the job's status again shortly."})
 	case job == nil:
 		writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found",

@@ -26,6 +26,8 @@ const (
 	CodeSlowClient     = "slow_client"
 	CodeCanceled       = "canceled"
 	CodeInternal       = "internal"
+	// CodeUnavailable: a shared store the request needs cannot be reached.
+	CodeUnavailable = "unavailable"
 )
 
 // Error is the one error type at the HTTP/WebSocket edge: a status, a stable
