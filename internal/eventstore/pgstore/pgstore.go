@@ -7,9 +7,11 @@
 // and keyed by (trace_id, span_id, ts_start), so that a span delivered twice
 // is stored once; rollup, sums per minute and per hour × attribution ×
 // versions; turns, one row per trace. Write stores a batch in one
-// transaction: COPY into a temporary staging table, then one statement
-// inserts the spans not stored yet and adds exactly those to the roll-ups
-// and turns. The sums are commutative (sums, least, greatest), so several
+// transaction: a batch of new spans is copied (COPY) straight into spans
+// and its sums, made in Go, are added to the roll-ups and turns; a batch
+// holding a span stored already is copied into a temporary staging table,
+// and one statement inserts the spans not stored yet and adds exactly
+// those. The sums are commutative (sums, least, greatest), so several
 // ingesters may write at once in any order.
 package pgstore
 
