@@ -16,11 +16,14 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -267,6 +270,12 @@ func (s *Store) Write(ctx context.Context, batch []events.Event) (int64, error) 
 		}
 		rows[i] = spanRow(e, rec)
 	}
+	// In key order, the copy fills the index pages one after the other,
+	// and concurrent writers of the same spans lock them in one order.
+	slices.SortFunc(rows, func(a, b []any) int {
+		return cmp.Or(cmp.Compare(a[0].(int64), b[0].(int64)), strings.Compare(a[1].(string), b[1].(string)),
+			strings.Compare(a[2].(string), b[2].(string)))
+	})
 	d := batchDeltas(batch)
 	for attempt := 0; ; attempt++ {
 		n, err := s.writeTx(ctx, rows, d, smp)
