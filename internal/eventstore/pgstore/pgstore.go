@@ -7,18 +7,23 @@
 // and keyed by (trace_id, span_id, ts_start), so that a span delivered twice
 // is stored once; rollup, sums per minute and per hour × attribution ×
 // versions; turns, one row per trace. Write stores a batch in one
-// transaction: COPY into a temporary staging table, then one statement
-// inserts the spans not stored yet and adds exactly those to the roll-ups
-// and turns. The sums are commutative (sums, least, greatest), so several
+// transaction: a batch of new spans is copied (COPY) straight into spans
+// and its sums, made in Go, are added to the roll-ups and turns; a batch
+// holding a span stored already is copied into a temporary staging table,
+// and one statement inserts the spans not stored yet and adds exactly
+// those. The sums are commutative (sums, least, greatest), so several
 // ingesters may write at once in any order.
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -265,8 +270,15 @@ func (s *Store) Write(ctx context.Context, batch []events.Event) (int64, error) 
 		}
 		rows[i] = spanRow(e, rec)
 	}
+	// In key order, the copy fills the index pages one after the other,
+	// and concurrent writers of the same spans lock them in one order.
+	slices.SortFunc(rows, func(a, b []any) int {
+		return cmp.Or(cmp.Compare(a[0].(int64), b[0].(int64)), strings.Compare(a[1].(string), b[1].(string)),
+			strings.Compare(a[2].(string), b[2].(string)))
+	})
+	d := batchDeltas(batch)
 	for attempt := 0; ; attempt++ {
-		n, err := s.writeTx(ctx, rows, smp)
+		n, err := s.writeTx(ctx, rows, d, smp)
 		if err == nil || !retryable(err) || attempt >= 5 || ctx.Err() != nil {
 			return n, err
 		}
@@ -305,25 +317,46 @@ func sampleBatch(batch []events.Event) batchSampling {
 // all but the turn span and the must-persist records.
 func droppable(e *events.Event) bool { return e.Name != "turn" && !e.MustPersist }
 
-func (s *Store) writeTx(ctx context.Context, rows [][]any, smp batchSampling) (int64, error) {
+// writeTx stores a batch in one transaction. Most batches are all new:
+// they are copied straight into spans, which costs far less than an insert
+// that checks each row for a conflict, and their sums (d, made in Go) are
+// added to the roll-ups and turns. A span stored already fails the copy,
+// and the batch then goes through the staging table, whose insert skips it.
+func (s *Store) writeTx(ctx context.Context, rows [][]any, d deltas, smp batchSampling) (int64, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	// Sorting and grouping a batch fits in memory.
-	if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
-		return 0, fmt.Errorf("pgstore: begin: %w", err)
-	}
-	if _, err := tx.Exec(ctx, createStage); err != nil {
+	if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'; `+createStage+`; SAVEPOINT fresh`); err != nil {
 		return 0, fmt.Errorf("pgstore: staging: %w", err)
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage"}, spanCols, pgx.CopyFromRows(rows)); err != nil {
+	n := int64(len(rows))
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"spans"}, spanCols, pgx.CopyFromRows(rows))
+	switch {
+	case err == nil:
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_rollup"}, rollupCols, pgx.CopyFromRows(d.rollup)); err != nil {
+			return 0, fmt.Errorf("pgstore: copy: %w", err)
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_turns"}, turnCols, pgx.CopyFromRows(d.turns)); err != nil {
+			return 0, fmt.Errorf("pgstore: copy: %w", err)
+		}
+		if _, err := tx.Exec(ctx, deltaSQL); err != nil {
+			return 0, fmt.Errorf("pgstore: merge: %w", err)
+		}
+	case isUniqueViolation(err):
+		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT fresh`); err != nil {
+			return 0, fmt.Errorf("pgstore: staging: %w", err)
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage"}, spanCols, pgx.CopyFromRows(rows)); err != nil {
+			return 0, fmt.Errorf("pgstore: copy: %w", err)
+		}
+		if err := tx.QueryRow(ctx, mergeSQL).Scan(&n); err != nil {
+			return 0, fmt.Errorf("pgstore: merge: %w", err)
+		}
+	default:
 		return 0, fmt.Errorf("pgstore: copy: %w", err)
-	}
-	var n int64
-	if err := tx.QueryRow(ctx, mergeSQL).Scan(&n); err != nil {
-		return 0, fmt.Errorf("pgstore: merge: %w", err)
 	}
 	if len(smp.outIDs) > 0 || len(smp.others) > 0 {
 		if _, err := tx.Exec(ctx, sampleSQL, smp.outIDs, smp.others); err != nil {
@@ -336,15 +369,18 @@ func (s *Store) writeTx(ctx context.Context, rows [][]any, smp batchSampling) (i
 	return n, nil
 }
 
+// isUniqueViolation reports a key stored already.
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
 func spanRow(e *events.Event, rec []byte) []any {
 	var eval any
 	if e.Outcome.EvalScore != nil {
 		eval = *e.Outcome.EvalScore
 	}
-	cost := e.Resource.CostUSD
-	if cost != cost || cost > 1e300 || cost < -1e300 { // NaN or infinite: as the SQLite store, 0
-		cost = 0
-	}
+	cost := finiteCost(e.Resource.CostUSD)
 	return []any{
 		unixMilli(e.TSStart), e.TraceID, e.SpanID, e.Name, e.UserIDHash, e.SessionID,
 		e.Attribution.Feature, e.Attribution.Surface, e.Attribution.Locale, e.Attribution.UserTier,

@@ -2,6 +2,8 @@ package pgstore
 
 import (
 	"context"
+	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -139,4 +141,57 @@ func TestUserRollupFilledFromStoredTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	check()
+}
+
+// A batch holding spans stored already and new ones (a redelivery that
+// overlaps new spans) adds exactly the new ones: the store answers as one
+// that received every span once.
+func TestOverlappingBatchAddsOnlyNewSpans(t *testing.T) {
+	ctx := context.Background()
+	data := storetest.Dataset(7, 300)
+	once, twice := openTest(t), openTest(t)
+	if n, err := once.Write(ctx, data); err != nil || n != int64(len(data)) {
+		t.Fatalf("stored %d (%v), want %d", n, err, len(data))
+	}
+	half := len(data) / 2
+	if _, err := twice.Write(ctx, data[:half]); err != nil {
+		t.Fatal(err)
+	}
+	// The second half, with a third of the first half again; a turn
+	// split across both halves is completed by it.
+	overlap := append(slices.Clone(data[half/3:half]), data[half:]...)
+	if n, err := twice.Write(ctx, overlap); err != nil || n != int64(len(data)-half) {
+		t.Fatalf("the overlapping batch stored %d (%v), want %d", n, err, len(data)-half)
+	}
+	from, to := storetest.T0.Add(-48*time.Hour), storetest.T0.Add(30*24*time.Hour)
+	for _, q := range []eventstore.Query{
+		{By: eventstore.ByFeature},
+		{By: eventstore.ByModel},
+		{By: eventstore.ByUser},
+		{By: eventstore.ByUser, Feature: "chat"},
+		{By: eventstore.ByTurn, Limit: eventstore.MaxLimit},
+	} {
+		q.From, q.To = from, to
+		want, err := once.Cost(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := twice.Cost(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want.Rows) == 0 || len(got.Rows) != len(want.Rows) {
+			t.Fatalf("by %s %q: %d rows, want %d", q.By, q.Feature, len(got.Rows), len(want.Rows))
+		}
+		for i, w := range append([]eventstore.CostRow{want.Total}, want.Rows...) {
+			g := got.Total
+			if i > 0 {
+				g = got.Rows[i-1]
+			}
+			if g.Key != w.Key || g.Spans != w.Spans || g.Turns != w.Turns || g.TokensIn != w.TokensIn ||
+				g.Errors != w.Errors || g.Fallbacks != w.Fallbacks || math.Abs(g.CostUSD-w.CostUSD) > 1e-9 {
+				t.Errorf("by %s %q row %d: %+v, want %+v", q.By, q.Feature, i, g, w)
+			}
+		}
+	}
 }

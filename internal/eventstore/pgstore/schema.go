@@ -61,6 +61,12 @@ var schema = []string{
 		last_ts bigint NOT NULL,
 		PRIMARY KEY (lvl, bucket, feature, surface, locale, user_tier, graph_version, model_id, prompt_version, tool_id)
 	)`,
+	// A batch updates about as many rollup rows as it inserts (the hour
+	// rows of its dimensions, the minute rows it shares with the batch
+	// before): room left in each page lets most updates stay on the page
+	// (HOT) instead of adding an entry to the wide key's index. It
+	// applies to the pages written from now on.
+	`ALTER TABLE rollup SET (fillfactor = 70)`,
 
 	// One row per trace; not partitioned, since its start moves earlier
 	// as earlier spans arrive.
@@ -144,8 +150,30 @@ var spanCols = []string{"ts_start", "trace_id", "span_id", "name", "user_id_hash
 	"feature", "surface", "locale", "user_tier", "graph_version", "model_id", "prompt_version", "tool_id",
 	"status", "fallback_used", "tokens_in", "tokens_out", "cost", "duration_ms", "eval_score", "rec", "must_persist"}
 
-// createStage makes the connection's staging table; its rows go at commit.
-const createStage = `CREATE TEMP TABLE IF NOT EXISTS stage (LIKE spans) ON COMMIT DELETE ROWS`
+// createStage makes the connection's staging tables, whose rows go at
+// commit: stage for spans that may be stored already, stage_rollup and
+// stage_turns for the sums of a batch whose spans were all new (turnCols).
+const createStage = `CREATE TEMP TABLE IF NOT EXISTS stage (LIKE spans) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS stage_rollup (LIKE rollup) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS stage_turns (
+	trace_id text COLLATE "C" NOT NULL, ts_start bigint NOT NULL, last_ts bigint NOT NULL,
+	user_id_hash text COLLATE "C" NOT NULL, session_id text COLLATE "C" NOT NULL, feature text COLLATE "C" NOT NULL,
+	surface text COLLATE "C" NOT NULL, locale text COLLATE "C" NOT NULL, user_tier text COLLATE "C" NOT NULL,
+	graph_version text COLLATE "C" NOT NULL, root_span_id text COLLATE "C" NOT NULL, duration_ms bigint NOT NULL,
+	status text COLLATE "C" NOT NULL, eval_score double precision,
+	spans bigint NOT NULL, turns bigint NOT NULL, tokens_in bigint NOT NULL, tokens_out bigint NOT NULL,
+	cost double precision NOT NULL, errors bigint NOT NULL, fallbacks bigint NOT NULL, latency_ms bigint NOT NULL
+) ON COMMIT DELETE ROWS`
+
+// rollupCols are the columns of rollup, in batchDeltas' order.
+var rollupCols = []string{"lvl", "bucket", "feature", "surface", "locale", "user_tier", "graph_version", "model_id",
+	"prompt_version", "tool_id", "spans", "turns", "tokens_in", "tokens_out", "cost", "errors", "fallbacks", "latency_ms",
+	"first_ts", "last_ts"}
+
+// turnCols are the columns of stage_turns, in batchDeltas' order.
+var turnCols = []string{"trace_id", "ts_start", "last_ts", "user_id_hash", "session_id", "feature", "surface", "locale",
+	"user_tier", "graph_version", "root_span_id", "duration_ms", "status", "eval_score",
+	"spans", "turns", "tokens_in", "tokens_out", "cost", "errors", "fallbacks", "latency_ms"}
 
 // Roll-up levels: bucket widths in milliseconds.
 const (
@@ -160,13 +188,6 @@ var dimCols = "feature, surface, locale, user_tier, graph_version, model_id, pro
 // mergeSQL moves the staged spans into spans, skipping those stored
 // already, and adds exactly the new ones to the roll-ups and turns. It
 // returns how many spans were new.
-//
-// The user roll-up follows the turns: each turn written adds its new row
-// under its new key (start bucket, feature, user) and, when it existed,
-// takes its previous row out under its previous key. The update keeps the
-// previous key in prev_*, read under the row's lock, and the previous sums
-// are the new ones less the batch's (bt), so concurrent writers of one turn
-// each correct exactly what they changed.
 var mergeSQL = `WITH ins AS (
 	INSERT INTO spans SELECT * FROM stage ORDER BY ts_start, trace_id, span_id ON CONFLICT DO NOTHING
 	RETURNING ts_start, trace_id, span_id, name, user_id_hash, session_id, ` + dimCols + `,
@@ -174,21 +195,11 @@ var mergeSQL = `WITH ins AS (
 ), x AS (
 	SELECT *, (name = 'turn')::int AS is_turn, (status = 'failed')::int AS is_err,
 		(status = 'fallback' OR fallback_used <> '')::int AS is_fb FROM ins
-), r AS (
-	INSERT INTO rollup AS o (lvl, bucket, ` + dimCols + `, spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms, first_ts, last_ts)
-	SELECT l.lvl, x.ts_start - ((x.ts_start % l.w) + l.w) % l.w, ` + prefixed("x.", dimCols) + `,
+), ` + upsertCTEs(`SELECT l.lvl, x.ts_start - ((x.ts_start % l.w) + l.w) % l.w, `+prefixed("x.", dimCols)+`,
 		count(*), sum(is_turn), sum(tokens_in), sum(tokens_out), sum(cost), sum(is_err), sum(is_fb), sum(duration_ms),
 		min(ts_start), max(ts_start)
-	FROM x CROSS JOIN (VALUES (1, ` + strconv.Itoa(minuteMS) + `::bigint), (2, ` + strconv.Itoa(hourMS) + `::bigint)) AS l(lvl, w)
-	GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
-	ON CONFLICT (lvl, bucket, ` + dimCols + `) DO UPDATE SET
-		spans = o.spans + excluded.spans, turns = o.turns + excluded.turns,
-		tokens_in = o.tokens_in + excluded.tokens_in, tokens_out = o.tokens_out + excluded.tokens_out,
-		cost = o.cost + excluded.cost, errors = o.errors + excluded.errors,
-		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms,
-		first_ts = least(o.first_ts, excluded.first_ts), last_ts = greatest(o.last_ts, excluded.last_ts)
-), bt AS (
-	SELECT trace_id, min(ts_start) AS ts_start, max(ts_start) AS last_ts, max(user_id_hash) AS user_id_hash,
+	FROM x CROSS JOIN (VALUES (1, `+strconv.Itoa(minuteMS)+`::bigint), (2, `+strconv.Itoa(hourMS)+`::bigint)) AS l(lvl, w)
+	GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10`, `SELECT trace_id, min(ts_start) AS ts_start, max(ts_start) AS last_ts, max(user_id_hash) AS user_id_hash,
 		max(session_id) AS session_id, max(feature) AS feature, max(surface) AS surface,
 		max(locale) AS locale, max(user_tier) AS user_tier, max(graph_version) AS graph_version,
 		coalesce(max(span_id) FILTER (WHERE is_turn = 1), '') AS root_span_id,
@@ -196,7 +207,37 @@ var mergeSQL = `WITH ins AS (
 		coalesce(max(status) FILTER (WHERE is_turn = 1), '') AS status, max(eval_score) FILTER (WHERE is_turn = 1) AS eval_score,
 		count(*) AS spans, sum(is_turn) AS turns, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out, sum(cost) AS cost,
 		sum(is_err) AS errors, sum(is_fb) AS fallbacks, sum(duration_ms) AS latency_ms
-	FROM x GROUP BY trace_id
+	FROM x GROUP BY trace_id`) + `
+SELECT count(*) FROM ins` // data-modifying WITH clauses always run to completion
+
+// deltaSQL adds the sums of a batch whose spans were all new, made by
+// batchDeltas and copied into stage_rollup and stage_turns, to the
+// roll-ups and turns.
+var deltaSQL = `WITH ` + upsertCTEs(`SELECT * FROM stage_rollup ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10`, `SELECT * FROM stage_turns`) + `
+SELECT 0`
+
+// upsertCTEs are the WITH clauses r, bt, t and u adding rollupRows (rows
+// of rollup, in key order) and btRows (a batch's sums per trace, columns as
+// stage_turns) to rollup, turns and user_rollup.
+//
+// The user roll-up follows the turns: each turn written adds its new row
+// under its new key (start bucket, feature, user) and, when it existed,
+// takes its previous row out under its previous key. The update keeps the
+// previous key in prev_*, read under the row's lock, and the previous sums
+// are the new ones less the batch's (bt), so concurrent writers of one turn
+// each correct exactly what they changed.
+func upsertCTEs(rollupRows, btRows string) string {
+	return `r AS (
+	INSERT INTO rollup AS o (lvl, bucket, ` + dimCols + `, spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms, first_ts, last_ts)
+	` + rollupRows + `
+	ON CONFLICT (lvl, bucket, ` + dimCols + `) DO UPDATE SET
+		spans = o.spans + excluded.spans, turns = o.turns + excluded.turns,
+		tokens_in = o.tokens_in + excluded.tokens_in, tokens_out = o.tokens_out + excluded.tokens_out,
+		cost = o.cost + excluded.cost, errors = o.errors + excluded.errors,
+		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms,
+		first_ts = least(o.first_ts, excluded.first_ts), last_ts = greatest(o.last_ts, excluded.last_ts)
+), bt AS (
+	` + btRows + `
 ), t AS (
 	INSERT INTO turns AS o (trace_id, ts_start, last_ts, user_id_hash, session_id, feature, surface, locale, user_tier,
 		graph_version, root_span_id, duration_ms, status, eval_score,
@@ -239,7 +280,8 @@ var mergeSQL = `WITH ins AS (
 		cost = o.cost + excluded.cost, errors = o.errors + excluded.errors,
 		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms
 )
-SELECT count(*) FROM ins` // data-modifying WITH clauses always run to completion
+`
+}
 
 // sampleSQL records the turns of $1 sampled out and drops the records of
 // their spans stored so far but for the turn span and the must-persist

@@ -1,0 +1,143 @@
+package pgstore
+
+import (
+	"github.com/fmgate/fmgate/internal/events"
+)
+
+// A batch whose spans are all new adds them to the roll-ups and turns from
+// sums made here, one row per roll-up key and per trace, so that PostgreSQL
+// upserts those instead of grouping the batch's spans again. The sums are
+// the ones mergeSQL makes from the staged spans (see mergeFrom).
+
+// rollupKey is a row of rollup: a level's bucket and the dimensions.
+type rollupKey struct {
+	lvl                            int16
+	bucket                         int64
+	feature, surface, locale, tier string
+	graph, model, prompt, tool     string
+}
+
+type rollupSum struct {
+	spans, turns, tokensIn, tokensOut, errors, fallbacks, latency, first, last int64
+	cost                                                                       float64
+}
+
+// turnSum is what a batch says of one trace, as bt in mergeSQL.
+type turnSum struct {
+	trace, user, session, feature, surface, locale, tier, graph   string
+	first, last                                                   int64
+	root, status                                                  string
+	duration                                                      int64
+	eval                                                          *float64
+	hasTurn                                                       bool
+	spans, turns, tokensIn, tokensOut, errors, fallbacks, latency int64
+	cost                                                          float64
+}
+
+// deltas are a batch's rows for the staging tables stage_rollup and
+// stage_turns.
+type deltas struct {
+	rollup, turns [][]any
+}
+
+// rollupLevels are the rollup levels and their bucket widths.
+var rollupLevels = [...]struct {
+	lvl int16
+	w   int64
+}{{1, minuteMS}, {2, hourMS}}
+
+func batchDeltas(batch []events.Event) deltas {
+	sums := make(map[rollupKey]*rollupSum, len(batch)/2)
+	var keys []rollupKey
+	traces := make(map[string]*turnSum, len(batch)/4)
+	var order []*turnSum
+	for i := range batch {
+		e := &batch[i]
+		ts := unixMilli(e.TSStart)
+		isTurn := e.Name == "turn"
+		cost := finiteCost(e.Resource.CostUSD)
+		status := string(e.Outcome.Status)
+		var turn, isErr, isFB int64
+		if isTurn {
+			turn = 1
+		}
+		if status == string(events.StatusFailed) {
+			isErr = 1
+		}
+		if status == string(events.StatusFallback) || e.Outcome.FallbackUsed != "" {
+			isFB = 1
+		}
+		a := &e.Attribution
+		for _, l := range rollupLevels {
+			k := rollupKey{lvl: l.lvl, bucket: floorDiv(ts, l.w) * l.w, feature: a.Feature, surface: a.Surface, locale: a.Locale,
+				tier: a.UserTier, graph: e.Node.GraphVersion, model: e.Artifact.ModelID, prompt: e.Artifact.PromptVersion, tool: e.Artifact.ToolID}
+			s := sums[k]
+			if s == nil {
+				s = &rollupSum{first: ts, last: ts}
+				sums[k] = s
+				keys = append(keys, k)
+			}
+			s.spans++
+			s.turns += turn
+			s.tokensIn += int64(e.Resource.TokensIn)
+			s.tokensOut += int64(e.Resource.TokensOut)
+			s.cost += cost
+			s.errors += isErr
+			s.fallbacks += isFB
+			s.latency += e.DurationMS
+			s.first, s.last = min(s.first, ts), max(s.last, ts)
+		}
+		t := traces[e.TraceID]
+		if t == nil {
+			t = &turnSum{trace: e.TraceID, first: ts, last: ts, user: e.UserIDHash, session: e.SessionID, feature: a.Feature,
+				surface: a.Surface, locale: a.Locale, tier: a.UserTier, graph: e.Node.GraphVersion}
+			traces[e.TraceID] = t
+			order = append(order, t)
+		}
+		t.first, t.last = min(t.first, ts), max(t.last, ts)
+		t.user, t.session = max(t.user, e.UserIDHash), max(t.session, e.SessionID)
+		t.feature, t.surface, t.locale = max(t.feature, a.Feature), max(t.surface, a.Surface), max(t.locale, a.Locale)
+		t.tier, t.graph = max(t.tier, a.UserTier), max(t.graph, e.Node.GraphVersion)
+		if isTurn {
+			if !t.hasTurn {
+				t.hasTurn, t.root, t.status, t.duration = true, e.SpanID, status, e.DurationMS
+			} else {
+				t.root, t.status, t.duration = max(t.root, e.SpanID), max(t.status, status), max(t.duration, e.DurationMS)
+			}
+			if v := e.Outcome.EvalScore; v != nil && (t.eval == nil || *v > *t.eval) {
+				t.eval = v
+			}
+		}
+		t.spans++
+		t.turns += turn
+		t.tokensIn += int64(e.Resource.TokensIn)
+		t.tokensOut += int64(e.Resource.TokensOut)
+		t.cost += cost
+		t.errors += isErr
+		t.fallbacks += isFB
+		t.latency += e.DurationMS
+	}
+	d := deltas{rollup: make([][]any, len(keys)), turns: make([][]any, len(order))}
+	for i, k := range keys {
+		s := sums[k]
+		d.rollup[i] = []any{k.lvl, k.bucket, k.feature, k.surface, k.locale, k.tier, k.graph, k.model, k.prompt, k.tool,
+			s.spans, s.turns, s.tokensIn, s.tokensOut, s.cost, s.errors, s.fallbacks, s.latency, s.first, s.last}
+	}
+	for i, t := range order {
+		var eval any
+		if t.eval != nil {
+			eval = *t.eval
+		}
+		d.turns[i] = []any{t.trace, t.first, t.last, t.user, t.session, t.feature, t.surface, t.locale, t.tier, t.graph,
+			t.root, t.duration, t.status, eval, t.spans, t.turns, t.tokensIn, t.tokensOut, t.cost, t.errors, t.fallbacks, t.latency}
+	}
+	return d
+}
+
+// finiteCost is cost, or 0 when it is NaN or infinite (as the SQLite store).
+func finiteCost(cost float64) float64 {
+	if cost != cost || cost > 1e300 || cost < -1e300 {
+		return 0
+	}
+	return cost
+}
