@@ -507,7 +507,7 @@ func (s *Store) SetEvalScore(ctx context.Context, id string, score float64) erro
 		}
 		for i := range turn.vers {
 			if _, err := tx.ExecContext(ctx, `UPDATE turn_versions SET data = ? WHERE vid = ? AND ts_start = ? AND th = ?`,
-				turn.versionRow(&turn.vers[i]), turn.vers[i].vid, turn.ts, turn.th); err != nil {
+				turn.appendVersionRow(nil, &turn.vers[i]), turn.vers[i].vid, turn.ts, turn.th); err != nil {
 				return fmt.Errorf("eventstore: eval: %w", err)
 			}
 		}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"sync"
+
+	"github.com/fmgate/fmgate/internal/events"
 )
 
 // dicts numbers dimension tuples (for roll-up keys) and artifact versions
@@ -20,6 +22,9 @@ type dicts struct {
 	verIDs map[verKey]int64
 	// Entries not yet written: ids above these.
 	savedDims, savedVers int
+	// coarseOf[i] is the id of the coarse tuple of fine tuple id i+1,
+	// or 0 when not yet known; only the writer reads and writes it.
+	coarseOf []int64
 }
 
 // verKey is one version of one artifact dimension.
@@ -89,7 +94,42 @@ func (d *dicts) load(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("eventstore: dictionaries: %w", err)
 	}
 	d.savedDims, d.savedVers = len(d.dims), len(d.vers)
+	d.coarseOf = nil
 	return nil
+}
+
+// The writer's lookups. Only the writer (under the store's write lock)
+// adds entries, so its own reads of the maps need no lock: readers only
+// read them too.
+
+// spanDims returns the ids of e's coarse and fine tuples, handing out new
+// ones if needed. A span's coarse tuple follows from its fine one, so
+// after the first time it costs one map lookup, not two.
+func (d *dicts) spanDims(e *events.Event) (coarse, fine int64) {
+	fine = d.writerDimID(tupleOf(e, true))
+	if int(fine) <= len(d.coarseOf) && d.coarseOf[fine-1] != 0 {
+		return d.coarseOf[fine-1], fine
+	}
+	coarse = d.writerDimID(tupleOf(e, false))
+	for len(d.coarseOf) < int(fine) {
+		d.coarseOf = append(d.coarseOf, 0)
+	}
+	d.coarseOf[fine-1] = coarse
+	return coarse, fine
+}
+
+func (d *dicts) writerDimID(t dimTuple) int64 {
+	if id, ok := d.dimIDs[t]; ok {
+		return id
+	}
+	return d.dimID(t)
+}
+
+func (d *dicts) writerVerID(v verKey) int64 {
+	if id, ok := d.verIDs[v]; ok {
+		return id
+	}
+	return d.verID(v)
 }
 
 // dimID returns t's number, handing out a new one if needed.

@@ -42,23 +42,23 @@ func newPending() *pending {
 	return &pending{coarse: map[bucketKey]*agg{}, fine: map[bucketKey]*agg{}, turns: map[int64]*turnState{}}
 }
 
-// add sums one stored span.
-func (s *Store) addPending(p *pending, e *events.Event, ts int64) {
+// addPending sums one stored span; th is hashID(e.TraceID).
+func (s *Store) addPending(p *pending, e *events.Event, ts, th int64) {
 	p.spans++
-	for _, fine := range [2]bool{false, true} {
-		m, width := p.coarse, minuteMS
-		if fine {
-			m, width = p.fine, 10*minuteMS
-		}
-		k := bucketKey{floorTo(ts, width), s.dict.dimID(tupleOf(e, fine))}
-		a := m[k]
+	coarse, fine := s.dict.spanDims(e)
+	for _, k := range [2]struct {
+		m     map[bucketKey]*agg
+		width int64
+		dims  int64
+	}{{p.coarse, minuteMS, coarse}, {p.fine, 10 * minuteMS, fine}} {
+		bk := bucketKey{floorTo(ts, k.width), k.dims}
+		a := k.m[bk]
 		if a == nil {
 			a = &agg{}
-			m[k] = a
+			k.m[bk] = a
 		}
 		a.addSpan(e, ts)
 	}
-	th := hashID(e.TraceID)
 	t := p.turns[th]
 	if t == nil {
 		t = &turnState{th: th, trace: e.TraceID}
@@ -127,7 +127,7 @@ func (t *turnState) addSpan(s *Store, e *events.Event, ts int64) {
 		if v.version == "" {
 			continue
 		}
-		t.verSums(s.dict.verID(v)).addSpan(e, ts)
+		t.verSums(s.dict.writerVerID(v)).addSpan(e, ts)
 	}
 }
 
@@ -319,9 +319,8 @@ func outcomeOf(status string) byte {
 	return 0
 }
 
-// versionRow is the turn_versions record of t for one version.
-func (t *turnState) versionRow(v *verSums) []byte {
-	b := make([]byte, 0, 80)
+// appendVersionRow appends the turn_versions record of t for one version.
+func (t *turnState) appendVersionRow(b []byte, v *verSums) []byte {
 	var flags byte
 	if t.hasRoot() {
 		flags |= 1
@@ -493,7 +492,7 @@ func (s *Store) recoverLocked(ctx context.Context) error {
 			rs.Close()
 			return fmt.Errorf("eventstore: recover: span %d: %w", id, err)
 		}
-		s.addPending(s.pend, &e, ts)
+		s.addPending(s.pend, &e, ts, hashID(e.TraceID))
 		s.pend.lastID = id
 		s.maxTS = max(s.maxTS, ts)
 	}
@@ -708,7 +707,13 @@ func newMultiExec(tx *sql.Tx, l *ladder, cols int) *multiExec {
 
 func (m *multiExec) add(ctx context.Context, row ...any) error {
 	m.args = append(m.args, row...)
-	if len(m.args) == cap(m.args) {
+	return m.added(ctx)
+}
+
+// added runs the largest statement when the rows appended to m.args by
+// the caller fill it.
+func (m *multiExec) added(ctx context.Context) error {
+	if len(m.args) >= m.cols*m.l.largest() {
 		if err := m.l.exec(ctx, m.tx, m.cols, m.args, nil); err != nil {
 			return err
 		}
@@ -744,7 +749,10 @@ func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 		vid, ts, th int64
 		data        []byte
 	}
-	var verRows []verRow
+	var (
+		verRows []verRow
+		verBuf  []byte // the rows' records, one after the other
+	)
 	users := userDeltas{}
 	for _, d := range pend {
 		th := d.th
@@ -783,14 +791,18 @@ func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 			}
 		}
 		users.add(t, 1)
-		if err := turns.add(ctx, t.hotArgs(nil)...); err != nil {
+		turns.args = t.hotArgs(turns.args)
+		if err := turns.added(ctx); err != nil {
 			return fmt.Errorf("eventstore: materialize turns: %w", err)
 		}
-		if err := infos.add(ctx, t.infoArgs(nil)...); err != nil {
+		infos.args = t.infoArgs(infos.args)
+		if err := infos.added(ctx); err != nil {
 			return fmt.Errorf("eventstore: materialize turns: %w", err)
 		}
 		for i := range t.vers {
-			verRows = append(verRows, verRow{t.vers[i].vid, t.ts, th, t.versionRow(&t.vers[i])})
+			start := len(verBuf)
+			verBuf = t.appendVersionRow(verBuf, &t.vers[i])
+			verRows = append(verRows, verRow{t.vers[i].vid, t.ts, th, verBuf[start:len(verBuf):len(verBuf)]})
 		}
 		s.known[th] = t.minute()
 	}

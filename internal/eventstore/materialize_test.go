@@ -454,3 +454,46 @@ func TestViewsMatchSpans(t *testing.T) {
 		}
 	}
 }
+
+// TestWritesOfShrinkingBatches checks that what one write leaves in the
+// buffers kept for the next is never counted again: a large batch, then
+// smaller ones (one replaying part of the first), each turn's figures
+// are those of its spans.
+func TestWritesOfShrinkingBatches(t *testing.T) {
+	s := openTest(t, ":memory:")
+	ctx := context.Background()
+	g := &synth{rng: rand.New(rand.NewPCG(3, 4)), start: t0, step: time.Second, users: 10}
+	var all []events.Event
+	for range 6 {
+		all = g.turn(all)
+	}
+	batches := [][]events.Event{all[:3*spansPerTurn], all[3*spansPerTurn : 4*spansPerTurn], all[spansPerTurn-2 : spansPerTurn+1], all[4*spansPerTurn:]}
+	for _, b := range batches {
+		if err := s.Write(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]CostRow{}
+	for i := range all {
+		e := &all[i]
+		r := want[e.TraceID]
+		r.Spans++
+		r.CostUSD += e.Resource.CostUSD
+		r.TokensIn += int64(e.Resource.TokensIn)
+		want[e.TraceID] = r
+	}
+	rep, err := s.Cost(ctx, Query{By: ByTurn, From: t0, To: t0.Add(time.Hour), Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := keyed(rep.Rows)
+	if len(got) != len(want) || rep.Total.Spans != int64(len(all)) {
+		t.Fatalf("%d turns, %d spans; want %d turns, %d spans", len(got), rep.Total.Spans, len(want), len(all))
+	}
+	for trace, w := range want {
+		g := got[trace]
+		if g.Spans != w.Spans || g.TokensIn != w.TokensIn || math.Abs(g.CostUSD-w.CostUSD) > 1e-9 {
+			t.Errorf("turn %s: %d spans, %d tokens in, $%g; want %d, %d, $%g", trace, g.Spans, g.TokensIn, g.CostUSD, w.Spans, w.TokensIn, w.CostUSD)
+		}
+	}
+}
