@@ -47,7 +47,8 @@ type Config struct {
 	// SessionTTL is how long session counters live after their last update.
 	// Default 24h.
 	SessionTTL time.Duration `yaml:"sessionTtl"`
-	// StoreTimeout bounds every counter read or write. Default 100ms.
+	// StoreTimeout bounds every read or write of shared counters (Redis).
+	// Default 100ms. In-process counters answer at once and are not bounded.
 	StoreTimeout time.Duration `yaml:"storeTimeout"`
 }
 
@@ -351,7 +352,7 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 
 	now := b.now()
 	day, next := b.day(now)
-	tctx, cancel := context.WithTimeout(ctx, b.cfg.StoreTimeout)
+	tctx, cancel := b.storeCtx(ctx)
 	tot, err := b.counters.Load(tctx, req.UserID, req.SessionID, day)
 	cancel()
 	if err != nil {
@@ -400,12 +401,22 @@ func truncate(history []Message, each []int, excess int) ([]Message, int) {
 // report; the request has already been served.
 func (b *Enforcer) Record(ctx context.Context, userID, sessionID string, in, out int, costUSD float64) error {
 	day, _ := b.day(b.now())
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.StoreTimeout)
+	ctx, cancel := b.storeCtx(ctx)
 	defer cancel()
 	if err := b.counters.Add(ctx, userID, sessionID, day, in, out, costUSD); err != nil {
 		return fmt.Errorf("budget: record: %w", err)
 	}
 	return nil
+}
+
+// storeCtx bounds one counter call by StoreTimeout. In-process counters
+// never wait, so they get ctx as it is: for them a deadline's timer would
+// cost more than the call.
+func (b *Enforcer) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, local := b.counters.(*MemoryCounters); local {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, b.cfg.StoreTimeout)
 }
 
 // ContextRoom is how many input tokens retrieved context may add to a
