@@ -189,7 +189,25 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...StartOption) (c
 	if s.start.IsZero() {
 		s.start = t.opts.Now()
 	}
-	return context.WithValue(ctx, ctxKey{}, s), s
+	s.ctx = spanContext{Context: ctx, span: s}
+	return &s.ctx, s
+}
+
+// spanContext is the context Start returns: its parent, with the span as
+// the value under ctxKey. It lives inside the Span, so a span costs one
+// allocation where a context.WithValue would add another. The price is that
+// an ended span's event, until the sinks have it, also keeps its parent
+// contexts reachable: a bounded delay (the sinks' queues), not a leak.
+type spanContext struct {
+	context.Context
+	span *Span
+}
+
+func (c *spanContext) Value(key any) any {
+	if _, ok := key.(ctxKey); ok {
+		return c.span
+	}
+	return c.Context.Value(key)
 }
 
 // StartChild opens a child of the span in ctx with that span's Tracer, for
@@ -209,6 +227,7 @@ type Span struct {
 	t     *Tracer
 	tc    TraceContext
 	start time.Time
+	ctx   spanContext // what Start returned: the context carrying this span
 
 	mu    sync.Mutex
 	ev    Event
