@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/fmgate/fmgate/internal/provider"
@@ -286,6 +287,7 @@ type Enforcer struct {
 	est      *Estimator
 	counters Counters
 	now      func() time.Time
+	today    atomic.Pointer[calendarDay] // the last day asked for
 }
 
 // New returns an Enforcer. now is the clock (time.Now when nil).
@@ -313,11 +315,23 @@ func (b *Enforcer) Day(t time.Time) string {
 	return d
 }
 
-// day returns the counter key of the day t falls in and when it ends.
+// day returns the counter key of the day t falls in and when it ends. The
+// last day asked for is kept: every turn of a day asks for the same one.
 func (b *Enforcer) day(t time.Time) (string, time.Time) {
+	if d := b.today.Load(); d != nil && !t.Before(d.start) && t.Before(d.end) {
+		return d.key, d.end
+	}
 	t = t.In(b.loc)
-	y, m, d := t.Date()
-	return t.Format("2006-01-02"), time.Date(y, m, d+1, 0, 0, 0, 0, b.loc)
+	y, m, dd := t.Date()
+	d := &calendarDay{key: t.Format("2006-01-02"), start: time.Date(y, m, dd, 0, 0, 0, 0, b.loc), end: time.Date(y, m, dd+1, 0, 0, 0, 0, b.loc)}
+	b.today.Store(d)
+	return d.key, d.end
+}
+
+// calendarDay is one day in the enforcer's zone and its counter key.
+type calendarDay struct {
+	key        string
+	start, end time.Time
 }
 
 // Check applies the budgets in order — per-request input and output, context

@@ -3,9 +3,11 @@ package events
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"math/rand/v2"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // Recorder receives finished events. *Emitter implements it; tests may use a
@@ -178,7 +180,7 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...StartOption) (c
 	} else {
 		s.ev.TraceID = s.tc.TraceHex()
 	}
-	s.ev.SpanID = s.tc.SpanHex()
+	s.ev.SpanID = s.spanHex()
 	if s.ev.WorkflowID == "" {
 		// One turn is one workflow unless the caller names a longer one.
 		s.ev.WorkflowID = s.ev.TraceID
@@ -191,6 +193,15 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...StartOption) (c
 	}
 	s.ctx = spanContext{Context: ctx, span: s}
 	return &s.ctx, s
+}
+
+// spanHex writes the span id's hex into the span and returns it as a string
+// over those bytes, which are never written again: the id costs no
+// allocation of its own. The string keeps the span reachable, as the
+// parent ids of its children and the event itself do anyway.
+func (s *Span) spanHex() string {
+	hex.Encode(s.idHex[:], s.tc.SpanID[:])
+	return unsafe.String(&s.idHex[0], len(s.idHex))
 }
 
 // spanContext is the context Start returns: its parent, with the span as
@@ -228,6 +239,7 @@ type Span struct {
 	tc    TraceContext
 	start time.Time
 	ctx   spanContext // what Start returned: the context carrying this span
+	idHex [16]byte    // the bytes of ev.SpanID
 
 	mu    sync.Mutex
 	ev    Event

@@ -24,11 +24,10 @@ import (
 // front door sends it with its status); otherwise the answer — a model's, or
 // a degraded one from the fallback cascade — went to out and Run returns it.
 func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, err error) {
-	done, err := g.enter()
-	if err != nil {
+	if err := g.enter(); err != nil {
 		return nil, err
 	}
-	defer done()
+	defer g.inflight.Done()
 	ctx, span := g.startTurn(ctx, t)
 	out = g.traceStream(ctx, out)
 	beginTrace(out, g.traceID(ctx, t))
