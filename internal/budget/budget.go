@@ -140,8 +140,7 @@ type Estimate struct {
 // Estimate estimates parts for model.
 func (e *Estimator) Estimate(model string, p Parts) Estimate {
 	var est Estimate
-	msg := func(text string, framed bool) (int, float64) {
-		c := Count(text)
+	msg := func(c ScriptCounts, framed bool) (int, float64) {
 		if framed {
 			c.Messages = 1
 		}
@@ -151,20 +150,20 @@ func (e *Estimator) Estimate(model string, p Parts) Estimate {
 	}
 	var total, f float64
 	if p.System != "" {
-		est.System, f = msg(p.System, true)
+		est.System, f = msg(e.countSystem(p.System), true)
 		total += f
 	}
 	est.HistoryEach = make([]int, len(p.History))
 	for i, m := range p.History {
-		est.HistoryEach[i], f = msg(m.Content, true)
+		est.HistoryEach[i], f = msg(Count(m.Content), true)
 		est.History += est.HistoryEach[i]
 		total += f
 	}
 	if p.Context != "" {
-		est.Context, f = msg(p.Context, false)
+		est.Context, f = msg(Count(p.Context), false)
 		total += f
 	}
-	est.User, f = msg(p.User, true)
+	est.User, f = msg(Count(p.User), true)
 	total += f
 	est.Total = int(total + 0.5)
 	return est
