@@ -197,8 +197,9 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...StartOption) (c
 
 // spanHex writes the span id's hex into the span and returns it as a string
 // over those bytes, which are never written again: the id costs no
-// allocation of its own. The string keeps the span reachable, as the
-// parent ids of its children and the event itself do anyway.
+// allocation of its own. While anything holds the string (the event, its
+// children's parent ids, a sink's pending state), the whole span and its
+// context's parents stay reachable: the sinks let go of them once written.
 func (s *Span) spanHex() string {
 	hex.Encode(s.idHex[:], s.tc.SpanID[:])
 	return unsafe.String(&s.idHex[0], len(s.idHex))
