@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/fmgate/fmgate/internal/provider"
@@ -47,7 +48,8 @@ type Config struct {
 	// SessionTTL is how long session counters live after their last update.
 	// Default 24h.
 	SessionTTL time.Duration `yaml:"sessionTtl"`
-	// StoreTimeout bounds every counter read or write. Default 100ms.
+	// StoreTimeout bounds every read or write of shared counters (Redis).
+	// Default 100ms. In-process counters answer at once and are not bounded.
 	StoreTimeout time.Duration `yaml:"storeTimeout"`
 }
 
@@ -138,8 +140,7 @@ type Estimate struct {
 // Estimate estimates parts for model.
 func (e *Estimator) Estimate(model string, p Parts) Estimate {
 	var est Estimate
-	msg := func(text string, framed bool) (int, float64) {
-		c := Count(text)
+	msg := func(c ScriptCounts, framed bool) (int, float64) {
 		if framed {
 			c.Messages = 1
 		}
@@ -149,20 +150,20 @@ func (e *Estimator) Estimate(model string, p Parts) Estimate {
 	}
 	var total, f float64
 	if p.System != "" {
-		est.System, f = msg(p.System, true)
+		est.System, f = msg(e.countSystem(p.System), true)
 		total += f
 	}
 	est.HistoryEach = make([]int, len(p.History))
 	for i, m := range p.History {
-		est.HistoryEach[i], f = msg(m.Content, true)
+		est.HistoryEach[i], f = msg(Count(m.Content), true)
 		est.History += est.HistoryEach[i]
 		total += f
 	}
 	if p.Context != "" {
-		est.Context, f = msg(p.Context, false)
+		est.Context, f = msg(Count(p.Context), false)
 		total += f
 	}
-	est.User, f = msg(p.User, true)
+	est.User, f = msg(Count(p.User), true)
 	total += f
 	est.Total = int(total + 0.5)
 	return est
@@ -285,6 +286,7 @@ type Enforcer struct {
 	est      *Estimator
 	counters Counters
 	now      func() time.Time
+	today    atomic.Pointer[calendarDay] // the last day asked for
 }
 
 // New returns an Enforcer. now is the clock (time.Now when nil).
@@ -312,11 +314,23 @@ func (b *Enforcer) Day(t time.Time) string {
 	return d
 }
 
-// day returns the counter key of the day t falls in and when it ends.
+// day returns the counter key of the day t falls in and when it ends. The
+// last day asked for is kept: every turn of a day asks for the same one.
 func (b *Enforcer) day(t time.Time) (string, time.Time) {
+	if d := b.today.Load(); d != nil && !t.Before(d.start) && t.Before(d.end) {
+		return d.key, d.end
+	}
 	t = t.In(b.loc)
-	y, m, d := t.Date()
-	return t.Format("2006-01-02"), time.Date(y, m, d+1, 0, 0, 0, 0, b.loc)
+	y, m, dd := t.Date()
+	d := &calendarDay{key: t.Format("2006-01-02"), start: time.Date(y, m, dd, 0, 0, 0, 0, b.loc), end: time.Date(y, m, dd+1, 0, 0, 0, 0, b.loc)}
+	b.today.Store(d)
+	return d.key, d.end
+}
+
+// calendarDay is one day in the enforcer's zone and its counter key.
+type calendarDay struct {
+	key        string
+	start, end time.Time
 }
 
 // Check applies the budgets in order — per-request input and output, context
@@ -351,7 +365,7 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 
 	now := b.now()
 	day, next := b.day(now)
-	tctx, cancel := context.WithTimeout(ctx, b.cfg.StoreTimeout)
+	tctx, cancel := b.storeCtx(ctx)
 	tot, err := b.counters.Load(tctx, req.UserID, req.SessionID, day)
 	cancel()
 	if err != nil {
@@ -400,12 +414,22 @@ func truncate(history []Message, each []int, excess int) ([]Message, int) {
 // report; the request has already been served.
 func (b *Enforcer) Record(ctx context.Context, userID, sessionID string, in, out int, costUSD float64) error {
 	day, _ := b.day(b.now())
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.StoreTimeout)
+	ctx, cancel := b.storeCtx(ctx)
 	defer cancel()
 	if err := b.counters.Add(ctx, userID, sessionID, day, in, out, costUSD); err != nil {
 		return fmt.Errorf("budget: record: %w", err)
 	}
 	return nil
+}
+
+// storeCtx bounds one counter call by StoreTimeout. In-process counters
+// never wait, so they get ctx as it is: for them a deadline's timer would
+// cost more than the call.
+func (b *Enforcer) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, local := b.counters.(*MemoryCounters); local {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, b.cfg.StoreTimeout)
 }
 
 // ContextRoom is how many input tokens retrieved context may add to a

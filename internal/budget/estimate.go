@@ -3,6 +3,7 @@ package budget
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 )
 
 // ScriptCounts is the feature vector the estimator prices: characters by
@@ -143,6 +144,26 @@ type Estimator struct {
 	mu     sync.RWMutex
 	models map[string]*calibration
 	acc    map[string]*errorRing
+
+	// system is the last system prompt counted, with its counts: every turn
+	// under one prompt brings the same text, the longest part of a request.
+	system atomic.Pointer[countedText]
+}
+
+type countedText struct {
+	text   string
+	counts ScriptCounts
+}
+
+// countSystem is Count(text) for a system prompt, counted once while the
+// prompt stays the same.
+func (e *Estimator) countSystem(text string) ScriptCounts {
+	if c := e.system.Load(); c != nil && c.text == text {
+		return c.counts
+	}
+	c := Count(text)
+	e.system.Store(&countedText{text: text, counts: c})
+	return c
 }
 
 type calibration struct {

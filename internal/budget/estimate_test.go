@@ -131,3 +131,24 @@ func BenchmarkEstimate(b *testing.B) {
 		_ = e.Estimate("sonnet", p)
 	}
 }
+
+// TestEstimateFollowsThePromptInForce: the system prompt's counts are kept
+// between requests, so a prompt switch (a rollout, a canary's candidate and
+// back) must be estimated as the new prompt at once, like a fresh estimator
+// would.
+func TestEstimateFollowsThePromptInForce(t *testing.T) {
+	prompts := []string{
+		"You are MangaAssist. Recommend manga briefly.",
+		"あなたはMangaAssistです。漫画を短くおすすめしてください。丁寧な日本語で答えてください。",
+		"You are MangaAssist. Recommend manga briefly.",
+		"",
+	}
+	e := NewEstimator()
+	for i, sys := range prompts {
+		p := Parts{System: sys, User: "Which fantasy manga should I read next?"}
+		got, want := e.Estimate("sonnet", p), NewEstimator().Estimate("sonnet", p)
+		if got.System != want.System || got.Total != want.Total || got.Counts != want.Counts {
+			t.Errorf("request %d: estimate %+v, want %+v (as a fresh estimator)", i, got, want)
+		}
+	}
+}

@@ -3,9 +3,11 @@ package events
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"math/rand/v2"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // Recorder receives finished events. *Emitter implements it; tests may use a
@@ -178,7 +180,7 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...StartOption) (c
 	} else {
 		s.ev.TraceID = s.tc.TraceHex()
 	}
-	s.ev.SpanID = s.tc.SpanHex()
+	s.ev.SpanID = s.spanHex()
 	if s.ev.WorkflowID == "" {
 		// One turn is one workflow unless the caller names a longer one.
 		s.ev.WorkflowID = s.ev.TraceID
@@ -189,7 +191,35 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...StartOption) (c
 	if s.start.IsZero() {
 		s.start = t.opts.Now()
 	}
-	return context.WithValue(ctx, ctxKey{}, s), s
+	s.ctx = spanContext{Context: ctx, span: s}
+	return &s.ctx, s
+}
+
+// spanHex writes the span id's hex into the span and returns it as a string
+// over those bytes, which are never written again: the id costs no
+// allocation of its own. While anything holds the string (the event, its
+// children's parent ids, a sink's pending state), the whole span and its
+// context's parents stay reachable: the sinks let go of them once written.
+func (s *Span) spanHex() string {
+	hex.Encode(s.idHex[:], s.tc.SpanID[:])
+	return unsafe.String(&s.idHex[0], len(s.idHex))
+}
+
+// spanContext is the context Start returns: its parent, with the span as
+// the value under ctxKey. It lives inside the Span, so a span costs one
+// allocation where a context.WithValue would add another. The price is that
+// an ended span's event, until the sinks have it, also keeps its parent
+// contexts reachable: a bounded delay (the sinks' queues), not a leak.
+type spanContext struct {
+	context.Context
+	span *Span
+}
+
+func (c *spanContext) Value(key any) any {
+	if _, ok := key.(ctxKey); ok {
+		return c.span
+	}
+	return c.Context.Value(key)
 }
 
 // StartChild opens a child of the span in ctx with that span's Tracer, for
@@ -209,6 +239,8 @@ type Span struct {
 	t     *Tracer
 	tc    TraceContext
 	start time.Time
+	ctx   spanContext // what Start returned: the context carrying this span
+	idHex [16]byte    // the bytes of ev.SpanID
 
 	mu    sync.Mutex
 	ev    Event

@@ -26,6 +26,7 @@ type modelConfig = config.Model
 // Gateway is one fmgate instance.
 type Gateway struct {
 	cfg       config.Config
+	tiers     []string // the model tiers' names in cascade order
 	providers map[string]provider.Provider
 	sessions  session.Store
 	log       *slog.Logger
@@ -114,6 +115,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg:       cfg,
+		tiers:     tierNames(cfg.Models),
 		providers: d.Providers,
 		sessions:  d.Sessions,
 		log:       d.Log,
@@ -186,15 +188,16 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 	return g, nil
 }
 
-// enter registers a turn in flight, refusing new turns while draining.
-func (g *Gateway) enter() (func(), error) {
+// enter registers a turn in flight, refusing new turns while draining; the
+// turn ends with g.inflight.Done.
+func (g *Gateway) enter() error {
 	g.turnsMu.RLock()
 	defer g.turnsMu.RUnlock()
 	if g.draining.Load() {
-		return nil, shuttingDown(nil)
+		return shuttingDown(nil)
 	}
 	g.inflight.Add(1)
-	return g.inflight.Done, nil
+	return nil
 }
 
 // Drain stops accepting turns and waits for those in flight, up to ctx.
@@ -241,17 +244,24 @@ func (g *Gateway) Ready() bool { return !g.draining.Load() }
 func (g *Gateway) primary() string { return g.cfg.Models[0].Name }
 
 // modelsFrom is the model tiers in cascade order, starting at start (a
-// tier name or its modelId) when it names one; all of them otherwise.
+// tier name or its modelId) when it names one; all of them otherwise. The
+// slice is shared by every turn: read it, never write it (an append
+// reallocates, since it has no room to spare).
 func (g *Gateway) modelsFrom(start string) []string {
-	names := make([]string, 0, len(g.cfg.Models))
-	for _, m := range g.cfg.Models {
-		if len(names) == 0 && start != "" && m.Name != start && m.ModelID != start {
-			continue
+	if start != "" {
+		for i, m := range g.cfg.Models {
+			if m.Name == start || m.ModelID == start {
+				return g.tiers[i:len(g.tiers):len(g.tiers)]
+			}
 		}
-		names = append(names, m.Name)
 	}
-	if len(names) == 0 {
-		return g.modelsFrom("")
+	return g.tiers[:len(g.tiers):len(g.tiers)]
+}
+
+func tierNames(models []config.Model) []string {
+	names := make([]string, len(models))
+	for i, m := range models {
+		names[i] = m.Name
 	}
 	return names
 }
@@ -316,15 +326,15 @@ var (
 // isRefusal reports whether err is a deliberate refusal (429 and the like)
 // rather than a failure.
 func isRefusal(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Status == http.StatusTooManyRequests
+	e, ok := errors.AsType[*Error](err)
+	return ok && e.Status == http.StatusTooManyRequests
 }
 
 // isShuttingDown reports whether err refuses the turn because the instance
 // is draining: another instance answers it better than a fallback tier.
 func isShuttingDown(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Code == CodeShuttingDown
+	e, ok := errors.AsType[*Error](err)
+	return ok && e.Code == CodeShuttingDown
 }
 
 // cost prices usage with the model's price table (one definition, in budget).
@@ -343,8 +353,8 @@ func final(err error) error { return finalError{err} }
 // IsFinal reports whether err must not be retried because part of the
 // answer already reached the client.
 func IsFinal(err error) bool {
-	var f finalError
-	return errors.As(err, &f)
+	_, ok := errors.AsType[finalError](err)
+	return ok
 }
 
 // inflightSet tracks request ids in flight to refuse duplicates.

@@ -24,11 +24,10 @@ import (
 // front door sends it with its status); otherwise the answer — a model's, or
 // a degraded one from the fallback cascade — went to out and Run returns it.
 func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, err error) {
-	done, err := g.enter()
-	if err != nil {
+	if err := g.enter(); err != nil {
 		return nil, err
 	}
-	defer done()
+	defer g.inflight.Done()
 	ctx, span := g.startTurn(ctx, t)
 	out = g.traceStream(ctx, out)
 	beginTrace(out, g.traceID(ctx, t))
@@ -215,45 +214,48 @@ func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out 
 // After the primary timed out, a cheaper tier is asked for a brief answer
 // (simplified), which is quicker to produce.
 func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified bool, out Output) (*Result, error) {
-	m, _ := g.cfg.Model(model)
-	req := g.request(t, m)
+	// What the attempts share lives in one value: the retry loop's closure
+	// escapes, and so would each variable it captured on its own.
+	var a struct {
+		m     modelConfig
+		usage provider.Usage
+		resp  *provider.Response
+		ttft  time.Duration
+		sofar string // the text of the last attempt, for a continuation
+	}
+	a.m, _ = g.cfg.Model(model)
+	req := g.request(t, a.m)
 	if simplified {
 		req = g.fallback.Simplify(req, model)
 	}
 	p := g.providers[model]
 	// The retry loop sees the first-byte deadline so it never starts doomed
 	// work; each attempt streams under ctx, because the deadline bounds the
-	// wait for the first token (watchFirstToken), not the whole answer.
+	// wait for the first token (watchStream), not the whole answer.
 	dctx, cancel := context.WithDeadline(ctx, t.Received.Add(g.firstByteBudget(t)))
 	defer cancel()
-	var (
-		usage provider.Usage
-		resp  *provider.Response
-		ttft  time.Duration
-		sofar string // the text of the last attempt, for a continuation
-	)
 	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
 		out.Discard()
-		beginTier(out, model, m.ModelID, model != g.primary())
-		sctx, span := g.attemptSpan(ctx, t, model, m.ModelID)
-		actx, token, stop := g.watchStream(sctx, t)
-		defer stop()
+		beginTier(out, model, a.m.ModelID, model != g.primary())
+		sctx, span := g.attemptSpan(ctx, t, model, a.m.ModelID)
+		w := g.watchStream(sctx, t)
+		defer w.stop()
 		start := g.now()
-		r, err := p.Stream(actx, req, func(text string) error {
-			if token() {
-				ttft = g.now().Sub(start)
+		r, err := p.Stream(w, req, func(text string) error {
+			if w.token() {
+				a.ttft = g.now().Sub(start)
 			}
 			return out.Write(text)
 		})
 		var attempt provider.Usage
 		if r != nil {
 			attempt = r.Usage
-			usage = usage.Add(r.Usage)
-			sofar = r.Text
+			a.usage = a.usage.Add(r.Usage)
+			a.sofar = r.Text
 		}
-		defer func() { endAttempt(span, m, attempt, err) }()
+		defer func() { endAttempt(span, a.m, attempt, err) }()
 		if err != nil {
-			if cause := context.Cause(actx); isWatchdog(cause) && ctx.Err() == nil {
+			if cause := context.Cause(w); isWatchdog(cause) && ctx.Err() == nil {
 				err = cause
 			}
 			if out.Started() {
@@ -261,25 +263,25 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 			}
 			return err
 		}
-		resp = r
+		a.resp = r
 		return nil
 	})
 	if err != nil {
-		if usage != (provider.Usage{}) || (out.Started() && sofar != "") {
-			return &Result{Text: sofar, Tier: model, ModelID: m.ModelID, Usage: usage, CostUSD: cost(m, usage)}, err
+		if a.usage != (provider.Usage{}) || (out.Started() && a.sofar != "") {
+			return &Result{Text: a.sofar, Tier: model, ModelID: a.m.ModelID, Usage: a.usage, CostUSD: cost(a.m, a.usage)}, err
 		}
 		return nil, err
 	}
 	return &Result{
-		Text:       resp.Text,
+		Text:       a.resp.Text,
 		Tier:       model,
-		ModelID:    resp.ModelID,
-		StopReason: resp.StopReason,
+		ModelID:    a.resp.ModelID,
+		StopReason: a.resp.StopReason,
 		Degraded:   model != g.primary() || t.ContextUnavailable,
-		Confidence: m.Confidence,
-		Usage:      usage,
-		CostUSD:    cost(m, usage),
-		TTFT:       ttft,
+		Confidence: a.m.Confidence,
+		Usage:      a.usage,
+		CostUSD:    cost(a.m, a.usage),
+		TTFT:       a.ttft,
 		Simplified: simplified,
 	}, nil
 }
@@ -319,27 +321,30 @@ func (g *Gateway) record(ctx context.Context, t *Turn, res *Result) {
 	ctx, span := g.tracer.Start(ctx, "record", events.WithKind(events.KindInternal), events.WithMustPersist())
 	defer span.End()
 	// The three writes are independent: in fleet mode they share a round trip.
-	var sessionErr, budgetErr error
-	cached := false
+	// Their outcomes are one value, so the closures share one allocation.
+	var w struct {
+		sessionErr, budgetErr error
+		cached                bool
+	}
 	g.batcher.Together(ctx,
-		func(ctx context.Context) { sessionErr = g.appendSession(ctx, t, res) },
+		func(ctx context.Context) { w.sessionErr = g.appendSession(ctx, t, res) },
 		func(ctx context.Context) {
-			cached = (!res.Degraded || g.isModel(res.Tier)) && g.fallback.Remember(ctx, t, res)
+			w.cached = (!res.Degraded || g.isModel(res.Tier)) && g.fallback.Remember(ctx, t, res)
 		},
-		func(ctx context.Context) { budgetErr = g.budget.Record(ctx, t, res) })
+		func(ctx context.Context) { w.budgetErr = g.budget.Record(ctx, t, res) })
 	usd := 0.0
 	switch {
-	case sessionErr != nil:
-		g.log.WarnContext(ctx, "session append failed", "err", sessionErr)
+	case w.sessionErr != nil:
+		g.log.WarnContext(ctx, "session append failed", "err", w.sessionErr)
 		span.SetErrorCode("session_write_failed")
 	case !t.Stateless:
 		usd += g.units.StorageWriteUSD
 	}
-	if cached {
+	if w.cached {
 		usd += g.units.CacheCallUSD
 	}
-	if budgetErr != nil {
-		g.log.WarnContext(ctx, "budget record failed", "err", budgetErr)
+	if w.budgetErr != nil {
+		g.log.WarnContext(ctx, "budget record failed", "err", w.budgetErr)
 	}
 	span.SetCost(usd)
 	g.judge.Consider(ctx, t, res)
@@ -367,32 +372,74 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 		Temperature: t.Temperature, StopSequences: t.StopSequences}
 }
 
-// watchStream bounds one streaming attempt, whatever the provider: it
-// returns the attempt's context, a function to call on every token (true on
-// the first) and a stop function. The context is cancelled, with the reason
-// as its cause, when the first token is later than the attempt's share of
-// the first-byte budget (errFirstTokenLate), when the model then stays
-// silent for deadline.idle (errStreamIdle), or when the turn reaches
-// stream.maxDuration (errStreamTooLong). Before the first byte reaches the
-// client each is a timeout the cascade falls back from; after it, the
-// upstream call is cancelled and the client gets an error frame.
-func (g *Gateway) watchStream(ctx context.Context, t *Turn) (context.Context, func() bool, func()) {
-	capped, uncap := context.WithDeadlineCause(ctx, t.Received.Add(g.streamCfg.MaxDuration), errStreamTooLong)
-	actx, cancel := context.WithCancelCause(capped)
-	var seen atomic.Bool
-	timer := time.AfterFunc(min(g.cfg.Deadline.Attempt, g.firstByteLeft(t)), func() {
-		if seen.Load() {
-			cancel(&provider.Error{Kind: provider.KindTimeout, Err: errStreamIdle})
-			return
-		}
-		cancel(&provider.Error{Kind: provider.KindTimeout, Err: errFirstTokenLate})
-	})
-	token := func() bool {
-		first := !seen.Swap(true)
-		timer.Reset(g.cfg.Deadline.Idle)
-		return first
+// watchStream bounds one streaming attempt, whatever the provider: the
+// watchdog it returns is the attempt's context, with token to call on every
+// token (true on the first) and stop to call when the attempt is over. The
+// context is cancelled, with the reason as its cause, when the first token
+// is later than the attempt's share of the first-byte budget
+// (errFirstTokenLate), when the model then stays silent for deadline.idle
+// (errStreamIdle), or when the turn reaches stream.maxDuration
+// (errStreamTooLong). Before the first byte reaches the client each is a
+// timeout the cascade falls back from; after it, the upstream call is
+// cancelled and the client gets an error frame.
+func (g *Gateway) watchStream(ctx context.Context, t *Turn) *watchdog {
+	w := &watchdog{capAt: t.Received.Add(g.streamCfg.MaxDuration), idle: g.cfg.Deadline.Idle}
+	w.Context, w.cancel = context.WithCancelCause(ctx)
+	if time.Until(w.capAt) <= 0 {
+		w.cancel(errStreamTooLong)
 	}
-	return actx, token, func() { timer.Stop(); cancel(nil); uncap() }
+	w.timer = time.AfterFunc(w.within(min(g.cfg.Deadline.Attempt, g.firstByteLeft(t))), w.fire)
+	return w
+}
+
+// watchdog is one attempt's context. One timer keeps all three of its
+// deadlines: it is armed for the nearest one, and when it fires the time
+// and whether a token came say which it was.
+type watchdog struct {
+	context.Context // cancelled with the reason as its cause
+	cancel          context.CancelCauseFunc
+	timer           *time.Timer
+	capAt           time.Time // stream.maxDuration after the turn started
+	idle            time.Duration
+	seen            atomic.Bool
+}
+
+// Deadline is the stream's maximum duration, or the turn's own deadline
+// when that comes first.
+func (w *watchdog) Deadline() (time.Time, bool) {
+	if dl, ok := w.Context.Deadline(); ok && dl.Before(w.capAt) {
+		return dl, true
+	}
+	return w.capAt, true
+}
+
+// within caps a wait at what is left to the stream's maximum duration.
+func (w *watchdog) within(d time.Duration) time.Duration {
+	return min(d, time.Until(w.capAt))
+}
+
+func (w *watchdog) fire() {
+	switch {
+	case !time.Now().Before(w.capAt):
+		w.cancel(errStreamTooLong)
+	case w.seen.Load():
+		w.cancel(&provider.Error{Kind: provider.KindTimeout, Err: errStreamIdle})
+	default:
+		w.cancel(&provider.Error{Kind: provider.KindTimeout, Err: errFirstTokenLate})
+	}
+}
+
+// token restarts the idle wait; it reports whether this was the first token.
+func (w *watchdog) token() bool {
+	first := !w.seen.Swap(true)
+	w.timer.Reset(w.within(w.idle))
+	return first
+}
+
+// stop ends the watch and releases the attempt's context.
+func (w *watchdog) stop() {
+	w.timer.Stop()
+	w.cancel(nil)
 }
 
 // isWatchdog reports whether err is a reason watchStream cut an attempt.

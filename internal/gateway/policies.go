@@ -31,7 +31,8 @@ type Retriever interface {
 	Retrieve(ctx context.Context, t *Turn) error
 }
 
-// Planner orders the model tiers for a turn (step 5).
+// Planner orders the model tiers for a turn (step 5). models is shared by
+// every turn: Plan returns a new slice, or models itself, unmodified.
 type Planner interface {
 	Plan(ctx context.Context, t *Turn, models []string) []string
 }

@@ -62,7 +62,7 @@ func (g *Gateway) endTurn(span *events.Span, out Output, res *Result, err error)
 		span.SetStatus(events.StatusOK)
 	}
 	if res != nil {
-		if tc := span.Context(); tc.IsValid() {
+		if tc := span.Context(); tc.IsValid() && res.TraceParent == "" { // the deferred call repeats it
 			res.TraceParent = events.FormatTraceparent(tc)
 		}
 		span.SetModel(res.ModelID)

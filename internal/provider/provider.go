@@ -146,8 +146,7 @@ func KindOf(err error) Kind {
 	if err == nil {
 		return ""
 	}
-	var pe *Error
-	if errors.As(err, &pe) {
+	if pe, ok := errors.AsType[*Error](err); ok {
 		return pe.Kind
 	}
 	switch {

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -156,6 +157,8 @@ type Queue struct {
 	b    backend
 	poll time.Duration
 
+	waiters atomic.Int64 // turns inside Wait: Notify has no one to wake without them
+
 	mu   sync.Mutex
 	wake chan struct{}
 }
@@ -167,6 +170,9 @@ func newQueue(b backend, cfg Config) *Queue {
 // Notify wakes every local waiter to re-check the head now: call it when
 // quota or concurrency is released.
 func (q *Queue) Notify() {
+	if q.waiters.Load() == 0 {
+		return // a waiter arriving later checks the head before it waits
+	}
 	q.mu.Lock()
 	close(q.wake)
 	q.wake = make(chan struct{})
@@ -191,6 +197,10 @@ func (q *Queue) Wait(ctx context.Context, t Ticket, try func(ctx context.Context
 	if t.Priority < P0 || t.Priority > P3 {
 		return fmt.Errorf("queue: priority %d out of range P0..P3", t.Priority)
 	}
+	// Counted before the first check of the head: a Notify that finds no
+	// waiter happened before that check, which then sees what it released.
+	q.waiters.Add(1)
+	defer q.waiters.Add(-1)
 	h, err := q.b.add(ctx, t)
 	if err != nil {
 		return err

@@ -105,6 +105,17 @@ func (m *modelState) window(nowSec int64, buf []bucket) (usage, []bucket) {
 	return u, buf
 }
 
+// used sums the live buckets, for when they are not needed one by one.
+func (m *modelState) used(nowSec int64) usage {
+	var u usage
+	for i := range m.ring {
+		if inWindow(m.ring[i].sec, nowSec) {
+			u.add(m.ring[i].u)
+		}
+	}
+	return u
+}
+
 // retryAfter estimates when the refused reservation would fit, by letting
 // buckets roll off oldest first and then outstanding holds expire.
 func (l *Memory) retryAfter(m *modelState, live []bucket, u usage, p Priority, tokens, lt, lr int64, now time.Time) time.Duration {
@@ -201,7 +212,7 @@ func (l *Memory) Saturation(ctx context.Context, model string) (Snapshot, error)
 	}
 	m.expire(now)
 	lt, lr := l.pol.limits(m.ceiling())
-	u, _ := m.window(now.Unix(), nil)
+	u := m.used(now.Unix())
 	u.add(m.heldSum)
 	ut, ur := u.totals()
 	return Snapshot{

@@ -57,8 +57,7 @@ func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) erro
 		UserID: t.UserID, SessionID: t.SessionID, Model: model, MaxOutput: t.MaxOutput,
 		Parts: budget.Parts{System: t.System, History: t.History, User: t.Message},
 	}, b.prices[model])
-	var ex *budget.ExceededError
-	if errors.As(err, &ex) {
+	if ex, ok := errors.AsType[*budget.ExceededError](err); ok {
 		e := &gateway.Error{Status: http.StatusPaymentRequired, Code: gateway.CodeBudgetExceeded, Message: ex.Message(t.Locale), Err: err}
 		if !ex.ResetAt.IsZero() {
 			e.RetryAfter = time.Until(ex.ResetAt)
@@ -223,6 +222,10 @@ func (l lease) Release(ctx context.Context) {
 // ledger: in fleet mode it rides the turn's Redis batch, and a turn woken
 // before it landed would find the hold still there and wait on.
 func (l lease) notify(ctx context.Context) {
+	if redisbatch.From(ctx) == nil { // memory mode: no batch to wait for
+		l.q.Notify()
+		return
+	}
 	if !redisbatch.AfterQueued(ctx, l.q.Notify) {
 		l.q.Notify()
 	}

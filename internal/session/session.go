@@ -25,10 +25,6 @@ type Store interface {
 	Append(ctx context.Context, owner, sessionID, user, assistant string) error
 }
 
-// Key is the store key of owner's session: the two ids joined by a byte
-// neither may hold, so no pair of ids collides with another.
-func Key(owner, sessionID string) string { return owner + "\x00" + sessionID }
-
 // Memory is an in-memory Store.
 type Memory struct {
 	maxExchanges int
@@ -38,11 +34,15 @@ type Memory struct {
 
 	mu       sync.Mutex
 	lru      *list.List // of *entry, front = most recent
-	sessions map[string]*list.Element
+	sessions map[memoryKey]*list.Element
 }
 
+// memoryKey is the owner and the session id: as a pair, no two sessions of
+// different owners collide, and a turn's lookups build no joined string.
+type memoryKey [2]string
+
 type entry struct {
-	id       string
+	id       memoryKey
 	messages []provider.Message
 	touched  time.Time
 }
@@ -60,16 +60,15 @@ func NewMemory(maxExchanges, maxSessions int, ttl time.Duration, now func() time
 		ttl:          ttl,
 		now:          now,
 		lru:          list.New(),
-		sessions:     make(map[string]*list.Element),
+		sessions:     make(map[memoryKey]*list.Element),
 	}
 }
 
 // History implements Store.
 func (m *Memory) History(_ context.Context, owner, sessionID string) ([]provider.Message, error) {
-	sessionID = Key(owner, sessionID)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	el, ok := m.sessions[sessionID]
+	el, ok := m.sessions[memoryKey{owner, sessionID}]
 	if !ok {
 		return nil, nil
 	}
@@ -88,14 +87,14 @@ func (m *Memory) Append(_ context.Context, owner, sessionID, user, assistant str
 	if m.maxExchanges == 0 {
 		return nil
 	}
-	sessionID = Key(owner, sessionID)
+	key := memoryKey{owner, sessionID}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	el, ok := m.sessions[sessionID]
+	el, ok := m.sessions[key]
 	if !ok {
-		el = m.lru.PushFront(&entry{id: sessionID})
-		m.sessions[sessionID] = el
+		el = m.lru.PushFront(&entry{id: key})
+		m.sessions[key] = el
 		for m.lru.Len() > m.maxSessions {
 			m.remove(m.lru.Back())
 		}
