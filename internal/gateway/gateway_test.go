@@ -502,6 +502,7 @@ func (r queueReserver) Reserve(ctx context.Context, _ *Turn, _ string) (Lease, e
 
 func TestDrainEndsTurnsWaitingForQuota(t *testing.T) {
 	cfg := config.Default()
+	cfg.Auth.Keys = map[string]config.Caller{"k-partner": {UserID: "partner", Priority: "P1"}} // a class that queues
 	waiting := make(chan struct{}, 2)
 	p := &scriptProvider{answer: "never sent"}
 	release := make(chan struct{})
@@ -513,11 +514,21 @@ func TestDrainEndsTurnsWaitingForQuota(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) }) // runs first: lets srv.Close return
 
-	c := dial(t, srv)
+	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer dcancel()
+	c, _, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer k-partner"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
 	send(t, c, map[string]string{"action": "sendMessage", "requestId": "ws", "sessionId": "s", "message": "hello"})
 	jsonDone := make(chan *http.Response, 1)
 	go func() {
-		resp, err := http.Post(srv.URL+"/v1/chat", "application/json", strings.NewReader(`{"sessionId":"s2","message":"hello"}`))
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat", strings.NewReader(`{"sessionId":"s2","message":"hello"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer k-partner")
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Error(err)
 		}

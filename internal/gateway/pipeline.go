@@ -172,12 +172,7 @@ func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out 
 		}
 		var lease Lease
 		err := g.step(ctx, "quota", func(ctx context.Context) (err error) {
-			ctx, stop := g.untilDrain(ctx)
-			defer stop()
-			lease, err = g.reserve.Reserve(ctx, t, model)
-			if err != nil && context.Cause(ctx) == errDraining {
-				err = shuttingDown(err)
-			}
+			lease, err = g.reserveQuota(ctx, t, model)
 			return err
 		})
 		if err != nil {
@@ -206,6 +201,23 @@ func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out 
 		}
 	}
 	return nil, last
+}
+
+// reserveQuota is step 6 for one tier. P1–P3 turns may wait in the quota
+// queue; having sent nothing upstream, they stop waiting when the drain
+// starts (untilDrain) and end with shutting_down, which the client retries
+// on another instance. P0 turns never wait: reserved or refused at once.
+func (g *Gateway) reserveQuota(ctx context.Context, t *Turn, model string) (Lease, error) {
+	if t.Priority == P0 {
+		return g.reserve.Reserve(ctx, t, model)
+	}
+	ctx, stop := g.untilDrain(ctx)
+	defer stop()
+	lease, err := g.reserve.Reserve(ctx, t, model)
+	if err != nil && context.Cause(ctx) == errDraining {
+		err = shuttingDown(err)
+	}
+	return lease, err
 }
 
 // invoke calls one model through the retry loop, streaming into out. Usage of
