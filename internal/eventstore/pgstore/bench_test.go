@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"hash/fnv"
 	"os"
 	"strconv"
 	"testing"
@@ -55,9 +56,20 @@ func benchWrite(b *testing.B, s *Store, data []events.Event, batch, writers int)
 // spans/s.
 //
 //	go test -run '^$' -bench BenchmarkIngest -benchtime 500000x ./internal/eventstore/pgstore/
+//
+// Sub-benchmarks: every trace kept whole (events.sampling off), and the
+// default head sampling (5%), where the turn span of the other 95% of
+// traces says so and their spans but the turn's and the must-persist
+// records are stored without their record.
 func BenchmarkIngest(b *testing.B) {
+	b.Run("sampling=off", func(b *testing.B) { benchIngest(b, 1) })
+	b.Run("sampling=5%", func(b *testing.B) { benchIngest(b, 0.05) })
+}
+
+func benchIngest(b *testing.B, rate float64) {
 	s := openBench(b)
 	data := spansFor(b.N, 1)
+	sampleOut(data, rate)
 	batch, writers := 5000, 2
 	if v, err := strconv.Atoi(os.Getenv("FMGATE_BENCH_BATCH")); err == nil {
 		batch = v
@@ -67,6 +79,18 @@ func BenchmarkIngest(b *testing.B) {
 	}
 	b.ResetTimer()
 	benchWrite(b, s, data, batch, writers)
+}
+
+// sampleOut marks the turn span of all but about rate of the traces as
+// sampled out, as the tracer's head sampling does.
+func sampleOut(data []events.Event, rate float64) {
+	for i := range data {
+		if e := &data[i]; e.Name == "turn" {
+			h := fnv.New32a()
+			h.Write([]byte(e.TraceID))
+			e.SampledOut = float64(h.Sum32()%10_000) >= rate*10_000
+		}
+	}
 }
 
 func openBench(b *testing.B) *Store {

@@ -46,7 +46,7 @@ var rollupLevels = [...]struct {
 	w   int64
 }{{1, minuteMS}, {2, hourMS}}
 
-func batchDeltas(batch []events.Event) deltas {
+func batchDeltas(batch []events.Event, sampledOut map[string]bool) deltas {
 	sums := make(map[rollupKey]*rollupSum, len(batch)/2)
 	var keys []rollupKey
 	traces := make(map[string]*turnSum, len(batch)/4)
@@ -129,7 +129,8 @@ func batchDeltas(batch []events.Event) deltas {
 			eval = *t.eval
 		}
 		d.turns[i] = []any{t.trace, t.first, t.last, t.user, t.session, t.feature, t.surface, t.locale, t.tier, t.graph,
-			t.root, t.duration, t.status, eval, t.spans, t.turns, t.tokensIn, t.tokensOut, t.cost, t.errors, t.fallbacks, t.latency}
+			t.root, t.duration, t.status, eval, t.spans, t.turns, t.tokensIn, t.tokensOut, t.cost, t.errors, t.fallbacks, t.latency,
+			sampledOut[t.trace]}
 	}
 	return d
 }

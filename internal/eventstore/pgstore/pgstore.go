@@ -276,7 +276,7 @@ func (s *Store) Write(ctx context.Context, batch []events.Event) (int64, error) 
 		return cmp.Or(cmp.Compare(a[0].(int64), b[0].(int64)), strings.Compare(a[1].(string), b[1].(string)),
 			strings.Compare(a[2].(string), b[2].(string)))
 	})
-	d := batchDeltas(batch)
+	d := batchDeltas(batch, smp.out)
 	for attempt := 0; ; attempt++ {
 		n, err := s.writeTx(ctx, rows, d, smp)
 		if err == nil || !retryable(err) || attempt >= 5 || ctx.Err() != nil {
@@ -345,6 +345,11 @@ func (s *Store) writeTx(ctx context.Context, rows [][]any, d deltas, smp batchSa
 		if _, err := tx.Exec(ctx, deltaSQL); err != nil {
 			return 0, fmt.Errorf("pgstore: merge: %w", err)
 		}
+		if len(smp.outIDs) > 0 || len(smp.others) > 0 {
+			if _, err := tx.Exec(ctx, sampleNewSQL, smp.outIDs, smp.others); err != nil {
+				return 0, fmt.Errorf("pgstore: sample: %w", err)
+			}
+		}
 	case isUniqueViolation(err):
 		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT fresh`); err != nil {
 			return 0, fmt.Errorf("pgstore: staging: %w", err)
@@ -355,13 +360,13 @@ func (s *Store) writeTx(ctx context.Context, rows [][]any, d deltas, smp batchSa
 		if err := tx.QueryRow(ctx, mergeSQL).Scan(&n); err != nil {
 			return 0, fmt.Errorf("pgstore: merge: %w", err)
 		}
+		if len(smp.outIDs) > 0 || len(smp.others) > 0 {
+			if _, err := tx.Exec(ctx, sampleSQL, smp.outIDs, smp.others); err != nil {
+				return 0, fmt.Errorf("pgstore: sample: %w", err)
+			}
+		}
 	default:
 		return 0, fmt.Errorf("pgstore: copy: %w", err)
-	}
-	if len(smp.outIDs) > 0 || len(smp.others) > 0 {
-		if _, err := tx.Exec(ctx, sampleSQL, smp.outIDs, smp.others); err != nil {
-			return 0, fmt.Errorf("pgstore: sample: %w", err)
-		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("pgstore: commit: %w", err)

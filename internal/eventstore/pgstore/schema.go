@@ -162,7 +162,8 @@ CREATE TEMP TABLE IF NOT EXISTS stage_turns (
 	graph_version text COLLATE "C" NOT NULL, root_span_id text COLLATE "C" NOT NULL, duration_ms bigint NOT NULL,
 	status text COLLATE "C" NOT NULL, eval_score double precision,
 	spans bigint NOT NULL, turns bigint NOT NULL, tokens_in bigint NOT NULL, tokens_out bigint NOT NULL,
-	cost double precision NOT NULL, errors bigint NOT NULL, fallbacks bigint NOT NULL, latency_ms bigint NOT NULL
+	cost double precision NOT NULL, errors bigint NOT NULL, fallbacks bigint NOT NULL, latency_ms bigint NOT NULL,
+	sampled_out boolean NOT NULL
 ) ON COMMIT DELETE ROWS`
 
 // rollupCols are the columns of rollup, in batchDeltas' order.
@@ -173,7 +174,7 @@ var rollupCols = []string{"lvl", "bucket", "feature", "surface", "locale", "user
 // turnCols are the columns of stage_turns, in batchDeltas' order.
 var turnCols = []string{"trace_id", "ts_start", "last_ts", "user_id_hash", "session_id", "feature", "surface", "locale",
 	"user_tier", "graph_version", "root_span_id", "duration_ms", "status", "eval_score",
-	"spans", "turns", "tokens_in", "tokens_out", "cost", "errors", "fallbacks", "latency_ms"}
+	"spans", "turns", "tokens_in", "tokens_out", "cost", "errors", "fallbacks", "latency_ms", "sampled_out"}
 
 // Roll-up levels: bucket widths in milliseconds.
 const (
@@ -206,7 +207,7 @@ var mergeSQL = `WITH ins AS (
 		coalesce(max(duration_ms) FILTER (WHERE is_turn = 1), 0) AS duration_ms,
 		coalesce(max(status) FILTER (WHERE is_turn = 1), '') AS status, max(eval_score) FILTER (WHERE is_turn = 1) AS eval_score,
 		count(*) AS spans, sum(is_turn) AS turns, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out, sum(cost) AS cost,
-		sum(is_err) AS errors, sum(is_fb) AS fallbacks, sum(duration_ms) AS latency_ms
+		sum(is_err) AS errors, sum(is_fb) AS fallbacks, sum(duration_ms) AS latency_ms, false AS sampled_out
 	FROM x GROUP BY trace_id`) + `
 SELECT count(*) FROM ins` // data-modifying WITH clauses always run to completion
 
@@ -241,9 +242,9 @@ func upsertCTEs(rollupRows, btRows string) string {
 ), t AS (
 	INSERT INTO turns AS o (trace_id, ts_start, last_ts, user_id_hash, session_id, feature, surface, locale, user_tier,
 		graph_version, root_span_id, duration_ms, status, eval_score,
-		spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms)
+		spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms, sampled_out)
 	SELECT trace_id, ts_start, last_ts, user_id_hash, session_id, feature, surface, locale, user_tier, graph_version,
-		root_span_id, duration_ms, status, eval_score, ` + userSums + `
+		root_span_id, duration_ms, status, eval_score, ` + userSums + `, sampled_out
 	FROM bt ORDER BY trace_id
 	ON CONFLICT (trace_id) DO UPDATE SET
 		prev_ts = o.ts_start, prev_feature = o.feature, prev_user = o.user_id_hash,
@@ -260,7 +261,8 @@ func upsertCTEs(rollupRows, btRows string) string {
 		spans = o.spans + excluded.spans, turns = o.turns + excluded.turns,
 		tokens_in = o.tokens_in + excluded.tokens_in, tokens_out = o.tokens_out + excluded.tokens_out,
 		cost = o.cost + excluded.cost, errors = o.errors + excluded.errors,
-		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms
+		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms,
+		sampled_out = o.sampled_out OR excluded.sampled_out
 	RETURNING trace_id, ts_start, feature, user_id_hash, prev_ts, prev_feature, prev_user, ` + userSums + `
 ), u AS (
 	INSERT INTO user_rollup AS o (lvl, feature, bucket, user_id_hash, ` + userSums + `)
@@ -282,6 +284,23 @@ func upsertCTEs(rollupRows, btRows string) string {
 )
 `
 }
+
+// sampleNewSQL drops the records of spans of sampled-out turns stored by
+// earlier batches, after a batch of new spans (deltaSQL, which marked its
+// turns sampled out from stage_turns, and whose own spans of such turns
+// came without a record): the spans stored before the turn span of $1 (the
+// batch's turns sampled out) when the turn holds more spans than the batch
+// brought, and this batch's spans of the traces of $2 (its other traces)
+// whose turn was stored sampled out before. Only those traces' spans are
+// visited, each trace found through the turns key.
+const sampleNewSQL = `UPDATE spans s SET rec = NULL FROM (
+	SELECT t.trace_id, t.ts_start, t.last_ts FROM turns t JOIN stage_turns b USING (trace_id)
+	WHERE t.trace_id = ANY($1) AND t.spans > b.spans
+	UNION ALL
+	SELECT trace_id, ts_start, last_ts FROM turns WHERE trace_id = ANY($2) AND sampled_out
+) d
+WHERE s.trace_id = d.trace_id AND s.ts_start >= d.ts_start AND s.ts_start <= d.last_ts
+	AND s.name <> 'turn' AND NOT s.must_persist AND s.rec IS NOT NULL`
 
 // sampleSQL records the turns of $1 sampled out and drops the records of
 // their spans stored so far but for the turn span and the must-persist
