@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -67,6 +68,8 @@ func (t *Target) do(ctx context.Context, start time.Time, now func() time.Time) 
 	return o
 }
 
+const maxFirstErrors = 3
+
 // Result gathers the outcomes of a load run.
 type Result struct {
 	Scheduled int // requests the schedule asked for
@@ -76,7 +79,10 @@ type Result struct {
 	Errors    int // transport errors, timeouts and cut bodies
 	Non2xx    int // answered with a status outside 2xx
 	Warmup    int // completed during the ramp, left out of the figures
-	Elapsed   time.Duration
+	// FirstErrors holds the first few distinct transport errors, to say
+	// what the Errors were.
+	FirstErrors []string
+	Elapsed     time.Duration
 
 	// Total and TTFB of the requests answered 2xx without an error, in the
 	// order they completed.
@@ -92,6 +98,9 @@ func (r *Result) add(o outcome) {
 	switch {
 	case o.err != nil:
 		r.Errors++
+		if msg := o.err.Error(); len(r.FirstErrors) < maxFirstErrors && !slices.Contains(r.FirstErrors, msg) {
+			r.FirstErrors = append(r.FirstErrors, msg)
+		}
 	case o.status < 200 || o.status > 299:
 		r.Non2xx++
 	default:

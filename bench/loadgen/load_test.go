@@ -149,6 +149,9 @@ func TestRunRateCountsFailures(t *testing.T) {
 	if res.Non2xx != 10 || res.Errors != 20 || len(res.Total) != 10 {
 		t.Errorf("non2xx %d, errors %d, ok %d; want 10, 20 (timeouts and resets), 10", res.Non2xx, res.Errors, len(res.Total))
 	}
+	if len(res.FirstErrors) < 2 {
+		t.Errorf("first errors %q, want the timeout and the reset", res.FirstErrors)
+	}
 	var out bytes.Buffer
 	Report(&out, "x", res)
 	if !strings.Contains(out.String(), "RESULT label=x ok=10 non2xx=10 errors=20 ") {

@@ -57,6 +57,9 @@ func Report(w io.Writer, label string, res *Result) {
 		fmt.Fprintf(w, "  %-5s ms  p50 %8.3f  p90 %8.3f  p99 %8.3f  p99.9 %8.3f  max %8.3f\n",
 			row.name, ms(row.p.P50), ms(row.p.P90), ms(row.p.P99), ms(row.p.P999), ms(row.p.Max))
 	}
+	for _, e := range res.FirstErrors {
+		fmt.Fprintf(w, "  error: %s\n", e)
+	}
 	fmt.Fprintf(w, "RESULT label=%s ok=%d non2xx=%d errors=%d overflow=%d late=%d rate=%.1f"+
 		" p50=%.3f p90=%.3f p99=%.3f p999=%.3f max=%.3f"+
 		" ttfb_p50=%.3f ttfb_p90=%.3f ttfb_p99=%.3f ttfb_p999=%.3f ttfb_max=%.3f\n",
