@@ -3,8 +3,8 @@
 # side-by-side harness (../shared/bench, or BENCH_HARNESS), measured with
 # bench/loadgen where hey (closed loop) cannot:
 #
-#   rate     open loop: RATE req/s for DURATION, non-streaming JSON; latency
-#            from each request's scheduled start (p50/p99 and the added p99)
+#   rate     open loop: each of RATES req/s for DURATION, non-streaming JSON;
+#            latency from each request's scheduled start (p50/p99, added p99)
 #   streams  STREAMS streaming requests ("stream":true, MOCK_CHUNKS chunks,
 #            STREAM_DELAY apart) held open for DURATION, each re-sent when it
 #            ends; time to the body's first byte (p50/p99 and the added p99)
@@ -12,12 +12,17 @@
 # Starts the harness's mock upstream and bare proxy (built into its .bin if
 # missing) and fmgate through bench/fmgate-target.sh (whole chain on, memory
 # mode), then runs REPEAT interleaved rounds (bare, fmgate, bare, fmgate…) of
-# each measurement. The mock is restarted with the chunk delay between the
+# each measurement. fmgate's degraded answers (X-Fmgate-Degraded: true, e.g.
+# a fallback while a breaker is open) are counted and kept out of the figures.
+# The server processes' CPU seconds per run are read from /proc. With
+# PROFILE=1, a CPU profile of fmgate is taken during its last round of each
+# measurement (into the run's log folder). The mock is restarted with the chunk delay between the
 # two: fmgate streams from the model even for a JSON client, so the rate
 # measurement runs against a mock without delay. Every process started here
 # is stopped on exit. Knobs (env):
-#   REPEAT=3 DURATION=10 WARMUP=2 RATE=2000 MAX_INFLIGHT=4000 TIMEOUT=10s
-#   STREAMS=1000 RAMP=3 STREAM_DELAY=250ms MOCK_CHUNKS=20 PHASES="rate streams"
+#   REPEAT=3 DURATION=10 WARMUP=2 RATES=2000 MAX_INFLIGHT=4000 TIMEOUT=10s
+#   STREAMS=1000 RAMP=3 STREAM_DELAY=250ms MOCK_CHUNKS=20 PHASES="streams rate" PROFILE=
+# (streams first: an overloading rate opens fmgate's breakers for a while.)
 #   MOCK_PORT=9200 BARE_PORT=9201 FMGATE_BENCH_PORT=8280
 #
 #   bench/latency.sh
@@ -32,20 +37,22 @@ hbin=$harness/.bin
 REPEAT=${REPEAT:-3}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
-RATE=${RATE:-2000}
+RATES=${RATES:-2000}
 MAX_INFLIGHT=${MAX_INFLIGHT:-4000}
 TIMEOUT=${TIMEOUT:-10s}
 STREAMS=${STREAMS:-1000}
 RAMP=${RAMP:-3}
 STREAM_DELAY=${STREAM_DELAY:-250ms}
 MOCK_CHUNKS=${MOCK_CHUNKS:-20}
-PHASES=${PHASES:-rate streams}
+PHASES=${PHASES:-streams rate}
+PROFILE=${PROFILE:-}
 MOCK_PORT=${MOCK_PORT:-9200}
 BARE_PORT=${BARE_PORT:-9201}
 FMGATE_BENCH_PORT=${FMGATE_BENCH_PORT:-8280}
 
 die() { echo "latency.sh: $*" >&2; exit 1; }
-for v in REPEAT DURATION WARMUP RATE MAX_INFLIGHT STREAMS RAMP MOCK_CHUNKS MOCK_PORT BARE_PORT FMGATE_BENCH_PORT; do
+for r in $RATES; do [[ $r =~ ^[0-9]+$ ]] || die "RATES holds $r, not a whole number"; done
+for v in REPEAT DURATION WARMUP MAX_INFLIGHT STREAMS RAMP MOCK_CHUNKS MOCK_PORT BARE_PORT FMGATE_BENCH_PORT; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v=${!v} must be a whole number"
 done
 for t in curl go setsid ps awk; do command -v "$t" >/dev/null || die "needs $t on PATH"; done
@@ -119,9 +126,11 @@ start_mock() { # delay
 echo "== start (logs: $RUN)"
 start_mock 0s
 start_server bareproxy "$hbin/bareproxy" -addr "$LOOP:$BARE_PORT" -upstream "http://$LOOP:$MOCK_PORT"
+BARE_PID=$SPID
 wait_http bareproxy "$SPID" "http://$LOOP:$BARE_PORT/health"
 start_server fmgate env MOCK_URL="$MOCK_URL" FMGATE_BIN="$here/.bin/fmgate" FMGATE_BENCH_PORT="$FMGATE_BENCH_PORT" "$here/fmgate-target.sh"
 wait_http fmgate "$SPID" "http://$LOOP:$FMGATE_BENCH_PORT/readyz"
+declare -A SRV_PID=([bare]=$BARE_PID [fmgate]=$SPID)
 
 declare -A URL=(
 	[bare]=http://$LOOP:$BARE_PORT/v1/chat/completions
@@ -133,10 +142,29 @@ STREAM_BODY='{"model":"gpt-x","stream":true,"messages":[{"role":"user","content"
 loadgen() { # system label args...
 	local s=$1 label=$2
 	shift 2
-	"$here/.bin/loadgen" -url "${URL[$s]}" -H "Authorization: Bearer sk-bench" -timeout "$TIMEOUT" -label "$label" "$@"
+	"$here/.bin/loadgen" -url "${URL[$s]}" -H "Authorization: Bearer sk-bench" -timeout "$TIMEOUT" \
+		-exclude "X-Fmgate-Degraded: true" -label "$label" "$@"
 }
-record() { # phase system round file: the RESULT line, prefixed
-	awk -v ph="$1" -v s="$2" -v r="$3" '/^RESULT / { $1 = ""; print "phase=" ph " system=" s " round=" r $0 }' "$4" >>"$RUN/rounds.txt"
+cpu_s() { # pid: user + system CPU seconds so far
+	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$1/stat"
+}
+measure() { # phase system round out args...: one loadgen run, its RESULT line and the CPU it cost the servers
+	local ph=$1 s=$2 r=$3 out=$4 c0 m0 c1 m1 prof=
+	shift 4
+	c0=$(cpu_s "${SRV_PID[$s]}") m0=$(cpu_s "$MOCK_PID")
+	if [[ -n $PROFILE && $s == fmgate && $r == "$REPEAT" ]]; then
+		prof=$RUN/cpu-$ph.pprof
+		(sleep "$PROFILE_AFTER" && curl -fsS -H "Authorization: Bearer ${FMGATE_ADMIN_TOKEN:-bench-admin-token}" -o "$prof" \
+			"http://$LOOP:$FMGATE_BENCH_PORT/debug/pprof/profile?seconds=$((DURATION - 2))") &
+		prof=$!
+	fi
+	loadgen "$s" "$s" "$@" >"$out"
+	[[ -z $prof ]] || wait "$prof" || echo "profile failed" >&2
+	c1=$(cpu_s "${SRV_PID[$s]}") m1=$(cpu_s "$MOCK_PID")
+	awk -v ph="$ph" -v s="$s" -v r="$r" -v cpu="$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')" \
+		-v mock="$(awk -v a="$m0" -v b="$m1" 'BEGIN { printf "%.2f", b - a }')" \
+		'/^RESULT / { $1 = ""; print "phase=" ph " system=" s " round=" r " cpu_s=" cpu " mock_cpu_s=" mock $0 }' "$out" >>"$RUN/rounds.txt"
+	echo "  round $r $(head -n 4 "$out" | grep -v '^RESULT' | tr '\n' ' ' | tr -s ' ') | CPU: $s $(tail -n 1 "$RUN/rounds.txt" | sed -E 's/.*cpu_s=([0-9.]+) mock_cpu_s=([0-9.]+).*/\1 s, mock \2 s/')"
 }
 
 echo "== machine: $(nproc) CPU(s), $(uptime | sed 's/.*load/load/')"
@@ -144,26 +172,26 @@ for phase in $PHASES; do
 	case $phase in
 		rate)
 			start_mock 0s
-			echo "== rate: $RATE req/s open loop, ${DURATION}s per run, ${WARMUP}s warm-up, $REPEAT round(s)"
-			for round in $(seq 1 "$REPEAT"); do
-				for s in bare fmgate; do
-					((WARMUP == 0)) || loadgen "$s" warmup -body "$JSON_BODY" -rate "$RATE" -duration "${WARMUP}s" -max-inflight "$MAX_INFLIGHT" >/dev/null
-					out=$RUN/rate-$s-r$round.txt
-					loadgen "$s" "$s" -body "$JSON_BODY" -rate "$RATE" -duration "${DURATION}s" -max-inflight "$MAX_INFLIGHT" >"$out"
-					record rate "$s" "$round" "$out"
-					echo "  round $round $(head -n 3 "$out" | tr '\n' ' ' | tr -s ' ')"
+			PROFILE_AFTER=1
+			for rate in $RATES; do
+				echo "== rate: $rate req/s open loop, ${DURATION}s per run, ${WARMUP}s warm-up, $REPEAT round(s)"
+				for round in $(seq 1 "$REPEAT"); do
+					for s in bare fmgate; do
+						((WARMUP == 0)) || loadgen "$s" warmup -body "$JSON_BODY" -rate "$rate" -duration "${WARMUP}s" -max-inflight "$MAX_INFLIGHT" >/dev/null
+						measure "rate@$rate" "$s" "$round" "$RUN/rate$rate-$s-r$round.txt" \
+							-body "$JSON_BODY" -rate "$rate" -duration "${DURATION}s" -max-inflight "$MAX_INFLIGHT"
+					done
 				done
 			done
 			;;
 		streams)
 			start_mock "$STREAM_DELAY"
 			echo "== streams: $STREAMS held open, $MOCK_CHUNKS chunks $STREAM_DELAY apart, ${RAMP}s ramp + ${DURATION}s, $REPEAT round(s)"
+			PROFILE_AFTER=$((RAMP + 1))
 			for round in $(seq 1 "$REPEAT"); do
 				for s in bare fmgate; do
-					out=$RUN/streams-$s-r$round.txt
-					loadgen "$s" "$s" -body "$STREAM_BODY" -streams "$STREAMS" -ramp "${RAMP}s" -duration "${DURATION}s" >"$out"
-					record streams "$s" "$round" "$out"
-					echo "  round $round $(head -n 3 "$out" | tr '\n' ' ' | tr -s ' ')"
+					measure streams "$s" "$round" "$RUN/streams-$s-r$round.txt" \
+						-body "$STREAM_BODY" -streams "$STREAMS" -ramp "${RAMP}s" -duration "${DURATION}s"
 				done
 			done
 			;;
@@ -181,7 +209,7 @@ awk '
 	  k = f["phase"] SUBSEP f["system"]; n[k]++
 	  p = (f["phase"] == "streams") ? "ttfb_" : ""
 	  p50[k, n[k]] = f[p "p50"]; p99[k, n[k]] = f[p "p99"]; p999[k, n[k]] = f[p "p999"]
-	  bad[k] += f["errors"] + f["non2xx"] + f["overflow"]; rate[k, n[k]] = f["rate"]
+	  bad[k] += f["errors"] + f["non2xx"] + f["overflow"]; exc[k] += f["excluded"]; rate[k, n[k]] = f["rate"]; cpu[k, n[k]] = f["cpu_s"]
 	  pr[f["phase"], f["system"], f["round"]] = f[p "p99"]; rounds[f["phase"], f["round"]] = 1; phases[f["phase"]] = 1 }
 	function med(arr, k, m,   i, j, t, a) {
 		for (i = 1; i <= m; i++) a[i] = arr[k, i]
@@ -189,7 +217,7 @@ awk '
 		return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
 	}
 	END {
-		printf "%-8s %-7s %9s %10s %10s %10s %13s   %s\n", "phase", "system", "req/s", "p50_ms", "p99_ms", "p99.9_ms", "err+non2xx+ovf", "added p99 ms (fmgate - bare, per round: min / median / max)"
+		printf "%-10s %-7s %8s %9s %9s %9s %6s %8s %8s   %s\n", "phase", "system", "req/s", "p50_ms", "p99_ms", "p99.9_ms", "cpu_s", "err+ovf", "degraded", "added p99 ms (fmgate - bare, per round: min / median / max)"
 		for (ph in phases) {
 			for (s = 0; s < 2; s++) {
 				sys = s ? "fmgate" : "bare"; k = ph SUBSEP sys
@@ -202,8 +230,9 @@ awk '
 					for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (d[j] < d[i]) { t = d[i]; d[i] = d[j]; d[j] = t }
 					if (m > 0) added = sprintf("%.3f / %.3f / %.3f", d[1], (m % 2) ? d[(m + 1) / 2] : (d[m / 2] + d[m / 2 + 1]) / 2, d[m])
 				}
-				printf "%-8s %-7s %9.1f %10.3f %10.3f %10.3f %13d   %s\n", ph, sys, med(rate, k, n[k]), med(p50, k, n[k]), med(p99, k, n[k]), med(p999, k, n[k]), bad[k], added
+				printf "%-10s %-7s %8.1f %9.3f %9.3f %9.3f %6.2f %8d %8d   %s\n", ph, sys, med(rate, k, n[k]), med(p50, k, n[k]), med(p99, k, n[k]), med(p999, k, n[k]), med(cpu, k, n[k]), bad[k], exc[k], added
 			}
 		}
 	}' "$RUN/rounds.txt" | tee "$RUN/results.txt"
-echo "(streams: the times are to the body's first byte; rounds in $RUN/rounds.txt)"
+echo "(medians over the rounds; streams: times to the body's first byte; cpu_s: the proxy's or gateway's CPU seconds per run;"
+echo " err+ovf: errors, non-2xx and overflowing sends summed over the rounds; degraded: fmgate's degraded answers, not timed; rounds in $RUN/rounds.txt)"

@@ -20,14 +20,23 @@ type Target struct {
 	Header  http.Header
 	Timeout time.Duration
 	Client  *http.Client
+	// Exclude, when its Name is set, marks a 2xx answer carrying that
+	// header with that value (e.g. a gateway's "degraded answer" flag): it
+	// is counted as Excluded and kept out of the figures, since it did not
+	// take the path being measured.
+	Exclude HeaderMatch
 }
+
+// HeaderMatch is a header name and the value it must have.
+type HeaderMatch struct{ Name, Value string }
 
 // outcome is what one request ended with.
 type outcome struct {
-	total  time.Duration // from the scheduled start to the body's end
-	ttfb   time.Duration // from the scheduled start to the body's first byte; zero if none
-	status int           // zero on a transport error
-	err    error
+	total    time.Duration // from the scheduled start to the body's end
+	ttfb     time.Duration // from the scheduled start to the body's first byte; zero if none
+	status   int           // zero on a transport error
+	excluded bool          // 2xx but matched Target.Exclude
+	err      error
 }
 
 // do sends one request scheduled at start and reads the answer to its end.
@@ -50,6 +59,9 @@ func (t *Target) do(ctx context.Context, start time.Time, now func() time.Time) 
 	}
 	defer resp.Body.Close()
 	o := outcome{status: resp.StatusCode}
+	if t.Exclude.Name != "" && resp.Header.Get(t.Exclude.Name) == t.Exclude.Value {
+		o.excluded = true
+	}
 	var buf [16 << 10]byte
 	for {
 		n, rerr := resp.Body.Read(buf[:])
@@ -78,7 +90,8 @@ type Result struct {
 	Late      int // sent more than LateAfter behind their scheduled time
 	Errors    int // transport errors, timeouts and cut bodies
 	Non2xx    int // answered with a status outside 2xx
-	Warmup    int // completed during the ramp, left out of the figures
+	Excluded  int // answered 2xx with Target.Exclude's header: not in the figures
+	Warmup    int // started during the ramp: counted above, left out of the figures
 	// FirstErrors holds the first few distinct transport errors, to say
 	// what the Errors were.
 	FirstErrors []string
@@ -92,9 +105,13 @@ type Result struct {
 	mu sync.Mutex
 }
 
-func (r *Result) add(o outcome) {
+// add counts o, and puts its times in the figures unless warm.
+func (r *Result) add(o outcome, warm bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if warm {
+		r.Warmup++
+	}
 	switch {
 	case o.err != nil:
 		r.Errors++
@@ -103,14 +120,17 @@ func (r *Result) add(o outcome) {
 		}
 	case o.status < 200 || o.status > 299:
 		r.Non2xx++
+	case o.excluded:
+		r.Excluded++
+	case warm:
 	default:
 		r.Total = append(r.Total, o.total)
 		r.TTFB = append(r.TTFB, o.ttfb)
 	}
 }
 
-// Completed is how many requests ended, well or not, in the figures.
-func (r *Result) Completed() int { return len(r.Total) + r.Errors + r.Non2xx }
+// Measured is how many requests ended, well or not, after the warm-up.
+func (r *Result) Measured() int { return r.Sent - r.Warmup }
 
 // RateConfig is an open-loop run: requests start on a fixed schedule,
 // Rate per second for Duration, whether or not earlier ones have answered.
@@ -161,7 +181,7 @@ func RunRate(ctx context.Context, t *Target, cfg RateConfig, now func() time.Tim
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			res.add(t.do(ctx, due, now))
+			res.add(t.do(ctx, due, now), false)
 		}()
 	}
 	wg.Wait()
@@ -208,14 +228,8 @@ func RunStreams(ctx context.Context, t *Target, cfg StreamConfig, now func() tim
 				res.mu.Lock()
 				res.Sent++
 				res.Scheduled++
-				warm := start.Before(rampEnd)
-				if warm {
-					res.Warmup++
-				}
 				res.mu.Unlock()
-				if !warm {
-					res.add(o)
-				}
+				res.add(o, start.Before(rampEnd))
 			}
 		}()
 	}

@@ -127,7 +127,10 @@ func TestRunRateInFlightCap(t *testing.T) {
 func TestRunRateCountsFailures(t *testing.T) {
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch n.Add(1) % 4 {
+		switch n.Add(1) % 5 {
+		case 4:
+			w.Header().Set("X-Degraded", "true")
+			w.Write([]byte("a fallback answer"))
 		case 0:
 			http.Error(w, "boom", http.StatusInternalServerError)
 		case 1:
@@ -141,20 +144,23 @@ func TestRunRateCountsFailures(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	cfg := RateConfig{Rate: 100, Duration: 400 * time.Millisecond, MaxInFlight: 100, LateAfter: time.Second}
-	res, err := RunRate(context.Background(), newTarget(srv.URL, 100*time.Millisecond), cfg, time.Now)
+	cfg := RateConfig{Rate: 100, Duration: 500 * time.Millisecond, MaxInFlight: 100, LateAfter: time.Second}
+	tgt := newTarget(srv.URL, 100*time.Millisecond)
+	tgt.Exclude = HeaderMatch{Name: "X-Degraded", Value: "true"}
+	res, err := RunRate(context.Background(), tgt, cfg, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Non2xx != 10 || res.Errors != 20 || len(res.Total) != 10 {
-		t.Errorf("non2xx %d, errors %d, ok %d; want 10, 20 (timeouts and resets), 10", res.Non2xx, res.Errors, len(res.Total))
+	if res.Non2xx != 10 || res.Errors != 20 || res.Excluded != 10 || len(res.Total) != 10 {
+		t.Errorf("non2xx %d, errors %d, excluded %d, ok %d; want 10, 20 (timeouts and resets), 10, 10",
+			res.Non2xx, res.Errors, res.Excluded, len(res.Total))
 	}
 	if len(res.FirstErrors) < 2 {
 		t.Errorf("first errors %q, want the timeout and the reset", res.FirstErrors)
 	}
 	var out bytes.Buffer
 	Report(&out, "x", res)
-	if !strings.Contains(out.String(), "RESULT label=x ok=10 non2xx=10 errors=20 ") {
+	if !strings.Contains(out.String(), "RESULT label=x ok=10 excluded=10 non2xx=10 errors=20 ") {
 		t.Errorf("report does not show the counts:\n%s", out.String())
 	}
 }

@@ -63,9 +63,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	timeout := fs.Duration("timeout", 30*time.Second, "deadline of each request, body included")
 	maxInFlight := fs.Int("max-inflight", 10000, "-rate: most requests outstanding; sends beyond it are counted as overflow")
 	lateAfter := fs.Duration("late", time.Millisecond, "-rate: a send this far behind schedule counts as late")
+	exclude := fs.String("exclude", "", "'Name: value': 2xx answers with this header are counted as excluded, not timed (e.g. 'X-Fmgate-Degraded: true')")
 	label := fs.String("label", "run", "name of the run in the output")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var ex HeaderMatch
+	if *exclude != "" {
+		k, v, ok := strings.Cut(*exclude, ":")
+		if !ok {
+			return fmt.Errorf("-exclude %q is not 'Name: value'", *exclude)
+		}
+		ex = HeaderMatch{Name: strings.TrimSpace(k), Value: strings.TrimSpace(v)}
 	}
 	if *url == "" || (*rate > 0) == (*streams > 0) {
 		return errors.New("need -url and exactly one of -rate or -streams")
@@ -80,7 +89,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	tr.MaxIdleConnsPerHost = conns
 	tr.DisableCompression = true
 	defer tr.CloseIdleConnections()
-	t := &Target{URL: *url, Body: []byte(*body), Header: http.Header(header), Timeout: *timeout, Client: &http.Client{Transport: tr}}
+	t := &Target{URL: *url, Body: []byte(*body), Header: http.Header(header), Timeout: *timeout, Client: &http.Client{Transport: tr}, Exclude: ex}
 
 	var (
 		res *Result

@@ -45,10 +45,10 @@ func Report(w io.Writer, label string, res *Result) {
 	total, ttfb := Summarize(res.Total), Summarize(res.TTFB)
 	achieved := 0.0
 	if res.Elapsed > 0 {
-		achieved = float64(res.Completed()) / res.Elapsed.Seconds()
+		achieved = float64(res.Measured()) / res.Elapsed.Seconds()
 	}
-	fmt.Fprintf(w, "%s: scheduled %d, sent %d, overflow %d, late %d, ok %d, non2xx %d, errors %d, warm-up %d, achieved %.1f req/s over %s\n",
-		label, res.Scheduled, res.Sent, res.Overflow, res.Late, total.N, res.Non2xx, res.Errors, res.Warmup,
+	fmt.Fprintf(w, "%s: scheduled %d, sent %d, overflow %d, late %d, ok %d, excluded %d, non2xx %d, errors %d, warm-up %d, achieved %.1f req/s over %s\n",
+		label, res.Scheduled, res.Sent, res.Overflow, res.Late, total.N, res.Excluded, res.Non2xx, res.Errors, res.Warmup,
 		achieved, res.Elapsed.Round(time.Millisecond))
 	for _, row := range []struct {
 		name string
@@ -60,10 +60,10 @@ func Report(w io.Writer, label string, res *Result) {
 	for _, e := range res.FirstErrors {
 		fmt.Fprintf(w, "  error: %s\n", e)
 	}
-	fmt.Fprintf(w, "RESULT label=%s ok=%d non2xx=%d errors=%d overflow=%d late=%d rate=%.1f"+
+	fmt.Fprintf(w, "RESULT label=%s ok=%d excluded=%d non2xx=%d errors=%d overflow=%d late=%d rate=%.1f"+
 		" p50=%.3f p90=%.3f p99=%.3f p999=%.3f max=%.3f"+
 		" ttfb_p50=%.3f ttfb_p90=%.3f ttfb_p99=%.3f ttfb_p999=%.3f ttfb_max=%.3f\n",
-		label, total.N, res.Non2xx, res.Errors, res.Overflow, res.Late, achieved,
+		label, total.N, res.Excluded, res.Non2xx, res.Errors, res.Overflow, res.Late, achieved,
 		ms(total.P50), ms(total.P90), ms(total.P99), ms(total.P999), ms(total.Max),
 		ms(ttfb.P50), ms(ttfb.P90), ms(ttfb.P99), ms(ttfb.P999), ms(ttfb.Max))
 }
