@@ -206,33 +206,39 @@ done
 # streams the figures are the time to the body's first byte.
 awk '
 	{ for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
-	  k = f["phase"] SUBSEP f["system"]; n[k]++
-	  p = (f["phase"] == "streams") ? "ttfb_" : ""
+	  ph = f["phase"]; k = ph SUBSEP f["system"]
+	  if (!(ph in seen)) { seen[ph] = 1; order[++nph] = ph }
+	  bad[k] += f["errors"] + f["non2xx"] + f["overflow"]; exc[k] += f["excluded"]; known[k] = 1
+	  if (f["ok"] + 0 == 0) { empty[k]++; next } # nothing timed in this run (e.g. every answer degraded)
+	  n[k]++; p = (ph == "streams") ? "ttfb_" : ""
 	  p50[k, n[k]] = f[p "p50"]; p99[k, n[k]] = f[p "p99"]; p999[k, n[k]] = f[p "p999"]
-	  bad[k] += f["errors"] + f["non2xx"] + f["overflow"]; exc[k] += f["excluded"]; rate[k, n[k]] = f["rate"]; cpu[k, n[k]] = f["cpu_s"]
-	  pr[f["phase"], f["system"], f["round"]] = f[p "p99"]; rounds[f["phase"], f["round"]] = 1; phases[f["phase"]] = 1 }
+	  rate[k, n[k]] = f["rate"]; cpu[k, n[k]] = f["cpu_s"]
+	  pr[ph, f["system"], f["round"]] = f[p "p99"]; rounds[ph, f["round"]] = 1 }
 	function med(arr, k, m,   i, j, t, a) {
+		if (m == 0) return "-"
 		for (i = 1; i <= m; i++) a[i] = arr[k, i]
 		for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
 		return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
 	}
+	function num(x, d) { return (x == "-") ? "-" : sprintf("%." d "f", x) }
 	END {
-		printf "%-10s %-7s %8s %9s %9s %9s %6s %8s %8s   %s\n", "phase", "system", "req/s", "p50_ms", "p99_ms", "p99.9_ms", "cpu_s", "err+ovf", "degraded", "added p99 ms (fmgate - bare, per round: min / median / max)"
-		for (ph in phases) {
+		printf "%-10s %-7s %6s %8s %9s %9s %9s %6s %8s %8s   %s\n", "phase", "system", "timed", "req/s", "p50_ms", "p99_ms", "p99.9_ms", "cpu_s", "err+ovf", "degraded", "added p99 ms (fmgate - bare, per round: min / median / max)"
+		for (o = 1; o <= nph; o++) {
+			ph = order[o]
 			for (s = 0; s < 2; s++) {
 				sys = s ? "fmgate" : "bare"; k = ph SUBSEP sys
-				if (!(k in n)) continue
-				added = ""
+				if (!(k in known)) continue
+				m = n[k] + 0; added = ""
 				if (sys == "fmgate") {
-					m = 0
+					c = 0; split("", d)
 					for (key in rounds) { split(key, pk, SUBSEP); if (pk[1] != ph) continue
-						r = pk[2]; if (((ph, "fmgate", r) in pr) && ((ph, "bare", r) in pr)) d[++m] = pr[ph, "fmgate", r] - pr[ph, "bare", r] }
-					for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (d[j] < d[i]) { t = d[i]; d[i] = d[j]; d[j] = t }
-					if (m > 0) added = sprintf("%.3f / %.3f / %.3f", d[1], (m % 2) ? d[(m + 1) / 2] : (d[m / 2] + d[m / 2 + 1]) / 2, d[m])
+						r = pk[2]; if (((ph, "fmgate", r) in pr) && ((ph, "bare", r) in pr)) d[++c] = pr[ph, "fmgate", r] - pr[ph, "bare", r] }
+					for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (d[j] < d[i]) { t = d[i]; d[i] = d[j]; d[j] = t }
+					added = (c == 0) ? "- (no round timed both)" : sprintf("%.3f / %.3f / %.3f (%d rounds)", d[1], (c % 2) ? d[(c + 1) / 2] : (d[c / 2] + d[c / 2 + 1]) / 2, d[c], c)
 				}
-				printf "%-10s %-7s %8.1f %9.3f %9.3f %9.3f %6.2f %8d %8d   %s\n", ph, sys, med(rate, k, n[k]), med(p50, k, n[k]), med(p99, k, n[k]), med(p999, k, n[k]), med(cpu, k, n[k]), bad[k], exc[k], added
+				printf "%-10s %-7s %6s %8s %9s %9s %9s %6s %8d %8d   %s\n", ph, sys, m "/" (m + empty[k]), num(med(rate, k, m), 1), num(med(p50, k, m), 3), num(med(p99, k, m), 3), num(med(p999, k, m), 3), num(med(cpu, k, m), 2), bad[k], exc[k], added
 			}
 		}
 	}' "$RUN/rounds.txt" | tee "$RUN/results.txt"
-echo "(medians over the rounds; streams: times to the body's first byte; cpu_s: the proxy's or gateway's CPU seconds per run;"
+echo "(medians over the rounds that timed any answer (timed: such rounds / all); streams: times to the body's first byte; cpu_s: the proxy's or gateway's CPU seconds per run;"
 echo " err+ovf: errors, non-2xx and overflowing sends summed over the rounds; degraded: fmgate's degraded answers, not timed; rounds in $RUN/rounds.txt)"
