@@ -16,12 +16,15 @@
 # a fallback while a breaker is open) are counted and kept out of the figures.
 # The server processes' CPU seconds per run are read from /proc. With
 # PROFILE=1, a CPU profile of fmgate is taken during its last round of each
-# measurement (into the run's log folder). The mock is restarted with the chunk delay between the
+# measurement (into the run's log folder). With PIN=1 the proxy under test
+# (bare or fmgate) runs on CPU 1 and the mock and the load generator on
+# CPU 0 (taskset), so that the hop's tail is not the generator's share of
+# the same cores; each Go process then sees one CPU. The mock is restarted with the chunk delay between the
 # two: fmgate streams from the model even for a JSON client, so the rate
 # measurement runs against a mock without delay. Every process started here
 # is stopped on exit. Knobs (env):
 #   REPEAT=3 DURATION=10 WARMUP=2 RATES=2000 MAX_INFLIGHT=4000 TIMEOUT=10s
-#   STREAMS=1000 RAMP=3 STREAM_DELAY=250ms MOCK_CHUNKS=20 PHASES="streams rate" PROFILE=
+#   STREAMS=1000 RAMP=3 STREAM_DELAY=250ms MOCK_CHUNKS=20 PHASES="streams rate" PROFILE= PIN=
 # (streams first: an overloading rate opens fmgate's breakers for a while.)
 #   MOCK_PORT=9200 BARE_PORT=9201 FMGATE_BENCH_PORT=8280
 #
@@ -46,6 +49,13 @@ STREAM_DELAY=${STREAM_DELAY:-250ms}
 MOCK_CHUNKS=${MOCK_CHUNKS:-20}
 PHASES=${PHASES:-streams rate}
 PROFILE=${PROFILE:-}
+PIN=${PIN:-}
+SIDE=() HOP=()
+if [[ -n $PIN ]]; then
+	command -v taskset >/dev/null || die "PIN needs taskset"
+	(($(nproc) >= 2)) || die "PIN needs 2 CPUs"
+	SIDE=(taskset -c 0) HOP=(taskset -c 1)
+fi
 MOCK_PORT=${MOCK_PORT:-9200}
 BARE_PORT=${BARE_PORT:-9201}
 FMGATE_BENCH_PORT=${FMGATE_BENCH_PORT:-8280}
@@ -119,16 +129,16 @@ for p in "$MOCK_PORT" "$BARE_PORT" "$FMGATE_BENCH_PORT"; do port_free "$p" || di
 MOCK_PID=
 start_mock() { # delay
 	[[ -z $MOCK_PID ]] || stop_pid "$MOCK_PID"
-	start_server mockup "$hbin/mockup" -addr "$LOOP:$MOCK_PORT" -chunks "$MOCK_CHUNKS" -delay "$1"
+	start_server mockup "${SIDE[@]}" "$hbin/mockup" -addr "$LOOP:$MOCK_PORT" -chunks "$MOCK_CHUNKS" -delay "$1"
 	MOCK_PID=$SPID
 	wait_http mockup "$MOCK_PID" "http://$LOOP:$MOCK_PORT/health"
 }
 echo "== start (logs: $RUN)"
 start_mock 0s
-start_server bareproxy "$hbin/bareproxy" -addr "$LOOP:$BARE_PORT" -upstream "http://$LOOP:$MOCK_PORT"
+start_server bareproxy "${HOP[@]}" "$hbin/bareproxy" -addr "$LOOP:$BARE_PORT" -upstream "http://$LOOP:$MOCK_PORT"
 BARE_PID=$SPID
 wait_http bareproxy "$SPID" "http://$LOOP:$BARE_PORT/health"
-start_server fmgate env MOCK_URL="$MOCK_URL" FMGATE_BIN="$here/.bin/fmgate" FMGATE_BENCH_PORT="$FMGATE_BENCH_PORT" "$here/fmgate-target.sh"
+start_server fmgate "${HOP[@]}" env MOCK_URL="$MOCK_URL" FMGATE_BIN="$here/.bin/fmgate" FMGATE_BENCH_PORT="$FMGATE_BENCH_PORT" "$here/fmgate-target.sh"
 wait_http fmgate "$SPID" "http://$LOOP:$FMGATE_BENCH_PORT/readyz"
 declare -A SRV_PID=([bare]=$BARE_PID [fmgate]=$SPID)
 
@@ -142,7 +152,7 @@ STREAM_BODY='{"model":"gpt-x","stream":true,"messages":[{"role":"user","content"
 loadgen() { # system label args...
 	local s=$1 label=$2
 	shift 2
-	"$here/.bin/loadgen" -url "${URL[$s]}" -H "Authorization: Bearer sk-bench" -timeout "$TIMEOUT" \
+	"${SIDE[@]}" "$here/.bin/loadgen" -url "${URL[$s]}" -H "Authorization: Bearer sk-bench" -timeout "$TIMEOUT" \
 		-exclude "X-Fmgate-Degraded: true" -label "$label" "$@"
 }
 cpu_s() { # pid: user + system CPU seconds so far
@@ -167,7 +177,7 @@ measure() { # phase system round out args...: one loadgen run, its RESULT line a
 	echo "  round $r $(head -n 4 "$out" | grep -v '^RESULT' | tr '\n' ' ' | tr -s ' ') | CPU: $s $(tail -n 1 "$RUN/rounds.txt" | sed -E 's/.*cpu_s=([0-9.]+) mock_cpu_s=([0-9.]+).*/\1 s, mock \2 s/')"
 }
 
-echo "== machine: $(nproc) CPU(s), $(uptime | sed 's/.*load/load/')"
+echo "== machine: $(nproc) CPU(s), $(uptime | sed 's/.*load/load/')${PIN:+; pinned: proxies on CPU 1, mock and load generator on CPU 0}"
 for phase in $PHASES; do
 	case $phase in
 		rate)
