@@ -7,13 +7,17 @@
 # breaker and retry wrapper, events to the write-ahead log and the embedded
 # event store, Prometheus metrics and the live figures. With
 # FMGATE_BENCH_REDIS=HOST:PORT it runs in fleet mode instead: every policy's
-# state in that Redis, under a key prefix of its own.
+# state in that Redis, under a key prefix of its own. FMGATE_BENCH_UPSTREAM
+# is the model tiers' upstream: stream (the default: every answer streamed
+# from the mock, first-token and idle deadlines on) or client (a JSON
+# client's answer asked for whole, as the bare proxy does).
 set -euo pipefail
 : "${MOCK_URL:?MOCK_URL, the /v1 URL of the mock upstream, must be set}"
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${FMGATE_BIN:-$here/.bin/fmgate}
 work=$(mktemp -d "${TMPDIR:-/tmp}/fmgate-bench.XXXXXX")
-sed -e "s#@MOCK_URL@#$MOCK_URL#g" -e "s#@WORK@#$work#g" "$here/fmgate-bench.yaml" >"$work/fmgate.yaml"
+upstream=${FMGATE_BENCH_UPSTREAM:-stream}
+sed -e "s#@MOCK_URL@#$MOCK_URL#g" -e "s#@WORK@#$work#g" -e "s#@UPSTREAM@#$upstream#g" "$here/fmgate-bench.yaml" >"$work/fmgate.yaml"
 if [ -n "${FMGATE_BENCH_REDIS:-}" ]; then
 	printf 'fleet:\n  redis: "%s"\n  keyPrefix: "fmgate-bench-%s:"\n' "$FMGATE_BENCH_REDIS" "$$" >>"$work/fmgate.yaml"
 fi

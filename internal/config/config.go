@@ -136,7 +136,21 @@ type Model struct {
 	MaxOutputTokens int `yaml:"maxOutputTokens"`
 	// Confidence reported when this tier answers: 1.0 primary, 0.7 secondary.
 	Confidence float64 `yaml:"confidence"`
+	// Upstream is how the tier is called: UpstreamStream ("stream", the
+	// default when empty) streams every answer, so the first-token and idle
+	// deadlines guard every call; UpstreamClient ("client") follows the
+	// client: an answer the client takes whole (a JSON response) is asked
+	// for whole, in one request and one response, bounded by
+	// deadline.whole instead of the first-token deadline, and a streaming
+	// client's answer is streamed.
+	Upstream string `yaml:"upstream"`
 }
+
+// The ways a model tier is called (Model.Upstream).
+const (
+	UpstreamStream = "stream"
+	UpstreamClient = "client"
+)
 
 // Deadline is the timeout hierarchy of a turn: every inner deadline is
 // strictly inside its parent's.
@@ -157,6 +171,12 @@ type Deadline struct {
 	// after it, it ends with an error frame. Must be shorter than
 	// stream.maxDuration, which caps the whole answer. Default 10s.
 	Idle time.Duration `yaml:"idle"`
+	// Whole bounds a model call asked for its whole answer at once (a tier
+	// with upstream "client", for a client that takes its answer whole).
+	// With no tokens to watch, a slow or stalled model is found only at
+	// this bound; the turn then falls back like after any timeout. At most
+	// stream.maxDuration. Default 30s.
+	Whole time.Duration `yaml:"whole"`
 }
 
 // Session bounds the conversation history kept per session.
@@ -263,6 +283,7 @@ func Default() Config {
 			MinAttempt: 300 * time.Millisecond,
 			Batch:      60 * time.Second,
 			Idle:       10 * time.Second,
+			Whole:      30 * time.Second,
 		},
 		Session: Session{HistoryExchanges: 10, TTL: 30 * time.Minute, MaxSessions: 100_000, RedisTimeout: 250 * time.Millisecond},
 		Auth:    Auth{TrustUserHeader: true},
@@ -421,6 +442,9 @@ func (c Config) Validate() error {
 		if m.Confidence <= 0 || m.Confidence > 1 {
 			v.add(p+".confidence", "must be in (0, 1]")
 		}
+		if m.Upstream != "" && m.Upstream != UpstreamStream && m.Upstream != UpstreamClient {
+			v.add(p+".upstream", fmt.Sprintf("unknown value %q (want %s or %s)", m.Upstream, UpstreamStream, UpstreamClient))
+		}
 	}
 	d := c.Deadline
 	if d.FirstByte <= 0 {
@@ -437,6 +461,9 @@ func (c Config) Validate() error {
 	}
 	if d.Idle <= 0 || (c.Stream.MaxDuration > 0 && d.Idle >= c.Stream.MaxDuration) {
 		v.add("deadline.idle", "must be > 0 and shorter than stream.maxDuration (a silence between tokens < the whole answer)")
+	}
+	if d.Whole <= 0 || (c.Stream.MaxDuration > 0 && d.Whole > c.Stream.MaxDuration) {
+		v.add("deadline.whole", "must be > 0 and at most stream.maxDuration")
 	}
 	if c.Session.HistoryExchanges < 0 {
 		v.add("session.historyExchanges", "must be >= 0")

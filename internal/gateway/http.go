@@ -313,6 +313,7 @@ func (c *collector) Started() bool        { return false }
 func (c *collector) Discard()             { c.buf.Reset() }
 func (c *collector) Finish(*Result) error { c.settled = true; return nil }
 func (c *collector) Fail(*Error) error    { c.settled = true; return nil }
+func (c *collector) WholeAnswer() bool    { return true }
 func (c *collector) text() string         { return c.buf.String() }
 
 // sseSender writes frames as Server-Sent Events. Headers go out with the

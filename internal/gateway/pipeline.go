@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/language"
 	"github.com/fmgate/fmgate/internal/provider"
@@ -241,8 +242,11 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		req = g.fallback.Simplify(req, model)
 	}
 	p := g.providers[model]
+	// A client that takes its answer whole may get it from one whole call
+	// (the tier's upstream "client"); every other answer is streamed.
+	whole := a.m.Upstream == config.UpstreamClient && takesWhole(out)
 	// The retry loop sees the first-byte deadline so it never starts doomed
-	// work; each attempt streams under ctx, because the deadline bounds the
+	// work; each attempt runs under ctx, because the deadline bounds the
 	// wait for the first token (watchStream), not the whole answer.
 	dctx, cancel := context.WithDeadline(ctx, t.Received.Add(g.firstByteBudget(t)))
 	defer cancel()
@@ -250,15 +254,29 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		out.Discard()
 		beginTier(out, model, a.m.ModelID, model != g.primary())
 		sctx, span := g.attemptSpan(ctx, t, model, a.m.ModelID)
-		w := g.watchStream(sctx, t)
-		defer w.stop()
+		var (
+			w   *watchdog
+			r   *provider.Response
+			err error
+		)
 		start := g.now()
-		r, err := p.Stream(w, req, func(text string) error {
-			if w.token() {
+		if whole {
+			w = g.watchWhole(sctx, t)
+			defer w.stop()
+			if r, err = p.Complete(w, req); err == nil {
 				a.ttft = g.now().Sub(start)
+				err = out.Write(r.Text)
 			}
-			return out.Write(text)
-		})
+		} else {
+			w = g.watchStream(sctx, t)
+			defer w.stop()
+			r, err = p.Stream(w, req, func(text string) error {
+				if w.token() {
+					a.ttft = g.now().Sub(start)
+				}
+				return out.Write(text)
+			})
+		}
 		var attempt provider.Usage
 		if r != nil {
 			attempt = r.Usage
@@ -395,12 +413,23 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 // timeout the cascade falls back from; after it, the upstream call is
 // cancelled and the client gets an error frame.
 func (g *Gateway) watchStream(ctx context.Context, t *Turn) *watchdog {
-	w := &watchdog{capAt: t.Received.Add(g.streamCfg.MaxDuration), idle: g.cfg.Deadline.Idle}
+	return g.watch(ctx, t, min(g.cfg.Deadline.Attempt, g.firstByteLeft(t)), false)
+}
+
+// watchWhole bounds one attempt asked for its whole answer at once: it is
+// cancelled with errWholeLate after deadline.whole, or with
+// errStreamTooLong at stream.maxDuration, whichever comes first.
+func (g *Gateway) watchWhole(ctx context.Context, t *Turn) *watchdog {
+	return g.watch(ctx, t, g.cfg.Deadline.Whole, true)
+}
+
+func (g *Gateway) watch(ctx context.Context, t *Turn, first time.Duration, whole bool) *watchdog {
+	w := &watchdog{capAt: t.Received.Add(g.streamCfg.MaxDuration), idle: g.cfg.Deadline.Idle, whole: whole}
 	w.Context, w.cancel = context.WithCancelCause(ctx)
 	if time.Until(w.capAt) <= 0 {
 		w.cancel(errStreamTooLong)
 	}
-	w.timer = time.AfterFunc(w.within(min(g.cfg.Deadline.Attempt, g.firstByteLeft(t))), w.fire)
+	w.timer = time.AfterFunc(w.within(first), w.fire)
 	return w
 }
 
@@ -413,6 +442,7 @@ type watchdog struct {
 	timer           *time.Timer
 	capAt           time.Time // stream.maxDuration after the turn started
 	idle            time.Duration
+	whole           bool // one whole answer, no tokens to watch
 	seen            atomic.Bool
 }
 
@@ -434,6 +464,8 @@ func (w *watchdog) fire() {
 	switch {
 	case !time.Now().Before(w.capAt):
 		w.cancel(errStreamTooLong)
+	case w.whole:
+		w.cancel(&provider.Error{Kind: provider.KindTimeout, Err: errWholeLate})
 	case w.seen.Load():
 		w.cancel(&provider.Error{Kind: provider.KindTimeout, Err: errStreamIdle})
 	default:
@@ -456,7 +488,8 @@ func (w *watchdog) stop() {
 
 // isWatchdog reports whether err is a reason watchStream cut an attempt.
 func isWatchdog(err error) bool {
-	return errors.Is(err, errFirstTokenLate) || errors.Is(err, errStreamIdle) || errors.Is(err, errStreamTooLong)
+	return errors.Is(err, errFirstTokenLate) || errors.Is(err, errStreamIdle) || errors.Is(err, errStreamTooLong) ||
+		errors.Is(err, errWholeLate)
 }
 
 // firstByteLeft is what remains of the turn's budget to the first byte.
@@ -478,4 +511,5 @@ var (
 	errNoTime         = errors.New("too little of the turn's deadline left to start a model call")
 	errFirstTokenLate = errors.New("no first token within the attempt deadline")
 	errStreamIdle     = errors.New("the model stopped sending tokens for longer than deadline.idle")
+	errWholeLate      = errors.New("no whole answer within deadline.whole")
 )

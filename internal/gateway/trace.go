@@ -163,6 +163,9 @@ func (o *tracedOutput) BeginTier(tier, modelID string, degraded bool) {
 
 func (o *tracedOutput) BeginTrace(traceID string) { beginTrace(o.Output, traceID) }
 
+// WholeAnswer is the front door's output's own answer.
+func (o *tracedOutput) WholeAnswer() bool { return takesWhole(o.Output) }
+
 func (o *tracedOutput) Fail(e *Error) error {
 	o.end(nil, e.Code)
 	return o.Output.Fail(e)

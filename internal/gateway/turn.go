@@ -156,6 +156,19 @@ type TraceAware interface {
 	BeginTrace(traceID string)
 }
 
+// WholeAnswer is an optional Output that hands the client nothing before
+// Finish: a JSON response. A model tier with upstream "client" is asked for
+// such a turn's answer whole, in one call, instead of as a stream.
+type WholeAnswer interface {
+	WholeAnswer() bool
+}
+
+// takesWhole reports whether out delivers the answer only when it is whole.
+func takesWhole(out Output) bool {
+	w, ok := out.(WholeAnswer)
+	return ok && w.WholeAnswer()
+}
+
 func beginTrace(out Output, traceID string) {
 	if ta, ok := out.(TraceAware); ok {
 		ta.BeginTrace(traceID)

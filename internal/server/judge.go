@@ -199,3 +199,4 @@ func (o *textOutput) Started() bool                { return false }
 func (o *textOutput) Discard()                     { o.b.Reset() }
 func (o *textOutput) Finish(*gateway.Result) error { return nil }
 func (o *textOutput) Fail(*gateway.Error) error    { return nil }
+func (o *textOutput) WholeAnswer() bool            { return true }

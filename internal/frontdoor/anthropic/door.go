@@ -395,6 +395,7 @@ type collector struct{ buf strings.Builder }
 func (c *collector) Write(text string) error { c.buf.WriteString(text); return nil }
 func (c *collector) Started() bool           { return false }
 func (c *collector) Discard()                { c.buf.Reset() }
+func (c *collector) WholeAnswer() bool       { return true }
 func (c *collector) Finish(*gateway.Result) error {
 	return nil
 }

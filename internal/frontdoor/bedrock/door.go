@@ -240,6 +240,7 @@ func (c *collector) Started() bool                { return false }
 func (c *collector) Discard()                     { c.text.Reset() }
 func (c *collector) Finish(*gateway.Result) error { return nil }
 func (c *collector) Fail(*gateway.Error) error    { return nil }
+func (c *collector) WholeAnswer() bool            { return true }
 
 // tierOutput is the stream's Output, telling the sender which tier writes.
 type tierOutput struct {

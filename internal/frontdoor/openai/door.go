@@ -255,6 +255,7 @@ func (c *collector) Started() bool                { return false }
 func (c *collector) Discard()                     { c.buf.Reset() }
 func (c *collector) Finish(*gateway.Result) error { return nil }
 func (c *collector) Fail(*gateway.Error) error    { return nil }
+func (c *collector) WholeAnswer() bool            { return true }
 
 func (d *door) models(w http.ResponseWriter, r *http.Request) {
 	if e := d.authenticate(r); e != nil {
