@@ -16,6 +16,13 @@ const (
 	// KeepRecords passes its turn span and must-persist (cost) records (the
 	// raw span log), so counts and costs derived downstream stay exact.
 	KeepRecords
+	// HoldForDecision passes every span, but those of a turn not decided
+	// yet (must-persist ones excepted) wait for its turn span and go on with
+	// it, in one write (the embedded event store): the store learns the
+	// decision with the spans it applies to and stores an unsampled turn's
+	// spans reduced from the start, instead of storing them whole and
+	// rewriting them.
+	HoldForDecision
 )
 
 // TailSampler wraps a Sink so that it receives whole traces only of sampled
@@ -117,6 +124,12 @@ func (s *TailSampler) Write(ctx context.Context, batch []Event) error {
 			continue
 		}
 		if e.Name != "turn" {
+			if s.mode == HoldForDecision && e.MustPersist {
+				// In the write-ahead log: a durable sink acknowledges
+				// it once written, so it is never held.
+				out = s.pass(out, e, true)
+				continue
+			}
 			p := s.pending[e.TraceID]
 			if p == nil {
 				p = &pendingTrace{first: now}
@@ -160,7 +173,7 @@ func TailSampled(turn *Event, slow time.Duration) bool {
 }
 
 func (s *TailSampler) pass(out []Event, e Event, keep bool) []Event {
-	if keep || (s.mode == KeepRecords && (e.MustPersist || e.Name == "turn")) {
+	if keep || s.mode == HoldForDecision || (s.mode == KeepRecords && (e.MustPersist || e.Name == "turn")) {
 		s.kept++
 		return append(out, e)
 	}

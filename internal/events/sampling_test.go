@@ -234,3 +234,58 @@ func TestTurnSpanRecordsDecision(t *testing.T) {
 		})
 	}
 }
+
+type writesSink struct{ batches [][]Event }
+
+func (b *writesSink) Name() string { return "writes" }
+func (b *writesSink) Write(_ context.Context, batch []Event) error {
+	b.batches = append(b.batches, append([]Event(nil), batch...))
+	return nil
+}
+
+// TestHoldForDecision: every span of every turn is passed on; a span that
+// is neither the turn's nor must-persist waits for its turn span and is
+// passed in the same write, while must-persist spans (in the write-ahead
+// log, acknowledged by a durable sink once written) are never held.
+func TestHoldForDecision(t *testing.T) {
+	clock := time.Date(2026, 4, 29, 14, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clock }
+	c := &collect{}
+	tr := NewTracer(c, TracerOptions{HeadSampling: true, SampleRate: 0, Now: now})
+	turnSpans(tr, context.Background(), StatusOK, 100*time.Millisecond, &clock)
+	turnSpans(tr, context.Background(), StatusFailed, 100*time.Millisecond, &clock)
+
+	out := &writesSink{}
+	s := NewTailSampler(out, HoldForDecision, DefaultConfig().Sampling, now)
+	for _, e := range c.evs { // one event at a time
+		if err := s.Write(context.Background(), []Event{e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got int
+	for i, b := range out.batches {
+		for _, e := range b {
+			got++
+			switch e.Name {
+			case "admit":
+				turnHere := false
+				for _, o := range b {
+					turnHere = turnHere || (o.Name == "turn" && o.TraceID == e.TraceID)
+				}
+				if !turnHere {
+					t.Errorf("write %d: admit span passed without its turn span", i)
+				}
+			case "model_attempt":
+				if len(b) != 1 {
+					t.Errorf("write %d: the must-persist model_attempt span was held back (passed with %d others)", i, len(b)-1)
+				}
+			}
+		}
+	}
+	if got != len(c.evs) {
+		t.Fatalf("passed %d spans of %d", got, len(c.evs))
+	}
+	if kept, dropped := s.Stats(); kept != uint64(len(c.evs)) || dropped != 0 {
+		t.Fatalf("stats kept %d dropped %d", kept, dropped)
+	}
+}

@@ -366,3 +366,50 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkWriteSplitTurns writes turns the way concurrent turns reach the
+// store: each turn's spans in one write and its turn span, which carries
+// the sampling decision (95% sampled out), in the next. Written directly,
+// the store keeps the earlier spans whole and rewrites them as tallies
+// once the decision arrives; held for the decision (events.HoldForDecision,
+// how the gateway feeds its embedded store), they arrive with it and are
+// stored as tallies at once.
+func BenchmarkWriteSplitTurns(b *testing.B) {
+	const perWrite = 70
+	for _, held := range []bool{false, true} {
+		b.Run(fmt.Sprintf("held=%v", held), func(b *testing.B) {
+			s := openTest(b, filepath.Join(b.TempDir(), "events.db"))
+			var sink events.Sink = s
+			if held {
+				sink = events.NewTailSampler(s, events.HoldForDecision, events.DefaultConfig().Sampling, nil)
+			}
+			g := &synth{rng: rand.New(rand.NewPCG(1, 2)), start: t0, step: time.Millisecond, users: 5000}
+			// Each turn's children, then the turn span of the turn before.
+			var all []events.Event
+			var lastTurn *events.Event
+			for len(all) < perWrite*(b.N+1) {
+				turn := g.turn(nil)
+				root := turn[len(turn)-1]
+				root.SampledOut = g.rng.IntN(100) < 95
+				all = append(all, turn[:len(turn)-1]...)
+				if lastTurn != nil {
+					all = append(all, *lastTurn)
+				}
+				lastTurn = &root
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := cpuTime()
+			for i := 0; i < b.N; i++ {
+				if err := sink.Write(ctx, all[i*perWrite:(i+1)*perWrite]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := s.sync(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N*perWrite)/1e3, "cpu-µs/span")
+		})
+	}
+}

@@ -272,7 +272,7 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 		if err != nil {
 			return nil, fmt.Errorf("eventStore: %w", err)
 		}
-		sinkList = append(sinkList, st)
+		sinkList = append(sinkList, holdForDecision(st, cfg.Events.Sampling))
 		s.store = st
 		s.mountCost(st.Handler())
 	}
@@ -297,6 +297,15 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 	opts.GraphVersion = graphVersion
 	opts.Hasher = s.hasher
 	return events.NewTracer(em, opts), nil
+}
+
+// holdForDecision hands the embedded store each turn's spans together with
+// its turn span, which carries the sampling decision, when sampling is on.
+func holdForDecision(st events.Sink, cfg events.SamplingConfig) events.Sink {
+	if !cfg.Enabled {
+		return st
+	}
+	return events.NewTailSampler(st, events.HoldForDecision, cfg, nil)
 }
 
 // mountCost serves the event store's cost and eval views.
