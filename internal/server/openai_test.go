@@ -1,8 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -26,23 +29,42 @@ import (
 // points cfg's primary tier at it through the openai provider. It returns
 // the upstream simulator and a count of the chat completion calls it got.
 func openaiUpstream(t *testing.T, cfg *config.Config) (*sim.Sim, *atomic.Int64) {
+	up, calls, _ := openaiUpstreamStreams(t, cfg)
+	return up, calls
+}
+
+// openaiUpstreamStreams is openaiUpstream that also counts the calls that
+// asked for a stream.
+func openaiUpstreamStreams(t *testing.T, cfg *config.Config) (up *sim.Sim, calls, streamed *atomic.Int64) {
 	t.Helper()
 	up, err := sim.New(cfg.SimConfig(), sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var calls atomic.Int64
+	calls, streamed = new(atomic.Int64), new(atomic.Int64)
 	h := simserver.Handler(up)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/chat/completions" {
 			calls.Add(1)
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			var req struct {
+				Stream bool `json:"stream"`
+			}
+			if json.Unmarshal(body, &req) == nil && req.Stream {
+				streamed.Add(1)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	cfg.Models[0].Provider = "openai"
 	cfg.Models[0].Endpoint = srv.URL + "/v1"
-	return up, &calls
+	return up, calls, streamed
 }
 
 // TestCostReconcilesOpenAI is TestCostReconciles with the primary tier on
@@ -61,6 +83,28 @@ func TestCostReconcilesOpenAI(t *testing.T) {
 			}
 			streamTurn(t, sc.srv.URL, fmt.Sprintf("u%d", i), 0)
 		})
+		if got.estimated != 0 {
+			t.Errorf("%d attempts flagged %s; every answered turn has the upstream's usage", got.estimated, gateway.FlagUsageEstimated)
+		}
+		if rel := math.Abs(got.cost-billed.cost) / billed.cost; rel > 0.001 {
+			t.Errorf("sonnet: events sum to $%.6f, the upstream billed $%.6f (%.3f%% apart; limit 0.1%%)", got.cost, billed.cost, rel*100)
+		}
+	})
+	// With upstream "client", a JSON client's answer is asked for whole:
+	// billed with the upstream's usage all the same.
+	t.Run("whole answers", func(t *testing.T) {
+		var streamed, calls *atomic.Int64
+		got, billed := reconcileOpenAI(t, func(sc *scenario, i int) {
+			sc.chat(fmt.Sprintf("u%d", i), "おすすめの漫画を教えて", "ja")
+		}, func(cfg *config.Config) *sim.Sim {
+			cfg.Models[0].Upstream = config.UpstreamClient
+			var up *sim.Sim
+			up, calls, streamed = openaiUpstreamStreams(t, cfg)
+			return up
+		})
+		if n := streamed.Load(); n != 0 || calls.Load() == 0 {
+			t.Errorf("%d of %d upstream calls streamed; a JSON client's answer is asked for whole", n, calls.Load())
+		}
 		if got.estimated != 0 {
 			t.Errorf("%d attempts flagged %s; every answered turn has the upstream's usage", got.estimated, gateway.FlagUsageEstimated)
 		}
@@ -103,7 +147,9 @@ type billing struct {
 // upstream on the OpenAI wire (failing 20% of calls), checks haiku's
 // in-process billing within 0.1%, and returns sonnet's figures in the
 // events and in the upstream's billing.
-func reconcileOpenAI(t *testing.T, turn func(sc *scenario, i int)) (got, billed billing) {
+//
+// upstream, when given, starts the upstream for cfg instead of openaiUpstream.
+func reconcileOpenAI(t *testing.T, turn func(sc *scenario, i int), upstream ...func(*config.Config) *sim.Sim) (got, billed billing) {
 	cfg := quickConfig()
 	for name, st := range cfg.Sim.Models {
 		st.TTFTMs = 20
@@ -115,7 +161,12 @@ func reconcileOpenAI(t *testing.T, turn func(sc *scenario, i int)) (got, billed 
 	cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 30*time.Second, 20*time.Second
 	path := filepath.Join(t.TempDir(), "events.jsonl")
 	cfg.Events.Sinks.JSONL.Path = path
-	up, _ := openaiUpstream(t, &cfg)
+	var up *sim.Sim
+	if len(upstream) > 0 {
+		up = upstream[0](&cfg)
+	} else {
+		up, _ = openaiUpstream(t, &cfg)
+	}
 	sim.CountTokens("load the tokenizer before the first deadline")
 	st, _ := up.Settings("sonnet")
 	st.ErrorRate = map[provider.Kind]float64{provider.KindUnavailable: 0.2}
