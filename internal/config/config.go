@@ -174,8 +174,8 @@ type Deadline struct {
 	// Whole bounds a model call asked for its whole answer at once (a tier
 	// with upstream "client", for a client that takes its answer whole).
 	// With no tokens to watch, a slow or stalled model is found only at
-	// this bound; the turn then falls back like after any timeout. At most
-	// stream.maxDuration. Default 30s.
+	// this bound; the turn then falls back like after any timeout.
+	// stream.maxDuration, which caps every answer, caps it too. Default 30s.
 	Whole time.Duration `yaml:"whole"`
 }
 
@@ -462,8 +462,8 @@ func (c Config) Validate() error {
 	if d.Idle <= 0 || (c.Stream.MaxDuration > 0 && d.Idle >= c.Stream.MaxDuration) {
 		v.add("deadline.idle", "must be > 0 and shorter than stream.maxDuration (a silence between tokens < the whole answer)")
 	}
-	if d.Whole <= 0 || (c.Stream.MaxDuration > 0 && d.Whole > c.Stream.MaxDuration) {
-		v.add("deadline.whole", "must be > 0 and at most stream.maxDuration")
+	if d.Whole <= 0 {
+		v.add("deadline.whole", "must be > 0")
 	}
 	if c.Session.HistoryExchanges < 0 {
 		v.add("session.historyExchanges", "must be >= 0")

@@ -61,3 +61,18 @@ func BenchmarkChunkAppendJSON(b *testing.B) {
 		buf = c.AppendJSON(buf[:0])
 	}
 }
+
+// BenchmarkDeliver is the stream's cost to hand one frame to its Sender,
+// the send deadline included (called here while the stream's goroutine
+// waits for work, which stands in for it).
+func BenchmarkDeliver(b *testing.B) {
+	s := New(context.Background(), nopSender{}, "req-0123456789", DefaultConfig(), SystemClock{})
+	defer s.Close()
+	frame := []byte(`{"type":"chunk","requestId":"req-0123456789","index":0,"text":"tok "}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.deliver(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

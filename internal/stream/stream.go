@@ -113,6 +113,45 @@ type Stream struct {
 	m            Metrics
 
 	flushTimer, hbTimer, maxTimer, pauseTimer Timer
+
+	send sendSlot // the run goroutine's own
+}
+
+// sendSlot is the context a Send gets, cancelled by its timer SendTimeout
+// after the send began. One context and one timer serve every send of a
+// stream until one of them times out; a send allocated both before.
+type sendSlot struct {
+	ctx   context.Context
+	stop  context.CancelFunc
+	timer Timer
+}
+
+// begin readies the slot for one send and returns its context.
+func (sl *sendSlot) begin(parent context.Context, clock Clock, timeout time.Duration) context.Context {
+	if sl.ctx == nil {
+		sl.ctx, sl.stop = context.WithCancel(parent)
+		sl.timer = clock.AfterFunc(timeout, sl.stop)
+	} else {
+		sl.timer.Reset(timeout)
+	}
+	return sl.ctx
+}
+
+// end stops the send's timer; a timer that fired has cancelled the
+// context, so the next send gets new ones.
+func (sl *sendSlot) end() {
+	if !sl.timer.Stop() {
+		sl.release()
+	}
+}
+
+// release cancels the slot's context and forgets it.
+func (sl *sendSlot) release() {
+	if sl.ctx != nil {
+		sl.timer.Stop()
+		sl.stop()
+		*sl = sendSlot{}
+	}
 }
 
 type ending struct {
@@ -416,6 +455,7 @@ func (s *Stream) hasWorkLocked() bool {
 // slow client holds up the sender, never the writer (until MaxPendingBytes).
 func (s *Stream) run() {
 	defer close(s.exited)
+	defer s.send.release()
 	var frame []byte
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -534,11 +574,8 @@ func (s *Stream) recordChunk(n int) {
 func (s *Stream) deliver(frame []byte) error {
 	for {
 		start := s.clock.Now()
-		ctx, cancel := context.WithCancel(s.ctx)
-		t := s.clock.AfterFunc(s.cfg.SendTimeout, cancel)
-		err := s.sender.Send(ctx, frame)
-		t.Stop()
-		cancel()
+		err := s.sender.Send(s.send.begin(s.ctx, s.clock, s.cfg.SendTimeout), frame)
+		s.send.end()
 		slow := s.clock.Now().Sub(start) >= s.cfg.SendTimeout
 
 		s.mu.Lock()
