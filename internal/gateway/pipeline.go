@@ -38,7 +38,8 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	if err := g.validate(t); err != nil {
 		return nil, err
 	}
-	// 1½. Batch the turn's shared-state calls (fleet mode: reads ahead for steps 2–5).
+	// 1½. Batch the turn's shared-state calls (fleet mode: reads ahead for steps 2–5
+	// and, for P0, reserves step 6's quota on the likeliest model).
 	ctx, endBatch := g.batcher.Begin(ctx, t)
 	defer endBatch()
 	// 2. Identify the caller.

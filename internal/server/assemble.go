@@ -191,7 +191,8 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	if rdb != nil {
 		jobs = jobstore.NewRedis(rdb, prefix+"batch:")
 		fb := &fleetBatcher{rdb: rdb, log: s.log, now: now, cfg: cfg, sessions: sessions,
-			limiter: limiter, enf: enf, counters: counters, breakers: s.Breakers, ledger: ledger, pressure: retrier.Pressure}
+			limiter: limiter, enf: enf, counters: counters, breakers: s.Breakers, ledger: ledger, pressure: retrier.Pressure,
+			queue: q, seen: newSeen(cfg)}
 		if retr != nil {
 			fb.search = s.Breakers.Get(searchBreaker)
 		}
@@ -208,7 +209,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		Prompts:    prompts,
 		Admitter:   admitter{l: limiter, obs: s.Metrics},
 		Budgeter:   budgeter{enf: enf, prices: prices(cfg)},
-		Planner:    planner{breakers: s.Breakers, ledger: ledger},
+		Planner:    planner{breakers: s.Breakers, ledger: ledger, queue: q},
 		Reserver:   reserver{ledger: ledger, breakers: s.Breakers, queue: q, maxOut: maxOut, obs: s.Metrics},
 		Invoker:    invoker{retrier: retrier, breakers: s.Breakers, obs: s.Metrics},
 		Fallback:   cascade{r: resolver, models: models},

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/queue"
 	"github.com/fmgate/fmgate/internal/quota"
 	"github.com/fmgate/fmgate/internal/ratelimit"
 	"github.com/fmgate/fmgate/internal/redisbatch"
@@ -28,10 +30,17 @@ import (
 // planner checks and the retry pressure of the first model. Each policy's
 // own Redis code makes those calls, with its own timeouts and outage rules;
 // the adapters then take the answers from the turn's context instead of
-// asking again. Step 6 reserves quota and takes the breaker's permit in a
-// second round trip (the reservation's size depends on the history), and
-// the record step's writes, with the quota settlement, the breaker outcome
-// and the retry deposit queued since, go in a third.
+// asking again.
+//
+// For a P0 turn the same round trip also reserves quota on the model the
+// planner will most likely pick, with that model's breaker permit (see
+// speculate): the reservation is sized at the most the turn can need, since
+// its exact size needs the history being read. When step 6 asks for that
+// model and no more than was reserved, the turn has its reservation without
+// a second round trip; otherwise the hold is released by a write queued
+// onto the turn's next command, and step 6 reserves as before. The record
+// step's writes, with the quota settlement, the breaker outcome and the
+// retry deposit queued since, go in the last round trip.
 type fleetBatcher struct {
 	rdb      *redis.Client
 	log      *slog.Logger
@@ -51,6 +60,31 @@ type fleetBatcher struct {
 	// would hold a probe slot.
 	search       breaker.Breaker
 	searchClosed atomic.Bool
+	// queue is woken when a speculative reservation is released.
+	queue *queue.Queue
+	// seen is what the last turns saw of each model, by name: it picks
+	// the model a P0 turn reserves on ahead. Built by newSeen.
+	seen map[string]*modelSeen
+}
+
+// modelSeen is what this instance last saw of one model.
+type modelSeen struct {
+	// state is the breaker's state when last read; -1 before the first read.
+	state atomic.Int32
+	// full is whether the quota was last seen without room for a turn's
+	// largest reservation (or refused one).
+	full atomic.Bool
+}
+
+// newSeen returns the last-seen records of cfg's models, all unknown.
+func newSeen(cfg config.Config) map[string]*modelSeen {
+	seen := make(map[string]*modelSeen, len(cfg.Models))
+	for _, m := range cfg.Models {
+		s := &modelSeen{}
+		s.state.Store(-1)
+		seen[m.Name] = s
+	}
+	return seen
 }
 
 // searchBreaker is the name of the catalog search's breaker.
@@ -68,6 +102,17 @@ type ahead struct {
 	sats    map[string]quota.Snapshot
 	levels  map[string]retry.Level
 	permits map[string]permitAnswer
+	// spec is the reservation taken ahead, until step 6 takes it or it is
+	// released; nil when none was asked for.
+	spec *specAnswer
+}
+
+// specAnswer is a reservation taken ahead on model for up to tokens.
+type specAnswer struct {
+	model  string
+	tokens int
+	res    quota.Reservation // nil when refused or failed
+	err    error
 }
 
 type historyAnswer struct {
@@ -106,7 +151,12 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 	a := &ahead{snaps: map[string]breaker.Snapshot{}, sats: map[string]quota.Snapshot{},
 		levels: map[string]retry.Level{}, permits: map[string]permitAnswer{}}
 	ctx = context.WithValue(redisbatch.With(ctx, b), aheadKey{}, a)
-	end := func() { b.Close(context.WithoutCancel(ctx)) }
+	end := func() {
+		// A reservation taken ahead that no step took (the turn was
+		// refused, or ended before step 6) goes back with the last flush.
+		f.releaseSpec(ctx, a)
+		b.Close(context.WithoutCancel(ctx))
+	}
 
 	var calls []func(context.Context)
 	if !t.Stateless {
@@ -130,6 +180,16 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 		a.totals = tot
 	})
 	models := f.route(t.StartTier)
+	spec := f.speculate(t, models)
+	if spec != nil {
+		calls = append(calls, func(ctx context.Context) {
+			spec.res, spec.err = f.ledger.Reserve(ctx, spec.model, quota.P0, spec.tokens)
+		}, func(ctx context.Context) {
+			p, err := f.breakers.Get(spec.model).Allow(ctx)
+			a.putPermit(spec.model, permitAnswer{permit: p, err: err})
+		})
+		a.spec = spec
+	}
 	mu := &a.mu // the maps below are filled by concurrent calls
 	for i, m := range models {
 		calls = append(calls, func(ctx context.Context) {
@@ -139,7 +199,8 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 				mu.Unlock()
 			}
 		})
-		if t.Priority == gateway.P0 && i < len(models)-1 {
+		// The reservation taken ahead answers the planner for its model.
+		if t.Priority == gateway.P0 && (spec == nil || m != spec.model) && (i < len(models)-1 || f.seenFull(m)) {
 			calls = append(calls, func(ctx context.Context) {
 				if s, err := f.ledger.Saturation(ctx, m); err == nil {
 					mu.Lock()
@@ -171,7 +232,96 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 		})
 	}
 	redisbatch.Gather(ctx, calls...)
+	f.remember(a)
 	return ctx, end
+}
+
+// speculate picks the model a P0 turn reserves on ahead, and the size: the
+// first of models whose breaker was last seen closed, skipping those last
+// seen open (the planner skips them too); none when the first such model's
+// quota was last seen without room for the size (the exact, smaller size
+// may still fit), or a model before it was last seen half open or not seen
+// yet. The size is the most step 6 can ask for: the input the
+// budget step admits at most (history, catalog context and all) and the
+// output it may grant. Nil when nothing is to be reserved ahead.
+func (f *fleetBatcher) speculate(t *gateway.Turn, models []string) *specAnswer {
+	if t.Priority != gateway.P0 || f.seen == nil {
+		return nil
+	}
+	for _, m := range models {
+		s := f.seen[m]
+		if s == nil {
+			return nil
+		}
+		switch breaker.State(s.state.Load()) {
+		case breaker.Closed:
+			if s.full.Load() {
+				return nil // too little room: step 6 reserves its exact size
+			}
+			return &specAnswer{model: m, tokens: f.specTokens(t, m)}
+		case breaker.Open:
+			continue
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// specTokens is the largest reservation step 6 can make for t on model:
+// the budget's cap on input plus the output it may grant (reserver.Reserve).
+func (f *fleetBatcher) specTokens(t *gateway.Turn, model string) int {
+	out := f.cfg.Budget.RequestOutput
+	if t.MaxOutput > 0 && t.MaxOutput < out {
+		out = t.MaxOutput
+	}
+	if mo, ok := f.cfg.Model(model); ok && mo.MaxOutputTokens < out {
+		out = mo.MaxOutputTokens
+	}
+	return f.enf.ContextRoom(0, t.MaxOutput) + out
+}
+
+// seenFull reports whether model's quota was last seen without room.
+func (f *fleetBatcher) seenFull(model string) bool {
+	s := f.seen[model]
+	return s != nil && s.full.Load()
+}
+
+// remember keeps what the turn's reads saw of each model for the next
+// turns' speculate.
+func (f *fleetBatcher) remember(a *ahead) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for m, snap := range a.snaps {
+		if s := f.seen[m]; s != nil {
+			s.state.Store(int32(snap.State))
+		}
+	}
+	for m, snap := range a.sats {
+		if s := f.seen[m]; s != nil {
+			room := snap.TPMLimit - snap.TokensUsed
+			s.full.Store(snap.Saturation >= 1 || snap.RequestsUsed >= snap.RPMLimit || room < f.cfg.Budget.RequestInput+f.cfg.Budget.RequestOutput)
+		}
+	}
+	if sp := a.spec; sp != nil {
+		if s := f.seen[sp.model]; s != nil {
+			switch {
+			case sp.err == nil:
+				s.full.Store(false)
+			case errors.Is(sp.err, quota.ErrSaturated):
+				s.full.Store(true)
+			}
+		}
+	}
+}
+
+// releaseSpec returns the reservation taken ahead, if no step took it.
+// Within the turn's batch the release is queued onto the turn's next
+// command.
+func (f *fleetBatcher) releaseSpec(ctx context.Context, a *ahead) {
+	if sp := a.takeAnySpec(); sp != nil && sp.res != nil {
+		lease{res: sp.res, q: f.queue}.Release(ctx)
+	}
 }
 
 // Together implements gateway.Batcher.
@@ -259,6 +409,56 @@ func (a *ahead) takeLevel(model string) (retry.Level, bool) {
 	return l, ok
 }
 
+// takeSpec returns the reservation taken ahead when it is on model.
+func (a *ahead) takeSpec(model string) (*specAnswer, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sp := a.spec
+	if sp == nil || sp.model != model {
+		return nil, false
+	}
+	a.spec = nil
+	return sp, true
+}
+
+// takeAnySpec returns the reservation taken ahead, whatever its model.
+func (a *ahead) takeAnySpec() *specAnswer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sp := a.spec
+	a.spec = nil
+	return sp
+}
+
+// specSaturation is what the reservation taken ahead on model says of its
+// saturation: none when granted, the refusal's figure when refused.
+func (a *ahead) specSaturation(model string) (quota.Snapshot, error, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sp := a.spec
+	if sp == nil || sp.model != model {
+		return quota.Snapshot{}, nil, false
+	}
+	if sat, ok := errors.AsType[*quota.SaturatedError](sp.err); ok {
+		return quota.Snapshot{Saturation: sat.Saturation}, nil, true
+	}
+	return quota.Snapshot{}, sp.err, true
+}
+
+// specOn reports whether a reservation taken ahead waits on model.
+func (a *ahead) specOn(model string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.spec != nil && a.spec.model == model
+}
+
+func (a *ahead) hasPermit(model string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.permits[model]
+	return ok
+}
+
 func (a *ahead) putPermit(model string, p permitAnswer) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -336,6 +536,9 @@ func breakerSnapshot(ctx context.Context, s *breaker.Set, model string) (breaker
 // quotaSaturation is model's quota saturation for the planner.
 func quotaSaturation(ctx context.Context, l quota.Ledger, model string) (quota.Snapshot, error) {
 	if a := aheadFrom(ctx); a != nil {
+		if snap, err, ok := a.specSaturation(model); ok {
+			return snap, err
+		}
 		if snap, ok := a.takeSaturation(model); ok {
 			return snap, nil
 		}
@@ -348,10 +551,26 @@ func quotaSaturation(ctx context.Context, l quota.Ledger, model string) (quota.S
 // context for the invoker. The permit is asked for only while the breaker
 // was closed when read ahead: a closed breaker's permit costs nothing if
 // unused, a half-open one's holds a probe slot.
-func reserveAndAllow(ctx context.Context, l quota.Ledger, s *breaker.Set, model string, prio quota.Priority, tokens int) (quota.Reservation, error) {
+//
+// The reservation taken ahead on model serves when it holds at least
+// tokens; then no Redis call is made. One that is too small, or on another
+// model, is released by a write queued onto the reservation made here.
+func reserveAndAllow(ctx context.Context, l quota.Ledger, s *breaker.Set, q *queue.Queue, model string, prio quota.Priority, tokens int) (quota.Reservation, error) {
 	a := aheadFrom(ctx)
-	closed := false
 	if a != nil {
+		sp, ok := a.takeSpec(model)
+		if !ok {
+			sp = a.takeAnySpec()
+		}
+		if sp != nil && sp.res != nil {
+			if ok && tokens <= sp.tokens {
+				return sp.res, nil
+			}
+			lease{res: sp.res, q: q}.Release(ctx)
+		}
+	}
+	closed := false
+	if a != nil && !a.hasPermit(model) {
 		snap, ok := a.snapshot(model)
 		closed = ok && snap.State == breaker.Closed
 	}

@@ -94,6 +94,7 @@ func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Resu
 type planner struct {
 	breakers *breaker.Set
 	ledger   quota.Ledger
+	queue    *queue.Queue // woken when quota reserved ahead goes back
 }
 
 func (p planner) Plan(ctx context.Context, t *gateway.Turn, models []string) []string {
@@ -108,6 +109,13 @@ func (p planner) Plan(ctx context.Context, t *gateway.Turn, models []string) []s
 			}
 		}
 		route = append(route, m)
+	}
+	if a := aheadFrom(ctx); a != nil && (len(route) == 0 || !a.specOn(route[0])) {
+		// The quota reserved ahead was for a model the route does not
+		// start with: it goes back with the turn's next command.
+		if sp := a.takeAnySpec(); sp != nil && sp.res != nil {
+			lease{res: sp.res, q: p.queue}.Release(ctx)
+		}
 	}
 	return route
 }
@@ -129,7 +137,7 @@ func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (g
 	}
 	prio := quota.Priority(t.Priority)
 	if t.Priority == gateway.P0 {
-		res, err := reserveAndAllow(ctx, r.ledger, r.breakers, model, prio, tokens)
+		res, err := reserveAndAllow(ctx, r.ledger, r.breakers, r.queue, model, prio, tokens)
 		switch {
 		case errors.Is(err, quota.ErrSaturated):
 			r.obs.Throttle("quota")

@@ -1,0 +1,211 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fmgate/fmgate/internal/breaker"
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/queue"
+	"github.com/fmgate/fmgate/internal/quota"
+	"github.com/fmgate/fmgate/internal/ratelimit"
+	"github.com/fmgate/fmgate/internal/redisbatch"
+	"github.com/fmgate/fmgate/internal/redistest"
+)
+
+// turnTrips counts the round trips turns make: the commands and pipelines
+// sent under a turn's batch, leaving out the background work of the server
+// (live figures) and connection handshakes.
+type turnTrips struct{ n atomic.Int64 }
+
+func (r *turnTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *turnTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch cmd.Name() {
+		case "hello", "auth", "client", "select":
+		default:
+			if redisbatch.From(ctx) != nil {
+				r.n.Add(1)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (r *turnTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if redisbatch.From(ctx) != nil {
+			r.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// fleetTurns is a fleet-mode server in front of fixedProvider, its turns'
+// round trips counted.
+func fleetTurns(t *testing.T, edit func(*config.Config)) (*Server, *turnTrips) {
+	t.Helper()
+	cfg := benchConfig()
+	cfg.Fleet.Redis = redistest.Addr()
+	cfg.Fleet.KeyPrefix = fleetConfig(t)
+	cfg.Catalog.Enabled = false
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := New(context.Background(), isolate(t, cfg), Options{
+		WrapProvider: func(string, provider.Provider) provider.Provider { return fixedProvider{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	rt := &turnTrips{}
+	s.Redis.AddHook(rt)
+	return s, rt
+}
+
+func fleetTurn(i int, user string) *gateway.Turn {
+	return &gateway.Turn{RequestID: "r" + strconv.Itoa(i), SessionID: "s-" + user, Message: "Which fantasy manga should I read next?",
+		Locale: "en", Route: "chat", Surface: "openai", UserID: user}
+}
+
+// TestFleetTurnTakesTwoRoundTrips: once the models' breakers have been
+// seen closed, a P0 turn reserves its quota with the admission reads and
+// costs two round trips: read ahead, record.
+func TestFleetTurnTakesTwoRoundTrips(t *testing.T) {
+	s, rt := fleetTurns(t, nil)
+	ctx := context.Background()
+	if _, err := s.Gateway.Run(ctx, fleetTurn(0, "u"), discard{}); err != nil {
+		t.Fatal(err)
+	}
+	rt.n.Store(0)
+	const turns = 10
+	for i := 1; i <= turns; i++ {
+		res, err := s.Gateway.Run(ctx, fleetTurn(i, "u"), discard{})
+		if err != nil || res.Tier != "sonnet" {
+			t.Fatalf("turn %d: %+v, %v", i, res, err)
+		}
+	}
+	if got := rt.n.Load(); got != 2*turns {
+		t.Errorf("%d turns made %d round trips; want 2 each", turns, got)
+	}
+	// Every hold was settled: the window counts the billed tokens of the
+	// eleven turns and nothing is outstanding.
+	snap, err := s.Quota.Saturation(ctx, "sonnet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (turns + 1) * 129; snap.TokensUsed != want || snap.RequestsUsed != turns+1 {
+		t.Errorf("sonnet ledger after %d turns: %d tokens, %d requests; want %d, %d", turns+1, snap.TokensUsed, snap.RequestsUsed, want, turns+1)
+	}
+}
+
+// TestFleetRefusedTurnReleasesReservation: a turn refused by the rate
+// limit after its quota was reserved ahead leaves the ledger as it found it.
+func TestFleetRefusedTurnReleasesReservation(t *testing.T) {
+	s, _ := fleetTurns(t, func(cfg *config.Config) {
+		cfg.RateLimit.User.PerMinute = ratelimit.Rule{Limit: ratelimit.Limit{Rate: 1, Per: time.Minute, Burst: 1}}
+	})
+	ctx := context.Background()
+	if _, err := s.Gateway.Run(ctx, fleetTurn(0, "u"), discard{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Gateway.Run(ctx, fleetTurn(1, "u"), discard{})
+	if e, ok := errors.AsType[*gateway.Error](err); !ok || e.Code != gateway.CodeRateLimited {
+		t.Fatalf("second turn: %v; want rate_limited", err)
+	}
+	snap, err := s.Quota.Saturation(ctx, "sonnet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.TokensUsed != 129 || snap.RequestsUsed != 1 {
+		t.Errorf("sonnet ledger after a served and a refused turn: %d tokens, %d requests; want 129, 1", snap.TokensUsed, snap.RequestsUsed)
+	}
+}
+
+// TestFleetTurnRoutedElsewhereLeavesNoHold: the quota reserved ahead on
+// the primary, whose breaker was last seen closed, goes back when the
+// breaker turns out open and the turn goes to the next tier.
+func TestFleetTurnRoutedElsewhereLeavesNoHold(t *testing.T) {
+	s, _ := fleetTurns(t, nil)
+	ctx := context.Background()
+	if _, err := s.Gateway.Run(ctx, fleetTurn(0, "u"), discard{}); err != nil {
+		t.Fatal(err)
+	}
+	br := s.Breakers.Get("sonnet")
+	for range 100 {
+		snap, err := br.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.State == breaker.Open {
+			break
+		}
+		p, _ := br.Allow(ctx)
+		p.Done(ctx, false)
+	}
+	res, err := s.Gateway.Run(ctx, fleetTurn(1, "u"), discard{})
+	if err != nil || res.Tier != "haiku" {
+		t.Fatalf("turn with sonnet's breaker open: %+v, %v; want haiku", res, err)
+	}
+	snap, err := s.Quota.Saturation(ctx, "sonnet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.TokensUsed != 129 || snap.RequestsUsed != 1 {
+		t.Errorf("sonnet ledger: %d tokens, %d requests; want only the first turn's 129, 1", snap.TokensUsed, snap.RequestsUsed)
+	}
+}
+
+// TestReserveAheadTooSmallIsReplaced: a reservation taken ahead smaller
+// than the turn needs is released and an exact one made; one large enough
+// is used as it is.
+func TestReserveAheadTooSmallIsReplaced(t *testing.T) {
+	c, prefix := redistest.Client(t)
+	cfg := quota.DefaultConfig()
+	l, err := quota.NewRedis(c, prefix, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	set := breaker.NewSet(breaker.MemoryFactory(nil), nil)
+	q := queue.NewMemory(config.Default().Queue, nil)
+	tests := []struct {
+		name       string
+		ahead      int
+		need       int
+		wantTokens int
+	}{
+		{name: "large enough", ahead: 5000, need: 3000, wantTokens: 5000},
+		{name: "too small", ahead: 1000, need: 3000, wantTokens: 3000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sp, err := l.Reserve(ctx, "sonnet", quota.P0, tt.ahead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := &ahead{permits: map[string]permitAnswer{"sonnet": {}},
+				spec: &specAnswer{model: "sonnet", tokens: tt.ahead, res: sp}}
+			actx := context.WithValue(ctx, aheadKey{}, a)
+			res, err := reserveAndAllow(actx, l, set, q, "sonnet", quota.P0, tt.need)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Tokens() != tt.wantTokens {
+				t.Errorf("reservation of %d tokens; want %d", res.Tokens(), tt.wantTokens)
+			}
+			snap, _ := l.Saturation(ctx, "sonnet")
+			if snap.TokensUsed != tt.wantTokens || snap.RequestsUsed != 1 {
+				t.Errorf("ledger holds %d tokens, %d requests; want %d, 1", snap.TokensUsed, snap.RequestsUsed, tt.wantTokens)
+			}
+			_ = res.Release(ctx)
+		})
+	}
+}
