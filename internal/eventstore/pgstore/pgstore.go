@@ -321,38 +321,21 @@ func droppable(e *events.Event) bool { return e.Name != "turn" && !e.MustPersist
 // they are copied straight into spans, which costs far less than an insert
 // that checks each row for a conflict, and their sums (d, made in Go) are
 // added to the roll-ups and turns. A span stored already fails the copy,
-// the transaction is rolled back and the batch goes through the staging
-// table in a new one, whose insert skips it. No savepoint: the copy's rows
-// would belong to a subtransaction, which every batch would pay for.
+// and the batch then goes through the staging table, whose insert skips it.
 func (s *Store) writeTx(ctx context.Context, rows [][]any, d deltas, smp batchSampling) (int64, error) {
-	n, err := s.writeOnce(ctx, rows, d, smp, true)
-	if isUniqueViolation(err) {
-		return s.writeOnce(ctx, rows, d, smp, false)
-	}
-	return n, err
-}
-
-// writeOnce stores the batch in one transaction: copied straight into
-// spans when fresh, else through the staging table.
-func (s *Store) writeOnce(ctx context.Context, rows [][]any, d deltas, smp batchSampling, fresh bool) (int64, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	// Sorting and grouping a batch fits in memory.
-	if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'; `+createStage); err != nil {
+	if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'; `+createStage+`; SAVEPOINT fresh`); err != nil {
 		return 0, fmt.Errorf("pgstore: staging: %w", err)
 	}
 	n := int64(len(rows))
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"spans"}, spanCols, pgx.CopyFromRows(rows))
 	switch {
-	case fresh:
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"spans"}, spanCols, pgx.CopyFromRows(rows)); err != nil {
-			if isUniqueViolation(err) {
-				return 0, err
-			}
-			return 0, fmt.Errorf("pgstore: copy: %w", err)
-		}
+	case err == nil:
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_rollup"}, rollupCols, pgx.CopyFromRows(d.rollup)); err != nil {
 			return 0, fmt.Errorf("pgstore: copy: %w", err)
 		}
@@ -367,7 +350,10 @@ func (s *Store) writeOnce(ctx context.Context, rows [][]any, d deltas, smp batch
 				return 0, fmt.Errorf("pgstore: sample: %w", err)
 			}
 		}
-	default:
+	case isUniqueViolation(err):
+		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT fresh`); err != nil {
+			return 0, fmt.Errorf("pgstore: staging: %w", err)
+		}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage"}, spanCols, pgx.CopyFromRows(rows)); err != nil {
 			return 0, fmt.Errorf("pgstore: copy: %w", err)
 		}
@@ -379,6 +365,8 @@ func (s *Store) writeOnce(ctx context.Context, rows [][]any, d deltas, smp batch
 				return 0, fmt.Errorf("pgstore: sample: %w", err)
 			}
 		}
+	default:
+		return 0, fmt.Errorf("pgstore: copy: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("pgstore: commit: %w", err)
