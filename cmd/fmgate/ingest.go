@@ -76,12 +76,14 @@ func ingestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	err = in.Run(ctx)
 	st := in.Stats()
-	fmt.Fprintf(stdout, "fmgate ingest: stopped; stored %d spans, %d redelivered duplicates, %d rejected, %d retried commits\n",
+	fmt.Fprintf(stdout, "fmgate ingest: stopped; stored %d spans, %d redelivered duplicates, %d rejected messages, %d retried commits\n",
 		st.Stored, st.Duplicates, st.Rejected, st.Retries)
 	return err
 }
 
-// logProgress logs the counts and the backlog waiting in the stream.
+// logProgress logs the counts and the backlog waiting in the stream, in
+// messages: one span each from gateways before packing, up to
+// sinks.MaxPackedSpans from the others.
 func logProgress(ctx context.Context, in *ingest.Ingester, every time.Duration, n events.NATSConfig, durable string, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -97,9 +99,9 @@ func logProgress(ctx context.Context, in *ingest.Ingester, every time.Duration, 
 		waiting, unacked, err := ingest.Pending(qctx, n.URL, n.Stream, durable)
 		cancel()
 		attrs := []any{"stored", st.Stored, "spans_per_s", float64(st.Stored-last) / every.Seconds(),
-			"duplicates", st.Duplicates, "rejected", st.Rejected, "retries", st.Retries}
+			"duplicates", st.Duplicates, "rejected_messages", st.Rejected, "retries", st.Retries}
 		if err == nil {
-			attrs = append(attrs, "backlog", waiting, "unacked", unacked)
+			attrs = append(attrs, "backlog_messages", waiting, "unacked_messages", unacked)
 		}
 		last = st.Stored
 		log.Info("ingest progress", attrs...)

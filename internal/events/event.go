@@ -194,6 +194,10 @@ func Encode(e *Event) []byte { return AppendJSON(make([]byte, 0, 768), e) }
 // decoded event re-encodes to the allow-listed shape.
 func Decode(b []byte) (Event, error) {
 	var e Event
+	if decodeCanonical(b, &e) {
+		return e, nil
+	}
+	e = Event{}
 	if err := json.Unmarshal(b, &e); err != nil {
 		return Event{}, fmt.Errorf("events: decode: %w", err)
 	}

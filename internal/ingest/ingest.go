@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,10 @@ type Config struct {
 	// Durable is the consumer's name, shared by every ingester of the
 	// fleet. Default "fmgate-ingest".
 	Durable string
-	// Batch is the most spans committed in one transaction. Default 5000;
-	// limit 50000.
+	// Batch is the most spans committed in one transaction, counted in
+	// spans whatever messages they came in: a packed message may be split
+	// between two consecutive transactions, and is acknowledged once both
+	// committed. Default 5000; limit 50000.
 	Batch int
 	// MaxWait is the longest a partial batch waits for more spans. Default
 	// 250ms.
@@ -88,8 +91,8 @@ func (c *Config) defaults() error {
 // Stats count what an ingester did since it started.
 type Stats struct {
 	// Stored spans were new to the store; Duplicates were stored already
-	// (redeliveries); Rejected could not be decoded and were dropped from
-	// the stream (each logged).
+	// (redeliveries); Rejected are messages that could not be decoded,
+	// dropped from the stream with all they held (each logged).
 	Stored, Duplicates, Rejected, Batches int64
 	// Retries are failed commits tried again.
 	Retries int64
@@ -143,7 +146,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	batches := make(chan fetchedBatch, in.cfg.Workers)
 	var fetchers, writers sync.WaitGroup
 	for range in.cfg.Workers {
-		fetchers.Go(func() { in.fetch(ctx, cons, batches) })
+		fetchers.Go(func() { in.fetch(ctx, cons, int(nc.MaxPayload())+64<<10, batches) })
 		writers.Go(func() { in.write(ctx, batches) })
 	}
 	fetchers.Wait()
@@ -167,6 +170,11 @@ func (in *Ingester) consumer(ctx context.Context, js jetstream.JetStream) (jetst
 	} else if err != nil {
 		return nil, fmt.Errorf("ingest: stream %s: %w", in.cfg.Stream, err)
 	}
+	// MaxAckPending counts messages. Every message holds at least one span
+	// and one ingester holds at most 4 × Workers batches of messages (a
+	// batch being filled and the fetch beyond it, one waiting and one
+	// committing per worker), so it never throttles an ingester, while it
+	// bounds what ingesters sharing the consumer hold.
 	cons, err := js.CreateOrUpdateConsumer(cctx, in.cfg.Stream, jetstream.ConsumerConfig{
 		Durable:         in.cfg.Durable,
 		AckPolicy:       jetstream.AckExplicitPolicy,
@@ -188,78 +196,194 @@ func maxBytes(n int64) int64 {
 	return n
 }
 
-// fetchedBatch is one fetch: the spans decoded and their messages.
-type fetchedBatch struct {
-	spans []events.Event
-	msgs  []jetstream.Msg
+// held is a fetched message: the spans of a packed message may be
+// committed by two consecutive batches, and the message is acknowledged
+// once all of them are, or handed back for redelivery (at most once
+// either).
+type held struct {
+	m    jetstream.Msg
+	left atomic.Int64 // spans not committed yet
+	done atomic.Bool  // acknowledged or handed back
 }
 
+// committed counts n of the message's spans committed, and acknowledges
+// the message when they were the last.
+func (h *held) committed(n int) {
+	if h.left.Add(-int64(n)) == 0 && h.done.CompareAndSwap(false, true) {
+		_ = h.m.Ack()
+	}
+}
+
+// handBack has JetStream redeliver the message, unless it was
+// acknowledged already; spans of it committed meanwhile are skipped by
+// the store when they come again.
+func (h *held) handBack() {
+	if h.done.CompareAndSwap(false, true) {
+		_ = h.m.Nak()
+	}
+}
+
+// piece is n consecutive spans of a batch, all from one message.
+type piece struct {
+	h *held
+	n int
+}
+
+// fetchedBatch is a batch of spans and the messages they came in.
+type fetchedBatch struct {
+	spans  []events.Event
+	pieces []piece
+}
+
+// take moves spans from the front of from into b until b holds limit
+// spans, splitting a message between the two when it must.
+func (b *fetchedBatch) take(from *fetchedBatch, limit int) {
+	for len(from.pieces) > 0 && len(b.spans) < limit {
+		p := from.pieces[0]
+		k := min(p.n, limit-len(b.spans))
+		b.spans = append(b.spans, from.spans[:k]...)
+		b.pieces = append(b.pieces, piece{h: p.h, n: k})
+		from.spans = from.spans[k:]
+		if k == p.n {
+			from.pieces[0] = piece{}
+			from.pieces = from.pieces[1:]
+		} else {
+			from.pieces[0].n -= k
+		}
+	}
+	if len(from.pieces) == 0 {
+		*from = fetchedBatch{}
+	}
+}
+
+func (b *fetchedBatch) handBack() {
+	for _, p := range b.pieces {
+		p.h.handBack()
+	}
+}
+
+// Fetch bounds. A fetch asks for as many messages as the batch misses
+// spans: every message holds at least one, so a stream of one-span
+// messages (from gateways before packing) fills a batch in one fetch, and
+// no more. Packed messages hold hundreds: the fetch's bytes, about
+// spanBytes a span missing and never less than the largest message the
+// server takes, bound what it brings beyond the batch, which waits
+// decoded for the next one.
+const (
+	spanBytes    = 1024 // an encoded span is 0.5–1 KiB
+	minFetchWait = 10 * time.Millisecond
+)
+
 // fetch fetches and decodes batches into out until ctx ends.
-func (in *Ingester) fetch(ctx context.Context, cons jetstream.Consumer, out chan<- fetchedBatch) {
+func (in *Ingester) fetch(ctx context.Context, cons jetstream.Consumer, maxMsg int, out chan<- fetchedBatch) {
+	var carry fetchedBatch // spans fetched beyond the last batch
+	defer func() { carry.handBack() }()
 	for ctx.Err() == nil {
-		fetched, err := cons.Fetch(in.cfg.Batch, jetstream.FetchMaxWait(in.cfg.MaxWait))
-		if err != nil {
-			in.log.Warn("ingest: fetch", "err", err)
-			sleep(ctx, time.Second)
-			continue
-		}
-		b := fetchedBatch{spans: make([]events.Event, 0, in.cfg.Batch), msgs: make([]jetstream.Msg, 0, in.cfg.Batch)}
-		for m := range fetched.Messages() {
-			e, err := events.Decode(m.Data())
-			if err != nil {
-				// It will never decode: keeping it would stall the stream.
-				meta, _ := m.Metadata()
-				var seq uint64
-				if meta != nil {
-					seq = meta.Sequence.Stream
-				}
-				in.log.Error("ingest: dropping a message that is not a span", "stream_seq", seq, "err", err)
-				in.rejected.Add(1)
-				_ = m.Term()
-				continue
-			}
-			b.spans = append(b.spans, e)
-			b.msgs = append(b.msgs, m)
-		}
-		if err := fetched.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-			in.log.Warn("ingest: fetch", "err", err)
-		}
+		b := in.fill(ctx, cons, maxMsg, &carry)
 		if len(b.spans) == 0 {
 			continue
 		}
 		select {
 		case out <- b:
 		case <-ctx.Done():
-			nakAll(b.msgs)
+			b.handBack()
 			return
 		}
 	}
 }
 
-// write commits the batches of in and acknowledges them; once ctx has
-// ended, the batches left are handed back for redelivery.
-func (in *Ingester) write(ctx context.Context, batches <-chan fetchedBatch) {
-	for b := range batches {
-		if ctx.Err() != nil || !in.commit(ctx, b.spans, b.msgs) {
-			nakAll(b.msgs)
-			continue
+// fill returns the next batch: spans fetched already, then as many
+// fetches as it takes to hold cfg.Batch spans, within cfg.MaxWait.
+func (in *Ingester) fill(ctx context.Context, cons jetstream.Consumer, maxMsg int, carry *fetchedBatch) fetchedBatch {
+	b := fetchedBatch{spans: make([]events.Event, 0, in.cfg.Batch)}
+	b.take(carry, in.cfg.Batch)
+	deadline := time.Now().Add(in.cfg.MaxWait)
+	for len(b.spans) < in.cfg.Batch && ctx.Err() == nil {
+		wait := time.Until(deadline)
+		if wait < minFetchWait && len(b.spans) > 0 {
+			break
 		}
-		for _, m := range b.msgs {
-			_ = m.Ack()
+		missing := in.cfg.Batch - len(b.spans)
+		fetched, err := cons.Fetch(missing, jetstream.FetchMaxBytes(max(missing*spanBytes, maxMsg)),
+			jetstream.FetchMaxWait(max(wait, minFetchWait)))
+		if err != nil {
+			in.log.Warn("ingest: fetch", "err", err)
+			sleep(ctx, time.Second)
+			break
+		}
+		got := 0
+		for m := range fetched.Messages() {
+			got++
+			n := len(carry.spans)
+			if carry.spans, err = decode(carry.spans, m); err != nil {
+				in.reject(m, err)
+				continue
+			}
+			h := &held{m: m}
+			h.left.Store(int64(len(carry.spans) - n))
+			carry.pieces = append(carry.pieces, piece{h: h, n: len(carry.spans) - n})
+		}
+		if err := fetched.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			in.log.Warn("ingest: fetch", "err", err)
+		}
+		b.take(carry, in.cfg.Batch)
+		if got == 0 {
+			break
 		}
 	}
+	return b
 }
 
-func nakAll(msgs []jetstream.Msg) {
-	for _, m := range msgs {
-		_ = m.Nak()
+// decode appends the spans of m to dst: the spans of a packed message
+// (events.SpansHeader), or the one span of a plain message, as gateways
+// before packing sent them.
+func decode(dst []events.Event, m jetstream.Msg) ([]events.Event, error) {
+	h := m.Headers().Get(events.SpansHeader)
+	if h == "" {
+		e, err := events.Decode(m.Data())
+		if err != nil {
+			return dst, err
+		}
+		return append(dst, e), nil
+	}
+	n, err := strconv.Atoi(h)
+	if err != nil {
+		return dst, fmt.Errorf("ingest: %s header %q: %w", events.SpansHeader, h, events.ErrPacked)
+	}
+	return events.DecodePacked(dst, m.Data(), n)
+}
+
+// reject drops a message that will never decode: keeping it would stall
+// the stream.
+func (in *Ingester) reject(m jetstream.Msg, err error) {
+	var seq uint64
+	if meta, _ := m.Metadata(); meta != nil {
+		seq = meta.Sequence.Stream
+	}
+	in.log.Error("ingest: dropping a message that does not hold spans", "stream_seq", seq, "err", err)
+	in.rejected.Add(1)
+	_ = m.Term()
+}
+
+// write commits the batches of in and acknowledges their messages; once
+// ctx has ended, the batches left are handed back for redelivery.
+func (in *Ingester) write(ctx context.Context, batches <-chan fetchedBatch) {
+	for b := range batches {
+		if ctx.Err() != nil || !in.commit(ctx, b) {
+			b.handBack()
+			continue
+		}
+		for _, p := range b.pieces {
+			p.h.committed(p.n)
+		}
 	}
 }
 
 // commit writes the batch, retrying with backoff while the store fails;
 // the messages are kept alive meanwhile. It returns false when ctx ended
 // first.
-func (in *Ingester) commit(ctx context.Context, batch []events.Event, msgs []jetstream.Msg) bool {
+func (in *Ingester) commit(ctx context.Context, b fetchedBatch) bool {
+	batch := b.spans
 	write := func() (int64, error) {
 		// A commit in flight when ctx ends may finish: its spans are then
 		// acknowledged rather than redelivered.
@@ -281,8 +405,10 @@ func (in *Ingester) commit(ctx context.Context, batch []events.Event, msgs []jet
 			return false
 		}
 		in.log.Warn("ingest: commit failed; retrying", "spans", len(batch), "err", err, "retry_in", backoff)
-		for _, m := range msgs {
-			_ = m.InProgress()
+		for _, p := range b.pieces {
+			if !p.h.done.Load() {
+				_ = p.h.m.InProgress()
+			}
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
@@ -300,8 +426,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// Pending is how many spans wait in the stream for the durable consumer,
-// and how many were delivered but not yet acknowledged.
+// Pending is how many messages wait in the stream for the durable
+// consumer, and how many were delivered but not yet acknowledged. A
+// message holds one span (gateways before packing) or up to
+// sinks.MaxPackedSpans.
 func Pending(ctx context.Context, url, stream, durable string) (waiting uint64, unacked int, err error) {
 	nc, err := nats.Connect(url, nats.Timeout(2*time.Second))
 	if err != nil {

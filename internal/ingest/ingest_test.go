@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -220,6 +221,256 @@ func TestRejectsMessagesThatAreNotSpans(t *testing.T) {
 	wg.Wait()
 	if st.Spans != int64(len(data)) || in.Stats().Rejected != 1 {
 		t.Fatalf("stored %d spans, rejected %d; want %d and 1", st.Spans, in.Stats().Rejected, len(data))
+	}
+}
+
+// publishRaw publishes messages as a gateway of the given kind would: one
+// plain span each (before packing), or packed with the given header.
+func publishRaw(t testing.TB, cfg Config, msgs ...*nats.Msg) {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, m := range msgs {
+		m.Subject = cfg.Subject
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// plainMsgs are the spans as gateways before packing sent them.
+func plainMsgs(spans []events.Event) []*nats.Msg {
+	out := make([]*nats.Msg, len(spans))
+	for i := range spans {
+		out[i] = &nats.Msg{Data: events.Encode(&spans[i]), Header: nats.Header{"Nats-Msg-Id": {spans[i].ID()}}}
+	}
+	return out
+}
+
+// packedMsg packs the spans in one message whose header says n.
+func packedMsg(spans []events.Event, n string) *nats.Msg {
+	var data []byte
+	for i := range spans {
+		data = events.AppendPacked(data, events.Encode(&spans[i]))
+	}
+	return &nats.Msg{Data: data, Header: nats.Header{events.SpansHeader: {n}}}
+}
+
+// consumerState is what the durable consumer has delivered and not had
+// acknowledged, and what waits.
+func consumerState(t testing.TB, cfg Config) (pending uint64, unacked int, redelivered int) {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := js.Consumer(ctx, cfg.Stream, "fmgate-ingest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.NumPending, info.NumAckPending, info.NumRedelivered
+}
+
+// runUntil runs an ingester on store until the store holds want spans or
+// a minute passes, and returns its stats and the store's.
+func runUntil(t *testing.T, cfg Config, store Store, pg *pgstore.Store, want int64) (Stats, pgstore.Stats) {
+	t.Helper()
+	in, err := New(cfg, store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := in.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	st := waitStored(t, pg, want)
+	// The last batch's acknowledgements follow its commit.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if p, u, _ := consumerState(t, cfg); p == 0 && u == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, not timing one
+	}
+	stop()
+	wg.Wait()
+	return in.Stats(), st
+}
+
+func openStore(t *testing.T) *pgstore.Store {
+	t.Helper()
+	s, err := pgstore.Open(context.Background(), pgtest.DSN(), pgstore.Options{Schema: pgtest.Schema(t), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestPackedMessagesFromTheSink(t *testing.T) {
+	cfg, sink := testStream(t)
+	store := openStore(t)
+	data := storetest.Dataset(21, 400)
+	publish(t, sink, data)
+	if p := streamMsgs(t, cfg); p >= uint64(len(data))/10 {
+		t.Fatalf("the sink published %d messages for %d spans: not packed", p, len(data))
+	}
+	stats, st := runUntil(t, cfg, store, store, int64(len(data)))
+	if st.Spans != int64(len(data)) || stats.Stored != int64(len(data)) || stats.Rejected != 0 {
+		t.Fatalf("store holds %d spans, ingester stored %d and rejected %d; want %d, %d, 0", st.Spans, stats.Stored, stats.Rejected, len(data), len(data))
+	}
+	if p, u, _ := consumerState(t, cfg); p != 0 || u != 0 {
+		t.Errorf("%d messages waiting and %d unacknowledged after every span was stored", p, u)
+	}
+}
+
+// streamMsgs is how many messages the stream holds.
+func streamMsgs(t testing.TB, cfg Config) uint64 {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func TestMixedPlainAndPackedMessages(t *testing.T) {
+	cfg, sink := testStream(t)
+	store := openStore(t)
+	data := storetest.Dataset(22, 300)
+	// A fleet half upgraded: plain and packed messages interleave, and an
+	// upgraded gateway re-sends, packed, spans sent plain before.
+	third := len(data) / 3
+	publishRaw(t, cfg, plainMsgs(data[:third])...)
+	publish(t, sink, data[third:2*third])
+	publishRaw(t, cfg, plainMsgs(data[2*third:])...)
+	publish(t, sink, data[:50])
+	stats, st := runUntil(t, cfg, store, store, int64(len(data)))
+	if st.Spans != int64(len(data)) || stats.Rejected != 0 || stats.Stored != int64(len(data)) {
+		t.Fatalf("store holds %d spans (ingester stored %d, rejected %d), want %d each once", st.Spans, stats.Stored, stats.Rejected, len(data))
+	}
+	if p, u, _ := consumerState(t, cfg); p != 0 || u != 0 {
+		t.Errorf("%d messages waiting and %d unacknowledged after every span was stored", p, u)
+	}
+}
+
+func TestMalformedPackedMessagesAreTerminated(t *testing.T) {
+	cfg, sink := testStream(t)
+	cfg.AckWait = time.Minute // a stalled message would not come back within the test
+	store := openStore(t)
+	data := storetest.Dataset(23, 100)
+	good := packedMsg(data[:5], "5")
+	truncated := packedMsg(data[:5], "5")
+	truncated.Data = truncated.Data[:len(truncated.Data)-3]
+	publishRaw(t, cfg,
+		packedMsg(data[:5], "6"),          // fewer records than the header says
+		packedMsg(data[:5], "4"),          // more
+		packedMsg(data[:5], "five"),       // a header that is no count
+		truncated,                         // cut short
+		packedMsg(data[:0], "0"),          // empty
+		&nats.Msg{Data: []byte(`{"no":`)}, // a plain message that is not a span
+	)
+	publish(t, sink, data)
+	publishRaw(t, cfg, good) // spans stored already, packed well: no rejection
+	stats, st := runUntil(t, cfg, store, store, int64(len(data)))
+	if st.Spans != int64(len(data)) || stats.Rejected != 6 {
+		t.Fatalf("store holds %d spans, %d messages rejected; want %d and 6", st.Spans, stats.Rejected, len(data))
+	}
+	if p, u, _ := consumerState(t, cfg); p != 0 || u != 0 {
+		t.Errorf("%d messages waiting and %d unacknowledged: a malformed message stalls the consumer", p, u)
+	}
+}
+
+// recording records the size of every batch committed; with okFirst set,
+// every commit after the first okFirst fails.
+type recording struct {
+	s       *pgstore.Store
+	mu      sync.Mutex
+	sizes   []int
+	okFirst int // commits that succeed before the store fails (0: never fails)
+	writes  atomic.Int64
+}
+
+func (r *recording) Write(ctx context.Context, batch []events.Event) (int64, error) {
+	if r.okFirst > 0 && r.writes.Add(1) > int64(r.okFirst) {
+		return 0, errors.New("database down")
+	}
+	n, err := r.s.Write(ctx, batch)
+	if err == nil {
+		r.mu.Lock()
+		r.sizes = append(r.sizes, len(batch))
+		r.mu.Unlock()
+	}
+	return n, err
+}
+
+func TestPackedMessageLargerThanABatch(t *testing.T) {
+	cfg, _ := testStream(t)
+	cfg.Batch, cfg.Workers = 100, 1
+	store := openStore(t)
+	data := storetest.Dataset(24, 90)[:350]
+	publishRaw(t, cfg, packedMsg(data, "350"))
+
+	// The store fails after the message's first 100 spans commit: the
+	// message must not be acknowledged for a part of it.
+	down := &recording{s: store, okFirst: 1}
+	in, _ := New(cfg, down, nil)
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { in.Run(ctx) })
+	for deadline := time.Now().Add(time.Minute); down.writes.Load() < 3; { // the first commit and a retry of the second
+		if time.Now().After(deadline) {
+			t.Fatalf("%d commits tried in a minute", down.writes.Load())
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, not timing one
+	}
+	stop()
+	wg.Wait()
+	if st, _ := store.Stats(context.Background()); st.Spans != 100 {
+		t.Fatalf("store holds %d spans after the first commit, want 100", st.Spans)
+	}
+
+	// Another ingester gets the whole message again, commits it in batches
+	// of at most 100 spans and acknowledges it once all are stored.
+	up := &recording{s: store}
+	stats, st := runUntil(t, cfg, up, store, int64(len(data)))
+	if st.Spans != int64(len(data)) || stats.Duplicates != 100 {
+		t.Fatalf("store holds %d spans, %d duplicates; want %d, and the first 100 redelivered", st.Spans, stats.Duplicates, len(data))
+	}
+	if !slices.Equal(up.sizes, []int{100, 100, 100, 50}) {
+		t.Errorf("batches of %v spans, want 100, 100, 100, 50", up.sizes)
+	}
+	if p, u, _ := consumerState(t, cfg); p != 0 || u != 0 {
+		t.Errorf("%d messages waiting and %d unacknowledged after the message was stored", p, u)
 	}
 }
 

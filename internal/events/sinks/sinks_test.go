@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -201,8 +203,8 @@ func TestNATSPublishesToStream(t *testing.T) {
 	if err := s.Write(ctx, batch(20, 0)); err != nil {
 		t.Fatal(err)
 	}
-	// A replay of the same events is dropped by the duplicate window.
-	if err := s.Write(ctx, batch(5, 0)); err != nil {
+	// A re-send of the same batch is dropped by the duplicate window.
+	if err := s.Write(ctx, batch(20, 0)); err != nil {
 		t.Fatal(err)
 	}
 	// A second sink finds the stream already there.
@@ -226,16 +228,90 @@ func TestNATSPublishesToStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 25 {
-		t.Errorf("stream holds %d messages, want 25", info.State.Msgs)
+	if info.State.Msgs != 2 {
+		t.Errorf("stream holds %d messages, want 2: each batch packed in one, the re-send dropped", info.State.Msgs)
 	}
 	msg, err := st.GetMsg(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, err := events.Decode(msg.Data)
-	if err != nil || ev.SpanID != fmt.Sprintf("%016x", 1) || msg.Subject != cfg.Subject {
-		t.Errorf("first message %s on %s (%v)", msg.Data, msg.Subject, err)
+	n, _ := strconv.Atoi(msg.Header.Get(events.SpansHeader))
+	spans, err := events.DecodePacked(nil, msg.Data, n)
+	if err != nil || len(spans) != 20 || spans[0].SpanID != fmt.Sprintf("%016x", 1) || spans[19].SpanID != fmt.Sprintf("%016x", 20) || msg.Subject != cfg.Subject {
+		t.Errorf("first message on %s holds %d spans (%v), want the 20 of the first batch in order", msg.Subject, len(spans), err)
+	}
+}
+
+func TestPackBoundsMessages(t *testing.T) {
+	big := batch(1, 7)[0]
+	big.PromptExcerpt = strings.Repeat("x", 4000)
+	tests := []struct {
+		name      string
+		give      []events.Event
+		limit     int
+		wantSpans []int // spans per message; 0 is a plain one-span message
+	}{
+		{name: "one message", give: batch(300, 0), limit: MaxPackedBytes, wantSpans: []int{300}},
+		{name: "span count", give: batch(2500, 0), limit: 64 << 20, wantSpans: []int{MaxPackedSpans, MaxPackedSpans, 500}},
+		{name: "bytes", give: batch(10, 1), limit: 3 * events.PackedSize(len(events.Encode(&batch(1, 1)[0]))), wantSpans: []int{3, 3, 3, 1}},
+		{name: "a span larger than a message goes alone, plain", give: append(append(batch(2, 0), big), batch(2, 2)...), limit: 2000,
+			wantSpans: []int{2, 0, 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msgs := pack("s", tt.give, tt.limit)
+			var got []int
+			var all []events.Event
+			for _, m := range msgs {
+				if len(m.msg.Data) > tt.limit && m.msg.Header.Get(events.SpansHeader) != "" {
+					t.Errorf("packed message of %d bytes, limit %d", len(m.msg.Data), tt.limit)
+				}
+				h := m.msg.Header.Get(events.SpansHeader)
+				if h == "" {
+					e, err := events.Decode(m.msg.Data)
+					if err != nil || m.id != e.ID() {
+						t.Fatalf("plain message %q (id %s): %v", m.msg.Data, m.id, err)
+					}
+					got, all = append(got, 0), append(all, e)
+					continue
+				}
+				n, _ := strconv.Atoi(h)
+				spans, err := events.DecodePacked(nil, m.msg.Data, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, all = append(got, n), append(all, spans...)
+			}
+			if !slices.Equal(got, tt.wantSpans) {
+				t.Errorf("spans per message %v, want %v", got, tt.wantSpans)
+			}
+			if len(all) != len(tt.give) {
+				t.Fatalf("messages hold %d spans, want %d", len(all), len(tt.give))
+			}
+			for i := range all {
+				if all[i].ID() != tt.give[i].ID() {
+					t.Fatalf("span %d is %s, want %s: order lost", i, all[i].ID(), tt.give[i].ID())
+				}
+			}
+		})
+	}
+}
+
+func TestPackMessageIDs(t *testing.T) {
+	a := pack("s", batch(10, 0), MaxPackedBytes)
+	again := pack("s", batch(10, 0), MaxPackedBytes)
+	other := pack("s", batch(10, 1), MaxPackedBytes)
+	if len(a) != 1 || a[0].id != again[0].id {
+		t.Errorf("the same batch packed twice has ids %s and %s, want one", a[0].id, again[0].id)
+	}
+	if a[0].id == other[0].id {
+		t.Errorf("different spans share the message id %s", a[0].id)
+	}
+	if got := packedLimit(1 << 20); got != MaxPackedBytes {
+		t.Errorf("packedLimit(1 MiB) = %d, want %d", got, MaxPackedBytes)
+	}
+	if got := packedLimit(64 << 10); got >= 64<<10 {
+		t.Errorf("packedLimit(64 KiB) = %d, leaves no room for the headers", got)
 	}
 }
 

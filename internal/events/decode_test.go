@@ -1,0 +1,105 @@
+package events
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// variedEvents covers every optional key and value shape AppendJSON writes.
+func variedEvents() []Event {
+	score := 0.75
+	full := event(3, true)
+	full.ParentSpanID = "00000000000000aa"
+	full.WorkflowID, full.UserIDHash, full.SessionID = "wf", "u1", "s1"
+	full.DurationMS, full.Name = 1234, "turn"
+	full.PromptExcerpt, full.SampledOut = "ワンピース 108 巻", true
+	full.Node = Node{GraphVersion: "g1", NodeID: "n", InvocationMode: ModeSyncStreaming}
+	full.Artifact = Artifact{ArtifactKind: KindLLMCall, ModelID: "sonnet", PromptVersion: "p2", ToolID: "t", ToolVersion: "1",
+		SubAgentID: "a", SubAgentVersion: "2"}
+	full.Resource = Resource{TokensIn: 4218, TokensOut: -1, CostUSD: 1.5e-9, CacheHit: CachePrefixPartial,
+		CapabilityFlagsActive: []string{"a", "b"}}
+	full.Outcome = Outcome{Status: StatusFailed, ErrorCode: "throttled", FallbackUsed: "haiku", EvalScore: &score, VendorCode: "X"}
+	full.Attribution = Attribution{Feature: "chat", Surface: "web", Locale: "ja-JP", UserTier: "free", Priority: "P0"}
+	zeroTime := event(4, false)
+	zeroTime.TSStart, zeroTime.TSEnd = time.Time{}, time.Time{}
+	big := event(5, false)
+	big.Resource.CostUSD = 3e22
+	big.TSStart = time.Date(1969, 12, 31, 23, 59, 59, 999e6, time.UTC)
+	return []Event{event(1, false), full, zeroTime, big, {}}
+}
+
+func TestDecodeCanonicalMatchesEncodingJSON(t *testing.T) {
+	for i, e := range variedEvents() {
+		enc := Encode(&e)
+		var fast Event
+		if !decodeCanonical(enc, &fast) {
+			t.Fatalf("event %d: %s not taken by the canonical decoder", i, enc)
+		}
+		var slow Event
+		if err := json.Unmarshal(enc, &slow); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("event %d: canonical decoder %+v, encoding/json %+v", i, fast, slow)
+		}
+	}
+}
+
+func TestDecodeFallsBackOnOtherShapes(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+	}{
+		{name: "escaped string", give: `{"schema_version":3,"trace_id":"a\"b"}`},
+		{name: "whitespace", give: `{ "schema_version": 3, "trace_id": "x" }`},
+		{name: "other key order", give: `{"trace_id":"x","schema_version":3}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var e Event
+			if decodeCanonical([]byte(tt.give), &e) {
+				t.Fatal("canonical decoder took a non-canonical event")
+			}
+			got, err := Decode([]byte(tt.give))
+			var want Event
+			werr := json.Unmarshal([]byte(tt.give), &want)
+			if (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+				t.Fatalf("Decode = %+v, %v; encoding/json %+v, %v", got, err, want, werr)
+			}
+		})
+	}
+}
+
+// FuzzDecodeCanonical: whatever the canonical decoder takes, encoding/json
+// decodes to the same event.
+func FuzzDecodeCanonical(f *testing.F) {
+	for _, e := range variedEvents() {
+		f.Add(Encode(&e))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var fast Event
+		if !decodeCanonical(b, &fast) {
+			return
+		}
+		var slow Event
+		if err := json.Unmarshal(b, &slow); err != nil {
+			t.Fatalf("canonical decoder took %q, encoding/json refuses it: %v", b, err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%q: canonical decoder %+v, encoding/json %+v", b, fast, slow)
+		}
+	})
+}
+
+func BenchmarkDecode(b *testing.B) {
+	e := variedEvents()[1]
+	enc := Encode(&e)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Decode(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
