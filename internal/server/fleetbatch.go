@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,8 +35,8 @@ import (
 //
 // For a P0 turn the same round trip also reserves quota on the model the
 // planner will most likely pick, with that model's breaker permit (see
-// speculate): the reservation is sized at the most the turn can need, since
-// its exact size needs the history being read. When step 6 asks for that
+// speculate): its exact size needs the history being read, so the
+// reservation is sized at what most recent turns needed. When step 6 asks for that
 // model and no more than was reserved, the turn has its reservation without
 // a second round trip; otherwise the hold is released by a write queued
 // onto the turn's next command, and step 6 reserves as before. The record
@@ -65,6 +66,49 @@ type fleetBatcher struct {
 	// seen is what the last turns saw of each model, by name: it picks
 	// the model a P0 turn reserves on ahead. Built by newSeen.
 	seen map[string]*modelSeen
+	// sizes are the reservations step 6 asked for lately: they size the
+	// reservation taken ahead.
+	sizes recentSizes
+}
+
+// recentSizes keeps the last sizesKept reservation sizes of P0 turns.
+type recentSizes struct {
+	mu   sync.Mutex
+	ring [sizesKept]int
+	n    int // sizes added in all
+}
+
+const (
+	sizesKept = 128
+	// sizesNeeded is how many sizes must be known before they size a
+	// reservation taken ahead; until then it is the largest a turn can
+	// need.
+	sizesNeeded = 32
+)
+
+func (r *recentSizes) add(tokens int) {
+	r.mu.Lock()
+	r.ring[r.n%sizesKept] = tokens
+	r.n++
+	r.mu.Unlock()
+}
+
+// typicalMax is the 95th percentile of the recent sizes with a tenth more,
+// and false while fewer than sizesNeeded are known. A turn needing more
+// than that (one in twenty or fewer) has the hold replaced by an exact
+// reservation in step 6, a round trip of its own.
+func (r *recentSizes) typicalMax() (int, bool) {
+	r.mu.Lock()
+	n := min(r.n, sizesKept)
+	var buf [sizesKept]int
+	copy(buf[:], r.ring[:n])
+	r.mu.Unlock()
+	if n < sizesNeeded {
+		return 0, false
+	}
+	s := buf[:n]
+	slices.Sort(s)
+	return s[(n*95+99)/100-1] * 11 / 10, true
 }
 
 // modelSeen is what this instance last saw of one model.
@@ -105,6 +149,8 @@ type ahead struct {
 	// spec is the reservation taken ahead, until step 6 takes it or it is
 	// released; nil when none was asked for.
 	spec *specAnswer
+	// needed is the size step 6 asked for (P0), 0 when it did not.
+	needed int
 }
 
 // specAnswer is a reservation taken ahead on model for up to tokens.
@@ -155,6 +201,9 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 		// A reservation taken ahead that no step took (the turn was
 		// refused, or ended before step 6) goes back with the last flush.
 		f.releaseSpec(ctx, a)
+		if n := a.neededTokens(); n > 0 {
+			f.sizes.add(n)
+		}
 		b.Close(context.WithoutCancel(ctx))
 	}
 
@@ -241,9 +290,10 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 // seen open (the planner skips them too); none when the first such model's
 // quota was last seen without room for the size (the exact, smaller size
 // may still fit), or a model before it was last seen half open or not seen
-// yet. The size is the most step 6 can ask for: the input the
-// budget step admits at most (history, catalog context and all) and the
-// output it may grant. Nil when nothing is to be reserved ahead.
+// yet. The size is what step 6 asked for in most recent turns
+// (specTokens), at most the input the budget step admits (history, catalog
+// context and all) and the output it may grant. Nil when nothing is to be
+// reserved ahead.
 func (f *fleetBatcher) speculate(t *gateway.Turn, models []string) *specAnswer {
 	if t.Priority != gateway.P0 || f.seen == nil {
 		return nil
@@ -268,9 +318,20 @@ func (f *fleetBatcher) speculate(t *gateway.Turn, models []string) *specAnswer {
 	return nil
 }
 
-// specTokens is the largest reservation step 6 can make for t on model:
-// the budget's cap on input plus the output it may grant (reserver.Reserve).
+// specTokens is the size of the reservation taken ahead for t on model:
+// what step 6 asked for in most recent turns (recentSizes.typicalMax),
+// within the largest it can ask for.
 func (f *fleetBatcher) specTokens(t *gateway.Turn, model string) int {
+	most := f.mostTokens(t, model)
+	if typical, ok := f.sizes.typicalMax(); ok {
+		return min(typical, most)
+	}
+	return most
+}
+
+// mostTokens is the largest reservation step 6 can make for t on model:
+// the budget's cap on input plus the output it may grant (reserver.Reserve).
+func (f *fleetBatcher) mostTokens(t *gateway.Turn, model string) int {
 	out := f.cfg.Budget.RequestOutput
 	if t.MaxOutput > 0 && t.MaxOutput < out {
 		out = t.MaxOutput
@@ -421,6 +482,19 @@ func (a *ahead) takeSpec(model string) (*specAnswer, bool) {
 	return sp, true
 }
 
+// need records the size step 6 asked for.
+func (a *ahead) need(tokens int) {
+	a.mu.Lock()
+	a.needed = tokens
+	a.mu.Unlock()
+}
+
+func (a *ahead) neededTokens() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.needed
+}
+
 // takeAnySpec returns the reservation taken ahead, whatever its model.
 func (a *ahead) takeAnySpec() *specAnswer {
 	a.mu.Lock()
@@ -558,6 +632,7 @@ func quotaSaturation(ctx context.Context, l quota.Ledger, model string) (quota.S
 func reserveAndAllow(ctx context.Context, l quota.Ledger, s *breaker.Set, q *queue.Queue, model string, prio quota.Priority, tokens int) (quota.Reservation, error) {
 	a := aheadFrom(ctx)
 	if a != nil {
+		a.need(tokens)
 		sp, ok := a.takeSpec(model)
 		if !ok {
 			sp = a.takeAnySpec()

@@ -209,3 +209,77 @@ func TestReserveAheadTooSmallIsReplaced(t *testing.T) {
 		})
 	}
 }
+
+// holdProbe answers like fixedProvider and records, during each call, the
+// tokens sonnet's ledger holds: the turn's own reservation.
+type holdProbe struct {
+	ledger func() quota.Ledger
+	held   []int
+}
+
+func (p *holdProbe) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
+	return p.Stream(ctx, req, func(string) error { return nil })
+}
+
+func (p *holdProbe) Stream(ctx context.Context, req *provider.Request, emit func(string) error) (*provider.Response, error) {
+	if l := p.ledger(); l != nil && req.Model == "sonnet" {
+		if snap, err := l.Saturation(context.Background(), "sonnet"); err == nil {
+			p.held = append(p.held, snap.TokensUsed)
+		}
+	}
+	return fixedProvider{}.Stream(ctx, req, emit)
+}
+
+// TestFleetReserveAheadLearnsTheSize: the quota reserved ahead starts at
+// the most a turn can need and, once enough turns have shown what they
+// need, is sized near that instead, so a turn in flight holds little more
+// than its own estimate; the ledger is exact once each turn settled.
+func TestFleetReserveAheadLearnsTheSize(t *testing.T) {
+	var s *Server
+	probe := &holdProbe{ledger: func() quota.Ledger {
+		if s == nil {
+			return nil
+		}
+		return s.Quota
+	}}
+	cfg := benchConfig()
+	cfg.Fleet.Redis = redistest.Addr()
+	cfg.Fleet.KeyPrefix = fleetConfig(t)
+	cfg.Catalog.Enabled = false
+	var err error
+	s, err = New(context.Background(), isolate(t, cfg), Options{
+		WrapProvider: func(string, provider.Provider) provider.Provider { return probe }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	const turns = sizesNeeded + 10
+	settled := 0 // tokens the finished turns were billed
+	for i := range turns {
+		if _, err := s.Gateway.Run(ctx, fleetTurn(i, "u"+strconv.Itoa(i)), discard{}); err != nil {
+			t.Fatal(err)
+		}
+		if len(probe.held) != i+1 {
+			t.Fatalf("turn %d: sonnet called %d times in all", i, len(probe.held))
+		}
+		probe.held[i] -= settled // this turn's own hold
+		settled += 129
+	}
+	most := cfg.Budget.RequestInput + min(cfg.Budget.RequestOutput, cfg.Models[0].MaxOutputTokens)
+	if first := probe.held[1]; first < most*9/10 {
+		t.Errorf("turn 1 held %d tokens ahead; before sizes are known it holds the most a turn can need (~%d)", first, most)
+	}
+	last := probe.held[turns-1]
+	if last >= most/2 {
+		t.Errorf("turn %d held %d tokens; with %d sizes known the hold should be near a turn's need, far below %d", turns-1, last, turns-1, most)
+	}
+	snap, err := s.Quota.Saturation(ctx, "sonnet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.TokensUsed != settled || snap.RequestsUsed != turns {
+		t.Errorf("sonnet ledger after %d turns: %d tokens, %d requests; want %d, %d", turns, snap.TokensUsed, snap.RequestsUsed, settled, turns)
+	}
+	t.Logf("held ahead: turn 1 %d tokens, turn %d %d tokens (most %d)", probe.held[1], turns-1, last, most)
+}
