@@ -11,6 +11,7 @@
 # is the model tiers' upstream: stream (the default: every answer streamed
 # from the mock, first-token and idle deadlines on) or client (a JSON
 # client's answer asked for whole, as the bare proxy does).
+# FMGATE_BENCH_STORE=off runs it without the embedded event store.
 set -euo pipefail
 : "${MOCK_URL:?MOCK_URL, the /v1 URL of the mock upstream, must be set}"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,6 +19,11 @@ bin=${FMGATE_BIN:-$here/.bin/fmgate}
 work=$(mktemp -d "${TMPDIR:-/tmp}/fmgate-bench.XXXXXX")
 upstream=${FMGATE_BENCH_UPSTREAM:-stream}
 sed -e "s#@MOCK_URL@#$MOCK_URL#g" -e "s#@WORK@#$work#g" -e "s#@UPSTREAM@#$upstream#g" "$here/fmgate-bench.yaml" >"$work/fmgate.yaml"
+if [ "${FMGATE_BENCH_STORE:-on}" = off ]; then
+	# Without the embedded event store (events still go to the write-ahead
+	# log): how much of the hop's cost is the store's.
+	sed -i 's#^eventStore:.*#eventStore: {path: ""}#' "$work/fmgate.yaml"
+fi
 if [ -n "${FMGATE_BENCH_REDIS:-}" ]; then
 	printf 'fleet:\n  redis: "%s"\n  keyPrefix: "fmgate-bench-%s:"\n' "$FMGATE_BENCH_REDIS" "$$" >>"$work/fmgate.yaml"
 fi
