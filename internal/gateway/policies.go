@@ -133,12 +133,13 @@ func (onceInvoker) Invoke(ctx context.Context, _ string, call func(context.Conte
 
 // Batcher groups the calls a turn makes to shared state (fleet mode: Redis)
 // into as few round trips as their dependencies allow. Begin is called once
-// a turn is valid: it may read ahead what the admission steps will consult,
+// a turn is valid: it may read ahead what the admission steps will consult
 // and take ahead what step 6 will likely ask for (a reservation the
-// Reserver then finds in the context), and returns the turn's context and
-// the function that ends the turn's batch, returning what was taken ahead
-// and not used and sending what was queued. Together runs calls that do not depend on
-// each other (the record step's writes) and returns when all are done.
+// Reserver then finds in the context). It returns the turn's context and
+// the function that ends the turn's batch: it gives back what was taken
+// ahead and not used, and sends what was queued. Together runs calls that
+// do not depend on each other (the record step's writes) and returns when
+// all are done.
 type Batcher interface {
 	Begin(ctx context.Context, t *Turn) (context.Context, func())
 	Together(ctx context.Context, calls ...func(context.Context))
