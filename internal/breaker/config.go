@@ -80,6 +80,46 @@ func Defaults() map[string]Config {
 	}
 }
 
+// Filled returns c with each zero field taken from base.
+func (c Config) Filled(base Config) Config {
+	if c.FailureThreshold == 0 {
+		c.FailureThreshold = base.FailureThreshold
+	}
+	if c.FailureRate == 0 {
+		c.FailureRate = base.FailureRate
+	}
+	if c.MinCalls == 0 {
+		c.MinCalls = base.MinCalls
+	}
+	if c.Window == 0 {
+		c.Window = base.Window
+	}
+	if c.OpenTimeout == 0 {
+		c.OpenTimeout = base.OpenTimeout
+	}
+	if len(c.Stages) == 0 {
+		c.Stages = slices.Clone(base.Stages)
+	}
+	if c.HalfOpenWait == 0 {
+		c.HalfOpenWait = base.HalfOpenWait
+	}
+	return c
+}
+
+// FillDefaults gives each config's zero fields the value of its name's
+// entry in Defaults, or of DefaultConfig for another name, so that a
+// config file may set only the fields it changes.
+func FillDefaults(configs map[string]Config) {
+	named := Defaults()
+	for name, c := range configs {
+		base, ok := named[name]
+		if !ok {
+			base = DefaultConfig()
+		}
+		configs[name] = c.Filled(base)
+	}
+}
+
 // Validate reports every invalid field, each as "field: problem".
 func (c Config) Validate() error {
 	var errs []error

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/fmgate/fmgate/internal/breaker"
 )
 
 // Config is the whole gateway configuration. The zero value is not useful;
@@ -332,6 +334,9 @@ func Parse(r io.Reader) (Config, error) {
 			return Config{}, &Problems{List: problems}
 		}
 		problems = fields.unknownSimModels(cfg)
+		// A breaker's entry replaces the default one whole: the fields
+		// it leaves out take the default's values.
+		breaker.FillDefaults(cfg.Breakers)
 	}
 	if err := cfg.Validate(); err != nil {
 		var p *Problems

@@ -2,8 +2,12 @@ package config
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/breaker"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -117,4 +121,27 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("refused with no problem listed: %q", s)
 		}
 	})
+}
+
+// TestBreakerEntryKeepsDefaults: a breaker set in the file with only some
+// fields keeps its default's values for the rest (a map entry is decoded
+// whole, which would otherwise leave them zero and invalid).
+func TestBreakerEntryKeepsDefaults(t *testing.T) {
+	cfg, err := Parse(strings.NewReader("breakers:\n  search: {failureThreshold: 7}\n  other: {openTimeout: 5s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	search, want := cfg.Breakers["search"], breaker.Defaults()["search"]
+	want.FailureThreshold = 7
+	if !reflect.DeepEqual(search, want) {
+		t.Errorf("search breaker %+v; want %+v", search, want)
+	}
+	other, wantOther := cfg.Breakers["other"], breaker.DefaultConfig()
+	wantOther.OpenTimeout = 5 * time.Second
+	if !reflect.DeepEqual(other, wantOther) {
+		t.Errorf("other breaker %+v; want %+v", other, wantOther)
+	}
+	if _, err := Parse(strings.NewReader("breakers:\n  search: {failureRate: 1.5}\n")); err == nil || !strings.Contains(err.Error(), "breakers.search.failureRate") {
+		t.Errorf("an invalid field set in the file: %v; want it reported", err)
+	}
 }
