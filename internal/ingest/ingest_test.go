@@ -224,16 +224,26 @@ func TestRejectsMessagesThatAreNotSpans(t *testing.T) {
 	}
 }
 
-// publishRaw publishes messages as a gateway of the given kind would: one
-// plain span each (before packing), or packed with the given header.
-func publishRaw(t testing.TB, cfg Config, msgs ...*nats.Msg) {
+// jetStream is a JetStream client on the test server, closed with t.
+func jetStream(t testing.TB) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// publishRaw publishes messages as a gateway of the given kind would: one
+// plain span each (before packing), or packed with the given header.
+func publishRaw(t testing.TB, cfg Config, msgs ...*nats.Msg) {
+	t.Helper()
+	js := jetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, m := range msgs {
@@ -266,12 +276,7 @@ func packedMsg(spans []events.Event, n string) *nats.Msg {
 // acknowledged, and what waits.
 func consumerState(t testing.TB, cfg Config) (pending uint64, unacked int, redelivered int) {
 	t.Helper()
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := jetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := js.Consumer(ctx, cfg.Stream, "fmgate-ingest")
@@ -344,12 +349,7 @@ func TestPackedMessagesFromTheSink(t *testing.T) {
 // streamMsgs is how many messages the stream holds.
 func streamMsgs(t testing.TB, cfg Config) uint64 {
 	t.Helper()
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := jetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, cfg.Stream)
