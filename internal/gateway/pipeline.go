@@ -255,29 +255,8 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		out.Discard()
 		beginTier(out, model, a.m.ModelID, model != g.primary())
 		sctx, span := g.attemptSpan(ctx, t, model, a.m.ModelID)
-		var (
-			w   *watchdog
-			r   *provider.Response
-			err error
-		)
-		start := g.now()
-		if whole {
-			w = g.watchWhole(sctx, t)
-			defer w.stop()
-			if r, err = p.Complete(w, req); err == nil {
-				a.ttft = g.now().Sub(start)
-				err = out.Write(r.Text)
-			}
-		} else {
-			w = g.watchStream(sctx, t)
-			defer w.stop()
-			r, err = p.Stream(w, req, func(text string) error {
-				if w.token() {
-					a.ttft = g.now().Sub(start)
-				}
-				return out.Write(text)
-			})
-		}
+		w, r, err := g.call(sctx, t, p, req, whole, out, &a.ttft)
+		defer w.stop()
 		var attempt provider.Usage
 		if r != nil {
 			attempt = r.Usage
@@ -315,6 +294,30 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		TTFT:       a.ttft,
 		Simplified: simplified,
 	}, nil
+}
+
+// call makes one model attempt under its watchdog, which the caller stops:
+// a whole answer, written to out once it is in, or a stream, written as it
+// comes. It sets ttft to the time to the first token (to the whole answer).
+func (g *Gateway) call(ctx context.Context, t *Turn, p provider.Provider, req *provider.Request, whole bool, out Output, ttft *time.Duration) (*watchdog, *provider.Response, error) {
+	start := g.now()
+	if whole {
+		w := g.watchWhole(ctx, t)
+		r, err := p.Complete(w, req)
+		if err == nil {
+			*ttft = g.now().Sub(start)
+			err = out.Write(r.Text)
+		}
+		return w, r, err
+	}
+	w := g.watchStream(ctx, t)
+	r, err := p.Stream(w, req, func(text string) error {
+		if w.token() {
+			*ttft = g.now().Sub(start)
+		}
+		return out.Write(text)
+	})
+	return w, r, err
 }
 
 // fallBack asks the cascade below the model tiers and writes its answer.
