@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -102,4 +103,40 @@ func BenchmarkDecode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func TestParseUTCMillisMatchesTimeParse(t *testing.T) {
+	for _, s := range []string{
+		"2026-11-27T06:49:23.123Z", "1969-12-31T23:59:59.999Z", "0000-01-01T00:00:00.000Z", "9999-12-31T23:59:59.999Z",
+		"2024-02-29T12:00:00.000Z", "2025-02-29T12:00:00.000Z", "2026-04-31T00:00:00.000Z", "2026-13-01T00:00:00.000Z",
+		"2026-00-10T00:00:00.000Z", "2026-01-00T00:00:00.000Z", "2026-01-01T24:00:00.000Z", "2026-01-01T00:60:00.000Z",
+		"2026-01-01T00:00:60.000Z", "2026-01-01T00:00:00.00xZ", "2026-01-01T00:00:00.000+", "2026-01-01 00:00:00.000Z",
+		"+026-01-01T00:00:00.000Z",
+	} {
+		got, ok := parseUTCMillis([]byte(s))
+		want, err := time.Parse(timeLayout, s)
+		canonical := err == nil && want.Format(timeLayout) == s
+		if ok != canonical || ok && !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: parseUTCMillis = %v, %v; time.Parse = %v, %v (canonical %v)", s, got, ok, want, err, canonical)
+		}
+	}
+}
+
+func BenchmarkDecodePacked(b *testing.B) {
+	var batch []byte
+	for i := range 1000 {
+		e := variedEvents()[1]
+		e.SpanID = strconv.Itoa(i)
+		batch = AppendPacked(batch, Encode(&e))
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(batch)))
+	var dst []Event
+	for b.Loop() {
+		var err error
+		if dst, err = DecodePacked(dst[:0], batch, 1000); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/span")
 }
