@@ -236,24 +236,30 @@ type fetchedBatch struct {
 }
 
 // take moves spans from the front of from into b until b holds limit
-// spans, splitting a message between the two when it must.
+// spans, splitting a message between the two when it must. What from
+// keeps moves to the front of its arrays, so that the next spans decoded
+// into it follow it there instead of growing new ones.
 func (b *fetchedBatch) take(from *fetchedBatch, limit int) {
-	for len(from.pieces) > 0 && len(b.spans) < limit {
-		p := from.pieces[0]
+	used, np := 0, 0
+	for np < len(from.pieces) && len(b.spans) < limit {
+		p := &from.pieces[np]
 		k := min(p.n, limit-len(b.spans))
-		b.spans = append(b.spans, from.spans[:k]...)
+		b.spans = append(b.spans, from.spans[used:used+k]...)
 		b.pieces = append(b.pieces, piece{h: p.h, n: k})
-		from.spans = from.spans[k:]
+		used += k
 		if k == p.n {
-			from.pieces[0] = piece{}
-			from.pieces = from.pieces[1:]
+			np++
 		} else {
-			from.pieces[0].n -= k
+			p.n -= k
 		}
 	}
-	if len(from.pieces) == 0 {
-		*from = fetchedBatch{}
-	}
+	// The places left behind are cleared: they hold on to no strings.
+	n := copy(from.spans, from.spans[used:])
+	clear(from.spans[n:])
+	from.spans = from.spans[:n]
+	m := copy(from.pieces, from.pieces[np:])
+	clear(from.pieces[m:])
+	from.pieces = from.pieces[:m]
 }
 
 func (b *fetchedBatch) handBack() {
