@@ -37,7 +37,7 @@ type turnSum struct {
 // deltas are a batch's rows for the staging tables stage_rollup and
 // stage_turns.
 type deltas struct {
-	rollup, turns [][]any
+	rollup, turns *copyData
 }
 
 // rollupLevels are the rollup levels and their bucket widths.
@@ -117,20 +117,47 @@ func batchDeltas(batch []events.Event, sampledOut map[string]bool) deltas {
 		t.fallbacks += isFB
 		t.latency += e.DurationMS
 	}
-	d := deltas{rollup: make([][]any, len(keys)), turns: make([][]any, len(order))}
-	for i, k := range keys {
-		s := sums[k]
-		d.rollup[i] = []any{k.lvl, k.bucket, k.feature, k.surface, k.locale, k.tier, k.graph, k.model, k.prompt, k.tool,
-			s.spans, s.turns, s.tokensIn, s.tokensOut, s.cost, s.errors, s.fallbacks, s.latency, s.first, s.last}
-	}
-	for i, t := range order {
-		var eval any
-		if t.eval != nil {
-			eval = *t.eval
+	d := deltas{rollup: newCopyData(len(keys) * 200), turns: newCopyData(len(order) * 300)}
+	for _, k := range keys {
+		s, c := sums[k], d.rollup
+		c.row(len(rollupCols))
+		c.int2(k.lvl)
+		c.int8(k.bucket)
+		for _, v := range [...]string{k.feature, k.surface, k.locale, k.tier, k.graph, k.model, k.prompt, k.tool} {
+			c.text(v)
 		}
-		d.turns[i] = []any{t.trace, t.first, t.last, t.user, t.session, t.feature, t.surface, t.locale, t.tier, t.graph,
-			t.root, t.duration, t.status, eval, t.spans, t.turns, t.tokensIn, t.tokensOut, t.cost, t.errors, t.fallbacks, t.latency,
-			sampledOut[t.trace]}
+		c.int8(s.spans)
+		c.int8(s.turns)
+		c.int8(s.tokensIn)
+		c.int8(s.tokensOut)
+		c.float8(s.cost)
+		c.int8(s.errors)
+		c.int8(s.fallbacks)
+		c.int8(s.latency)
+		c.int8(s.first)
+		c.int8(s.last)
+	}
+	for _, t := range order {
+		c := d.turns
+		c.row(len(turnCols))
+		c.text(t.trace)
+		c.int8(t.first)
+		c.int8(t.last)
+		for _, v := range [...]string{t.user, t.session, t.feature, t.surface, t.locale, t.tier, t.graph, t.root} {
+			c.text(v)
+		}
+		c.int8(t.duration)
+		c.text(t.status)
+		c.nullFloat8(t.eval)
+		c.int8(t.spans)
+		c.int8(t.turns)
+		c.int8(t.tokensIn)
+		c.int8(t.tokensOut)
+		c.float8(t.cost)
+		c.int8(t.errors)
+		c.int8(t.fallbacks)
+		c.int8(t.latency)
+		c.boolean(sampledOut[t.trace])
 	}
 	return d
 }

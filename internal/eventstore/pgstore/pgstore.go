@@ -258,24 +258,7 @@ func (s *Store) Write(ctx context.Context, batch []events.Event) (int64, error) 
 		return 0, err
 	}
 	smp := sampleBatch(batch)
-	rows := make([][]any, len(batch))
-	buf := make([]byte, 0, 192*len(batch))
-	for i := range batch {
-		e := &batch[i]
-		var rec []byte
-		if !smp.out[e.TraceID] || !droppable(e) {
-			start := len(buf)
-			buf = eventstore.AppendRecord(buf, e)
-			rec = buf[start:len(buf):len(buf)]
-		}
-		rows[i] = spanRow(e, rec)
-	}
-	// In key order, the copy fills the index pages one after the other,
-	// and concurrent writers of the same spans lock them in one order.
-	slices.SortFunc(rows, func(a, b []any) int {
-		return cmp.Or(cmp.Compare(a[0].(int64), b[0].(int64)), strings.Compare(a[1].(string), b[1].(string)),
-			strings.Compare(a[2].(string), b[2].(string)))
-	})
+	rows := spanRows(batch, smp)
 	d := batchDeltas(batch, smp.out)
 	for attempt := 0; ; attempt++ {
 		n, err := s.writeTx(ctx, rows, d, smp)
@@ -322,7 +305,7 @@ func droppable(e *events.Event) bool { return e.Name != "turn" && !e.MustPersist
 // that checks each row for a conflict, and their sums (d, made in Go) are
 // added to the roll-ups and turns. A span stored already fails the copy,
 // and the batch then goes through the staging table, whose insert skips it.
-func (s *Store) writeTx(ctx context.Context, rows [][]any, d deltas, smp batchSampling) (int64, error) {
+func (s *Store) writeTx(ctx context.Context, rows *copyData, d deltas, smp batchSampling) (int64, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: begin: %w", err)
@@ -332,14 +315,13 @@ func (s *Store) writeTx(ctx context.Context, rows [][]any, d deltas, smp batchSa
 	if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'; `+createStage+`; SAVEPOINT fresh`); err != nil {
 		return 0, fmt.Errorf("pgstore: staging: %w", err)
 	}
-	n := int64(len(rows))
-	_, err = tx.CopyFrom(ctx, pgx.Identifier{"spans"}, spanCols, pgx.CopyFromRows(rows))
+	n, err := copyInto(ctx, tx, "spans", spanCols, rows)
 	switch {
 	case err == nil:
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_rollup"}, rollupCols, pgx.CopyFromRows(d.rollup)); err != nil {
+		if _, err := copyInto(ctx, tx, "stage_rollup", rollupCols, d.rollup); err != nil {
 			return 0, fmt.Errorf("pgstore: copy: %w", err)
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_turns"}, turnCols, pgx.CopyFromRows(d.turns)); err != nil {
+		if _, err := copyInto(ctx, tx, "stage_turns", turnCols, d.turns); err != nil {
 			return 0, fmt.Errorf("pgstore: copy: %w", err)
 		}
 		if _, err := tx.Exec(ctx, deltaSQL); err != nil {
@@ -354,7 +336,7 @@ func (s *Store) writeTx(ctx context.Context, rows [][]any, d deltas, smp batchSa
 		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT fresh`); err != nil {
 			return 0, fmt.Errorf("pgstore: staging: %w", err)
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage"}, spanCols, pgx.CopyFromRows(rows)); err != nil {
+		if _, err := copyInto(ctx, tx, "stage", spanCols, rows); err != nil {
 			return 0, fmt.Errorf("pgstore: copy: %w", err)
 		}
 		if err := tx.QueryRow(ctx, mergeSQL).Scan(&n); err != nil {
@@ -380,19 +362,44 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
-func spanRow(e *events.Event, rec []byte) []any {
-	var eval any
-	if e.Outcome.EvalScore != nil {
-		eval = *e.Outcome.EvalScore
+// spanRows are the batch's rows of spans, in key order: the copy fills
+// the index pages one after the other, and concurrent writers of the same
+// spans lock them in one order. A span of a sampled-out turn that loses
+// its record (droppable) has none.
+func spanRows(batch []events.Event, smp batchSampling) *copyData {
+	order := make([]*events.Event, len(batch))
+	for i := range batch {
+		order[i] = &batch[i]
 	}
-	cost := finiteCost(e.Resource.CostUSD)
-	return []any{
-		unixMilli(e.TSStart), e.TraceID, e.SpanID, e.Name, e.UserIDHash, e.SessionID,
-		e.Attribution.Feature, e.Attribution.Surface, e.Attribution.Locale, e.Attribution.UserTier,
-		e.Node.GraphVersion, e.Artifact.ModelID, e.Artifact.PromptVersion, e.Artifact.ToolID,
-		string(e.Outcome.Status), e.Outcome.FallbackUsed,
-		int64(e.Resource.TokensIn), int64(e.Resource.TokensOut), cost, e.DurationMS, eval, rec, e.MustPersist,
+	slices.SortFunc(order, func(a, b *events.Event) int {
+		return cmp.Or(cmp.Compare(unixMilli(a.TSStart), unixMilli(b.TSStart)), strings.Compare(a.TraceID, b.TraceID),
+			strings.Compare(a.SpanID, b.SpanID))
+	})
+	c := newCopyData(700 * len(batch))
+	var rec []byte
+	for _, e := range order {
+		c.row(len(spanCols))
+		c.int8(unixMilli(e.TSStart))
+		for _, v := range [...]string{e.TraceID, e.SpanID, e.Name, e.UserIDHash, e.SessionID,
+			e.Attribution.Feature, e.Attribution.Surface, e.Attribution.Locale, e.Attribution.UserTier,
+			e.Node.GraphVersion, e.Artifact.ModelID, e.Artifact.PromptVersion, e.Artifact.ToolID,
+			string(e.Outcome.Status), e.Outcome.FallbackUsed} {
+			c.text(v)
+		}
+		c.int8(int64(e.Resource.TokensIn))
+		c.int8(int64(e.Resource.TokensOut))
+		c.float8(finiteCost(e.Resource.CostUSD))
+		c.int8(e.DurationMS)
+		c.nullFloat8(e.Outcome.EvalScore)
+		if smp.out[e.TraceID] && droppable(e) {
+			c.null()
+		} else {
+			rec = eventstore.AppendRecord(rec[:0], e)
+			c.bytea(rec)
+		}
+		c.boolean(e.MustPersist)
 	}
+	return c
 }
 
 // Prune drops the day partitions of spans that all started before before,
