@@ -3,8 +3,13 @@ package live
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/redistest"
@@ -211,5 +216,61 @@ func TestRedisFleetPrefixIsLiteral(t *testing.T) {
 	ws, err := odd.Windows(ctx)
 	if err != nil || len(ws) != 1 || ws[0].Instance != "gw-odd" {
 		t.Fatalf("windows under a prefix with pattern characters: %+v, %v; want gw-odd alone", ws, err)
+	}
+}
+
+// commands counts the commands a client sends, pipelined or not.
+type commands struct{ n atomic.Int64 }
+
+func (c *commands) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+}
+
+// TestRedisFleetReadsTheRegistryNotTheKeyspace: the windows are found
+// through the registry in two commands however many other keys Redis
+// holds, and an instance gone for longer than registryKeep leaves it.
+func TestRedisFleetReadsTheRegistryNotTheKeyspace(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := redistest.Client(t)
+	// Many keys under the same prefix that are not windows (a shared
+	// Redis holds far more, elsewhere).
+	p := rdb.Pipeline()
+	for i := range 20_000 {
+		p.Set(ctx, prefix+"live:other:"+strconv.Itoa(i), "x", time.Minute)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk := newClock()
+	f := NewRedisFleet(rdb, prefix+"live:")
+	f.now = clk.Now
+	for _, id := range []string{"gone", "a", "b"} {
+		if err := f.Publish(ctx, Window{Instance: id, At: clk.Now()}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if id == "gone" {
+			rdb.Del(ctx, prefix+"live:gone") // its window expired
+			clk.Advance(registryKeep + time.Second)
+		}
+	}
+	var cmds commands
+	rdb.AddHook(&cmds)
+	ws, err := f.Windows(ctx)
+	if err != nil || len(ws) != 2 || ws[0].Instance != "a" || ws[1].Instance != "b" {
+		t.Fatalf("windows %+v, %v; want a and b", ws, err)
+	}
+	if n := cmds.n.Load(); n != 2 {
+		t.Errorf("Windows sent %d commands, want 2 (the registry, then the windows)", n)
+	}
+	ids, err := rdb.ZRange(ctx, prefix+"live:"+registryKey, 0, -1).Result()
+	if err != nil || !slices.Equal(ids, []string{"a", "b"}) {
+		t.Errorf("registry holds %v (%v); want a and b, the instance gone for %v dropped", ids, err, registryKeep)
+	}
+	if err := f.Publish(ctx, Window{Instance: registryKey}, time.Minute); err == nil {
+		t.Error("an instance id that is the registry's key was accepted")
 	}
 }

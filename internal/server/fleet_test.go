@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,5 +142,14 @@ func TestFleetLiveFiguresAreFleetWide(t *testing.T) {
 	p.wait("instance list", `document.querySelectorAll('[data-testid="instance-list"] tbody tr').length === 3`)
 	if ids := p.eval(`[...document.querySelectorAll('[data-testid="instance-list"] tbody tr')].map(r => r.cells[0].textContent).join(",")`); ids != "gw-0,gw-1,gw-2" {
 		t.Errorf("live ops lists instances %q; want gw-0,gw-1,gw-2", ids)
+	}
+}
+
+// TestInstanceIDMayNotNameTheRegistry: an instance id starting with # (the
+// live figures' registry key) stops the gateway at start, saying so.
+func TestInstanceIDMayNotNameTheRegistry(t *testing.T) {
+	_, err := New(context.Background(), quickConfig(), Options{InstanceID: "#instances", Catalog: sharedCatalog(t)})
+	if err == nil || !strings.Contains(err.Error(), "may not start with #") {
+		t.Fatalf("New with instance id #instances: %v; want the id refused", err)
 	}
 }

@@ -8,14 +8,15 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"github.com/fmgate/fmgate/internal/adminauth"
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fmgate/fmgate/internal/adminauth"
 	"github.com/fmgate/fmgate/internal/alerts"
 	"github.com/fmgate/fmgate/internal/artifacts"
 	"github.com/fmgate/fmgate/internal/breaker"
@@ -121,6 +122,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, log: log, admin: http.NewServeMux(), hasher: userHasher(cfg), instanceID: instanceID(opts.InstanceID)}
+	if strings.HasPrefix(s.instanceID, "#") {
+		return nil, fmt.Errorf("instance id %q: may not start with # (set FMGATE_INSTANCE_ID to another)", s.instanceID)
+	}
 
 	sm, err := sim.New(cfg.SimConfig(), opts.SimOptions)
 	if err != nil {
