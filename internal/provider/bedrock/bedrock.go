@@ -17,6 +17,7 @@
 package bedrock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -100,6 +101,7 @@ func New(ctx context.Context, m config.Model, opts Options) (*Provider, error) {
 		}
 		o.Retryer = aws.NopRetryer{}
 		o.RetryMaxAttempts = 1
+		o.HTTPClient = ownBody{o.HTTPClient}
 	})
 	now := opts.Now
 	if now == nil {
@@ -167,6 +169,29 @@ func httpClient(opts Options) *awshttp.BuildableClient {
 			t.MaxIdleConnsPerHost = 64
 			t.ForceAttemptHTTP2 = true
 		})
+}
+
+// ownBody is the HTTP client the SDK calls: it gives the transport a copy
+// of each request's body. The SDK closes its body as soon as the response's
+// headers are in, while net/http may still be reading that body past its
+// length to check it holds no more; a body closed then reads as an error,
+// and net/http drops the connection, cutting the event stream being read
+// from it (seen against a plain-HTTP endpoint answering at once). A copy
+// the SDK does not hold cannot be closed under the transport.
+type ownBody struct{ c bedrockruntime.HTTPClient }
+
+func (o ownBody) Do(req *http.Request) (*http.Response, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return o.c.Do(req)
+	}
+	b, err := io.ReadAll(req.Body)
+	req.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("bedrock: request body: %w", err)
+	}
+	req.Body = io.NopCloser(bytes.NewReader(b))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	return o.c.Do(req)
 }
 
 // Complete answers req with one Converse call.
