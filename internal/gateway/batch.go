@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -247,6 +248,10 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request) {
 		refuse(err)
 		return
 	}
+	if err := validFeature(body.Feature); err != nil {
+		refuse(err)
+		return
+	}
 	switch n := len(body.Messages); {
 	case n == 0:
 		refuse(invalid("messages must hold at least one message"))
@@ -277,6 +282,25 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", "/v1/batch/"+job.ID)
 	writeJSON(w, http.StatusAccepted, accepted)
+}
+
+// maxFeatureBytes bounds a caller's feature name: it keys the cost
+// roll-ups and the dashboards' drill-down in every event store.
+const maxFeatureBytes = 64
+
+// validFeature checks a caller's feature name (empty is the default,
+// "chat"): a short name of letters, digits and . _ : / -, since it becomes
+// a dimension of every span of the job.
+func validFeature(f string) error {
+	ok := len(f) <= maxFeatureBytes
+	for i := 0; ok && i < len(f); i++ {
+		c := f[i]
+		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:/-", c) >= 0
+	}
+	if !ok {
+		return invalid("feature must be at most %d letters, digits and . _ : / - (e.g. \"recommendations\")", maxFeatureBytes)
+	}
+	return nil
 }
 
 // serveBatchStatus is GET /v1/batch/{id}, for the job's owner only: from

@@ -143,6 +143,10 @@ func TestBatchBounds(t *testing.T) {
 		c.Batch.MaxJobs = 3
 		c.Deadline.Batch = time.Hour // items stay in flight for the test
 	})
+	withFeature := func(f string) string {
+		q, _ := json.Marshal(f)
+		return `{"feature":` + string(q) + `,"messages":[{"sessionId":"s","message":"hi"}]}`
+	}
 	tests := []struct {
 		name       string
 		user       string
@@ -150,9 +154,13 @@ func TestBatchBounds(t *testing.T) {
 		wantStatus int
 		wantCode   string
 	}{
+		// The feature keys every span of the job in the cost roll-ups.
+		{"feature with a NUL", "u1", withFeature("a\x00b"), 400, CodeInvalidRequest},
+		{"feature too long", "u1", withFeature(strings.Repeat("f", 65)), 400, CodeInvalidRequest},
+		{"feature with spaces", "u1", withFeature("my feature"), 400, CodeInvalidRequest},
 		{"too many messages", "u1", batchBodyOf(6, 10), 413, CodeTooLarge},
 		{"too many bytes", "u1", batchBodyOf(3, 6000), 413, CodeTooLarge},
-		{"first job", "u1", batchBodyOf(1, 10), 202, ""},
+		{"first job", "u1", withFeature("manga.recommendations-v2"), 202, ""},
 		{"second job", "u1", batchBodyOf(1, 10), 202, ""},
 		{"third job in flight", "u1", batchBodyOf(1, 10), 429, CodeRateLimited},
 		{"another caller", "u2", batchBodyOf(1, 10), 202, ""},
@@ -165,6 +173,9 @@ func TestBatchBounds(t *testing.T) {
 		}
 		if got.status != 202 && !strings.ContainsAny(got.Error.Message, "0123456789") {
 			t.Fatalf("%s: message %q does not state the limit", tt.name, got.Error.Message)
+		}
+		if tt.wantCode == CodeInvalidRequest && !strings.Contains(got.Error.Message, "feature must") {
+			t.Fatalf("%s: message %q does not name the feature", tt.name, got.Error.Message)
 		}
 	}
 }
