@@ -99,7 +99,8 @@ func logProgress(ctx context.Context, in *ingest.Ingester, every time.Duration, 
 		waiting, unacked, err := ingest.Pending(qctx, n.URL, n.Stream, durable)
 		cancel()
 		attrs := []any{"stored", st.Stored, "spans_per_s", float64(st.Stored-last) / every.Seconds(),
-			"duplicates", st.Duplicates, "rejected_messages", st.Rejected, "retries", st.Retries}
+			"duplicates", st.Duplicates, "rejected_messages", st.Rejected, "unstorable_spans", st.Unstorable,
+			"retries", st.Retries}
 		if err == nil {
 			attrs = append(attrs, "backlog_messages", waiting, "unacked_messages", unacked)
 		}

@@ -56,6 +56,11 @@ var ErrInvalid = errors.New("invalid request")
 // ErrNotFound is returned by SetEvalScore for an unknown trace or span.
 var ErrNotFound = errors.New("not found")
 
+// ErrUnstorable wraps a write's error when the batch holds a span the
+// store cannot hold, whatever the retries: the writer may write the batch
+// in parts to find it, and store the others.
+var ErrUnstorable = errors.New("a span the store cannot hold")
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }

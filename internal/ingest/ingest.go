@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/eventstore"
 )
 
 // Store commits a batch of spans, skipping those already stored, and
@@ -92,8 +93,10 @@ func (c *Config) defaults() error {
 type Stats struct {
 	// Stored spans were new to the store; Duplicates were stored already
 	// (redeliveries); Rejected are messages that could not be decoded,
-	// dropped from the stream with all they held (each logged).
-	Stored, Duplicates, Rejected, Batches int64
+	// dropped from the stream with all they held (each logged); Unstorable
+	// are spans the store refused whatever the retries, dropped alone while
+	// the rest of their batch is stored (each logged).
+	Stored, Duplicates, Rejected, Unstorable, Batches int64
 	// Retries are failed commits tried again.
 	Retries int64
 }
@@ -104,7 +107,7 @@ type Ingester struct {
 	store Store
 	log   *slog.Logger
 
-	stored, dups, rejected, batches, retries atomic.Int64
+	stored, dups, rejected, unstorable, batches, retries atomic.Int64
 }
 
 // New returns an ingester; Run starts it.
@@ -121,7 +124,7 @@ func New(cfg Config, store Store, log *slog.Logger) (*Ingester, error) {
 // Stats returns the counts so far.
 func (in *Ingester) Stats() Stats {
 	return Stats{Stored: in.stored.Load(), Duplicates: in.dups.Load(), Rejected: in.rejected.Load(),
-		Batches: in.batches.Load(), Retries: in.retries.Load()}
+		Unstorable: in.unstorable.Load(), Batches: in.batches.Load(), Retries: in.retries.Load()}
 }
 
 // Run ingests until ctx ends, then finishes the batches in hand (their
@@ -390,19 +393,24 @@ func (in *Ingester) write(ctx context.Context, batches <-chan fetchedBatch) {
 // first.
 func (in *Ingester) commit(ctx context.Context, b fetchedBatch) bool {
 	batch := b.spans
-	write := func() (int64, error) {
+	write := func(spans []events.Event) (int64, error) {
 		// A commit in flight when ctx ends may finish: its spans are then
 		// acknowledged rather than redelivered.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		return in.store.Write(wctx, batch)
+		return in.store.Write(wctx, spans)
 	}
 	backoff := 100 * time.Millisecond
 	for {
-		n, err := write()
+		n, err := write(batch)
+		var dropped int64
+		if errors.Is(err, eventstore.ErrUnstorable) {
+			n, dropped, err = in.storeApart(write, batch, err)
+		}
 		if err == nil {
 			in.stored.Add(n)
-			in.dups.Add(int64(len(batch)) - n)
+			in.dups.Add(int64(len(batch)) - n - dropped)
+			in.unstorable.Add(dropped)
 			in.batches.Add(1)
 			return true
 		}
@@ -418,6 +426,34 @@ func (in *Ingester) commit(ctx context.Context, b fetchedBatch) bool {
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// storeApart stores a batch the store refused for a span it cannot hold
+// (failed, eventstore.ErrUnstorable): it writes the batch in halves, and
+// the halves that fail so in halves again, down to the spans at fault,
+// which it drops, logged. It returns the spans stored and dropped, or the
+// first other error, after which the whole batch is retried (the store
+// skips the spans stored meanwhile).
+func (in *Ingester) storeApart(write func([]events.Event) (int64, error), batch []events.Event, failed error) (stored, dropped int64, err error) {
+	if len(batch) == 1 {
+		e := &batch[0]
+		in.log.Error("ingest: dropping a span the store cannot hold", "trace_id", e.TraceID, "span_id", e.SpanID,
+			"name", e.Name, "err", failed)
+		return 0, 1, nil
+	}
+	mid := len(batch) / 2
+	for _, half := range [][]events.Event{batch[:mid], batch[mid:]} {
+		n, err := write(half)
+		var d int64
+		if errors.Is(err, eventstore.ErrUnstorable) {
+			n, d, err = in.storeApart(write, half, err)
+		}
+		if err != nil {
+			return stored, dropped, err
+		}
+		stored, dropped = stored+n, dropped+d
+	}
+	return stored, dropped, nil
 }
 
 // sleep waits d or until ctx ends; it reports whether d passed.

@@ -523,3 +523,34 @@ func processCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// unstorableFeature is a feature no PostgreSQL index can key: random
+// letters beyond the roll-up key's size limit, even compressed.
+func unstorableFeature() string {
+	b := make([]byte, 12_000)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = 'a' + b[i]%26
+	}
+	return string(b)
+}
+
+// TestUnstorableSpanIsDroppedAlone: a span the store refuses whatever the
+// retries does not stall the stream: its batch is stored without it, it is
+// dropped and counted, and every message is acknowledged.
+func TestUnstorableSpanIsDroppedAlone(t *testing.T) {
+	cfg, sink := testStream(t)
+	store := openStore(t)
+	data := storetest.Dataset(31, 300)
+	bad := len(data) / 3
+	data[bad].Attribution.Feature = unstorableFeature()
+	publish(t, sink, data)
+	stats, st := runUntil(t, cfg, store, store, int64(len(data)-1))
+	if st.Spans != int64(len(data)-1) || stats.Stored != int64(len(data)-1) || stats.Unstorable != 1 {
+		t.Fatalf("store holds %d spans, ingester stored %d and dropped %d; want %d, %d and 1",
+			st.Spans, stats.Stored, stats.Unstorable, len(data)-1, len(data)-1)
+	}
+	if p, u, _ := consumerState(t, cfg); p != 0 || u != 0 {
+		t.Errorf("%d messages waiting and %d unacknowledged: the unstorable span stalls the stream", p, u)
+	}
+}

@@ -66,7 +66,12 @@ func (c *copyData) nullFloat8(v *float64) {
 	c.float8(*v)
 }
 
+// text writes s; a NUL byte, which a PostgreSQL text cannot hold, is
+// written as U+FFFD (the record, a bytea, keeps s as it is).
 func (c *copyData) text(s string) {
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
 	c.b = binary.BigEndian.AppendUint32(c.b, uint32(len(s)))
 	c.b = append(c.b, s...)
 }

@@ -262,10 +262,21 @@ func (s *Store) Write(ctx context.Context, batch []events.Event) (int64, error) 
 	d := batchDeltas(batch, smp.out)
 	for attempt := 0; ; attempt++ {
 		n, err := s.writeTx(ctx, rows, d, smp)
+		if unstorable(err) {
+			return 0, fmt.Errorf("%w: %w", eventstore.ErrUnstorable, err)
+		}
 		if err == nil || !retryable(err) || attempt >= 5 || ctx.Err() != nil {
 			return n, err
 		}
 	}
+}
+
+// unstorable reports an error the same batch will always meet: a value
+// PostgreSQL refuses (data exception, class 22) or one beyond its limits
+// (class 54, e.g. a key too long for its index).
+func unstorable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "54"))
 }
 
 // batchSampling is what a batch says of trace sampling: the traces whose

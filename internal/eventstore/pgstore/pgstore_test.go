@@ -2,7 +2,9 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -193,5 +195,45 @@ func TestOverlappingBatchAddsOnlyNewSpans(t *testing.T) {
 				t.Errorf("by %s %q row %d: %+v, want %+v", q.By, q.Feature, i, g, w)
 			}
 		}
+	}
+}
+
+// TestValuesPostgreSQLCannotHold: a NUL byte, which a PostgreSQL text
+// cannot hold, is stored as U+FFFD in the columns and kept in the trace
+// view; a value beyond PostgreSQL's limits fails the batch with
+// eventstore.ErrUnstorable, so that a writer can tell it from an outage.
+func TestValuesPostgreSQLCannotHold(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	data := storetest.Dataset(41, 3)
+	data[0].Attribution.Feature = "re\x00commend"
+	if n, err := s.Write(ctx, data); err != nil || n != int64(len(data)) {
+		t.Fatalf("a batch with a NUL stored %d of %d spans: %v", n, len(data), err)
+	}
+	rep, err := s.Trace(ctx, data[0].TraceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, sp := range rep.Spans {
+		found = found || sp.SpanID == data[0].SpanID && sp.Attribution.Feature == "re\x00commend"
+	}
+	if !found {
+		t.Errorf("the trace view does not show the span's feature as sent")
+	}
+	var col string
+	if err := s.pool.QueryRow(ctx, `SELECT feature FROM spans WHERE span_id = $1`, data[0].SpanID).Scan(&col); err != nil || col != "re\uFFFDcommend" {
+		t.Errorf("feature column %q (%v), want the NUL as U+FFFD", col, err)
+	}
+
+	long := storetest.Dataset(42, 1)
+	r := rand.New(rand.NewPCG(1, 2))
+	b := make([]byte, 12_000) // random letters: too long for a key even compressed
+	for i := range b {
+		b[i] = 'a' + byte(r.IntN(26))
+	}
+	long[0].Attribution.Feature = string(b)
+	if _, err := s.Write(ctx, long); !errors.Is(err, eventstore.ErrUnstorable) {
+		t.Fatalf("a feature too long for the roll-up's key: %v, want ErrUnstorable", err)
 	}
 }
