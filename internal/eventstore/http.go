@@ -160,6 +160,10 @@ func (s *handler) handleCompare(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, invalidf("%s: required", k))
 			return
 		}
+		if err := validFilter(k, vals[0]); err != nil {
+			s.fail(w, r, err)
+			return
+		}
 		args[i] = vals[0]
 		v.Del(k)
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fmgate/fmgate/internal/events"
 )
@@ -112,6 +113,29 @@ func (q *Query) normalize(now time.Time) error {
 	}
 	if q.Limit < 0 || q.Limit > MaxLimit {
 		return invalidf("limit must be in 1..%d", MaxLimit)
+	}
+	for _, f := range [...]struct{ name, v string }{{"graph", q.GraphVersion}, {"prompt", q.PromptVersion},
+		{"model", q.ModelID}, {"tool", q.ToolID}, {"feature", q.Feature}, {"user", q.User}, {"trace", q.Trace}} {
+		if err := validFilter(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxFilterBytes bounds a filter's value: the names and ids it matches are
+// far shorter.
+const maxFilterBytes = 256
+
+// validFilter checks a filter's value: text no stored value could fail to
+// compare with (UTF-8 without NUL, which PostgreSQL refuses), of a bounded
+// length.
+func validFilter(name, v string) error {
+	switch {
+	case len(v) > maxFilterBytes:
+		return invalidf("%s must be at most %d bytes", name, maxFilterBytes)
+	case !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0:
+		return invalidf("%s must be UTF-8 text without NUL bytes", name)
 	}
 	return nil
 }

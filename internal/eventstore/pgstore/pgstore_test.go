@@ -226,6 +226,10 @@ func TestValuesPostgreSQLCannotHold(t *testing.T) {
 		t.Errorf("feature column %q (%v), want the NUL as U+FFFD", col, err)
 	}
 
+	if _, err := s.Cost(ctx, eventstore.Query{By: eventstore.ByFeature, Feature: "re\x00commend"}); !errors.Is(err, eventstore.ErrInvalid) {
+		t.Errorf("a filter with a NUL: %v, want ErrInvalid (a 400), not PostgreSQL's refusal", err)
+	}
+
 	long := storetest.Dataset(42, 1)
 	r := rand.New(rand.NewPCG(1, 2))
 	b := make([]byte, 12_000) // random letters: too long for a key even compressed
