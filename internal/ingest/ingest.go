@@ -256,6 +256,9 @@ func (b *fetchedBatch) take(from *fetchedBatch, limit int) {
 			p.n -= k
 		}
 	}
+	if used == 0 {
+		return
+	}
 	// The places left behind are cleared: they hold on to no strings.
 	n := copy(from.spans, from.spans[used:])
 	clear(from.spans[n:])
