@@ -357,6 +357,9 @@ func (s *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, body = http.StatusNotImplemented, apiError{Code: "not_implemented", Message: err.Error()}
 	case errors.Is(err, ErrNotFound):
 		status, body = http.StatusNotFound, apiError{Code: "not_found", Message: err.Error()}
+	case unavailable(s.v, err) != "":
+		s.log.Warn("eventstore: admin query: store unavailable", "err", err)
+		status, body = http.StatusServiceUnavailable, apiError{Code: "store_unavailable", Message: unavailable(s.v, err)}
 	case r.Context().Err() != nil:
 		// The client went away (a dashboard view replaced by the next one);
 		// nobody reads this answer and nothing is wrong with the store.
@@ -366,6 +369,20 @@ func (s *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("eventstore: admin query", "err", err)
 	}
 	writeJSON(w, status, map[string]apiError{"error": body})
+}
+
+// Unavailable is implemented by a Views whose store can be out of reach
+// (a database): it tells an error meaning the store cannot answer at all
+// from one of a query, with what the operator can do, or "".
+type Unavailable interface {
+	Unavailable(err error) string
+}
+
+func unavailable(v Views, err error) string {
+	if u, ok := v.(Unavailable); ok {
+		return u.Unavailable(err)
+	}
+	return ""
 }
 
 func (s *handler) reply(w http.ResponseWriter, r *http.Request, v any, err error) {

@@ -21,10 +21,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -91,6 +93,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	if opts.Schema != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
+	} else {
+		opts.Schema = firstSchema(cfg.ConnConfig.RuntimeParams["search_path"])
 	}
 	if opts.AppName == "" {
 		opts.AppName = "fmgate"
@@ -117,10 +121,35 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// firstSchema is the schema tables are created in under search_path: its
+// first entry, unless that is the user's own ("$user"), whose schema
+// PostgreSQL skips when it does not exist. "" leaves it to PostgreSQL.
+func firstSchema(searchPath string) string {
+	first, _, _ := strings.Cut(searchPath, ",")
+	first = strings.TrimSpace(first)
+	if len(first) >= 2 && first[0] == '"' && first[len(first)-1] == '"' {
+		first = strings.ReplaceAll(first[1:len(first)-1], `""`, `"`) // quoted: as written
+	} else {
+		first = strings.ToLower(first) // as PostgreSQL reads an unquoted name
+	}
+	if first == "$user" {
+		return ""
+	}
+	return first
+}
+
 func (s *Store) migrate(ctx context.Context) error {
 	if s.schema != "" {
-		if _, err := s.pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{s.schema}.Sanitize()); err != nil && !isDuplicate(err) {
-			return fmt.Errorf("pgstore: schema: %w", err)
+		// Created only when missing: CREATE SCHEMA needs a privilege on the
+		// database that a role owning only its schema may lack.
+		var exists bool
+		if err := s.pool.QueryRow(ctx, `SELECT to_regnamespace($1) IS NOT NULL`, pgx.Identifier{s.schema}.Sanitize()).Scan(&exists); err != nil {
+			return fmt.Errorf("pgstore: schema %s: %w", s.schema, err)
+		}
+		if !exists {
+			if _, err := s.pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{s.schema}.Sanitize()); err != nil && !isDuplicate(err) {
+				return fmt.Errorf("pgstore: create schema %s: %w", s.schema, err)
+			}
 		}
 	}
 	for _, q := range schema {
@@ -177,6 +206,28 @@ func (s *Store) migrateUserRollup(ctx context.Context) error {
 		return fmt.Errorf("pgstore: schema: %w", err)
 	}
 	return nil
+}
+
+var _ eventstore.Unavailable = (*Store)(nil)
+
+// Unavailable implements eventstore.Unavailable: PostgreSQL out of reach,
+// or its tables not created yet (no fmgate ingest has run against it).
+func (s *Store) Unavailable(err error) string {
+	var pe *pgconn.PgError
+	var ce *pgconn.ConnectError
+	switch {
+	case errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000"):
+		return "the event store's tables are not in PostgreSQL yet: start `fmgate ingest` with this eventStore.dsn; it creates them"
+	case errors.As(err, &ce), errors.Is(err, syscall.ECONNREFUSED), isNetError(err):
+		return "PostgreSQL (eventStore.dsn) cannot be reached; the cost views answer again once it is back, and spans wait in NATS meanwhile"
+	}
+	return ""
+}
+
+// isNetError reports a failure of the connection itself.
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // isDuplicate reports an object created meanwhile by another process.

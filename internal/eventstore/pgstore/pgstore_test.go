@@ -3,9 +3,13 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,5 +243,75 @@ func TestValuesPostgreSQLCannotHold(t *testing.T) {
 	long[0].Attribution.Feature = string(b)
 	if _, err := s.Write(ctx, long); !errors.Is(err, eventstore.ErrUnstorable) {
 		t.Fatalf("a feature too long for the roll-up's key: %v, want ErrUnstorable", err)
+	}
+}
+
+func TestFirstSchema(t *testing.T) {
+	for give, want := range map[string]string{
+		"": "", "fmgate": "fmgate", "FmGate, public": "fmgate", `"FmGate", public`: "FmGate",
+		`"$user", public`: "", "$user": "", ` analytics ,public`: "analytics", `"a""b"`: `a"b`,
+	} {
+		if got := firstSchema(give); got != want {
+			t.Errorf("firstSchema(%q) = %q, want %q", give, got, want)
+		}
+	}
+}
+
+// TestOpenCreatesTheSchemaOfTheSearchPath: a DSN naming a schema that does
+// not exist yet in its search_path gets it created, as Options.Schema does.
+func TestOpenCreatesTheSchemaOfTheSearchPath(t *testing.T) {
+	ctx := context.Background()
+	name := pgtest.Schema(t) + "_sp" // not created by pgtest
+	t.Cleanup(func() {
+		if s, err := Open(ctx, pgtest.DSN(), Options{ReadOnly: true}); err == nil {
+			_, _ = s.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+name+` CASCADE`)
+			s.Close()
+		}
+	})
+	s, err := Open(ctx, pgtest.DSN()+"&search_path="+name, Options{})
+	if err != nil {
+		t.Fatalf("Open with search_path=%s: %v", name, err)
+	}
+	defer s.Close()
+	if _, err := s.Write(ctx, storetest.Dataset(5, 2)); err != nil {
+		t.Fatal(err)
+	}
+	var schema string
+	if err := s.pool.QueryRow(ctx, `SELECT table_schema FROM information_schema.tables WHERE table_name = 'turns' AND table_schema = $1`, name).Scan(&schema); err != nil {
+		t.Fatalf("no turns table in schema %s: %v", name, err)
+	}
+}
+
+// TestUnavailableIsA503: a cost view while no ingester has created the
+// tables, or while PostgreSQL cannot be reached, answers 503 saying what to
+// do, not 500 "internal error".
+func TestUnavailableIsA503(t *testing.T) {
+	ctx := context.Background()
+	empty, err := Open(ctx, pgtest.DSN(), Options{Schema: pgtest.Schema(t), ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	down, err := Open(ctx, "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2", Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	for _, tt := range []struct {
+		name string
+		s    *Store
+		want string
+	}{
+		{"no tables yet", empty, "start `fmgate ingest`"},
+		{"postgres down", down, "cannot be reached"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			eventstore.NewHandler(tt.s, time.Now, slog.New(slog.DiscardHandler)).ServeHTTP(rec, httptest.NewRequest("GET", "/admin/cost?by=feature", nil))
+			if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"code":"store_unavailable"`) ||
+				!strings.Contains(rec.Body.String(), tt.want) {
+				t.Fatalf("cost view = %d %s; want 503 store_unavailable saying %q", rec.Code, rec.Body, tt.want)
+			}
+		})
 	}
 }
