@@ -173,6 +173,13 @@ func Run(ctx context.Context, opts Options) ([]*Result, error) {
 		}
 		opts.AdminToken = fmt.Sprintf("scenario-%x", opts.Seed)
 	}
+	// Absolute: each instance runs in its directory under it, and is handed
+	// its config's path from there.
+	dir, err := filepath.Abs(opts.ReportDir)
+	if err != nil {
+		return nil, fmt.Errorf("report dir: %w", err)
+	}
+	opts.ReportDir = dir
 	if err := os.MkdirAll(opts.ReportDir, 0o755); err != nil {
 		return nil, fmt.Errorf("report dir: %w", err)
 	}
