@@ -31,6 +31,12 @@ func ingestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	switch {
+	case *batch < 1 || *batch > 50000:
+		return fmt.Errorf("ingest: -batch %d: must be in 1..50000 spans", *batch)
+	case *workers < 1 || *workers > 64:
+		return fmt.Errorf("ingest: -workers %d: must be in 1..64", *workers)
+	}
 	cfg := config.Default()
 	if *path != "" {
 		var err error
@@ -76,8 +82,8 @@ func ingestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	err = in.Run(ctx)
 	st := in.Stats()
-	fmt.Fprintf(stdout, "fmgate ingest: stopped; stored %d spans, %d redelivered duplicates, %d rejected messages, %d retried commits\n",
-		st.Stored, st.Duplicates, st.Rejected, st.Retries)
+	fmt.Fprintf(stdout, "fmgate ingest: stopped; stored %d spans, %d redelivered duplicates, %d rejected messages, %d unstorable spans, %d retried commits\n",
+		st.Stored, st.Duplicates, st.Rejected, st.Unstorable, st.Retries)
 	return err
 }
 

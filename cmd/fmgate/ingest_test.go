@@ -95,3 +95,14 @@ func TestIngestCommandMovesSpansIntoPostgres(t *testing.T) {
 		t.Fatalf("output %q does not say %q", out.String(), want)
 	}
 }
+
+// TestIngestFlagsOutOfRange: a batch or worker count out of range is
+// refused before anything connects, naming the flag.
+func TestIngestFlagsOutOfRange(t *testing.T) {
+	for _, args := range [][]string{{"-batch", "0"}, {"-batch", "50001"}, {"-workers", "0"}, {"-workers", "-3"}} {
+		err := run(context.Background(), append([]string{"ingest", "-nats", "nats://127.0.0.1:4222"}, args...), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("ingest %v: %v; want an error naming %s", args, err, args[0])
+		}
+	}
+}
