@@ -17,21 +17,51 @@ type rollupKey struct {
 	graph, model, prompt, tool     string
 }
 
+// rowSums are the sums both a roll-up row and a turn row keep, in their
+// columns' order (userSums).
+type rowSums struct {
+	spans, turns, tokensIn, tokensOut int64
+	cost                              float64
+	errors, fallbacks, latency        int64
+}
+
+func (s *rowSums) add(o rowSums) {
+	s.spans += o.spans
+	s.turns += o.turns
+	s.tokensIn += o.tokensIn
+	s.tokensOut += o.tokensOut
+	s.cost += o.cost
+	s.errors += o.errors
+	s.fallbacks += o.fallbacks
+	s.latency += o.latency
+}
+
+// write writes the sums as a row's fields, in userSums' order.
+func (s *rowSums) write(c *copyData) {
+	c.int8(s.spans)
+	c.int8(s.turns)
+	c.int8(s.tokensIn)
+	c.int8(s.tokensOut)
+	c.float8(s.cost)
+	c.int8(s.errors)
+	c.int8(s.fallbacks)
+	c.int8(s.latency)
+}
+
 type rollupSum struct {
-	spans, turns, tokensIn, tokensOut, errors, fallbacks, latency, first, last int64
-	cost                                                                       float64
+	rowSums
+	first, last int64
 }
 
 // turnSum is what a batch says of one trace, as bt in mergeSQL.
 type turnSum struct {
-	trace, user, session, feature, surface, locale, tier, graph   string
-	first, last                                                   int64
-	root, status                                                  string
-	duration                                                      int64
-	eval                                                          *float64
-	hasTurn                                                       bool
-	spans, turns, tokensIn, tokensOut, errors, fallbacks, latency int64
-	cost                                                          float64
+	trace, user, session, feature, surface, locale, tier, graph string
+	first, last                                                 int64
+	root, status                                                string
+	duration                                                    int64
+	eval                                                        *float64
+	hasTurn                                                     bool
+	rowSums
 }
 
 // deltas are a batch's rows for the staging tables stage_rollup and
@@ -55,17 +85,17 @@ func batchDeltas(batch []events.Event, sampledOut map[string]bool) deltas {
 		e := &batch[i]
 		ts := unixMilli(e.TSStart)
 		isTurn := e.Name == "turn"
-		cost := finiteCost(e.Resource.CostUSD)
 		status := string(e.Outcome.Status)
-		var turn, isErr, isFB int64
+		one := rowSums{spans: 1, tokensIn: int64(e.Resource.TokensIn), tokensOut: int64(e.Resource.TokensOut),
+			cost: finiteCost(e.Resource.CostUSD), latency: e.DurationMS}
 		if isTurn {
-			turn = 1
+			one.turns = 1
 		}
 		if status == string(events.StatusFailed) {
-			isErr = 1
+			one.errors = 1
 		}
 		if status == string(events.StatusFallback) || e.Outcome.FallbackUsed != "" {
-			isFB = 1
+			one.fallbacks = 1
 		}
 		a := &e.Attribution
 		for _, l := range rollupLevels {
@@ -77,14 +107,7 @@ func batchDeltas(batch []events.Event, sampledOut map[string]bool) deltas {
 				sums[k] = s
 				keys = append(keys, k)
 			}
-			s.spans++
-			s.turns += turn
-			s.tokensIn += int64(e.Resource.TokensIn)
-			s.tokensOut += int64(e.Resource.TokensOut)
-			s.cost += cost
-			s.errors += isErr
-			s.fallbacks += isFB
-			s.latency += e.DurationMS
+			s.add(one)
 			s.first, s.last = min(s.first, ts), max(s.last, ts)
 		}
 		t := traces[e.TraceID]
@@ -108,14 +131,7 @@ func batchDeltas(batch []events.Event, sampledOut map[string]bool) deltas {
 				t.eval = v
 			}
 		}
-		t.spans++
-		t.turns += turn
-		t.tokensIn += int64(e.Resource.TokensIn)
-		t.tokensOut += int64(e.Resource.TokensOut)
-		t.cost += cost
-		t.errors += isErr
-		t.fallbacks += isFB
-		t.latency += e.DurationMS
+		t.add(one)
 	}
 	d := deltas{rollup: newCopyData(len(keys) * 200), turns: newCopyData(len(order) * 300)}
 	for _, k := range keys {
@@ -126,14 +142,7 @@ func batchDeltas(batch []events.Event, sampledOut map[string]bool) deltas {
 		for _, v := range [...]string{k.feature, k.surface, k.locale, k.tier, k.graph, k.model, k.prompt, k.tool} {
 			c.text(v)
 		}
-		c.int8(s.spans)
-		c.int8(s.turns)
-		c.int8(s.tokensIn)
-		c.int8(s.tokensOut)
-		c.float8(s.cost)
-		c.int8(s.errors)
-		c.int8(s.fallbacks)
-		c.int8(s.latency)
+		s.write(c)
 		c.int8(s.first)
 		c.int8(s.last)
 	}
@@ -149,14 +158,7 @@ func batchDeltas(batch []events.Event, sampledOut map[string]bool) deltas {
 		c.int8(t.duration)
 		c.text(t.status)
 		c.nullFloat8(t.eval)
-		c.int8(t.spans)
-		c.int8(t.turns)
-		c.int8(t.tokensIn)
-		c.int8(t.tokensOut)
-		c.float8(t.cost)
-		c.int8(t.errors)
-		c.int8(t.fallbacks)
-		c.int8(t.latency)
+		t.write(c)
 		c.boolean(sampledOut[t.trace])
 	}
 	return d
