@@ -26,7 +26,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -218,7 +217,7 @@ func (s *Store) Unavailable(err error) string {
 	switch {
 	case errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000"):
 		return "the event store's tables are not in PostgreSQL yet: start `fmgate ingest` with this eventStore.dsn; it creates them"
-	case errors.As(err, &ce), errors.Is(err, syscall.ECONNREFUSED), isNetError(err):
+	case errors.As(err, &ce), isNetError(err):
 		return "PostgreSQL (eventStore.dsn) cannot be reached; the cost views answer again once it is back, and spans wait in NATS meanwhile"
 	}
 	return ""
