@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -241,7 +242,7 @@ func yamlValue(v reflect.Value) string {
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		return fmt.Sprint(v.Uint())
 	case reflect.Float32, reflect.Float64:
-		return fmt.Sprint(v.Float())
+		return strconv.FormatFloat(v.Float(), 'f', -1, 64)
 	case reflect.Slice, reflect.Array:
 		if v.Len() == 0 {
 			return "[]"
