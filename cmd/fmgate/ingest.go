@@ -37,6 +37,9 @@ func ingestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *workers < 1 || *workers > 64:
 		return fmt.Errorf("ingest: -workers %d: must be in 1..64", *workers)
 	}
+	if parseOnly(ctx) {
+		return nil
+	}
 	cfg := config.Default()
 	if *path != "" {
 		var err error

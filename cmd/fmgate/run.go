@@ -69,6 +69,9 @@ func validate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *path == "" {
 		return errors.New("validate: -config FILE is required")
 	}
+	if parseOnly(ctx) {
+		return nil
+	}
 	cfg, err := config.Load(*path)
 	if err == nil {
 		err = cfg.CheckSecrets()
@@ -90,6 +93,22 @@ func validate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", *path)
 	return nil
+}
+
+// parseOnlyKey marks a context in which a command returns once its
+// arguments are parsed and checked, doing nothing: the commands the
+// documentation shows are checked by the same parsing that runs them.
+type parseOnlyKey struct{}
+
+// checkArgs parses and checks a command line as fmgate would, without
+// running the command.
+func checkArgs(args []string, stderr io.Writer) error {
+	return run(context.WithValue(context.Background(), parseOnlyKey{}, true), args, io.Discard, stderr)
+}
+
+func parseOnly(ctx context.Context) bool {
+	only, _ := ctx.Value(parseOnlyKey{}).(bool)
+	return only
 }
 
 // helpIsNoError turns the flag package's answer to -h (the usage is

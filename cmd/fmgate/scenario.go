@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,6 +61,12 @@ func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	r, err := strconv.ParseFloat(strings.TrimSuffix(*rate, "/s"), 64)
 	if err != nil || r <= 0 {
 		return fmt.Errorf("-rate %q: want turns per second, e.g. 20/s", *rate)
+	}
+	if parseOnly(ctx) {
+		if name != "all" && !slices.Contains(scenario.Names(), name) {
+			return fmt.Errorf("scenario run: unknown scenario %q", name)
+		}
+		return nil
 	}
 	opts := scenario.Options{
 		Name: name, Instances: *instances, Rate: r, Duration: *duration, ReportDir: *report,

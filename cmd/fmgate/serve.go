@@ -31,6 +31,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return helpIsNoError(err)
 	}
+	if parseOnly(ctx) {
+		return nil
+	}
 	cfg := config.Default()
 	if *path != "" {
 		var err error

@@ -27,6 +27,9 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.Parse(args); err != nil {
 		return helpIsNoError(err)
 	}
+	if parseOnly(ctx) {
+		return nil
+	}
 	cfg := config.Default()
 	if *path != "" {
 		var err error
