@@ -41,7 +41,7 @@ func TestImage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CA certificates: %v (apt-get install ca-certificates)", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	host := v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
