@@ -6,13 +6,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/fmgate/fmgate/internal/config"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version and commit are set at build time with
+// -ldflags "-X main.version=… -X main.commit=…" (scripts/release does).
+var (
+	version = "dev"
+	commit  = ""
+)
 
 const usage = `usage: fmgate [command] [flags]
 
@@ -22,7 +27,7 @@ commands:
   sim       serve the model simulator over the OpenAI, Anthropic and Bedrock APIs
   ingest    move the fleet's spans from NATS JetStream into PostgreSQL
   scenario  run a game day against a fleet: scenario run NAME (primary-outage, …, all)
-  version   print the version
+  version   print the version, the commit and the Go version it was built with
 
 Run "fmgate <command> -h" for the command's flags.
 `
@@ -49,7 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "scenario":
 		return scenarioCmd(ctx, args, stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "fmgate", buildVersion())
+		fmt.Fprintln(stdout, versionLine())
 		return nil
 	case "help":
 		fmt.Fprint(stdout, usage)
@@ -118,6 +123,28 @@ func helpIsNoError(err error) error {
 		return nil
 	}
 	return err
+}
+
+// versionLine is what "fmgate version" prints, e.g.
+// "fmgate 1.2.0 (commit 0dec542, go1.26.8 linux/amd64)".
+func versionLine() string {
+	return fmt.Sprintf("fmgate %s (commit %s, %s %s/%s)", buildVersion(), buildCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// buildCommit is the stamped commit, else the one Go recorded from the
+// checkout, else "unknown".
+func buildCommit() string {
+	if commit != "" {
+		return commit
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
 }
 
 func buildVersion() string {
