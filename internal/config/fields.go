@@ -132,25 +132,38 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 	out := map[string]reflect.Type{}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "-" {
-			continue
-		}
-		if strings.Contains(opts, "inline") {
+		name, inline, ok := YAMLName(f)
+		switch {
+		case !ok:
+		case inline:
 			for k, v := range yamlFields(f.Type) {
 				out[k] = v
 			}
-			continue
+		default:
+			out[name] = f.Type
 		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
-		}
-		out[name] = f.Type
 	}
 	return out
+}
+
+// YAMLName is the name struct field f has in a config file, as the YAML
+// decoder sees it: its yaml tag's name, else its name in lower case.
+// inline reports a struct whose fields stand in its parent's place; ok is
+// false for a field the file cannot set (unexported, or tagged "-").
+func YAMLName(f reflect.StructField) (name string, inline, ok bool) {
+	if !f.IsExported() {
+		return "", false, false
+	}
+	name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	switch {
+	case name == "-":
+		return "", false, false
+	case strings.Contains(opts, "inline"):
+		return "", true, true
+	case name == "":
+		name = strings.ToLower(f.Name)
+	}
+	return name, false, true
 }
 
 // suggest names the known field closest to key, when one is close.

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fmgate/fmgate/internal/config"
 )
 
 // Field is one configuration field, named by its path in a config file:
@@ -52,20 +54,14 @@ func walk(t reflect.Type, values []reflect.Value, keys []string, path string, ou
 	}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "-" {
+		name, inline, ok := config.YAMLName(f)
+		if !ok {
 			continue
 		}
 		fv := fieldValues(values, i)
-		if strings.Contains(opts, "inline") {
+		if inline {
 			walk(f.Type, fv, keys, path, out)
 			continue
-		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
 		}
 		p := name
 		if path != "" {
