@@ -79,6 +79,13 @@ type Permit interface {
 	// cancellation of ctx (an outcome of a cancelled request must still be
 	// recorded) but keeps its values.
 	Done(ctx context.Context, success bool)
+	// Release gives the permit back without a verdict, when the call says
+	// nothing about the guarded dependency's health (it was throttled, or
+	// its caller left before it ended). A half-open probe's place goes to
+	// the next caller instead of being held until Config.HalfOpenWait and
+	// then counted as a failure. After Done or Release, either has no
+	// effect. Like Done, it does not honour the cancellation of ctx.
+	Release(ctx context.Context)
 }
 
 // Snapshot is a breaker's state at one instant.
@@ -142,3 +149,4 @@ type TransitionFunc func(name string, from, to State)
 type noopPermit struct{}
 
 func (noopPermit) Done(context.Context, bool) {}
+func (noopPermit) Release(context.Context)    {}

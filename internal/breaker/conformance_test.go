@@ -204,6 +204,55 @@ func runConformance(t *testing.T, newHarness func(t *testing.T) harness) {
 		}
 	})
 
+	t.Run("a released probe gives its place to the next caller", func(t *testing.T) {
+		h := newHarness(t)
+		var tr transitions
+		b := h.factory("m", suiteConfig(), tr.add)
+		record(t, b, "FFFFF")
+		h.advance(100 * time.Millisecond)
+		throttled := admit(t, b, 1)[0]
+		if _, err := b.Allow(context.Background()); !errors.Is(err, ErrOpen) {
+			t.Fatalf("a second probe was admitted beside the first (err %v)", err)
+		}
+		throttled.Release(context.Background())
+		if s := snapshot(t, b); s.State != HalfOpen || s.InFlight != 0 || s.Admitted != 0 || s.Succeeded != 0 {
+			t.Fatalf("after the release: %+v, want half open with the probe's place free and no verdict", s)
+		}
+		next := admit(t, b, 1)[0]
+		throttled.Done(context.Background(), false) // after Release, Done is void
+		throttled.Release(context.Background())
+		if s := snapshot(t, b); s.State != HalfOpen || s.InFlight != 1 {
+			t.Fatalf("a released permit's later outcome counted: %+v", s)
+		}
+		next.Done(context.Background(), true)
+		ps := admit(t, b, 3)
+		ps[0].Release(context.Background())
+		ps[1].Done(context.Background(), true)
+		ps[2].Done(context.Background(), true)
+		wantState(t, b, HalfOpen, "with two of the second stage's three probes passed")
+		admit(t, b, 1)[0].Done(context.Background(), true)
+		if s := snapshot(t, b); s.Stage != 2 {
+			t.Fatalf("the stage did not advance once its probes passed: %+v", s)
+		}
+		closedPermit := admit(t, b, 10)
+		for _, p := range closedPermit {
+			p.Done(context.Background(), true)
+		}
+		wantState(t, b, Closed, "after every stage passed")
+		p, err := b.Allow(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release(context.Background()) // a closed-state permit holds no place: no effect
+		if s := snapshot(t, b); s.State != Closed || s.Calls != 0 {
+			t.Fatalf("a released closed-state permit counted: %+v", s)
+		}
+		want := []string{"closed->open", "open->half_open", "half_open->closed"}
+		if got := tr.get(); !slices.Equal(got, want) {
+			t.Errorf("transitions = %v, want %v", got, want)
+		}
+	})
+
 	t.Run("concurrent Allow admits exactly the stage's probes", func(t *testing.T) {
 		h := newHarness(t)
 		b := h.factory("m", suiteConfig(), nil)

@@ -121,7 +121,7 @@ func (m *machine) decide(now int64, tr []transition) (decision, []transition) {
 		return decision{gen: m.gen, retryAfter: m.openedAt + m.openUs() - now}, tr
 	}
 	if m.admitted < m.cfg.Stages[m.stage] {
-		slot := m.admitted
+		slot := len(m.deadlines) // a released probe's slot is not reused
 		m.admitted++
 		m.deadlines = append(m.deadlines, now+m.waitUs())
 		return decision{allowed: true, gen: m.gen, slot: slot}, tr
@@ -182,6 +182,18 @@ func (m *machine) done(now, gen int64, slot int, success bool, tr []transition) 
 		m.moveTo(HalfOpen, nil)
 		m.stage = next
 	}
+	return tr
+}
+
+// release frees the probe slot of a permit given back without a verdict:
+// the stage admits another probe in its place.
+func (m *machine) release(now, gen int64, slot int, tr []transition) []transition {
+	tr = m.advance(now, tr)
+	if gen != m.gen || m.state != HalfOpen || slot < 0 || slot >= len(m.deadlines) || m.deadlines[slot] == 0 {
+		return tr
+	}
+	m.deadlines[slot] = 0
+	m.admitted--
 	return tr
 }
 

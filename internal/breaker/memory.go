@@ -82,3 +82,15 @@ func (p *memoryPermit) Done(_ context.Context, success bool) {
 	p.b.mu.Unlock()
 	p.b.report(tr)
 }
+
+func (p *memoryPermit) Release(context.Context) {
+	if p.done.Swap(true) {
+		return
+	}
+	now := p.b.now().UnixMicro()
+	var buf [2]transition
+	p.b.mu.Lock()
+	tr := p.b.m.release(now, p.gen, p.slot, buf[:0])
+	p.b.mu.Unlock()
+	p.b.report(tr)
+}

@@ -194,3 +194,16 @@ func (p *redisPermit) Done(ctx context.Context, success bool) {
 	}
 	_, _ = p.b.run(context.WithoutCancel(ctx), "done", p.gen, p.slot, success)
 }
+
+// Release gives a probe's place back (see Permit); like Done, it rides the
+// turn's batch when there is one. A closed-state permit holds no place.
+func (p *redisPermit) Release(ctx context.Context) {
+	if p.done.Swap(true) || p.slot < 0 {
+		return
+	}
+	argv := func(age time.Duration) []any { return p.b.argv("release", p.gen, p.slot, false, age) }
+	if redisbatch.Later(ctx, redisScript, p.b.keys, argv, func(cmd *redis.Cmd) { _, _ = p.b.decode(cmd) }) {
+		return
+	}
+	_, _ = p.b.run(context.WithoutCancel(ctx), "release", p.gen, p.slot, false)
+}

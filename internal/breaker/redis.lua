@@ -1,7 +1,7 @@
 -- One breaker decision, atomically. The rules mirror machine.go exactly.
 -- KEYS: state hash, probes hash (slot -> deadline µs), window hash
 --       ("c:<step>"/"f:<step>" -> calls/failures per window step).
--- ARGV: op (allow|done|snap), gen, slot, success (1/0), ageUs, failureThreshold,
+-- ARGV: op (allow|done|release|snap), gen, slot, success (1/0), ageUs, failureThreshold,
 --       failureRate, minCalls, bucketUs, buckets, openUs, waitUs, ttlMs,
 --       windowTtlMs, stages...
 -- ageUs is how long ago the call was made (an outcome queued by a turn's
@@ -30,13 +30,14 @@ for i = 15, #ARGV do stages[#stages + 1] = tonumber(ARGV[i]) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) - ageUs
 
-local v = redis.call('HMGET', K, 'st', 'gen', 'oa', 'stg', 'adm', 'ok')
+local v = redis.call('HMGET', K, 'st', 'gen', 'oa', 'stg', 'adm', 'ok', 'ns')
 local st = tonumber(v[1]) or 0
 local gen = tonumber(v[2]) or 0
 local oa = tonumber(v[3]) or 0
 local stg = tonumber(v[4]) or 0
 local adm = tonumber(v[5]) or 0
 local okc = tonumber(v[6]) or 0
+local ns = tonumber(v[7]) or adm -- the next probe slot: a released one is not reused
 if stg + 1 > #stages then stg = #stages - 1 end
 local dirty = false
 local trans = {}
@@ -62,7 +63,7 @@ local function move(to)
   end
   st = to
   gen = gen + 1
-  stg, adm, okc = 0, 0, 0
+  stg, adm, okc, ns = 0, 0, 0, 0
   probes = {}
   redis.call('DEL', KP, KW)
   dirty = true
@@ -115,7 +116,8 @@ if op == 'allow' then
   elseif st == 1 then
     retry = oa + openUs - now
   elseif adm < stages[stg + 1] then
-    slot = adm
+    slot = ns
+    ns = ns + 1
     adm = adm + 1
     probes[slot] = now + waitUs
     redis.call('HSET', KP, slot, string.format('%d', now + waitUs))
@@ -157,11 +159,17 @@ elseif op == 'done' and pgen == gen then
       end
     end
   end
+elseif op == 'release' and pgen == gen and st == 2 and probes[pslot] ~= nil then
+  -- Given back without a verdict: the stage admits another probe instead.
+  probes[pslot] = nil
+  redis.call('HDEL', KP, pslot)
+  adm = adm - 1
+  dirty = true
 end
 
 if dirty then
   redis.call('HSET', K, 'st', st, 'gen', gen, 'oa', string.format('%d', oa),
-    'stg', stg, 'adm', adm, 'ok', okc)
+    'stg', stg, 'adm', adm, 'ok', okc, 'ns', ns)
   redis.call('PEXPIRE', K, ttlMs)
 end
 

@@ -108,3 +108,7 @@ type batchedPermit struct {
 func (p batchedPermit) Done(ctx context.Context, ok bool) {
 	p.Permit.Done(redisbatch.With(ctx, p.b), ok)
 }
+
+func (p batchedPermit) Release(ctx context.Context) {
+	p.Permit.Release(redisbatch.With(ctx, p.b))
+}

@@ -167,6 +167,20 @@ func (r *refModel) done(now time.Time, p *refPermit, success bool) {
 	r.stage = next
 }
 
+// release gives a probe's place back without a verdict.
+func (r *refModel) release(now time.Time, p *refPermit) {
+	if p.used {
+		return
+	}
+	p.used = true
+	r.catchUp(now)
+	if _, outstanding := r.probes[p.probe]; p.epoch != r.epoch || r.state != "half_open" || !outstanding {
+		return
+	}
+	delete(r.probes, p.probe)
+	r.admitted--
+}
+
 // view is the part of a snapshot the model predicts.
 func (r *refModel) view(now time.Time) string {
 	r.catchUp(now)
@@ -250,6 +264,11 @@ func TestMemoryMatchesReferenceModel(t *testing.T) {
 				case err == nil:
 					permits = append(permits, pair{p, rp})
 				}
+			case k < 5 && len(permits) > 0:
+				i := rng.IntN(len(permits))
+				op = fmt.Sprintf("release #%d", i)
+				permits[i].p.Release(context.Background())
+				ref.release(clock.Now(), permits[i].r)
 			case k < 8 && len(permits) > 0:
 				i := rng.IntN(len(permits))
 				success := rng.IntN(3) > 0

@@ -72,6 +72,7 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 		edge := g.streamError(err)
 		_ = out.Fail(edge)
 		g.log.LogAttrs(ctx, levelFor(edge), "turn failed mid-stream", turnAttrs(t, edge)...)
+		g.charge(ctx, t, res) // a cut answer's tokens were spent all the same
 		return nil, edge
 	}
 	res.TraceID = g.traceID(ctx, t)
@@ -81,9 +82,37 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 		g.log.LogAttrs(ctx, slogInfo, "client gone before done", turnAttrs(t, err)...)
 	}
 
-	// 10. Record usage, history, cache.
+	// 10. Record usage, history, cache: owed whatever the client does now.
+	ctx, cancel := owed(ctx)
+	defer cancel()
 	g.record(ctx, t, res)
 	return res, nil
+}
+
+// settleTimeout bounds what a turn owes once its answer is out (owed).
+// Graceful shutdown waits for turns in flight, so it waits for this too.
+const settleTimeout = 5 * time.Second
+
+// owed is the context of what a turn owes after its answer (the budget
+// charge, the history, the cache, and the shared-state writes queued during
+// the turn): the turn's values without its cancellation, since SDKs close
+// the connection as soon as they read the last event, bounded by
+// settleTimeout.
+func owed(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+}
+
+// charge records against the budgets the usage of an answer that failed
+// mid-stream; res is nil or usage-free when nothing was spent.
+func (g *Gateway) charge(ctx context.Context, t *Turn, res *Result) {
+	if res == nil || res.Usage == (provider.Usage{}) {
+		return
+	}
+	ctx, cancel := owed(ctx)
+	defer cancel()
+	if err := g.budget.Record(ctx, t, res); err != nil {
+		g.log.WarnContext(ctx, "budget record failed", "err", err)
+	}
 }
 
 // validate enforces sizes and encoding; the decoders checked the shape.

@@ -52,6 +52,8 @@ type JobStore interface {
 }
 
 // Lease is a quota reservation, settled with the actual usage or released.
+// Both complete though ctx is cancelled (the client left): the tokens were
+// spent, or the hold must go back, whatever the client does.
 type Lease interface {
 	Settle(ctx context.Context, used provider.Usage)
 	Release(ctx context.Context)

@@ -213,7 +213,20 @@ func (b *Batch) Close(ctx context.Context) {
 // send runs the queued writes, then cmds, as one pipeline under ctx. A
 // queued script Redis no longer knows (NOSCRIPT, after a restart) is sent
 // again with its source.
+//
+// Queued writes are owed whatever became of the turn: the pipeline that
+// carries them does not end when ctx is cancelled (the client hung up), only
+// at ctx's deadline or the batch's timeout, whichever is later.
 func (b *Batch) send(ctx context.Context, later []*laterCmd, cmds []redis.Cmder) {
+	if len(later) > 0 {
+		bound := time.Now().Add(b.timeout)
+		if dl, ok := ctx.Deadline(); ok && dl.After(bound) {
+			bound = dl
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), bound)
+		defer cancel()
+	}
 	ctx = context.WithValue(ctx, sendingKey{}, true)
 	pipe := b.c.Pipeline()
 	now := time.Now()

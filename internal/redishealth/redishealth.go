@@ -129,7 +129,7 @@ func (h *Health) Do(ctx context.Context, fn func(context.Context) error) error {
 	if ok, counts := outcome(ctx, err); counts {
 		permit.Done(ctx, ok)
 	} else {
-		permit.Done(ctx, true) // the caller left; that says nothing about Redis
+		permit.Release(ctx) // the caller left; that says nothing about Redis
 	}
 	return err
 }

@@ -31,7 +31,11 @@ func (r retriever) Retrieve(ctx context.Context, t *gateway.Turn) error {
 		return fmt.Errorf("%w: %w", gateway.ErrSearchOpen, err)
 	}
 	hits, err := r.ix.Search(ctx, t.Message, r.topK)
-	permit.Done(ctx, err == nil)
+	if err != nil && ctx.Err() != nil {
+		permit.Release(ctx) // the turn's share of the deadline ran out, or it left: no verdict on the index
+	} else {
+		permit.Done(ctx, err == nil)
+	}
 	if err != nil {
 		return err
 	}

@@ -201,6 +201,11 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 		// A reservation taken ahead that no step took (the turn was
 		// refused, or ended before step 6) goes back with the last flush.
 		f.releaseSpec(ctx, a)
+		// So does a breaker permit taken ahead and never used: a half-open
+		// probe's place must not be held until the breaker's halfOpenWait.
+		for _, p := range a.takePermits() {
+			p.permit.Release(ctx)
+		}
 		if n := a.neededTokens(); n > 0 {
 			f.sizes.add(n)
 		}
@@ -537,6 +542,18 @@ func (a *ahead) putPermit(model string, p permitAnswer) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.permits[model] = p
+}
+
+// takePermits removes and returns every permit no step took.
+func (a *ahead) takePermits() []permitAnswer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ps := make([]permitAnswer, 0, len(a.permits))
+	for m, p := range a.permits {
+		ps = append(ps, p)
+		delete(a.permits, m)
+	}
+	return ps
 }
 
 func (a *ahead) takePermit(model string) (permitAnswer, bool) {

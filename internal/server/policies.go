@@ -262,17 +262,18 @@ func (iv invoker) Invoke(ctx context.Context, model string, call func(context.Co
 		switch kind := provider.KindOf(err); {
 		case err == nil:
 			permit.Done(ctx, true)
-		case kind == provider.KindThrottled:
-			iv.obs.Throttle("provider")
-			// The provider asked us to slow down: that says nothing about the
-			// model's health (see below).
-		case kind == provider.KindCanceled:
-			// The client left, or the provider asked us to slow down: neither
-			// says the model is unhealthy. Throttling is for the retry
-			// budget, adaptive pressure, the adaptive send rate and the
-			// quota ledger to absorb; a
-			// breaker opened by it would shift all traffic away for a whole
-			// open period.
+		case kind == provider.KindThrottled, kind == provider.KindCanceled:
+			// The provider asked us to slow down, or the client left: neither
+			// says the model is unhealthy, so the permit goes back without a
+			// verdict (a half-open probe's place goes to the next turn).
+			// Throttling is for the retry budget, adaptive pressure, the
+			// adaptive send rate and the quota ledger to absorb; a breaker
+			// opened by it would shift all traffic away for a whole open
+			// period.
+			if kind == provider.KindThrottled {
+				iv.obs.Throttle("provider")
+			}
+			permit.Release(ctx)
 		case kind == provider.KindValidation, kind == provider.KindGuardrail, kind == provider.KindAccessDenied, kind == provider.KindNotFound:
 			permit.Done(ctx, true) // the model answered; the request was the problem
 		default:

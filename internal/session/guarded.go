@@ -47,7 +47,7 @@ func (g Guarded) guard(ctx context.Context, call func() error) error {
 	case err == nil:
 		permit.Done(ctx, true)
 	case ctx.Err() != nil:
-		// The caller left.
+		permit.Release(ctx) // the caller left: no verdict on the store
 	default:
 		permit.Done(ctx, false)
 	}
