@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -356,6 +357,18 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 			plan.History, plan.Truncated, plan.Dropped = keep, true, dropped
 		}
 	}
+	if est.Total > target && len(parts.History) > 0 {
+		// Only the latest exchange is left, and it alone is over the budget
+		// (an answer longer than the input budget): shorten it, or drop it,
+		// rather than refuse every later turn of the session.
+		parts.History = shorten(parts.History, est.HistoryEach, est.Total-target)
+		if est = b.est.Estimate(req.Model, parts); est.Total > target {
+			parts.History = nil
+			est = b.est.Estimate(req.Model, parts)
+		}
+		plan.Dropped += len(plan.History) - len(parts.History)
+		plan.History, plan.Truncated = parts.History, true
+	}
 	if est.Total > b.cfg.RequestInput {
 		return Plan{}, &ExceededError{Budget: BudgetRequestInput, Limit: float64(b.cfg.RequestInput), Used: float64(est.Total)}
 	}
@@ -407,6 +420,31 @@ func truncate(history []Message, each []int, excess int) ([]Message, int) {
 		i++
 	}
 	return history[i:], i
+}
+
+// ShortenedMark ends a history message that shorten cut.
+const ShortenedMark = " …"
+
+// shorten cuts the messages of history, the latest first, by excess tokens
+// and a margin for the estimate's error, each in proportion to its runes.
+// When a message would keep less than a useful part of itself, the history
+// goes whole: a question without its answer would mislead the model.
+func shorten(history []Message, each []int, excess int) []Message {
+	const margin, least = 16, 64 // tokens
+	out := slices.Clone(history)
+	for i := len(out) - 1; i >= 0 && excess > 0; i-- {
+		keep := each[i] - excess - margin
+		if keep < least {
+			if each[i] <= least {
+				continue // short already: cutting it would not help
+			}
+			return nil
+		}
+		runes := []rune(out[i].Content)
+		out[i].Content = string(runes[:len(runes)*keep/each[i]]) + ShortenedMark
+		excess -= each[i] - keep
+	}
+	return out
 }
 
 // Record adds a finished request's billed usage to the session and daily

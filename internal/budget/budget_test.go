@@ -59,6 +59,53 @@ func TestCheckTruncatesOldestHistoryFirst(t *testing.T) {
 	}
 }
 
+// One answer longer than the request's input budget must not block its
+// session: the next turn sends it shortened, with a mark, and the question
+// it answered; a question as long goes with its answer.
+func TestCheckShortensAnExchangeOverTheBudget(t *testing.T) {
+	e := newEnforcer(t, DefaultConfig(), noon(), nil)
+	long := words(6000)
+	tests := []struct {
+		name      string
+		history   []Message
+		wantShort bool // the answer kept, shortened; otherwise no history
+	}{
+		{"a long answer is shortened", []Message{{Role: provider.RoleUser, Content: "tell me everything about One Piece"}, {Role: provider.RoleAssistant, Content: long}}, true},
+		{"a long question and answer go", []Message{{Role: provider.RoleUser, Content: long}, {Role: provider.RoleAssistant, Content: long}}, false},
+		{"older exchanges go first", []Message{
+			{Role: provider.RoleUser, Content: "hi"}, {Role: provider.RoleAssistant, Content: "hello"},
+			{Role: provider.RoleUser, Content: "tell me everything"}, {Role: provider.RoleAssistant, Content: long}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := Request{UserID: "u", SessionID: "s", Model: "sonnet", Parts: Parts{System: "You are MangaAssist.", History: tt.history, User: "and the next volume?"}}
+			plan, err := e.Check(context.Background(), req, sonnet)
+			if err != nil {
+				t.Fatalf("the next turn was refused: %v", err)
+			}
+			if !plan.Truncated || plan.InputTokens > DefaultConfig().RequestInput {
+				t.Fatalf("plan: truncated %v, %d input tokens", plan.Truncated, plan.InputTokens)
+			}
+			if !tt.wantShort {
+				if len(plan.History) != 0 || plan.Dropped != len(tt.history) {
+					t.Fatalf("kept %d messages, dropped %d; want the whole history dropped", len(plan.History), plan.Dropped)
+				}
+				return
+			}
+			if len(plan.History) != 2 || plan.History[0].Role != provider.RoleUser {
+				t.Fatalf("kept %v; want the latest exchange", plan.History)
+			}
+			a := plan.History[1].Content
+			if !strings.HasSuffix(a, ShortenedMark) || len(a) >= len(long) || len(a) < len(long)/4 || !strings.HasPrefix(long, strings.TrimSuffix(a, ShortenedMark)) {
+				t.Fatalf("answer kept as %d of %d bytes (%q…); want its beginning, most of the budget, and the mark", len(a), len(long), a[:min(40, len(a))])
+			}
+			if tt.history[len(tt.history)-1].Content != long {
+				t.Fatal("caller's history modified")
+			}
+		})
+	}
+}
+
 func TestCheckRefusals(t *testing.T) {
 	big := words(5000)
 	tests := []struct {
@@ -72,12 +119,12 @@ func TestCheckRefusals(t *testing.T) {
 	}{
 		{name: "message alone over the request limit", user: big, want: BudgetRequestInput},
 		{
-			name: "latest exchange is kept even when over the limit",
+			name: "an answer over the limit in the history does not refuse the next turn",
 			history: []Message{
 				{Role: provider.RoleUser, Content: "q"},
 				{Role: provider.RoleAssistant, Content: big},
 			},
-			user: "and?", want: BudgetRequestInput,
+			user: "and?", wantMax: 1024,
 		},
 		{
 			name: "context window",
