@@ -170,8 +170,12 @@ type Deadline struct {
 	// Idle bounds the silence between two tokens of a model's answer, on
 	// every provider and entry point: a stalled stream is cancelled and,
 	// before the first byte reached the client, falls back like a timeout;
-	// after it, it ends with an error frame. Must be shorter than
-	// stream.maxDuration, which caps the whole answer. Default 10s.
+	// after it, it ends with an error frame. A client that takes its
+	// answer whole (a JSON /v1/chat, a door without stream) sees nothing
+	// until the end: for it, once firstByte is spent, a silence of
+	// deadline.attempt is a stall, and the next tier gets one attempt.
+	// Must be shorter than stream.maxDuration, which caps the whole
+	// answer. Default 10s.
 	Idle time.Duration `yaml:"idle"`
 	// Whole bounds a model call asked for its whole answer at once (a tier
 	// with upstream "client", for a client that takes its answer whole).

@@ -230,6 +230,12 @@ func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out 
 		if provider.KindOf(err) == provider.KindGuardrail {
 			break // blocked content: another model would block it too (or should not answer it)
 		}
+		if errors.Is(err, errStreamIdle) && takesWhole(out) && t.stallGrace == 0 {
+			// The model stalled mid-answer while the client, waiting for the
+			// whole answer, saw nothing: the next tier gets one attempt's
+			// wait for its first token, though the budget is spent.
+			t.stallGrace = max(g.cfg.Deadline.Attempt-g.firstByteLeft(t), time.Nanosecond)
+		}
 	}
 	return nil, last
 }
@@ -284,7 +290,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		out.Discard()
 		beginTier(out, model, a.m.ModelID, model != g.primary())
 		sctx, span := g.attemptSpan(ctx, t, model, a.m.ModelID)
-		w, r, err := g.call(sctx, t, p, req, whole, out, &a.ttft)
+		w, r, err := g.call(sctx, t, p, req, whole, takesWhole(out), out, &a.ttft)
 		defer w.stop()
 		var attempt provider.Usage
 		if r != nil {
@@ -328,7 +334,12 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 // call makes one model attempt under its watchdog, which the caller stops:
 // a whole answer, written to out once it is in, or a stream, written as it
 // comes. It sets ttft to the time to the first token (to the whole answer).
-func (g *Gateway) call(ctx context.Context, t *Turn, p provider.Provider, req *provider.Request, whole bool, out Output, ttft *time.Duration) (*watchdog, *provider.Response, error) {
+//
+// A client that takes its answer whole (waitsWhole) sees nothing while
+// the model streams: a silence is cut once the first-byte budget is spent
+// and the model has been silent for deadline.attempt, not deadline.idle, so
+// the turn moves to the next tier instead of holding the client.
+func (g *Gateway) call(ctx context.Context, t *Turn, p provider.Provider, req *provider.Request, whole, waitsWhole bool, out Output, ttft *time.Duration) (*watchdog, *provider.Response, error) {
 	start := g.now()
 	if whole {
 		w := g.watchWhole(ctx, t)
@@ -340,6 +351,9 @@ func (g *Gateway) call(ctx context.Context, t *Turn, p provider.Provider, req *p
 		return w, r, err
 	}
 	w := g.watchStream(ctx, t)
+	if waitsWhole {
+		w.byteDeadline, w.shortIdle = t.Received.Add(g.firstByteBudget(t)), g.cfg.Deadline.Attempt
+	}
 	r, err := p.Stream(w, req, func(text string) error {
 		if w.token() {
 			*ttft = g.now().Sub(start)
@@ -475,8 +489,13 @@ type watchdog struct {
 	timer           *time.Timer
 	capAt           time.Time // stream.maxDuration after the turn started
 	idle            time.Duration
-	whole           bool // one whole answer, no tokens to watch
-	seen            atomic.Bool
+	// byteDeadline, when set, is the first-byte deadline of a client that
+	// sees nothing until the answer is whole: past it, a silence of
+	// shortIdle is a stall.
+	byteDeadline time.Time
+	shortIdle    time.Duration
+	whole        bool // one whole answer, no tokens to watch
+	seen         atomic.Bool
 }
 
 // Deadline is the stream's maximum duration, or the turn's own deadline
@@ -509,7 +528,11 @@ func (w *watchdog) fire() {
 // token restarts the idle wait; it reports whether this was the first token.
 func (w *watchdog) token() bool {
 	first := !w.seen.Swap(true)
-	w.timer.Reset(w.within(w.idle))
+	idle := w.idle
+	if !w.byteDeadline.IsZero() {
+		idle = min(idle, max(time.Until(w.byteDeadline), w.shortIdle))
+	}
+	w.timer.Reset(w.within(idle))
 	return first
 }
 
@@ -534,9 +557,9 @@ func (g *Gateway) firstByteLeft(t *Turn) time.Duration {
 // chat budget, or the longer batch budget for P3.
 func (g *Gateway) firstByteBudget(t *Turn) time.Duration {
 	if t.Priority == P3 {
-		return g.cfg.Deadline.Batch
+		return g.cfg.Deadline.Batch + t.stallGrace
 	}
-	return g.cfg.Deadline.FirstByte
+	return g.cfg.Deadline.FirstByte + t.stallGrace
 }
 
 var (

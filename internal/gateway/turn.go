@@ -86,6 +86,10 @@ type Turn struct {
 	// Calibration is opaque to the pipeline: the budget policy keeps what it
 	// needs here to calibrate its estimate once the provider reports usage.
 	Calibration any
+
+	// stallGrace extends the first-byte budget once, for a client taking
+	// its answer whole whose model stalled mid-answer (see invokeRoute).
+	stallGrace time.Duration
 }
 
 // Result is the answer the pipeline delivered.

@@ -191,3 +191,20 @@ func TestMaxDurationCancelsUpstream(t *testing.T) {
 		t.Fatalf("frames %+v, want an error frame stream_timeout", frames)
 	}
 }
+
+// A client taking its answer whole sees nothing while the model streams:
+// when the primary stalls mid-answer, the turn moves to the next tier once
+// the first-byte budget is spent, instead of holding the client for the
+// whole idle bound and then falling to a canned answer.
+func TestAStallMovesAWholeAnswerToTheNextTier(t *testing.T) {
+	cfg := fastConfig()
+	st := cfg.Sim.Models["sonnet"]
+	st.StallAfterTokens = 5
+	cfg.Sim.Models["sonnet"] = st
+	cfg.Deadline.Idle = 30 * time.Second // far beyond the test's limit: only the first-byte rule can end the stall
+	_, srv := startServer(t, cfg)
+	status, a := jsonTurn(t, srv, "json-stall", "Recommend a long fantasy manga series and explain why", 20*time.Second)
+	if status != http.StatusOK || a.Tier != "haiku" || a.Text == "" {
+		t.Fatalf("status %d %+v; want haiku's answer after sonnet stalled", status, a)
+	}
+}
