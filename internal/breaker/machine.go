@@ -197,6 +197,17 @@ func (m *machine) release(now, gen int64, slot int, tr []transition) []transitio
 	return tr
 }
 
+// trip opens the breaker now for a whole open period, unless it is open.
+func (m *machine) trip(now int64, tr []transition) []transition {
+	tr = m.advance(now, tr)
+	if m.state == Open {
+		return tr
+	}
+	tr = m.moveTo(Open, tr)
+	m.openedAt = now
+	return tr
+}
+
 // window counts the outcomes in the last windowBuckets steps.
 func (m *machine) window(now int64) (calls, failures int) {
 	step := now / m.cfg.bucketMicros()

@@ -55,6 +55,18 @@ func (b *Memory) Snapshot(context.Context) (Snapshot, error) {
 	return s, nil
 }
 
+// Trip opens the breaker now, whatever its counts, for a whole open
+// period (an open breaker stays as it is): for an owner that learnt by
+// other means that the guarded dependency is down.
+func (b *Memory) Trip() {
+	now := b.now().UnixMicro()
+	var buf [2]transition
+	b.mu.Lock()
+	tr := b.m.trip(now, buf[:0])
+	b.mu.Unlock()
+	b.report(tr)
+}
+
 func (b *Memory) report(tr []transition) {
 	if b.OnTransition == nil {
 		return

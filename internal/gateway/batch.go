@@ -37,7 +37,14 @@ const (
 	jobStoreTimeout = 2 * time.Second
 )
 
-const batchWorkers = 4
+// batchWorkers is how many messages of one job are answered at once, and
+// batchTurns how many batch turns run at once over all jobs: a quarter of
+// the fleet's Redis pool (64), so that batch work never starves live chat
+// of shared state, however many jobs are queued.
+const (
+	batchWorkers = 4
+	batchTurns   = 16
+)
 
 type batchBody struct {
 	Messages []batchItemBody `json:"messages"`
@@ -94,6 +101,7 @@ type batchJobs struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	running sync.WaitGroup // runBatch, until its job's last save
+	turns   chan struct{}  // a place per batch turn running, batchTurns in all
 
 	mu   sync.Mutex
 	jobs map[string]*batchJob
@@ -107,7 +115,8 @@ func newBatchJobs(cfg config.Batch, store JobStore, now func() time.Time) *batch
 		store = jobstore.NewMemory(cfg.MaxJobs, now)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &batchJobs{cfg: cfg, store: store, now: now, ctx: ctx, cancel: cancel, jobs: make(map[string]*batchJob)}
+	return &batchJobs{cfg: cfg, store: store, now: now, ctx: ctx, cancel: cancel, jobs: make(map[string]*batchJob),
+		turns: make(chan struct{}, batchTurns)}
 }
 
 // save writes j's state to the store, to be kept ResultTTL after it ends
@@ -441,7 +450,7 @@ func (g *Gateway) runBatchItem(ctx context.Context, job *batchJob, i int, body b
 			break
 		}
 		out = &collector{}
-		res, err = g.Run(ctx, t, out)
+		res, err = g.runBatchTurn(ctx, t, out)
 		if !isRateLimited(err) {
 			break
 		}
@@ -468,6 +477,18 @@ func (g *Gateway) runBatchItem(ctx context.Context, job *batchJob, i int, body b
 		job.Results[i] = batchResult{Index: i, Status: "done", Text: out.text(), Tier: res.Tier, Degraded: res.Degraded, CostUSD: res.CostUSD}
 		job.Completed++
 	}
+}
+
+// runBatchTurn runs t once one of the batch turns' places is free; a turn
+// whose job is cancelled while it waits ends as the turn would.
+func (g *Gateway) runBatchTurn(ctx context.Context, t *Turn, out *collector) (*Result, error) {
+	select {
+	case g.batches.turns <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-g.batches.turns }()
+	return g.Run(ctx, t, out)
 }
 
 // stopBatches cancels every batch turn; items not answered yet end canceled.

@@ -326,3 +326,68 @@ func TestBatchJobAnswersFromAnyInstance(t *testing.T) {
 		})
 	}
 }
+
+// gaugeProvider answers after a pause and records the most calls it had
+// in flight at once.
+type gaugeProvider struct {
+	mu        sync.Mutex
+	now, most int
+	calls     int
+}
+
+func (p *gaugeProvider) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
+	return p.Stream(ctx, req, func(string) error { return nil })
+}
+
+func (p *gaugeProvider) Stream(ctx context.Context, req *provider.Request, emit func(string) error) (*provider.Response, error) {
+	p.mu.Lock()
+	p.now++
+	p.calls++
+	p.most = max(p.most, p.now)
+	p.mu.Unlock()
+	defer func() { p.mu.Lock(); p.now--; p.mu.Unlock() }()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(20 * time.Millisecond):
+	}
+	_ = emit("ok ")
+	return &provider.Response{ModelID: "test-" + req.Model, Text: "ok ", Usage: provider.Usage{InputTokens: 5, OutputTokens: 1}}, nil
+}
+
+// However many jobs are queued, batch turns run batchTurns at a time over
+// all of them, so live chat keeps its share of shared state.
+func TestBatchTurnsAreBoundedOverAllJobs(t *testing.T) {
+	p := &gaugeProvider{}
+	_, srv := newBatchGateway(t, p, nil, nil)
+	const jobs, items = 12, 8 // 12 jobs × 4 workers would be 48 turns at once
+	ids := make([]string, jobs)
+	for j := range jobs {
+		r := batchDo(t, srv, http.MethodPost, "/v1/batch", fmt.Sprintf("batch-%d", j), batchBodyOf(items, 10))
+		if r.status != http.StatusAccepted {
+			t.Fatalf("job %d: %d %+v", j, r.status, r.Error)
+		}
+		ids[j] = r.JobID
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for j, id := range ids {
+		for {
+			r := batchDo(t, srv, http.MethodGet, "/v1/batch/"+id, fmt.Sprintf("batch-%d", j), "")
+			if r.Status == "done" {
+				if r.Done != items {
+					t.Fatalf("job %d: %+v", j, r)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %d not done: %+v", j, r)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.most > batchTurns || p.most < batchTurns/2 || p.calls != jobs*items {
+		t.Fatalf("%d calls, at most %d at once; want %d calls, never more than %d at once (and the bound in use)", p.calls, p.most, jobs*items, batchTurns)
+	}
+}

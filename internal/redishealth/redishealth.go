@@ -6,8 +6,11 @@
 // failures or 40% of calls over 30s open it for 15s, then it probes with 1,
 // 3 and 10 calls) installed as a go-redis hook on the client every
 // Redis-backed policy uses. While it is closed, each command's outcome is
-// recorded: a reply from Redis, errors included, is a success; a dial error,
-// timeout, closed connection or the caller's deadline passing is a failure.
+// recorded: a reply from Redis, errors included, is a success; a dial error
+// or a closed connection is a failure. A command that ran out of time (a
+// read timeout, the caller's deadline, no free connection in the pool) is
+// neither: Redis may only be busy, so a PING on a connection of its own
+// checks, and a Redis that does not answer it is declared down at once.
 // While it is open, every command fails at once with ErrDown, without
 // touching the network, and each policy applies its outage rule to that
 // error as it would to any other Redis failure. After the open period the
@@ -41,9 +44,11 @@ const BreakerName = "redis"
 // Health is the health of one Redis server as this process sees it. It is
 // safe for concurrent use; the zero value is not usable, call New.
 type Health struct {
-	br     *breaker.Memory
-	closed atomic.Bool
-	ping   func(context.Context) error // set by Watch; nil: callers' commands probe
+	br        *breaker.Memory
+	closed    atomic.Bool
+	ping      func(context.Context) error // set by Watch; nil: callers' commands probe
+	closePing func() error                // closes the PING's own client
+	verifying atomic.Bool                 // a PING is checking whether a slow Redis is alive
 }
 
 // ProbeTimeout bounds each PING of a recovery probe: generous, because a
@@ -84,9 +89,27 @@ func New(cfg breaker.Config, now func() time.Time, onChange func(healthy bool)) 
 // makes recovery probes PINGs on c, sent in the background with
 // ProbeTimeout, so that no caller's command is spent, or delayed, as a
 // probe. Call it once, before c is used.
+//
+// When c is a *redis.Client, the PINGs go on a small client of their own
+// (Close closes it), so that a pool every caller has taken does not make
+// a busy Redis look dead.
 func (h *Health) Watch(c redis.UniversalClient) {
 	c.AddHook(h.Hook())
-	h.ping = func(ctx context.Context) error { return c.Ping(ctx).Err() }
+	pc := c
+	if rc, ok := c.(*redis.Client); ok {
+		o := *rc.Options()
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 2, 0, 2, 0
+		own := redis.NewClient(&o)
+		pc, h.closePing = own, own.Close
+	}
+	h.ping = func(ctx context.Context) error { return pc.Ping(ctx).Err() }
+}
+
+// Close releases the client Watch made for its PINGs.
+func (h *Health) Close() {
+	if h.closePing != nil {
+		_ = h.closePing()
+	}
 }
 
 // Healthy reports whether Redis is in use: false while the breaker is open
@@ -126,12 +149,48 @@ func (h *Health) Do(ctx context.Context, fn func(context.Context) error) error {
 		return downError{}
 	}
 	err = fn(context.WithValue(ctx, insideKey{}, h))
-	if ok, counts := outcome(ctx, err); counts {
-		permit.Done(ctx, ok)
-	} else {
+	ok, counts := outcome(ctx, err)
+	switch {
+	case !counts:
 		permit.Release(ctx) // the caller left; that says nothing about Redis
+	case !ok && h.ping != nil && slow(err):
+		// Out of time is not down: the pool, or Redis, may only be busy.
+		// A PING on a connection of its own tells which.
+		permit.Release(ctx)
+		h.verify()
+	default:
+		permit.Done(ctx, ok)
 	}
 	return err
+}
+
+// verify PINGs Redis, one check at a time, after a command ran out of
+// time. A Redis that answers was only busy, which is no failure; one that
+// does not answer within ProbeTimeout is down, and the breaker opens at
+// once rather than after its threshold of slow commands.
+func (h *Health) verify() {
+	if !h.verifying.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer h.verifying.Store(false)
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), insideKey{}, h), ProbeTimeout)
+		defer cancel()
+		if ok, _ := outcome(ctx, h.ping(ctx)); !ok && h.closed.Load() {
+			h.br.Trip()
+		}
+	}()
+}
+
+// slow reports an error that says a command ran out of time (its deadline,
+// a read timeout, no free connection in the pool) rather than that Redis
+// refused or dropped it.
+func slow(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // probe PINGs Redis under permit, then under each further probe permit

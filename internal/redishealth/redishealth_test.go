@@ -106,3 +106,80 @@ func TestIsOutage(t *testing.T) {
 		})
 	}
 }
+
+// A Redis that is only busy — every pooled connection taken, commands out
+// of time waiting for one — is not down: a PING on a connection of the
+// health's own answers, and shared state stays in use.
+func TestABusyPoolIsNotAnOutage(t *testing.T) {
+	rs := redistest.Start(t)
+	h := redishealth.New(breaker.Defaults()["redis"], nil, nil)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr, PoolSize: 1, PoolTimeout: 20 * time.Millisecond, ContextTimeoutEnabled: true})
+	defer c.Close()
+	h.Watch(c)
+	defer h.Close()
+	ctx := context.Background()
+
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		_ = c.BLPop(ctx, 1500*time.Millisecond, "nothing-comes").Err() // takes the pool's one connection
+	}()
+	time.Sleep(100 * time.Millisecond)
+	timeouts := 0
+	for range 40 {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+		err := c.Get(cctx, "k").Err()
+		cancel()
+		if errors.Is(err, redishealth.ErrDown) {
+			t.Fatalf("declared down after %d commands that waited for a busy pool", timeouts)
+		}
+		if err != nil && !errors.Is(err, redis.Nil) {
+			timeouts++
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if timeouts < 20 {
+		t.Fatalf("only %d of 40 commands ran out of time: the pool was not busy, the test proves nothing", timeouts)
+	}
+	<-held
+	if !h.Healthy() {
+		t.Fatalf("health %+v after the pool was only busy", h.Snapshot(ctx))
+	}
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("after the busy spell: %v", err)
+	}
+}
+
+// A Redis that stops answering altogether (frozen: connections open, no
+// replies) is declared down by the first slow command's PING, without
+// waiting for the breaker's threshold of timeouts.
+func TestAFrozenRedisIsDeclaredDownByOnePing(t *testing.T) {
+	rs := redistest.Start(t)
+	h := redishealth.New(breaker.Defaults()["redis"], nil, nil)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: 0, ContextTimeoutEnabled: true})
+	defer c.Close()
+	h.Watch(c)
+	defer h.Close()
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rs.Freeze()
+	defer rs.Thaw()
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err := c.Get(cctx, "k").Err()
+	cancel()
+	if err == nil {
+		t.Fatal("a frozen Redis answered")
+	}
+	deadline := time.Now().Add(redishealth.ProbeTimeout + 2*time.Second)
+	for h.Healthy() {
+		if time.Now().After(deadline) {
+			t.Fatalf("one command timed out against a frozen Redis; health still %+v", h.Snapshot(ctx))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := c.Get(ctx, "k").Err(); !errors.Is(err, redishealth.ErrDown) {
+		t.Fatalf("with Redis frozen and declared down: %v; want ErrDown at once", err)
+	}
+}

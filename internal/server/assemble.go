@@ -68,7 +68,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 			s.log.Warn("redis unreachable: policies follow their outage rules until a probe succeeds", "redis", cfg.Fleet.Redis)
 		})
 		s.RedisHealth.Watch(rdb)
-		s.closers = append(s.closers, func() { _ = rdb.Close() })
+		s.closers = append(s.closers, func() { _ = rdb.Close(); s.RedisHealth.Close() })
 		s.Redis = rdb
 	}
 
