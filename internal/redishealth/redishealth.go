@@ -98,7 +98,12 @@ func (h *Health) Watch(c redis.UniversalClient) {
 	pc := c
 	if rc, ok := c.(*redis.Client); ok {
 		o := *rc.Options()
-		o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 2, 0, 2, 0
+		// One PING at a time needs one connection; the pool keeps c's size
+		// all the same, since go-redis stops dialing, for a second at a
+		// time, after as many failed dials as its size, and a probe must
+		// dial the moment Redis is back. One retry: for a connection Redis
+		// closed while it was away.
+		o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 0, 2, 1
 		own := redis.NewClient(&o)
 		pc, h.closePing = own, own.Close
 	}
@@ -160,14 +165,18 @@ func (h *Health) Do(ctx context.Context, fn func(context.Context) error) error {
 		h.verify()
 	default:
 		permit.Done(ctx, ok)
+		if !ok && h.ping != nil {
+			h.verify() // refused or dropped: a PING tells at once whether Redis is gone
+		}
 	}
 	return err
 }
 
-// verify PINGs Redis, one check at a time, after a command ran out of
-// time. A Redis that answers was only busy, which is no failure; one that
-// does not answer within ProbeTimeout is down, and the breaker opens at
-// once rather than after its threshold of slow commands.
+// verify PINGs Redis, one check at a time, after a command failed or ran
+// out of time. A Redis that answers was only busy, or lost one connection,
+// which is no outage; one that does not answer within ProbeTimeout is down,
+// and the breaker opens at once rather than after its threshold of
+// failures, so that turns stop paying for commands sent to a dead server.
 func (h *Health) verify() {
 	if !h.verifying.CompareAndSwap(false, true) {
 		return

@@ -54,6 +54,9 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 			// make each command of an outage wait out the client's backoff
 			// before the health breaker has seen enough failures to open.
 			MaxRetries: 1,
+			// One dial per command: the pool's default five, 100ms apart,
+			// would hold each command of an outage for half a second.
+			DialerRetries: 1,
 		})
 		// A turn's batch (redisbatch) goes first, so that the pipeline it
 		// sends is one call to the health state and to any counting hook.
