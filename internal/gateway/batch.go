@@ -35,6 +35,9 @@ const (
 	jobStale = 3 * jobHeartbeat
 	// jobStoreTimeout bounds one save or load.
 	jobStoreTimeout = 2 * time.Second
+	// finalSaveWait is the longest wait between tries of a job's final
+	// save (1s, 2s, 4s: three tries after the first).
+	finalSaveWait = 4 * time.Second
 )
 
 // batchWorkers is how many messages of one job are answered at once, and
@@ -385,7 +388,17 @@ func (g *Gateway) runBatch(ctx context.Context, job *batchJob, body batchBody, c
 		job.Status = "canceled"
 	}
 	job.mu.Unlock()
-	if err := g.batches.save(job); err != nil {
+	// The final state is what every instance shows for the job's results'
+	// lifetime: a failed save is tried again, a few times, before the job
+	// is left to look canceled elsewhere.
+	var err error
+	for wait := time.Second; ; wait *= 2 {
+		if err = g.batches.save(job); err == nil || wait > finalSaveWait {
+			break
+		}
+		time.Sleep(wait)
+	}
+	if err != nil {
 		g.log.Warn("batch job's final state not saved; other instances will show it canceled", "job", job.ID, "err", err)
 	}
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -389,5 +390,58 @@ func TestBatchTurnsAreBoundedOverAllJobs(t *testing.T) {
 	defer p.mu.Unlock()
 	if p.most > batchTurns || p.most < batchTurns/2 || p.calls != jobs*items {
 		t.Fatalf("%d calls, at most %d at once; want %d calls, never more than %d at once (and the bound in use)", p.calls, p.most, jobs*items, batchTurns)
+	}
+}
+
+// flakyJobs fails every save of a finished job until it has failed
+// failFinal times, as a store that is briefly away would.
+type flakyJobs struct {
+	JobStore
+	mu        sync.Mutex
+	failFinal int
+	failed    int
+}
+
+func (f *flakyJobs) Put(ctx context.Context, id, owner string, state []byte, ttl time.Duration) error {
+	f.mu.Lock()
+	if strings.Contains(string(state), `"finishedAt"`) && f.failed < f.failFinal {
+		f.failed++
+		f.mu.Unlock()
+		return errors.New("store away")
+	}
+	f.mu.Unlock()
+	return f.JobStore.Put(ctx, id, owner, state, ttl)
+}
+
+// A job's final state is what every instance shows for its results'
+// lifetime: a save that fails is tried again rather than leaving the job
+// to look canceled.
+func TestBatchFinalStateIsSavedAgainAfterAFailure(t *testing.T) {
+	jobs := &flakyJobs{JobStore: jobstore.NewMemory(8, time.Now), failFinal: 1}
+	g, err := New(config.Default(), Deps{Providers: both(&scriptProvider{answer: "ok "}), Jobs: jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler("admin-secret", nil))
+	t.Cleanup(srv.Close)
+	r := batchDo(t, srv, http.MethodPost, "/v1/batch", "saver", batchBodyOf(2, 10))
+	if r.status != http.StatusAccepted {
+		t.Fatalf("submit: %d %+v", r.status, r.Error)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		state, ok, err := jobs.JobStore.Get(context.Background(), r.JobID, "saver")
+		if err == nil && ok && strings.Contains(string(state), `"status":"done"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stored state after a failed final save: %s (ok %v, err %v)", state, ok, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	jobs.mu.Lock()
+	defer jobs.mu.Unlock()
+	if jobs.failed != 1 {
+		t.Fatalf("%d final saves failed; the test meant one", jobs.failed)
 	}
 }
