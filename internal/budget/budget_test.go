@@ -288,6 +288,8 @@ func TestPriceCost(t *testing.T) {
 		{"haiku", Price{InputPerMTok: 0.25, OutputPerMTok: 1.25}, provider.Usage{InputTokens: 4000, OutputTokens: 1000}, 0.001 + 0.00125},
 		{"cached at own rate", Price{InputPerMTok: 3, OutputPerMTok: 15, CachedInputPerMTok: 0.3}, provider.Usage{InputTokens: 1000, CachedInputTokens: 10_000}, 0.003 + 0.003},
 		{"cached as input when unpriced", sonnet, provider.Usage{CachedInputTokens: 10_000}, 0.03},
+		{"cache writes at their own rate", Price{InputPerMTok: 3, OutputPerMTok: 15, CachedInputPerMTok: 0.3, CacheWritePerMTok: 3.75},
+			provider.Usage{InputTokens: 100, CachedInputTokens: 1000, CacheWriteTokens: 2000, OutputTokens: 10}, (100*3 + 1000*0.3 + 2000*3.75 + 10*15) / 1e6},
 	}
 	for _, tt := range tests {
 		if got := tt.price.Cost(tt.usage); got < tt.want-1e-12 || got > tt.want+1e-12 {

@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/fmgate/fmgate/internal/breaker"
+	"github.com/fmgate/fmgate/internal/budget"
 )
 
 // Config is the whole gateway configuration. The zero value is not useful;
@@ -129,9 +130,16 @@ type Model struct {
 	// credential chain instead.
 	APIKeyEnv string `yaml:"apiKeyEnv"`
 	// Price per million tokens.
-	InputPerMTok       float64 `yaml:"inputPerMTok"`
-	OutputPerMTok      float64 `yaml:"outputPerMTok"`
+	InputPerMTok  float64 `yaml:"inputPerMTok"`
+	OutputPerMTok float64 `yaml:"outputPerMTok"`
+	// CachedInputPerMTok prices input read from the vendor's prompt cache;
+	// 0 means the vendor's published ratio to inputPerMTok: a tenth on
+	// Anthropic, Bedrock and the simulator, a half on OpenAI.
 	CachedInputPerMTok float64 `yaml:"cachedInputPerMTok"`
+	// CacheWritePerMTok prices input written to the vendor's prompt cache;
+	// 0 means 1.25 × inputPerMTok (Anthropic's and Bedrock's five-minute
+	// cache).
+	CacheWritePerMTok float64 `yaml:"cacheWritePerMTok"`
 	// ContextWindow in tokens. Default 200,000.
 	ContextWindow int `yaml:"contextWindow"`
 	// MaxOutputTokens per answer. Default 1,024.
@@ -437,7 +445,7 @@ func (c Config) Validate() error {
 		}
 		seen[m.Name] = true
 		m.validateProvider(&v, p)
-		if m.InputPerMTok < 0 || m.OutputPerMTok < 0 || m.CachedInputPerMTok < 0 {
+		if m.InputPerMTok < 0 || m.OutputPerMTok < 0 || m.CachedInputPerMTok < 0 || m.CacheWritePerMTok < 0 {
 			v.add(p, "prices must be >= 0")
 		}
 		if m.ContextWindow <= 0 {
@@ -529,6 +537,23 @@ func (c Config) Validate() error {
 }
 
 // Providers fmgate can call.
+// Price is the model's price for each class of tokens, the cache classes
+// defaulted from inputPerMTok (see CachedInputPerMTok, CacheWritePerMTok).
+func (m Model) Price() budget.Price {
+	p := budget.Price{InputPerMTok: m.InputPerMTok, OutputPerMTok: m.OutputPerMTok,
+		CachedInputPerMTok: m.CachedInputPerMTok, CacheWritePerMTok: m.CacheWritePerMTok}
+	if p.CachedInputPerMTok == 0 {
+		p.CachedInputPerMTok = m.InputPerMTok / 10
+		if m.Provider == "openai" {
+			p.CachedInputPerMTok = m.InputPerMTok / 2
+		}
+	}
+	if p.CacheWritePerMTok == 0 {
+		p.CacheWritePerMTok = m.InputPerMTok * 1.25
+	}
+	return p
+}
+
 var providers = []string{"sim", "bedrock", "anthropic", "openai"}
 
 // validateProvider checks what the model's provider needs that a config file

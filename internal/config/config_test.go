@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -143,5 +144,28 @@ func TestBreakerEntryKeepsDefaults(t *testing.T) {
 	}
 	if _, err := Parse(strings.NewReader("breakers:\n  search: {failureRate: 1.5}\n")); err == nil || !strings.Contains(err.Error(), "breakers.search.failureRate") {
 		t.Errorf("an invalid field set in the file: %v; want it reported", err)
+	}
+}
+
+// A model priced by its input and output alone pays each vendor's
+// published ratios for its prompt cache: reads a tenth of input on
+// Anthropic, Bedrock and the simulator, a half on OpenAI, and writes 1.25×
+// input; prices set in the file win.
+func TestModelPriceDefaultsTheCacheClasses(t *testing.T) {
+	tests := []struct {
+		name            string
+		give            Model
+		wantRead, wantW float64
+	}{
+		{"anthropic", Model{Provider: "anthropic", InputPerMTok: 3}, 0.3, 3.75},
+		{"bedrock", Model{Provider: "bedrock", InputPerMTok: 3}, 0.3, 3.75},
+		{"openai", Model{Provider: "openai", InputPerMTok: 0.15}, 0.075, 0.1875},
+		{"set in the file", Model{Provider: "openai", InputPerMTok: 2, CachedInputPerMTok: 0.5, CacheWritePerMTok: 2}, 0.5, 2},
+	}
+	for _, tt := range tests {
+		p := tt.give.Price()
+		if math.Abs(p.CachedInputPerMTok-tt.wantRead) > 1e-12 || math.Abs(p.CacheWritePerMTok-tt.wantW) > 1e-12 || p.InputPerMTok != tt.give.InputPerMTok {
+			t.Errorf("%s: price %+v; want cache reads at %v and writes at %v", tt.name, p, tt.wantRead, tt.wantW)
+		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/fmgate/fmgate/internal/artifacts"
-	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/provider"
@@ -339,7 +338,7 @@ func isShuttingDown(err error) bool {
 
 // cost prices usage with the model's price table (one definition, in budget).
 func cost(m modelConfig, u provider.Usage) float64 {
-	return budget.Price{InputPerMTok: m.InputPerMTok, OutputPerMTok: m.OutputPerMTok, CachedInputPerMTok: m.CachedInputPerMTok}.Cost(u)
+	return m.Price().Cost(u)
 }
 
 // final marks an error that must not be retried (text reached the client).

@@ -115,7 +115,7 @@ func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 		Tier:       res.Tier,
 		Degraded:   res.Degraded,
 		Confidence: res.Confidence,
-		Usage:      usageJSON{Input: res.Usage.InputTokens, Output: res.Usage.OutputTokens},
+		Usage:      usageJSON{Input: res.Usage.Input(), Output: res.Usage.OutputTokens},
 		CostUSD:    res.CostUSD,
 		TraceID:    res.TraceID,
 	})

@@ -46,7 +46,7 @@ func (o *StreamOutput) Finish(res *Result) error {
 		Tier:       res.Tier,
 		Degraded:   res.Degraded,
 		Confidence: res.Confidence,
-		Tokens:     stream.Tokens{Input: res.Usage.InputTokens, Output: res.Usage.OutputTokens},
+		Tokens:     stream.Tokens{Input: res.Usage.Input(), Output: res.Usage.OutputTokens},
 		CostUSD:    res.CostUSD,
 		TraceID:    res.TraceID,
 		CacheHit:   res.CacheHit,

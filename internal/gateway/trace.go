@@ -200,7 +200,10 @@ func (o *tracedOutput) end(res *Result, code string) {
 const FlagUsageEstimated = "usage_estimated"
 
 func endAttempt(span *events.Span, m modelConfig, u provider.Usage, err error) {
-	span.SetTokens(u.InputTokens, u.OutputTokens)
+	span.SetTokens(u.Input(), u.OutputTokens)
+	if u.CachedInputTokens > 0 {
+		span.SetCacheHit(events.CachePrefixPartial) // the vendor read part of the prompt from its cache
+	}
 	span.SetCost(cost(m, u))
 	if u.Estimated {
 		// The vendor reported no usage (the stream was cut or abandoned):

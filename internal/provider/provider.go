@@ -43,6 +43,11 @@ type Request struct {
 }
 
 // Usage is what the provider reports it billed for the call.
+//
+// The input classes are disjoint, as Anthropic and Bedrock report them:
+// InputTokens is the input neither read from nor written to the prompt
+// cache. A provider whose vendor counts cached tokens inside its prompt
+// total (OpenAI) subtracts them, so that each token is priced once.
 type Usage struct {
 	InputTokens  int
 	OutputTokens int
@@ -54,6 +59,10 @@ type Usage struct {
 	// before its final event) and the figures are the gateway's estimate.
 	Estimated bool
 }
+
+// Input is every input token of the call, cached, written or neither: what
+// the prompt was, for budgets, quotas and the estimate's calibration.
+func (u Usage) Input() int { return u.InputTokens + u.CachedInputTokens + u.CacheWriteTokens }
 
 // Add returns the sum of two usages; the sum is estimated if either is.
 func (u Usage) Add(o Usage) Usage {

@@ -262,3 +262,75 @@ func TestOpenAIMidStreamCutEndsInErrorFrame(t *testing.T) {
 		t.Fatalf("stream:\n%s", got)
 	}
 }
+
+// OpenAI counts cached tokens inside prompt_tokens. A turn on an openai
+// tier whose prompt was mostly read from the cache costs what OpenAI bills
+// for it (each token priced once, cached ones at the cached rate), on a
+// whole answer and on a stream, and the OpenAI door reports the usage as
+// OpenAI would.
+func TestOpenAICachedTokensArePricedOnce(t *testing.T) {
+	const prompt, cached, completion = 2000, 1500, 100
+	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}`,
+		prompt, completion, prompt+completion, cached)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Stream bool `json:"stream"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		if !req.Stream {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-test","choices":[{"index":0,"message":{"role":"assistant","content":"Try One Piece."},"finish_reason":"stop"}],"usage":%s}`, usage)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-test","choices":[{"index":0,"delta":{"content":"Try One Piece."},"finish_reason":"stop"}]}`+"\n\n")
+		fmt.Fprintf(w, `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-test","choices":[],"usage":%s}`+"\n\ndata: [DONE]\n\n", usage)
+	}))
+	t.Cleanup(up.Close)
+	const in, out = 0.15, 0.6 // $/MTok; cached input defaults to half
+	want := (float64(prompt-cached)*in + float64(cached)*in/2 + float64(completion)*out) / 1e6
+
+	for _, upstream := range []string{config.UpstreamClient, config.UpstreamStream} {
+		t.Run(upstream, func(t *testing.T) {
+			cfg := quickConfig()
+			m := &cfg.Models[0]
+			m.Provider, m.Endpoint, m.ModelID, m.Upstream = "openai", up.URL+"/v1", "gpt-test", upstream
+			m.InputPerMTok, m.OutputPerMTok, m.CachedInputPerMTok = in, out, 0
+			sc := newScenario(t, cfg)
+			a := sc.chat("cached-"+upstream, "recommend a manga", "en")
+			if a.Status != 200 || a.Tier != "sonnet" {
+				t.Fatalf("turn: %+v", a)
+			}
+			if math.Abs(a.CostUSD-want) > want*0.001 {
+				t.Fatalf("cost $%.8f; OpenAI bills $%.8f for %d prompt tokens of which %d cached", a.CostUSD, want, prompt, cached)
+			}
+			if a.Usage.Input != prompt {
+				t.Fatalf("input tokens %d; want the whole prompt, %d", a.Usage.Input, prompt)
+			}
+
+			req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat/completions",
+				strings.NewReader(`{"model":"sonnet","messages":[{"role":"user","content":"recommend a manga"}]}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-User-Id", "door-"+upstream)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var body struct {
+				Usage struct {
+					Prompt  int `json:"prompt_tokens"`
+					Details struct {
+						Cached int `json:"cached_tokens"`
+					} `json:"prompt_tokens_details"`
+				} `json:"usage"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("door: %d, %v", resp.StatusCode, err)
+			}
+			if body.Usage.Prompt != prompt || body.Usage.Details.Cached != cached {
+				t.Fatalf("the OpenAI door reports %+v; want prompt_tokens %d with %d cached, as OpenAI does", body.Usage, prompt, cached)
+			}
+		})
+	}
+}

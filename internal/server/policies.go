@@ -79,10 +79,10 @@ func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Resu
 		return nil
 	}
 	// A continued answer's input counts two calls; it would skew calibration.
-	if counts, ok := t.Calibration.(budget.ScriptCounts); ok && res.Usage.InputTokens > 0 && !res.Continued {
-		b.enf.Estimator().Observe(res.Tier, counts, res.Usage.InputTokens)
+	if counts, ok := t.Calibration.(budget.ScriptCounts); ok && res.Usage.Input() > 0 && !res.Continued && !res.Usage.Estimated {
+		b.enf.Estimator().Observe(res.Tier, counts, res.Usage.Input())
 	}
-	err := b.enf.Record(ctx, t.UserID, t.SessionID, res.Usage.InputTokens, res.Usage.OutputTokens, res.CostUSD)
+	err := b.enf.Record(ctx, t.UserID, t.SessionID, res.Usage.Input(), res.Usage.OutputTokens, res.CostUSD)
 	if errors.Is(err, redishealth.ErrDown) {
 		return nil // counters fail open while Redis is down; the outage was logged once
 	}
@@ -214,7 +214,7 @@ type lease struct {
 
 func (l lease) Settle(ctx context.Context, u provider.Usage) {
 	if l.res != nil {
-		_ = l.res.Settle(context.WithoutCancel(ctx), u.InputTokens+u.OutputTokens)
+		_ = l.res.Settle(context.WithoutCancel(ctx), u.Input()+u.OutputTokens)
 	}
 	l.notify(ctx)
 }
@@ -330,7 +330,7 @@ func localize(locale, en, ja string) string {
 func prices(cfg config.Config) map[string]budget.Price {
 	p := make(map[string]budget.Price, len(cfg.Models))
 	for _, m := range cfg.Models {
-		p[m.Name] = budget.Price{InputPerMTok: m.InputPerMTok, OutputPerMTok: m.OutputPerMTok, CachedInputPerMTok: m.CachedInputPerMTok}
+		p[m.Name] = m.Price()
 	}
 	return p
 }

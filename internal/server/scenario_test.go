@@ -80,7 +80,11 @@ type answer struct {
 	Confidence float64 `json:"confidence"`
 	CostUSD    float64 `json:"costUsd"`
 	TraceID    string  `json:"traceId"`
-	Error      struct {
+	Usage      struct {
+		Input  int `json:"input"`
+		Output int `json:"output"`
+	} `json:"usage"`
+	Error struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	} `json:"error"`

@@ -318,7 +318,7 @@ func answeredBy(modelID, tier string) string {
 }
 
 func usageOf(res *gateway.Result) Usage {
-	return Usage{PromptTokens: res.Usage.InputTokens, CompletionTokens: res.Usage.OutputTokens,
+	return Usage{PromptTokens: res.Usage.Input(), CompletionTokens: res.Usage.OutputTokens,
 		CachedTokens: res.Usage.CachedInputTokens, CostUSD: res.CostUSD}
 }
 

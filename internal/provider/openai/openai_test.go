@@ -370,7 +370,7 @@ func TestStreamWire(t *testing.T) {
 		{name: "CRLF, comments, event names and ids",
 			body: ": keep-alive\r\n\r\nevent: message\r\nid: 1\r\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\r\n\r\n" +
 				"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":1}}}\r\n\r\n" + done,
-			wantText: "ab", wantUsage: provider.Usage{InputTokens: 3, OutputTokens: 2, CachedInputTokens: 1}, wantStop: "max_tokens"},
+			wantText: "ab", wantUsage: provider.Usage{InputTokens: 2, OutputTokens: 2, CachedInputTokens: 1}, wantStop: "max_tokens"},
 		{name: "escapes and a data field over two lines",
 			body: "data: {\"choices\":[{\"index\":0,\n" + "data: \"delta\":{\"content\":\"\\u3053\\u3093 \\\"x\\\"\\n\"},\"finish_reason\":\"stop\"}]}\n\n" +
 				"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":4}}\n\n" + done,

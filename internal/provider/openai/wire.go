@@ -331,6 +331,9 @@ func readUsage(p *scanner) (u provider.Usage, ok bool, err error) {
 		}
 		return err
 	})
+	// OpenAI counts the cached tokens inside prompt_tokens; Usage keeps
+	// its input classes apart.
+	u.InputTokens = max(u.InputTokens-u.CachedInputTokens, 0)
 	return u, err == nil, err
 }
 

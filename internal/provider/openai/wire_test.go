@@ -38,7 +38,8 @@ func TestDecodeChunk(t *testing.T) {
 		{name: "the first choice of index 0", data: `{"choices":[{"index":1,"delta":{"content":"b"}},{"index":0,"delta":{"content":"a"}},{"index":0,"delta":{"content":"c"}}]}`,
 			want: chunk{content: "a"}},
 		{name: "usage", data: `{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3.0,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":4,"audio_tokens":null}}}`,
-			want: chunk{usage: provider.Usage{InputTokens: 12, OutputTokens: 3, CachedInputTokens: 4}, reported: true}},
+			// prompt_tokens counts the cached tokens; Usage keeps them apart
+			want: chunk{usage: provider.Usage{InputTokens: 8, OutputTokens: 3, CachedInputTokens: 4}, reported: true}},
 		{name: "null usage and null delta", data: `{"choices":[{"index":0,"delta":null,"finish_reason":"length"}],"usage":null}`,
 			want: chunk{finish: "length"}},
 		{name: "error event", data: `{"error":{"message":"slow down","type":"requests","code":429,"param":null}}`,
