@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -567,5 +568,42 @@ func TestDrainEndsTurnsWaitingForQuota(t *testing.T) {
 	defer p.mu.Unlock()
 	if p.calls != 0 {
 		t.Fatalf("the provider was called %d times for turns that never left the queue", p.calls)
+	}
+}
+
+// A page cannot set Authorization on a WebSocket: its API key comes as a
+// subprotocol, "fmgate.bearer." + base64url(key), beside "fmgate.v1", which
+// the gateway selects. A wrong key is refused like a wrong bearer key.
+func TestWebSocketKeyAsSubprotocol(t *testing.T) {
+	_, srv := newTestGateway(t, both(&scriptProvider{answer: "hello there "}), func(c *config.Config) {
+		c.Auth.TrustUserHeader = false
+		c.Auth.Keys = map[string]config.Caller{"k-page": {UserID: "page-user"}}
+	})
+	turn := func(key string) frame {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/ws", &websocket.DialOptions{
+			Subprotocols: []string{WSProtocol, KeyProtocolPrefix + base64.RawURLEncoding.EncodeToString([]byte(key))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		if got := resp.Header.Get("Sec-WebSocket-Protocol"); got != WSProtocol || c.Subprotocol() != WSProtocol {
+			t.Fatalf("selected subprotocol %q; want %q (never the key)", got, WSProtocol)
+		}
+		send(t, c, map[string]string{"action": "sendMessage", "requestId": "r1", "sessionId": "s1", "message": "hello"})
+		for {
+			f := readFrame(t, c)
+			if f.Type == "done" || f.Type == "error" {
+				return f
+			}
+		}
+	}
+	if f := turn("k-page"); f.Type != "done" {
+		t.Fatalf("with the page's key: %+v", f)
+	}
+	if f := turn("k-wrong"); f.Type != "error" || f.Code != CodeUnauthorized {
+		t.Fatalf("with a wrong key: %+v; want unauthorized", f)
 	}
 }

@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,7 +28,8 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 			Message: "The assistant is restarting. Please reconnect in a few seconds.", RetryAfter: 5 * time.Second})
 		return
 	}
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.Server.OriginPatterns})
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.Server.OriginPatterns,
+		Subprotocols: []string{WSProtocol}})
 	if err != nil {
 		return // Accept has answered the client
 	}
@@ -36,7 +39,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(-1)
 	frameLimit := int64(max(64<<10, 4*g.cfg.Server.MaxMessageBytes))
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	conn := &wsConn{c: c, g: g, r: r, turns: make(map[string]context.CancelFunc)}
+	conn := &wsConn{c: c, g: g, r: r, key: wsKey(r), turns: make(map[string]context.CancelFunc)}
 	defer func() {
 		cancel()
 		conn.wg.Wait()
@@ -76,6 +79,33 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 
 var errFrameTooLarge = errors.New("frame too large")
 
+// A browser cannot set an Authorization header on a WebSocket, so a page
+// sends its API key as a subprotocol: KeyProtocolPrefix followed by the key
+// in unpadded base64url, offered beside WSProtocol, which the server
+// selects. (The bundled chat page does, once its user entered a key.)
+const (
+	WSProtocol        = "fmgate.v1"
+	KeyProtocolPrefix = "fmgate.bearer."
+)
+
+// wsKey is the API key of a WebSocket upgrade: its Authorization: Bearer
+// header, else the key a page offered as a subprotocol.
+func wsKey(r *http.Request) string {
+	if key, ok := bearer(r); ok {
+		return key
+	}
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for p := range strings.SplitSeq(h, ",") {
+			if enc, ok := strings.CutPrefix(strings.TrimSpace(p), KeyProtocolPrefix); ok {
+				if key, err := base64.RawURLEncoding.DecodeString(enc); err == nil {
+					return string(key)
+				}
+			}
+		}
+	}
+	return ""
+}
+
 // readMessage reads one message, keeping at most limit bytes: a longer one is
 // read to its end and dropped (errFrameTooLarge), so memory stays bounded and
 // the connection usable.
@@ -99,9 +129,10 @@ func readMessage(ctx context.Context, c *websocket.Conn, limit int64) (websocket
 
 // wsConn is one chat WebSocket.
 type wsConn struct {
-	c *websocket.Conn
-	g *Gateway
-	r *http.Request
+	c   *websocket.Conn
+	g   *Gateway
+	r   *http.Request
+	key string // the API key of the upgrade: Authorization: Bearer, or a page's subprotocol
 
 	mu    sync.Mutex
 	turns map[string]context.CancelFunc
@@ -144,7 +175,7 @@ func (cn *wsConn) startTurn(ctx context.Context, f clientFrame) {
 			Surface:     "ws",
 			TraceParent: cn.r.Header.Get("traceparent"),
 		}
-		if err := cn.g.authenticate(cn.r, f.UserID, t); err != nil {
+		if err := cn.g.Authenticate(cn.r, cn.key, f.UserID, t); err != nil {
 			cn.sendError(tctx, f.RequestID, cn.g.Refuse(tctx, t, err))
 			return
 		}

@@ -221,3 +221,50 @@ func TestChatPageShowsStatus(t *testing.T) {
 		t.Fatalf("after the answer: status still shown %v, text %q", left, text)
 	}
 }
+
+// With auth.keys set, the bundled chat page asks its user for an API key
+// (a browser cannot send Authorization on a WebSocket) and then answers,
+// the key going as a subprotocol of the page's own connection.
+func TestChatPageAsksForAnAPIKey(t *testing.T) {
+	cfg := fastConfig()
+	cfg.Auth.TrustUserHeader = false
+	cfg.Auth.Keys = map[string]config.Caller{"k-shop-テスト": {UserID: "shop-user", Tier: "standard"}}
+	_, srv := startServer(t, cfg)
+	ctx := browsertest.New(t, 60*time.Second)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(`#conn[data-state="open"]`),
+		chromedp.Click(`#locale-en`),
+		chromedp.SendKeys(`#message`, "recommend a manga"),
+		chromedp.Click(`#send`),
+		chromedp.WaitVisible(`#keyform`),
+	); err != nil {
+		t.Fatalf("the page did not ask for a key: %v", err)
+	}
+	msg, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector(".msg.bot .err").textContent`))
+	if !strings.Contains(msg, "API key") {
+		t.Fatalf("the refused message shows %q; want the page's own request for a key", msg)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(`#apikey`, "k-shop-テスト"),
+		chromedp.Click(`#apikey-save`),
+		chromedp.WaitVisible(`#conn[data-state="open"]`),
+		chromedp.SendKeys(`#message`, "recommend a manga"),
+		chromedp.Click(`#send`),
+	); err != nil {
+		t.Fatalf("entering the key: %v", err)
+	}
+	last := `document.querySelectorAll(".msg.bot")[1]`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!!(`+last+` && `+last+`.dataset.done)`)); err != nil {
+		t.Fatalf("no answer after the key was entered: %v", err)
+	}
+	done, _ := chromedp.Run(ctx, chromedp.Evaluate[string](last+`.dataset.done`))
+	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](last+`.querySelector(".text").textContent`))
+	if done != "true" || text == "" {
+		t.Fatalf("after the key: done=%q text=%q; want an answer", done, text)
+	}
+	hidden, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector("#keyform").hidden`))
+	if !hidden {
+		t.Fatal("the key form stayed open after an answer")
+	}
+}

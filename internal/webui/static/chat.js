@@ -8,12 +8,14 @@ const TEXT = {
     send: "送信", connecting: "接続中…", open: "接続済み", closed: "切断（再接続します）",
     degraded: "簡易回答", tier: "回答元", reconnecting: (s) => `接続が切れました。${s}秒後に再接続します…`,
     retryAfter: (s) => `${s}秒後にもう一度お試しください。`, notConnected: "接続されていません。再接続をお待ちください。",
+    keyPrompt: "このアシスタントを使うには API キーが必要です。キーを入力してください。", keyLabel: "API キー", keySave: "保存",
   },
   en: {
     placeholder: "Ask anything about manga (e.g. which shonen series do you recommend?)",
     send: "Send", connecting: "Connecting…", open: "Connected", closed: "Disconnected (reconnecting)",
     degraded: "degraded answer", tier: "answered by", reconnecting: (s) => `Connection lost. Reconnecting in ${s}s…`,
     retryAfter: (s) => `Please try again in ${s}s.`, notConnected: "Not connected. Please wait for the reconnection.",
+    keyPrompt: "This assistant needs an API key. Enter yours to continue.", keyLabel: "API key", keySave: "Save",
   },
 };
 
@@ -21,6 +23,9 @@ const state = {
   locale: localStorage.getItem("locale") || ((navigator.language || "ja").startsWith("ja") ? "ja" : "en"),
   ws: null, attempt: 0, pending: new Map(), seq: 0,
   session: sessionStorage.getItem("session") || ("s-" + Math.random().toString(36).slice(2, 12)),
+  // key is the API key this tab's user entered, when the gateway asks for
+  // one (auth.keys set); it stays in this tab only.
+  key: sessionStorage.getItem("apiKey") || "",
 };
 sessionStorage.setItem("session", state.session);
 
@@ -40,7 +45,25 @@ function setLocale(l) {
   for (const b of document.querySelectorAll("[data-locale]")) b.setAttribute("aria-pressed", String(b.dataset.locale === l));
   $("message").placeholder = t().placeholder;
   $("send").textContent = t().send;
+  $("apikey-label").textContent = t().keyLabel;
+  $("apikey-save").textContent = t().keySave;
+  $("apikey-prompt").textContent = t().keyPrompt;
   setConn($("conn").dataset.state);
+}
+
+// keyProtocols carries the API key on the WebSocket: a browser cannot set
+// an Authorization header there, so the key goes as a subprotocol
+// ("fmgate.bearer." + base64url), beside the one the gateway selects.
+function keyProtocols() {
+  if (!state.key) return undefined;
+  const bytes = new TextEncoder().encode(state.key);
+  const b64 = btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  return ["fmgate.v1", "fmgate.bearer." + b64];
+}
+
+function askKey() {
+  $("keyform").hidden = false;
+  $("apikey").focus();
 }
 
 function setConn(s) {
@@ -70,7 +93,7 @@ function addMessage(kind, text) {
 function connect() {
   setConn("connecting");
   const proto = location.protocol === "https:" ? "wss:" : "ws:";
-  const ws = new WebSocket(`${proto}//${location.host}/ws`);
+  const ws = new WebSocket(`${proto}//${location.host}/ws`, keyProtocols());
   state.ws = ws;
   ws.onopen = () => { state.attempt = 0; setConn("open"); banner(""); };
   ws.onmessage = (ev) => {
@@ -92,8 +115,9 @@ function connect() {
 function onFrame(f) {
   if (f.type === "heartbeat") return;
   const p = state.pending.get(f.requestId);
+  if (f.type === "error" && f.code === "unauthorized") askKey();
   if (f.type === "error" && !p) {
-    banner(f.message + (f.retryAfterSeconds ? " " + t().retryAfter(f.retryAfterSeconds) : ""));
+    banner(f.code === "unauthorized" ? t().keyPrompt : f.message + (f.retryAfterSeconds ? " " + t().retryAfter(f.retryAfterSeconds) : ""));
     return;
   }
   if (!p) return;
@@ -171,7 +195,7 @@ function fail(p, f) {
   const e = document.createElement("div");
   e.className = "meta err";
   e.dataset.testid = "error";
-  e.textContent = f.message + (f.retryAfterSeconds ? " " + t().retryAfter(f.retryAfterSeconds) : "");
+  e.textContent = f.code === "unauthorized" ? t().keyPrompt : f.message + (f.retryAfterSeconds ? " " + t().retryAfter(f.retryAfterSeconds) : "");
   p.el.appendChild(e);
   p.el.dataset.done = "error";
 }
@@ -194,6 +218,16 @@ document.addEventListener("DOMContentLoaded", () => {
     if (!text) return;
     $("message").value = "";
     send(text);
+  });
+  $("keyform").addEventListener("submit", (e) => {
+    e.preventDefault();
+    state.key = $("apikey").value.trim();
+    sessionStorage.setItem("apiKey", state.key);
+    $("apikey").value = "";
+    $("keyform").hidden = true;
+    // Reconnect with the key at once: the next message goes with it.
+    if (state.ws) { state.attempt = 0; state.ws.onclose = null; state.ws.close(); }
+    connect();
   });
   $("message").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer").requestSubmit(); }
