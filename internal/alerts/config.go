@@ -49,8 +49,9 @@ type Rules struct {
 	// above Threshold, over at least MinTurns turns. Default 0.5, 20 turns,
 	// for 2m.
 	SaturatedFallback Rule `yaml:"saturatedFallback"`
-	// ErrorRate: failed turns over all turns in the live window. Default
-	// 0.05, 20 turns, for 2m.
+	// ErrorRate: turns the gateway failed over all turns in the live
+	// window; refusals (a client's bad request, a rate limit, a budget) are
+	// not failures. Default 0.05, 20 turns, for 2m.
 	ErrorRate Rule `yaml:"errorRate"`
 	// TTFTP99: the p99 time to first byte in milliseconds, against the 3 s
 	// goal. Default 3000 ms, 20 turns, for 2m.

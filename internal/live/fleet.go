@@ -139,7 +139,8 @@ func (a *Aggregator) fleetFigures(ctx context.Context, now time.Time, s *Snapsho
 }
 
 func instanceLine(w Window) InstanceFigures {
-	l := InstanceFigures{ID: w.Instance, LastSeen: w.At, Turns: w.Turns, Errors: w.Failed}
+	errs, _, _, _ := splitRefusals(w.Failed, w.Errs)
+	l := InstanceFigures{ID: w.Instance, LastSeen: w.At, Turns: w.Turns, Errors: errs}
 	if w.Seconds > 0 {
 		l.TurnsPerSecond = round(float64(w.Turns)/float64(w.Seconds), 2)
 	}

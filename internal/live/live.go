@@ -76,13 +76,20 @@ type Snapshot struct {
 	// is Turns / WindowSeconds.
 	Turns          int64   `json:"turns"`
 	TurnsPerSecond float64 `json:"turnsPerSecond"`
-	// Errors counts the failed turns (outcome.status "failed"); a degraded
-	// answer is not an error. ErrorRate is Errors/Turns, 0 without turns.
+	// Errors counts the turns the gateway failed (outcome.status "failed"
+	// with a code that is not a refusal); a degraded answer is not an
+	// error. ErrorRate is Errors/Turns, 0 without turns.
 	Errors    int64   `json:"errors"`
 	ErrorRate float64 `json:"errorRate"`
-	// ErrorsByCode counts failed turns by outcome.error_code ("unknown" when
+	// ErrorsByCode counts those turns by outcome.error_code ("unknown" when
 	// empty).
 	ErrorsByCode map[string]int64 `json:"errorsByCode"`
+	// Refused counts the turns refused by design: the client's own error
+	// (a bad or unauthorised request, a client gone) or a policy's answer
+	// (a rate limit, a budget, a full queue). They are failed turns in the
+	// events, not gateway errors. RefusedByCode counts them by code.
+	Refused       int64            `json:"refused"`
+	RefusedByCode map[string]int64 `json:"refusedByCode"`
 	// LatencyMs is the turn duration (duration_ms); TTFTMs the time to
 	// first token of the turns that streamed (stream.ts_start −
 	// turn.ts_start).

@@ -70,7 +70,8 @@ func TestSnapshotTurnFigures(t *testing.T) {
 	now := clk.Now()
 	var evs []events.Event
 	// 10 turns, 100 ms .. 1000 ms: 6 on sonnet, 2 degraded to haiku, 2
-	// failed (one rate limited, one with no code) with no model.
+	// failed with no model: one rate limited (a refusal, not an error), one
+	// with no code (an error).
 	for i := 1; i <= 10; i++ {
 		s := turnSpec{end: now.Add(-time.Duration(i) * time.Second), duration: time.Duration(i*100) * time.Millisecond, model: "sonnet"}
 		switch i {
@@ -86,17 +87,20 @@ func TestSnapshotTurnFigures(t *testing.T) {
 	write(t, a, evs...)
 
 	s := a.Snapshot(context.Background())
-	if s.Turns != 10 || s.Errors != 2 {
-		t.Fatalf("turns %d errors %d, want 10 and 2", s.Turns, s.Errors)
+	if s.Turns != 10 || s.Errors != 1 || s.Refused != 1 {
+		t.Fatalf("turns %d errors %d refused %d, want 10, 1 and 1", s.Turns, s.Errors, s.Refused)
 	}
-	if s.ErrorRate != 0.2 {
-		t.Errorf("errorRate = %v, want 0.2", s.ErrorRate)
+	if s.ErrorRate != 0.1 {
+		t.Errorf("errorRate = %v, want 0.1", s.ErrorRate)
 	}
 	if s.TurnsPerSecond != 10.0/60 {
 		t.Errorf("turnsPerSecond = %v, want %v", s.TurnsPerSecond, 10.0/60)
 	}
-	if want := map[string]int64{"rate_limited": 1, "unknown": 1}; !maps.Equal(s.ErrorsByCode, want) {
+	if want := map[string]int64{"unknown": 1}; !maps.Equal(s.ErrorsByCode, want) {
 		t.Errorf("errorsByCode = %v, want %v", s.ErrorsByCode, want)
+	}
+	if want := map[string]int64{"rate_limited": 1}; !maps.Equal(s.RefusedByCode, want) {
+		t.Errorf("refusedByCode = %v, want %v", s.RefusedByCode, want)
 	}
 	if want := map[string]int64{"sonnet": 6, "haiku": 2, "none": 2}; !maps.Equal(s.Tiers, want) {
 		t.Errorf("tiers = %v, want %v", s.Tiers, want)
@@ -392,7 +396,7 @@ func TestSnapshotJSONShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `{"t":"2026-03-01T12:00:00Z","windowSeconds":60,"turns":0,"turnsPerSecond":0,"errors":0,"errorRate":0,` +
-		`"errorsByCode":{},"latencyMs":{"p50":null,"p95":null,"p99":null},"ttftMs":{"p50":null,"p95":null,"p99":null},` +
+		`"errorsByCode":{},"refused":0,"refusedByCode":{},"latencyMs":{"p50":null,"p95":null,"p99":null},"ttftMs":{"p50":null,"p95":null,"p99":null},` +
 		`"tiers":{},"costUsdPerMinute":0,"tokensPerMinute":{},"queue":{"depth":0,"byPriority":{},"oldestWaitMs":0},` +
 		`"breakers":[],"quota":[],"projections":[]}`
 	if string(b) != want {

@@ -33,6 +33,30 @@ func (b *bucket) reset(sec int64) {
 	b.ttft.reset()
 }
 
+// refusals are the error codes of turns refused by design (see
+// Snapshot.Refused): the client's own errors and the policies' answers.
+var refusals = map[string]bool{
+	"invalid_request": true, "too_large": true, "request_timeout": true, "method_not_allowed": true,
+	"unauthorized": true, "duplicate_request": true, "forbidden_origin": true, "unsupported_media_type": true,
+	"not_found": true, "model_not_found": true, "slow_client": true, "canceled": true,
+	"rate_limited": true, "quota_exhausted": true, "queue_full": true, "queue_timeout": true, "budget_exceeded": true,
+}
+
+// splitRefusals parts failed turns, counted by code in byCode, into
+// gateway errors and refusals.
+func splitRefusals(failed int64, byCode map[string]int64) (errs, refused int64, errsByCode, refusedByCode map[string]int64) {
+	errsByCode, refusedByCode = make(map[string]int64), make(map[string]int64)
+	for code, n := range byCode {
+		if refusals[code] {
+			refusedByCode[code] = n
+			refused += n
+		} else {
+			errsByCode[code] = n
+		}
+	}
+	return failed - refused, refused, errsByCode, refusedByCode
+}
+
 // maxKeys bounds the distinct keys of each per-second map (error codes,
 // tiers, models); beyond it new keys are counted as "other", so a flood of
 // unexpected values cannot grow memory.
@@ -140,8 +164,8 @@ func (a *Aggregator) collect(now time.Time) *collected {
 // figures fills the span-derived figures of s from c.
 func (a *Aggregator) figures(s *Snapshot, c *collected) {
 	perMinute := 60 / float64(a.windowSec)
-	s.Turns, s.Errors = c.turns, c.failed
-	s.ErrorsByCode, s.Tiers = c.errs, c.tiers
+	s.Turns, s.Tiers = c.turns, c.tiers
+	s.Errors, s.Refused, s.ErrorsByCode, s.RefusedByCode = splitRefusals(c.failed, c.errs)
 	s.TurnsPerSecond = float64(s.Turns) / float64(a.windowSec)
 	s.ErrorRate = 0
 	if s.Turns > 0 {
