@@ -150,7 +150,7 @@ func Parse(data []byte, maxItems int) ([]Item, error) {
 }
 
 var stockJA = map[string]string{"in_stock": "在庫あり", "few_left": "残りわずか", "preorder": "予約受付中", "out_of_stock": "在庫切れ"}
-var stockEN = map[string]string{"in_stock": "in stock", "few_left": "only a few left", "preorder": "available for pre-order", "out_of_stock": "out of stock"}
+var stockEN = map[string]string{"in_stock": "in stock", "few_left": "in stock, with only a few left", "preorder": "available for pre-order", "out_of_stock": "out of stock"}
 
 // StockText is the stock state in the customer's language ("ja" or other).
 func StockText(stock, locale string) string {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fmgate/fmgate/internal/catalog"
 	lang "github.com/fmgate/fmgate/internal/language"
@@ -121,6 +123,8 @@ const (
 	topicTracking
 	topicMembership
 	topicTitle
+	topicCancel
+	topicComplete
 )
 
 // topicKeywords are matched as lower-case substrings in either language, so
@@ -130,6 +134,8 @@ var topicKeywords = []struct {
 	topic    topic
 	keywords []string
 }{
+	{topicCancel, []string{"cancel", "キャンセル", "取り消", "取消"}},
+	{topicComplete, []string{"complete", "completed", "finished", "ended", "完結", "終わって", "最終巻"}},
 	{topicReturns, []string{"return", "refund", "exchange", "damaged", "返品", "返金", "交換", "破損", "落丁"}},
 	{topicTracking, []string{"track", "where is my order", "order status", "my order", "hasn't arrived", "追跡", "注文状況", "届かない", "注文した", "注文番号", "まだ届"}},
 	{topicShipping, []string{"shipping", "ships", "shipped", "ship to", "deliver", "arrive", "送料", "配送", "発送", "届く", "お届け", "配達"}},
@@ -164,7 +170,22 @@ type query struct {
 	// system prompt, best first; nil without catalog context.
 	found []catalog.Entry
 	lower string
+	// listed are the titles the previous answer named, for a follow-up
+	// about them ("which of those are complete?").
+	listed []title
+	// earlier is set when mentioned came from the conversation, not from
+	// the last message ("how much is it?" after a title was discussed).
+	earlier bool
 }
+
+// referring words point back into the conversation.
+var referring = []string{"it", "its", "this one", "that one", "those", "these", "them", "the series",
+	"その", "それ", "この", "あの", "これ", "そちら", "こちら"}
+
+// policyTopics are answered from the store's policies, never from the
+// catalog, whatever words they share with a stock question ("送料はいくら?").
+var policyTopics = map[topic]bool{topicShipping: true, topicReturns: true, topicPayment: true,
+	topicTracking: true, topicMembership: true, topicCancel: true}
 
 // stockWords ask what only the store's catalog knows.
 var stockWords = []string{"最新刊", "最新巻", "新刊", "在庫", "値段", "価格", "いくら", "セット", "予約",
@@ -198,13 +219,63 @@ func understand(req *provider.Request) query {
 			break
 		}
 	}
+	q.listed = titlesIn(lastAssistantMessage(req))
+	if q.mentioned == nil && (q.topic == topicGeneral || containsAny(lower, stockWords)) && refersBack(lower) {
+		// A follow-up about the title discussed last.
+		for i := len(req.Messages) - 2; i >= 0 && q.mentioned == nil; i-- {
+			if ts := titlesIn(req.Messages[i].Content); len(ts) > 0 {
+				q.mentioned, q.earlier = &ts[0], true
+			}
+		}
+	}
 	if q.topic == topicGeneral && q.mentioned != nil {
 		q.topic = topicTitle
 	}
 	q.lower = lower
 	q.found = catalog.ParseContext(req.System)
-	q.stock = containsAny(lower, stockWords) && (q.mentioned != nil || len(q.found) > 0)
+	q.stock = !policyTopics[q.topic] && q.topic != topicComplete && containsAny(lower, stockWords) && (q.mentioned != nil || len(q.found) > 0)
 	return q
+}
+
+// feeWords ask what something costs.
+var feeWords = []string{"送料", "いくら", "料金", "how much", "cost", "fee", "price"}
+
+// refersBack reports whether a message points back into the conversation:
+// a referring word, or a question too short to stand on its own.
+func refersBack(lower string) bool {
+	words := " " + strings.Map(func(r rune) rune {
+		if unicode.IsPunct(r) {
+			return ' '
+		}
+		return r
+	}, lower) + " "
+	for _, w := range referring {
+		if strings.Contains(words, " "+w+" ") || (w[0] >= utf8.RuneSelf && strings.Contains(lower, w)) {
+			return true
+		}
+	}
+	return len([]rune(strings.TrimSpace(lower))) <= 12
+}
+
+// titlesIn returns the catalogue titles text names, in catalogue order.
+func titlesIn(text string) []title {
+	lower := strings.ToLower(text)
+	var ts []title
+	for _, t := range catalogue {
+		if strings.Contains(lower, strings.ToLower(t.ja)) || strings.Contains(lower, strings.ToLower(t.en)) || containsAny(lower, t.aliases) {
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+func lastAssistantMessage(req *provider.Request) string {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role == provider.RoleAssistant {
+			return req.Messages[i].Content
+		}
+	}
+	return ""
 }
 
 func lastUserMessage(req *provider.Request) string {
@@ -245,6 +316,8 @@ func composeAnswer(req *provider.Request, rng *rand.Rand, count func(string) int
 	q := understand(req)
 	var p answerParts
 	switch {
+	case q.stock && q.earlier && !q.foundMentioned():
+		p = titleWithoutStock(q)
 	case q.stock && len(q.found) > 0:
 		p = answerFromCatalog(q)
 	case q.stock:
@@ -346,6 +419,23 @@ func pickOngoing(rng *rand.Rand, n int) []title {
 	return ongoing[:min(n, len(ongoing))]
 }
 
+// splitComplete parts titles into the complete and the running ones.
+func splitComplete(ts []title) (done, ongoing []title) {
+	for _, t := range ts {
+		if t.complete {
+			done = append(done, t)
+		} else {
+			ongoing = append(ongoing, t)
+		}
+	}
+	return done, ongoing
+}
+
+func splitDone(ts []title) []title {
+	done, _ := splitComplete(ts)
+	return done
+}
+
 func oneOf(rng *rand.Rand, s ...string) string { return s[rng.IntN(len(s))] }
 
 func answerJA(q query, rng *rand.Rand) answerParts {
@@ -381,9 +471,13 @@ func answerJA(q query, rng *rand.Rand) answerParts {
 			closer: helpJA[1],
 		}
 	case topicShipping:
+		body := []string{"国内配送は、通常ご注文から3〜5営業日でお届けします。", "海外発送は一部の国に対応しており、7〜14営業日ほどかかります。"}
+		if containsAny(q.lower, feeWords) {
+			body = append([]string{"送料はお届け先とご注文内容によって変わり、ご注文確認画面で確定前にご確認いただけます。"}, body...)
+		}
 		return answerParts{
 			opener: oneOf(rng, "配送についてご案内します。", "お届けまでの目安をご説明しますね。"),
-			body:   []string{"国内配送は、通常ご注文から3〜5営業日でお届けします。", "海外発送は一部の国に対応しており、7〜14営業日ほどかかります。"},
+			body:   body,
 			extras: []string{"発送が完了すると、追跡番号をメールでお知らせします。", "予約商品は発売日に合わせて発送いたします。"},
 			closer: helpJA[1],
 		}
@@ -415,6 +509,37 @@ func answerJA(q query, rng *rand.Rand) answerParts {
 			extras: []string{"登録はトップページの「会員登録」から1分ほどで完了します。"},
 			closer: helpJA[1],
 		}
+	case topicCancel:
+		return answerParts{
+			opener: oneOf(rng, "ご注文のキャンセルについてご案内します。", "キャンセルのお手続きをご説明しますね。"),
+			body:   []string{"発送前のご注文は、マイページの「注文履歴」からキャンセルでき、代金は全額返金されます。", "発送後のご注文はキャンセルできませんが、未開封であれば30日以内に返品いただけます。"},
+			extras: []string{"予約商品も、発送前であれば同じ手順でキャンセルできます。", "返金はお支払い方法に応じて、手続き完了後数日以内に行われます。"},
+			closer: helpJA[1],
+		}
+	case topicComplete:
+		done, ongoing := splitComplete(q.listed)
+		if len(q.listed) == 0 {
+			done, ongoing = splitComplete(catalogue)
+		}
+		var body []string
+		for _, t := range done {
+			body = append(body, fmt.Sprintf("・『%s』（%s）：%s", t.ja, t.volumesJA(), t.pitchJA))
+		}
+		opener := "完結している作品はこちらです。"
+		if len(q.listed) > 0 {
+			opener = "ご紹介した中で完結している作品はこちらです。"
+		}
+		if len(done) == 0 {
+			opener = "ご紹介した作品は、どれもまだ連載中です。"
+			for _, t := range splitDone(catalogue) {
+				body = append(body, fmt.Sprintf("完結作品なら『%s』（%s）がおすすめです。", t.ja, t.volumesJA()))
+			}
+		}
+		var extras []string
+		for _, t := range ongoing {
+			extras = append(extras, fmt.Sprintf("『%s』は連載中で、%sです。", t.ja, t.volumesJA()))
+		}
+		return answerParts{opener: opener, body: body, extras: extras, closer: "全巻セットもご用意していますので、お気軽にお尋ねください。"}
 	case topicTitle:
 		t := q.mentioned
 		similar := pickTitles(q, rng, 1)
@@ -467,9 +592,13 @@ func answerEN(q query, rng *rand.Rand) answerParts {
 			closer: help,
 		}
 	case topicShipping:
+		body := []string{"Standard shipping takes 3-5 business days within Japan.", "International shipping is available to select countries and typically takes 7-14 business days."}
+		if containsAny(q.lower, feeWords) {
+			body = append([]string{"The shipping fee depends on where the order goes and what it holds; checkout shows it before you confirm."}, body...)
+		}
 		return answerParts{
 			opener: oneOf(rng, "Here is how shipping works:", "Happy to explain our delivery times."),
-			body:   []string{"Standard shipping takes 3-5 business days within Japan.", "International shipping is available to select countries and typically takes 7-14 business days."},
+			body:   body,
 			extras: []string{"Once your order ships, we e-mail you a tracking number.", "Pre-ordered volumes ship in time for their release date."},
 			closer: help,
 		}
@@ -501,6 +630,37 @@ func answerEN(q query, rng *rand.Rand) answerParts {
 			extras: []string{"Sign up from the top page; it takes about a minute."},
 			closer: help,
 		}
+	case topicCancel:
+		return answerParts{
+			opener: oneOf(rng, "Here is how to cancel an order:", "Happy to help you cancel."),
+			body:   []string{"An order that has not shipped yet can be cancelled from My Orders in your account, with a full refund.", "Once it has shipped it can no longer be cancelled, but you can return it unopened within 30 days."},
+			extras: []string{"Pre-orders can be cancelled the same way any time before they ship.", "Refunds go back to your original payment method within a few days."},
+			closer: help,
+		}
+	case topicComplete:
+		done, ongoing := splitComplete(q.listed)
+		if len(q.listed) == 0 {
+			done, ongoing = splitComplete(catalogue)
+		}
+		var body []string
+		for _, t := range done {
+			body = append(body, fmt.Sprintf("- %s (%s): %s", t.en, t.volumesEN(), t.pitchEN))
+		}
+		opener := "These series are complete:"
+		if len(q.listed) > 0 {
+			opener = "Of the series I mentioned, these are complete:"
+		}
+		if len(done) == 0 {
+			opener = "The series I mentioned are all still running."
+			for _, t := range splitDone(catalogue) {
+				body = append(body, fmt.Sprintf("For a finished story, try %s (%s).", t.en, t.volumesEN()))
+			}
+		}
+		var extras []string
+		for _, t := range ongoing {
+			extras = append(extras, fmt.Sprintf("%s is still running, %s.", t.en, t.volumesEN()))
+		}
+		return answerParts{opener: opener, body: body, extras: extras, closer: "Complete box sets are available too; just ask."}
 	case topicTitle:
 		t := q.mentioned
 		body := []string{fmt.Sprintf("%s is a %s series, %s. %s", t.en, t.genreEN, t.volumesEN(), t.pitchEN)}

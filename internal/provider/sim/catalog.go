@@ -15,7 +15,7 @@ func (q query) pick() catalog.Entry {
 	var named []catalog.Entry
 	for _, e := range q.found {
 		if (e.SeriesJA != "" && strings.Contains(q.lower, strings.ToLower(e.SeriesJA))) ||
-			(e.Series != "" && strings.Contains(q.lower, strings.ToLower(e.Series))) {
+			(e.Series != "" && strings.Contains(q.lower, strings.ToLower(e.Series))) || q.isMentioned(e) {
 			named = append(named, e)
 		}
 	}
@@ -45,6 +45,48 @@ func (q query) pick() catalog.Entry {
 		}
 	}
 	return items[0]
+}
+
+// isMentioned reports whether catalog item e belongs to the title the
+// question is about.
+func (q query) isMentioned(e catalog.Entry) bool {
+	t := q.mentioned
+	if t == nil {
+		return false
+	}
+	series := strings.ToLower(e.Series + " " + e.SeriesJA + " " + e.TitleEN + " " + e.TitleJA)
+	return strings.Contains(series, strings.ToLower(t.en)) || strings.Contains(series, strings.ToLower(t.ja)) || containsAny(series, t.aliases)
+}
+
+// foundMentioned reports whether the catalog context holds the title the
+// question is about.
+func (q query) foundMentioned() bool {
+	for _, e := range q.found {
+		if q.isMentioned(e) {
+			return true
+		}
+	}
+	return false
+}
+
+// titleWithoutStock answers a follow-up about the title discussed last
+// ("how much is it?") when the catalog context holds nothing of it: what is
+// known of the series, and where its price and stock are, never another
+// series' figures.
+func titleWithoutStock(q query) answerParts {
+	t := q.mentioned
+	if q.lang == japanese {
+		return answerParts{
+			opener: fmt.Sprintf("『%s』は%sの作品で、%sです。", t.ja, t.genreJA, t.volumesJA()),
+			body:   []string{"各巻の価格と在庫は、商品ページで最新の情報をご確認いただけます。"},
+			closer: "巻数を教えていただければ、その巻についてお調べします。",
+		}
+	}
+	return answerParts{
+		opener: fmt.Sprintf("%s is a %s series, %s.", t.en, t.genreEN, t.volumesEN()),
+		body:   []string{"Each volume's price and stock are on its product page, always up to date."},
+		closer: "Tell me which volume you mean and I will look it up.",
+	}
 }
 
 // answerFromCatalog names the item's volume, price and stock, quoting the
