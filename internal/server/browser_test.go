@@ -268,3 +268,35 @@ func TestChatPageAsksForAnAPIKey(t *testing.T) {
 		t.Fatal("the key form stayed open after an answer")
 	}
 }
+
+// An empty conversation greets its user, in the page's language, with a
+// few questions to start from; one click asks one of them.
+func TestChatPageGreetsWithSuggestions(t *testing.T) {
+	_, srv := startServer(t, fastConfig())
+	ctx := browsertest.New(t, 60*time.Second)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(`#conn[data-state="open"]`),
+		chromedp.Click(`#locale-ja`),
+		chromedp.WaitVisible(`#welcome .suggestion`),
+	); err != nil {
+		t.Fatalf("open page: %v", err)
+	}
+	greeting, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#welcome p").textContent`))
+	n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#welcome .suggestion").length`))
+	first, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#welcome .suggestion").textContent`))
+	if !hasJapanese(greeting) || n < 2 || !hasJapanese(first) {
+		t.Fatalf("greeting %q with %d suggestions (first %q); want a Japanese greeting and questions", greeting, n, first)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(`#welcome .suggestion`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!!document.querySelector(".msg.bot[data-done='true']")`)); err != nil {
+		t.Fatalf("the suggested question was not answered: %v", err)
+	}
+	asked, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector(".msg.user .text").textContent`))
+	hidden, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector("#welcome").hidden`))
+	if asked != first || !hidden {
+		t.Fatalf("asked %q (want %q), welcome hidden %v", asked, first, hidden)
+	}
+}

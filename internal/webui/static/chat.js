@@ -9,6 +9,8 @@ const TEXT = {
     degraded: "簡易回答", tier: "回答元", reconnecting: (s) => `接続が切れました。${s}秒後に再接続します…`,
     retryAfter: (s) => `${s}秒後にもう一度お試しください。`, notConnected: "接続されていません。再接続をお待ちください。",
     keyPrompt: "このアシスタントを使うには API キーが必要です。キーを入力してください。", keyLabel: "API キー", keySave: "保存",
+    greeting: "こんにちは！MangaAssistです。作品のおすすめ、新刊、配送や返品のことなど、お気軽にお尋ねください。",
+    suggestions: ["おすすめの少年漫画は？", "ワンピースの最新刊はいくら？", "注文をキャンセルしたい"],
   },
   en: {
     placeholder: "Ask anything about manga (e.g. which shonen series do you recommend?)",
@@ -16,6 +18,8 @@ const TEXT = {
     degraded: "degraded answer", tier: "answered by", reconnecting: (s) => `Connection lost. Reconnecting in ${s}s…`,
     retryAfter: (s) => `Please try again in ${s}s.`, notConnected: "Not connected. Please wait for the reconnection.",
     keyPrompt: "This assistant needs an API key. Enter yours to continue.", keyLabel: "API key", keySave: "Save",
+    greeting: "Hi, I'm MangaAssist! Ask me for recommendations, new releases, shipping, returns and more.",
+    suggestions: ["What manga do you recommend?", "How much is the latest One Piece volume?", "How do I cancel an order?"],
   },
 };
 
@@ -49,6 +53,27 @@ function setLocale(l) {
   $("apikey-save").textContent = t().keySave;
   $("apikey-prompt").textContent = t().keyPrompt;
   setConn($("conn").dataset.state);
+  welcome();
+}
+
+// welcome greets a conversation that has not started, with a few questions
+// to start it; they go once the first message is sent.
+function welcome() {
+  const w = $("welcome");
+  if (state.seq > 0) { w.hidden = true; return; }
+  w.replaceChildren();
+  const p = document.createElement("p");
+  p.textContent = t().greeting;
+  w.appendChild(p);
+  for (const q of t().suggestions) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "suggestion";
+    b.textContent = q;
+    b.addEventListener("click", () => send(q));
+    w.appendChild(b);
+  }
+  w.hidden = false;
 }
 
 // keyProtocols carries the API key on the WebSocket: a browser cannot set
@@ -202,6 +227,7 @@ function fail(p, f) {
 
 function send(text) {
   if (!state.ws || state.ws.readyState !== WebSocket.OPEN) { banner(t().notConnected); return; }
+  $("welcome").hidden = true;
   addMessage("user", text);
   const id = `r${Date.now().toString(36)}-${++state.seq}`;
   const el = addMessage("bot streaming", "");
