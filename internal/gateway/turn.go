@@ -108,8 +108,10 @@ type Result struct {
 	// mode after the primary timed out.
 	Simplified bool
 	// StopReason is the model's (end_turn, max_tokens, stop_sequence); empty
-	// for the tiers below the models.
-	StopReason string
+	// for the tiers below the models. StopSequence is the sequence that
+	// ended the answer, when the vendor said which.
+	StopReason   string
+	StopSequence string
 	// Continued is set when the next tier finished an answer whose model
 	// failed mid-stream (stream.continuation); Parts are the tiers that wrote
 	// the text, in order. Usage and CostUSD then add up both parts.

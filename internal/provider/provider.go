@@ -80,6 +80,9 @@ type Response struct {
 	Text       string
 	Usage      Usage
 	StopReason string
+	// StopSequence is the stop sequence that ended the answer, when the
+	// vendor says which (StopReason "stop_sequence").
+	StopSequence string
 	// ModelID is the provider's own model identifier that served the call.
 	ModelID string
 	// TTFT is the time from the call until the first token arrived.

@@ -83,6 +83,9 @@ func (a anthropicAnswer) json(w http.ResponseWriter, r *http.Request) {
 	}
 	msg.Content = []anthropic.ContentBlock{{Type: "text", Text: resp.Text}}
 	msg.StopReason = anthropic.Ptr(anthropic.StopReason(resp.StopReason))
+	if resp.StopSequence != "" {
+		msg.StopSequence = anthropic.Ptr(resp.StopSequence)
+	}
 	msg.Usage = anthropic.UsageOf(resp.Usage)
 	anthropic.WriteMessage(w, msg)
 }
@@ -139,7 +142,11 @@ func (a anthropicAnswer) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = ev.BlockStop(0)
-	_ = ev.MessageDelta(anthropic.StopReason(resp.StopReason), nil, anthropic.UsageOf(resp.Usage))
+	var seq *string
+	if resp.StopSequence != "" {
+		seq = anthropic.Ptr(resp.StopSequence)
+	}
+	_ = ev.MessageDelta(anthropic.StopReason(resp.StopReason), seq, anthropic.UsageOf(resp.Usage))
 	_ = ev.MessageStop()
 }
 

@@ -110,6 +110,9 @@ func (d *door) serveMessages(w http.ResponseWriter, r *http.Request) {
 	msg := NewMessage(t.RequestID, answeredBy(res.Tier, res.ModelID))
 	msg.Content = []ContentBlock{{Type: "text", Text: out.text()}}
 	msg.StopReason = Ptr(StopReason(res.StopReason))
+	if res.StopSequence != "" {
+		msg.StopSequence = Ptr(res.StopSequence)
+	}
 	msg.Usage = UsageOf(res.Usage)
 	WriteMessage(w, msg)
 }
@@ -231,13 +234,17 @@ func (s *sender) Send(ctx context.Context, frame []byte) error {
 			return err
 		}
 		stop, usage := StopEndTurn, Usage{InputTokens: f.Done.Tokens.Input, OutputTokens: f.Done.Tokens.Output}
+		var seq *string
 		if s.res != nil {
 			stop, usage = StopReason(s.res.StopReason), UsageOf(s.res.Usage)
+			if s.res.StopSequence != "" {
+				seq = Ptr(s.res.StopSequence)
+			}
 		}
 		if err := s.ev.BlockStop(0); err != nil {
 			return err
 		}
-		if err := s.ev.MessageDelta(stop, nil, usage); err != nil {
+		if err := s.ev.MessageDelta(stop, seq, usage); err != nil {
 			return err
 		}
 		return s.ev.MessageStop()

@@ -152,8 +152,9 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	resp := &provider.Response{
 		Text:       textOf(msg),
 		Usage:      usageOf(msg.Usage),
-		StopReason: string(msg.StopReason),
-		ModelID:    p.answeredBy(msg.Model),
+		StopReason:   string(msg.StopReason),
+		StopSequence: msg.StopSequence,
+		ModelID:      p.answeredBy(msg.Model),
 		TTFT:       p.now().Sub(start),
 	}
 	return resp, p.refused(msg.StopReason)
@@ -179,7 +180,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		if started {
 			resp.ModelID = p.answeredBy(acc.Model)
 		}
-		resp.StopReason = string(acc.StopReason)
+		resp.StopReason, resp.StopSequence = string(acc.StopReason), acc.StopSequence
 		resp.Usage = usageOf(acc.Usage)
 		if !usageIn {
 			resp.Usage = p.estimate(acc, started, resp.Text)

@@ -137,3 +137,23 @@ func TestAnswerLengthIsPlausible(t *testing.T) {
 		}
 	}
 }
+
+func TestCutAtStop(t *testing.T) {
+	tests := []struct {
+		name, answer string
+		stops        []string
+		want, which  string
+	}{
+		{"none given", "a. b. c", nil, "a. b. c", ""},
+		{"none found", "a. b. c", []string{"!"}, "a. b. c", ""},
+		{"the earliest wins", "one, two. three", []string{".", ","}, "one", ","},
+		{"at the start", "Stop here", []string{"Stop"}, "", "Stop"},
+		{"multi-byte", "ワンピース。最新刊", []string{"。"}, "ワンピース", "。"},
+	}
+	for _, tt := range tests {
+		got, which := cutAtStop(tt.answer, tt.stops)
+		if got != tt.want || which != tt.which {
+			t.Errorf("%s: cutAtStop = %q, %q; want %q, %q", tt.name, got, which, tt.want, tt.which)
+		}
+	}
+}

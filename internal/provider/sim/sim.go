@@ -38,8 +38,9 @@ const (
 
 // Stop reasons reported in Response.StopReason, as Anthropic names them.
 const (
-	StopEndTurn   = "end_turn"
-	StopMaxTokens = "max_tokens"
+	StopEndTurn      = "end_turn"
+	StopMaxTokens    = "max_tokens"
+	StopStopSequence = "stop_sequence"
 )
 
 // ErrUnknownModel is returned by SetSettings for a model the simulator was
@@ -280,10 +281,14 @@ func (s *Sim) Stream(ctx context.Context, req *provider.Request, emit func(text 
 // resp.Usage.OutputTokens current so that a failure leaves the partial
 // result in place.
 func (s *Sim) generate(ctx context.Context, req *provider.Request, st Settings, p plan, start time.Time, resp *provider.Response, emit func(string) error) error {
-	pieces := tokenPieces(composeAnswer(req, p.words, s.countLine))
+	answer, seq := cutAtStop(composeAnswer(req, p.words, s.countLine), req.StopSequences)
+	pieces := tokenPieces(answer)
 	stop := StopEndTurn
+	if seq != "" {
+		stop = StopStopSequence
+	}
 	if req.MaxTokens > 0 && len(pieces) > req.MaxTokens {
-		pieces, stop = pieces[:req.MaxTokens], StopMaxTokens
+		pieces, stop, seq = pieces[:req.MaxTokens], StopMaxTokens, ""
 	}
 	if err := s.wait(ctx, p.ttft); err != nil {
 		return ctxError(req.Model, err)
@@ -320,8 +325,24 @@ func (s *Sim) generate(ctx context.Context, req *provider.Request, st Settings, 
 			return err
 		}
 	}
-	resp.StopReason = stop
+	resp.StopReason, resp.StopSequence = stop, seq
 	return nil
+}
+
+// cutAtStop ends answer before the earliest of stops it holds, as a model
+// stops generating when it produces one, and says which one; the answer
+// whole and "" when it holds none.
+func cutAtStop(answer string, stops []string) (string, string) {
+	at, which := -1, ""
+	for _, s := range stops {
+		if i := strings.Index(answer, s); s != "" && i >= 0 && (at < 0 || i < at) {
+			at, which = i, s
+		}
+	}
+	if at < 0 {
+		return answer, ""
+	}
+	return answer[:at], which
 }
 
 func (s *Sim) countLine(line string) int {
