@@ -12,10 +12,13 @@ type Result struct {
 	Options     Options
 	Started     time.Time
 	Duration    time.Duration
-	Instances   int
-	Marks       []Mark
-	Turns       []TurnRecord
-	Samples     []Sample
+	// PrimaryShare is the scenario's goal for the primary's share of the
+	// answers during its fault (0: none).
+	PrimaryShare float64
+	Instances    int
+	Marks        []Mark
+	Turns        []TurnRecord
+	Samples      []Sample
 
 	RateProbe    RateProbe
 	SessionProbe SessionProbe
@@ -228,10 +231,43 @@ func evaluate(r *Result) []Goal {
 		g = append(g, Goal{"sessions continue across instances", "every conversation's history reaches the next instance",
 			fmt.Sprintf("%d of %d conversations continued", sp.Continued, sp.Pairs), verdict(sp.Pairs > 0 && sp.Continued == sp.Pairs)})
 	}
+	if r.PrimaryShare > 0 {
+		g = append(g, primaryShareGoal(r))
+	}
 	if r.FaultError != "" {
 		g = append(g, Goal{"fault injected", "every step of the scenario ran", r.FaultError, Fail})
 	}
 	return g
+}
+
+// primary is the profile's primary tier, as the turns name it.
+const primary = "sonnet"
+
+// primaryShareGoal measures the share of the answers the primary gave
+// between the fault's first two marks (the fault on, the fault off).
+func primaryShareGoal(r *Result) Goal {
+	name := "primary carries its share"
+	want := fmt.Sprintf("≥ %.0f%% of the turns answered during the fault answered by %s", 100*r.PrimaryShare, primary)
+	if len(r.Marks) < 2 {
+		return Goal{name, want, "the fault's marks are missing", NA}
+	}
+	from, to := r.Marks[0].At, r.Marks[1].At
+	var answered, byPrimary int
+	for _, t := range r.Turns {
+		if t.Probe || t.Outcome != outAnswered || t.Start < from || t.End > to {
+			continue
+		}
+		answered++
+		if t.Tier == primary {
+			byPrimary++
+		}
+	}
+	if answered == 0 {
+		return Goal{name, want, "no turn answered during the fault", NA}
+	}
+	share := float64(byPrimary) / float64(answered)
+	return Goal{name, want, fmt.Sprintf("%s (%d of %d)", pct(byPrimary, answered), byPrimary, answered),
+		verdict(share >= r.PrimaryShare)}
 }
 
 func abs(x float64) float64 {

@@ -114,7 +114,7 @@ func runOne(ctx context.Context, opts Options, def definition, dir string) (*Res
 	prog.finish()
 
 	res := &Result{
-		Name: def.name, About: def.about, Options: opts,
+		Name: def.name, About: def.about, Options: opts, PrimaryShare: def.primaryShare,
 		Started: r.start, Duration: loadEnd, Instances: len(f.instances),
 		Marks: r.marks, Turns: r.rec.all(), Samples: smp.samples,
 		RateProbe: rl, SessionProbe: sess, Batch: batch, Persist: persist, Live: lv,

@@ -232,6 +232,9 @@ type definition struct {
 	// ownFleet: the scenario signals processes or stops Redis.
 	ownFleet bool
 	steps    []step
+	// primaryShare, when set, is a goal: the share of the turns answered
+	// between the first two marks that the primary model answered.
+	primaryShare float64
 }
 
 // step is one action of a scenario's timeline, at a fraction of the run;
@@ -258,6 +261,9 @@ var definitions = []definition{
 	{
 		name:  "throttle-storm",
 		about: "Sonnet throttles half of all calls: the fleet paces its Sonnet calls to what Sonnet accepts, the cascade absorbs the rest.",
+		// Half of Sonnet's calls go through: it should answer close to half
+		// of the turns, not hand them all to Haiku.
+		primaryShare: 0.35,
 		steps: []step{
 			{0.25, "sonnet throttling 50%", func(ctx context.Context, r *runner) error {
 				return r.simAll(ctx, "sonnet", `{"errorRate":{"throttled":0.5}}`)

@@ -117,6 +117,22 @@ func TestEvaluate(t *testing.T) {
 				r.Turns[i].FirstByte = r.Turns[i].Start + 4*time.Second
 			}
 		}, "p99 time to first byte", Fail},
+		{"the primary answers half during the fault", func(r *Result) {
+			r.PrimaryShare, r.Marks = 0.35, []Mark{{At: 2 * time.Second, Label: "on"}, {At: 8 * time.Second, Label: "off"}}
+			for i := range r.Turns {
+				if i%2 == 0 {
+					r.Turns[i].Tier = "haiku"
+				}
+			}
+		}, "primary carries its share", Pass},
+		{"the primary hands every turn of the fault on", func(r *Result) {
+			r.PrimaryShare, r.Marks = 0.35, []Mark{{At: 2 * time.Second, Label: "on"}, {At: 8 * time.Second, Label: "off"}}
+			for i := range r.Turns {
+				if r.Turns[i].Start >= 2*time.Second && r.Turns[i].Start < 7*time.Second {
+					r.Turns[i].Tier = "haiku"
+				}
+			}
+		}, "primary carries its share", Fail},
 		{"slow first bytes of P2 only", func(r *Result) {
 			for i := range 5 {
 				r.Turns[i].FirstByte, r.Turns[i].Priority = r.Turns[i].Start+4*time.Second, "P2"
