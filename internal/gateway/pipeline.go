@@ -318,17 +318,17 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		return nil, err
 	}
 	return &Result{
-		Text:       a.resp.Text,
-		Tier:       model,
-		ModelID:    a.resp.ModelID,
+		Text:         a.resp.Text,
+		Tier:         model,
+		ModelID:      a.resp.ModelID,
 		StopReason:   a.resp.StopReason,
 		StopSequence: a.resp.StopSequence,
-		Degraded:   model != g.primary() || t.ContextUnavailable,
-		Confidence: a.m.Confidence,
-		Usage:      a.usage,
-		CostUSD:    cost(a.m, a.usage),
-		TTFT:       a.ttft,
-		Simplified: simplified,
+		Degraded:     model != g.primary() || t.ContextUnavailable,
+		Confidence:   a.m.Confidence,
+		Usage:        a.usage,
+		CostUSD:      cost(a.m, a.usage),
+		TTFT:         a.ttft,
+		Simplified:   simplified,
 	}, nil
 }
 

@@ -150,12 +150,12 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 		return &provider.Response{ModelID: p.modelID}, p.normalise(ctx, err)
 	}
 	resp := &provider.Response{
-		Text:       textOf(msg),
-		Usage:      usageOf(msg.Usage),
+		Text:         textOf(msg),
+		Usage:        usageOf(msg.Usage),
 		StopReason:   string(msg.StopReason),
 		StopSequence: msg.StopSequence,
 		ModelID:      p.answeredBy(msg.Model),
-		TTFT:       p.now().Sub(start),
+		TTFT:         p.now().Sub(start),
 	}
 	return resp, p.refused(msg.StopReason)
 }
