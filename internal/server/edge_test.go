@@ -158,3 +158,32 @@ func TestBodyDeadlineSparesLongStreams(t *testing.T) {
 		t.Fatalf("the answer took %v, shorter than the body deadline: the test proves nothing", took)
 	}
 }
+
+// A path under /v1/ that fmgate does not serve gets a JSON 404 an SDK can
+// show, naming what is served; the gateway's own /v1 routes still answer.
+func TestUnknownAPIPathsAnswerJSON(t *testing.T) {
+	_, srv := startServer(t, fastConfig())
+	for _, path := range []string{"/v1/embeddings", "/v1/responses", "/v1/messages/count_tokens"} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct{ Type, Message string }
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || err != nil || body.Error.Type != "not_found_error" ||
+			!strings.Contains(body.Error.Message, path) || !strings.Contains(body.Error.Message, "/v1/chat/completions") {
+			t.Fatalf("POST %s: %d %+v (%v); want a JSON 404 naming what is served", path, resp.StatusCode, body, err)
+		}
+	}
+	if resp, _ := do(t, "POST", srv.URL+"/v1/chat", `{"sessionId":"s","message":"hello"}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /v1/chat: %d", resp.StatusCode)
+	}
+	if resp, _ := do(t, "GET", srv.URL+"/v1/batch/none", ""); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET /v1/batch/none: %d; want the batch route's own 404", resp.StatusCode)
+	}
+}

@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -189,7 +190,15 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("POST /model/", bedrockdoor.New(s.Gateway, bedrockdoor.Options{}))
 	mux.Handle("/debug/pprof/", requireAdmin(auth, pprofHandler()))
 	mux.Handle("/metrics", gateway.MethodNotAllowed("GET", "HEAD"))
-	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
+	gw := s.Gateway.Handler(adminToken, webui.Handler())
+	mux.Handle("/", gw)
+	// The gateway's own API under /v1/, and a JSON answer naming what is
+	// served for any other path there (an SDK shows a plain-text 404 as
+	// "404 404 page not found").
+	for _, p := range []string{"/v1/chat", "/v1/batch", "/v1/batch/"} {
+		mux.Handle(p, gw)
+	}
+	mux.Handle("/v1/", http.HandlerFunc(unknownAPI))
 	return guardEdge(s.cfg.Server.BodyTimeout, guardCrossSite(s.cfg.Server.OriginPatterns, s.Gateway, mux))
 }
 
@@ -240,4 +249,16 @@ func userHasher(cfg config.Config) *events.Hasher {
 		secret = v
 	}
 	return events.NewHasher([]byte(secret))
+}
+
+// unknownAPI answers a path under /v1/ that fmgate does not serve, in the
+// error shape the OpenAI and Anthropic SDKs read.
+func unknownAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotFound)
+	msg := fmt.Sprintf("fmgate does not serve %s %s. It serves POST /v1/chat/completions and GET /v1/models (OpenAI), "+
+		"POST /v1/messages (Anthropic), POST /model/{model}/converse and /converse-stream (Bedrock), "+
+		"and its own POST /v1/chat, GET /ws and /v1/batch.", r.Method, r.URL.Path)
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error",
+		"error": map[string]string{"type": "not_found_error", "code": "not_found", "message": msg}})
 }
