@@ -82,7 +82,9 @@ type Server struct {
 	// ExternalURL is the address operators reach the gateway at, when it is
 	// not the listener's own (e.g. https://gw.example.com behind a
 	// TLS-terminating proxy). When it is https, the dashboard's session
-	// cookie is marked Secure. Default "": Secure only for requests that
+	// cookie is marked Secure; its host is accepted as the Origin of
+	// requests that change state under /admin/ and /dashboard, besides
+	// the Host they arrive with. Default "": Secure only for requests that
 	// reached fmgate over TLS.
 	ExternalURL string `yaml:"externalURL"`
 	// BodyTimeout bounds the time a client takes to send a request body; a

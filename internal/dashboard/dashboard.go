@@ -183,11 +183,16 @@ func renderLogin(w http.ResponseWriter, status int, msg string) {
 // own origin (the admin API and the live event stream).
 const pageCSP = "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 
+// securityHeaders sets the headers every dashboard response carries. The
+// referrer policy is same-origin, not no-referrer: under no-referrer a
+// browser sends "Origin: null" with the page's own form posts and fetches,
+// which the gateway refuses on requests that change state, as it cannot
+// tell them from a sandboxed page on another site.
 func securityHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hd := w.Header()
 		hd.Set("X-Content-Type-Options", "nosniff")
-		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("Referrer-Policy", "same-origin")
 		hd.Set("X-Frame-Options", "DENY")
 		hd.Set("Content-Security-Policy", pageCSP)
 		next.ServeHTTP(w, r)

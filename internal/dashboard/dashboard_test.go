@@ -109,6 +109,11 @@ func TestRoutesNeedTheAdminToken(t *testing.T) {
 			if resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("Content-Security-Policy") == "" {
 				t.Fatalf("security headers missing: %v", resp.Header)
 			}
+			// Under no-referrer the page's own posts would say "Origin: null",
+			// which the gateway refuses.
+			if got := resp.Header.Get("Referrer-Policy"); got != "same-origin" {
+				t.Fatalf("Referrer-Policy %q, want same-origin", got)
+			}
 		})
 	}
 }
