@@ -82,6 +82,9 @@ func TestParseNamesFieldPaths(t *testing.T) {
 		{"sim model that is no tier", "sim:\n  models:\n    opus: {ttftMs: 100}\n", "sim.models.opus: no model tier is named opus (models are sonnet, haiku)"},
 		{"idle outside the hierarchy", "deadline:\n  idle: 5m\n", "deadline.idle: must be > 0 and shorter than stream.maxDuration"},
 		{"batch bounds", "batch:\n  maxJobs: 0\n", "batch.maxJobs: must be > 0"},
+		{"allowed host with a port", "server:\n  allowedHosts: [gw.example.com, \"localhost:8080\"]\n", `server.allowedHosts[1]: "localhost:8080": name the host without a port`},
+		{"allowed host that is no pattern", "server:\n  allowedHosts: [\"[a-\"]\n", `server.allowedHosts[0]: "[a-" is not a host name or pattern`},
+		{"empty allowed host", "server:\n  allowedHosts: [\"\"]\n", `server.allowedHosts[0]: "" is not a host name or pattern`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,6 +109,38 @@ func TestParseNamesFieldPaths(t *testing.T) {
 	}
 	if _, err := Parse(strings.NewReader("sim:\n  models:\n    sonnet: {ttftMs: 100}\n")); err != nil {
 		t.Fatalf("a tier's sim settings refused: %v", err)
+	}
+	if _, err := Parse(strings.NewReader("server:\n  allowedHosts: [gw.example.com, \"*.example.com\", \"*\", \"::1\", \"[::1]\"]\n")); err != nil {
+		t.Fatalf("allowed hosts refused: %v", err)
+	}
+}
+
+// TestHostPatterns: with server.allowedHosts empty, the demo profile (a
+// trusted user header and no API keys) answers loopback names only and any
+// other profile any name; set, it is the list.
+func TestHostPatterns(t *testing.T) {
+	keyed := Default()
+	keyed.Auth.Keys = map[string]Caller{"sk-1": {UserID: "u1"}}
+	untrusted := Default()
+	untrusted.Auth.TrustUserHeader = false
+	listed := Default()
+	listed.Server.AllowedHosts = []string{"gw.example.com"}
+	tests := []struct {
+		name string
+		give Config
+		want []string
+	}{
+		{"demo", Default(), []string{"localhost", "*.localhost", "127.0.0.1", "::1"}},
+		{"api keys", keyed, nil},
+		{"no trusted header", untrusted, nil},
+		{"listed", listed, []string{"gw.example.com"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.give.HostPatterns(); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("HostPatterns() = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
 

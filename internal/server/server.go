@@ -190,8 +190,8 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("/debug/pprof/", requireAdmin(auth, pprofHandler()))
 	mux.Handle("/metrics", gateway.MethodNotAllowed("GET", "HEAD"))
 	mux.Handle("/", s.Gateway.Handler(adminToken, webui.Handler()))
-	return guardEdge(s.cfg.Server.BodyTimeout,
-		guardCrossSite(s.cfg.Server.OriginPatterns, s.Gateway, guardOperator(s.cfg.Server.ExternalURL, mux)))
+	return guardEdge(s.cfg.Server.BodyTimeout, guardHost(s.cfg.HostPatterns(),
+		guardCrossSite(s.cfg.Server.OriginPatterns, s.Gateway, guardOperator(s.cfg.Server.ExternalURL, mux))))
 }
 
 // requireAdmin lets operators through to h and answers everyone else 401.
