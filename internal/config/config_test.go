@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -178,5 +180,38 @@ func TestBreakerEntryKeepsDefaults(t *testing.T) {
 	}
 	if _, err := Parse(strings.NewReader("breakers:\n  search: {failureRate: 1.5}\n")); err == nil || !strings.Contains(err.Error(), "breakers.search.failureRate") {
 		t.Errorf("an invalid field set in the file: %v; want it reported", err)
+	}
+}
+
+// TestSyntaxErrorsNameTheLine: a YAML syntax error names the line where the
+// file stops being YAML, not the line where the mapping around it starts.
+func TestSyntaxErrorsNameTheLine(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{"list item among keys", "server:\n  addr: x\nprompt:\n  name: p\n  - system\n", "YAML syntax: line 5: did not find expected key"},
+		{"key indented too little", "server:\n  addr: x\nprompt:\n  name: p\n system: hi\n", "YAML syntax: line 5: did not find expected key"},
+		{"key indented too little, deeper", "server:\n  addr: x\n  drainTimeout: 30s\n  bodyTimeout: 10s\n bad: 1\n", "YAML syntax: line 5: did not find expected key"},
+		{"key indented too far", "locales: [ja, en]\nserver:\n  addr: x\n  publicMetrics: false\n    drainTimeout: 30s\n", "YAML syntax: line 5: mapping values are not allowed in this context"},
+		{"tab for indentation", "server:\n  addr: x\nprompt:\n  name: p\n\tsystem: hi\n", "YAML syntax: line 5: found a tab character that violates indentation"},
+		{"missing colon", "server:\n  addr: x\nprompt:\n  name: p\nsystem hi\n", "YAML syntax: line 5: could not find expected ':'"},
+		{"quote left open where it opens", "server:\n  addr: x\nprompt:\n  name: 'p\n  system: hi\n", "YAML syntax: line 4: found unexpected end of stream"},
+		{"error after a list over lines", "locales: [ja,\n  en]\nprompt:\n  name: p\n  - system\n", "YAML syntax: line 5: did not find expected key"},
+		{"windows line ends", "server:\r\n  addr: x\r\nprompt:\r\n  name: p\r\n  - system\r\n", "YAML syntax: line 5: did not find expected key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "fmgate.yaml")
+			if err := os.WriteFile(path, []byte(tt.give), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(path)
+			var p *Problems
+			if !errors.As(err, &p) || len(p.List) != 1 || p.List[0] != tt.want {
+				t.Fatalf("Load: %v, want the one problem %q", err, tt.want)
+			}
+		})
 	}
 }
