@@ -74,14 +74,18 @@ func (f ledgerFallback) Remember(ctx context.Context, _ *Turn, _ *Result) bool {
 
 type ledgerReserver struct{ l *ledger }
 
-func (r ledgerReserver) Reserve(context.Context, *Turn, string) (Lease, error) { return ledgerLease(r), nil }
+func (r ledgerReserver) Reserve(context.Context, *Turn, string) (Lease, error) {
+	return ledgerLease(r), nil
+}
 
 type ledgerLease struct{ l *ledger }
 
 func (l ledgerLease) Settle(ctx context.Context, _ provider.Usage) {
 	_ = l.l.note(context.WithoutCancel(ctx), "quota") // the contract: Settle completes whatever ctx says
 }
-func (l ledgerLease) Release(ctx context.Context) { _ = l.l.note(context.WithoutCancel(ctx), "quota released") }
+func (l ledgerLease) Release(ctx context.Context) {
+	_ = l.l.note(context.WithoutCancel(ctx), "quota released")
+}
 
 // hangUpOutput is a client that closes its connection as soon as it reads
 // the last event, as the vendors' SDKs do: Finish cancels the turn.
