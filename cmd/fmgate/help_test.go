@@ -10,14 +10,32 @@ import (
 )
 
 // TestHelpExitsZero: asking for help is not an error, for the program and
-// each command.
+// each command, wherever the command takes it.
 func TestHelpExitsZero(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"serve", "-h"}, {"validate", "-h"}, {"sim", "-h"}} {
+	for _, args := range [][]string{
+		{"-h"}, {"--help"}, {"help"}, {"serve", "-h"}, {"validate", "-h"}, {"sim", "-h"},
+		{"ingest", "-h"}, {"ingest", "--help"},
+		{"scenario", "-h"}, {"scenario", "--help"}, {"scenario", "run", "-h"}, {"scenario", "run", "all", "-h"},
+	} {
 		var out, errOut bytes.Buffer
 		if err := run(context.Background(), args, &out, &errOut); err != nil {
 			t.Errorf("fmgate %s: %v, want success", strings.Join(args, " "), err)
 		}
 		if !strings.Contains(out.String()+errOut.String(), "usage") && !strings.Contains(errOut.String(), "Usage") {
+			t.Errorf("fmgate %s printed no usage", strings.Join(args, " "))
+		}
+	}
+}
+
+// TestScenarioWithoutANameFails: only a request for help goes without a
+// scenario; a command line that names none is an error, with the usage.
+func TestScenarioWithoutANameFails(t *testing.T) {
+	for _, args := range [][]string{{"scenario"}, {"scenario", "run"}, {"scenario", "list"}, {"scenario", "run", "-instances", "3"}} {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), args, &out, &errOut); err == nil {
+			t.Errorf("fmgate %s succeeded, want an error", strings.Join(args, " "))
+		}
+		if !strings.Contains(errOut.String(), "usage") {
 			t.Errorf("fmgate %s printed no usage", strings.Join(args, " "))
 		}
 	}

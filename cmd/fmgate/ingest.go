@@ -29,7 +29,7 @@ func ingestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	workers := fs.Int("workers", 2, "batches fetched and committed at once")
 	every := fs.Duration("stats", 10*time.Second, "how often to log the counts and the stream's backlog (0: never)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return helpIsNoError(err)
 	}
 	switch {
 	case *batch < 1 || *batch > 50000:

@@ -35,7 +35,7 @@ Run "fmgate <command> -h" for the command's flags.
 // run is the whole program; main only turns its error into an exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+	if len(args) > 0 && isHelp(args[0]) {
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
@@ -114,6 +114,12 @@ func checkArgs(args []string, stderr io.Writer) error {
 func parseOnly(ctx context.Context) bool {
 	only, _ := ctx.Value(parseOnlyKey{}).(bool)
 	return only
+}
+
+// isHelp reports whether arg asks for help as the flag package
+// understands it.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--h" || arg == "--help"
 }
 
 // helpIsNoError turns the flag package's answer to -h (the usage is

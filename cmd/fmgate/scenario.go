@@ -46,6 +46,10 @@ func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	pace := fs.Float64("pace", 1, "speed-up of the simulated models (1 = the MangaAssist profile's pace)")
 	ttfb := fs.Duration("ttfb-goal", scenario.DefaultTTFBGoal, "p99 time-to-first-byte goal")
 	seed := fs.Int64("seed", 0, "seed of the load's random choices (default: the time)")
+	if (len(args) > 0 && isHelp(args[0])) || (len(args) > 1 && args[0] == "run" && isHelp(args[1])) {
+		fs.Usage()
+		return nil
+	}
 	if len(args) == 0 || args[0] != "run" {
 		fs.Usage()
 		return errors.New(`scenario: expected "run NAME"`)
@@ -56,7 +60,7 @@ func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	name := args[1]
 	if err := fs.Parse(args[2:]); err != nil {
-		return err
+		return helpIsNoError(err)
 	}
 	r, err := strconv.ParseFloat(strings.TrimSuffix(*rate, "/s"), 64)
 	if err != nil || r <= 0 {

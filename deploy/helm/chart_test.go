@@ -343,6 +343,11 @@ func TestFleetProfile(t *testing.T) {
 	if cfg.Fleet.Size < 3 {
 		t.Errorf("fleet.size = %d, want the minimum replica count (3)", cfg.Fleet.Size)
 	}
+	// Behind the edge, with a trusted X-User-Id, the gateways are reached by
+	// the edge's names and scraped by address, not by a loopback name.
+	if hosts := cfg.HostPatterns(); len(hosts) > 0 && !slices.Contains(hosts, "*") {
+		t.Errorf("fleet gateways serve only the hosts %q", hosts)
+	}
 	ing := r.deployments["gw-fmgate-ingest"]
 	if ing == nil {
 		t.Fatal("no ingester Deployment")

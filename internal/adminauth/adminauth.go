@@ -9,7 +9,9 @@
 // a cookie. A session ends at logout, at expiry, or when the gateway starts
 // with another admin token (sessions live in the process and are bound to
 // the token they were opened with). Login attempts are limited per client
-// address (default 5 a minute): the next one gets 429 with Retry-After.
+// address (default 5 a minute), and failed ones across all addresses
+// (default 30 a minute), so that guessing from many addresses is as slow:
+// the next attempt gets 429 with Retry-After.
 package adminauth
 
 import (
@@ -32,7 +34,10 @@ const CookieName = "fmgate_admin"
 const (
 	DefaultSessionTTL      = 12 * time.Hour
 	DefaultLoginsPerMinute = 5
-	DefaultMaxSessions     = 1024
+	// DefaultFailedLoginsPerMinute bounds failed logins from all clients
+	// together.
+	DefaultFailedLoginsPerMinute = 30
+	DefaultMaxSessions           = 1024
 	// maxClients bounds the login throttle's memory; past it the oldest
 	// windows are dropped first.
 	maxClients = 10_000
@@ -45,6 +50,12 @@ type Options struct {
 	// LoginsPerMinute is how many login attempts one client address may
 	// make in a minute.
 	LoginsPerMinute int
+	// FailedLoginsPerMinute is how many logins with a wrong token all
+	// clients together may make in a minute; past it every login attempt,
+	// with the right token too, waits until the oldest failure is a minute
+	// old. While it lasts the admin token still works as a bearer
+	// credential.
+	FailedLoginsPerMinute int
 	// MaxSessions bounds the open sessions; a new login past it ends the
 	// session closest to expiry.
 	MaxSessions int
@@ -66,6 +77,7 @@ type Auth struct {
 	mu       sync.Mutex
 	sessions map[[sha256.Size]byte]time.Time // digest of the id → expiry
 	logins   map[string][]time.Time          // client → attempts in the last minute
+	failures []time.Time                     // failed logins in the last minute, oldest first
 }
 
 // New returns the Auth for the admin token token; an empty token admits
@@ -76,6 +88,9 @@ func New(token string, o Options) *Auth {
 	}
 	if o.LoginsPerMinute <= 0 {
 		o.LoginsPerMinute = DefaultLoginsPerMinute
+	}
+	if o.FailedLoginsPerMinute <= 0 {
+		o.FailedLoginsPerMinute = DefaultFailedLoginsPerMinute
 	}
 	if o.MaxSessions <= 0 {
 		o.MaxSessions = DefaultMaxSessions
@@ -128,7 +143,8 @@ func (a *Auth) Authorized(r *http.Request) bool {
 // AllowLogin counts a login attempt from r's client address and reports
 // whether it may proceed; when not, retryAfter is when the next one may.
 // The address is the connection's peer: behind a proxy all clients share
-// the proxy's budget, which errs on the side of refusing.
+// the proxy's budget, which errs on the side of refusing. Past
+// Options.FailedLoginsPerMinute failures (LoginFailed) no client may try.
 func (a *Auth) AllowLogin(r *http.Request) (ok bool, retryAfter time.Duration) {
 	client, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -137,6 +153,10 @@ func (a *Auth) AllowLogin(r *http.Request) (ok bool, retryAfter time.Duration) {
 	now := a.opts.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.recentFailuresLocked(now)
+	if len(a.failures) >= a.opts.FailedLoginsPerMinute {
+		return false, a.failures[0].Add(time.Minute).Sub(now)
+	}
 	recent := a.logins[client][:0]
 	for _, t := range a.logins[client] {
 		if now.Sub(t) < time.Minute {
@@ -152,6 +172,30 @@ func (a *Auth) AllowLogin(r *http.Request) (ok bool, retryAfter time.Duration) {
 	}
 	a.logins[client] = append(recent, now)
 	return true, 0
+}
+
+// LoginFailed records a login attempt that gave a wrong token, for the
+// bound on failures across all clients.
+func (a *Auth) LoginFailed() {
+	now := a.opts.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.recentFailuresLocked(now)
+	// Attempts allowed together may fail together; the oldest are dropped
+	// past the bound, so memory stays bounded and the wait is no longer.
+	if n := len(a.failures) - a.opts.FailedLoginsPerMinute + 1; n > 0 {
+		a.failures = a.failures[n:]
+	}
+	a.failures = append(a.failures, now)
+}
+
+// recentFailuresLocked drops failures more than a minute old.
+func (a *Auth) recentFailuresLocked(now time.Time) {
+	i := 0
+	for i < len(a.failures) && now.Sub(a.failures[i]) >= time.Minute {
+		i++
+	}
+	a.failures = a.failures[i:]
 }
 
 // pruneLogins drops clients with no attempt in the last minute, and if

@@ -87,3 +87,22 @@ func TestBearerAndCookie(t *testing.T) {
 		t.Error("no token configured, yet a request was authorized")
 	}
 }
+
+// TestFailuresAreBounded: failures recorded past the bound (attempts let
+// through together that fail together) replace the oldest, so memory and
+// the wait stay bounded.
+func TestFailuresAreBounded(t *testing.T) {
+	now := time.Now()
+	a := New("tok", Options{FailedLoginsPerMinute: 3, Now: func() time.Time { return now }})
+	for range 100 {
+		a.LoginFailed()
+		now = now.Add(time.Second)
+	}
+	if len(a.failures) != 3 {
+		t.Fatalf("%d failures kept, want the bound, 3", len(a.failures))
+	}
+	req := httptest.NewRequest(http.MethodPost, "/dashboard/login", nil)
+	if ok, wait := a.AllowLogin(req); ok || wait != 57*time.Second {
+		t.Fatalf("AllowLogin = %v, %v; want false, 57s (the oldest kept failure is 3 s old)", ok, wait)
+	}
+}

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/url"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -83,13 +85,36 @@ type Server struct {
 	// ExternalURL is the address operators reach the gateway at, when it is
 	// not the listener's own (e.g. https://gw.example.com behind a
 	// TLS-terminating proxy). When it is https, the dashboard's session
-	// cookie is marked Secure. Default "": Secure only for requests that
+	// cookie is marked Secure; its host is accepted as the Origin of
+	// requests that change state under /admin/ and /dashboard, besides
+	// the Host they arrive with. Default "": Secure only for requests that
 	// reached fmgate over TLS.
 	ExternalURL string `yaml:"externalURL"`
 	// BodyTimeout bounds the time a client takes to send a request body; a
 	// slower one gets 408. It ends with the body, so streamed answers and
 	// WebSockets are not cut. Default 10s.
 	BodyTimeout time.Duration `yaml:"bodyTimeout"`
+	// AllowedHosts are the names a request's Host header may give (its port
+	// is ignored): host names, IP addresses, patterns such as
+	// "*.example.com", or "*" for any. A request for another host gets 421,
+	// so that a page whose DNS name has been pointed at the gateway's
+	// address (DNS rebinding) cannot use it. /healthz and /readyz answer
+	// whatever the host. Default empty: in the demo profile
+	// (auth.trustUserHeader with no auth.keys) only loopback names, i.e.
+	// localhost, *.localhost, 127.0.0.1 and ::1; otherwise any host.
+	AllowedHosts []string `yaml:"allowedHosts"`
+}
+
+// HostPatterns is the effective server.allowedHosts: the field when set,
+// else the loopback names in the demo profile, else nil for any host.
+func (c Config) HostPatterns() []string {
+	switch {
+	case len(c.Server.AllowedHosts) > 0:
+		return c.Server.AllowedHosts
+	case c.Auth.TrustUserHeader && len(c.Auth.Keys) == 0:
+		return []string{"localhost", "*.localhost", "127.0.0.1", "::1"}
+	}
+	return nil
 }
 
 // Prompt is the system prompt the models receive.
@@ -408,6 +433,14 @@ func (c Config) Validate() error {
 	}
 	if c.Server.BodyTimeout <= 0 {
 		v.add("server.bodyTimeout", "must be > 0")
+	}
+	for i, h := range c.Server.AllowedHosts {
+		field := fmt.Sprintf("server.allowedHosts[%d]", i)
+		if _, _, err := net.SplitHostPort(h); err == nil {
+			v.add(field, fmt.Sprintf("%q: name the host without a port", h))
+		} else if _, err := path.Match(h, ""); h == "" || err != nil {
+			v.add(field, fmt.Sprintf("%q is not a host name or pattern (e.g. gw.example.com, *.example.com)", h))
+		}
 	}
 	if len(c.Locales) == 0 {
 		v.add("locales", "must list at least one locale")

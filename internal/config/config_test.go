@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -83,6 +85,9 @@ func TestParseNamesFieldPaths(t *testing.T) {
 		{"sim model that is no tier", "sim:\n  models:\n    opus: {ttftMs: 100}\n", "sim.models.opus: no model tier is named opus (models are sonnet, haiku)"},
 		{"idle outside the hierarchy", "deadline:\n  idle: 5m\n", "deadline.idle: must be > 0 and shorter than stream.maxDuration"},
 		{"batch bounds", "batch:\n  maxJobs: 0\n", "batch.maxJobs: must be > 0"},
+		{"allowed host with a port", "server:\n  allowedHosts: [gw.example.com, \"localhost:8080\"]\n", `server.allowedHosts[1]: "localhost:8080": name the host without a port`},
+		{"allowed host that is no pattern", "server:\n  allowedHosts: [\"[a-\"]\n", `server.allowedHosts[0]: "[a-" is not a host name or pattern`},
+		{"empty allowed host", "server:\n  allowedHosts: [\"\"]\n", `server.allowedHosts[0]: "" is not a host name or pattern`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,6 +112,38 @@ func TestParseNamesFieldPaths(t *testing.T) {
 	}
 	if _, err := Parse(strings.NewReader("sim:\n  models:\n    sonnet: {ttftMs: 100}\n")); err != nil {
 		t.Fatalf("a tier's sim settings refused: %v", err)
+	}
+	if _, err := Parse(strings.NewReader("server:\n  allowedHosts: [gw.example.com, \"*.example.com\", \"*\", \"::1\", \"[::1]\"]\n")); err != nil {
+		t.Fatalf("allowed hosts refused: %v", err)
+	}
+}
+
+// TestHostPatterns: with server.allowedHosts empty, the demo profile (a
+// trusted user header and no API keys) answers loopback names only and any
+// other profile any name; set, it is the list.
+func TestHostPatterns(t *testing.T) {
+	keyed := Default()
+	keyed.Auth.Keys = map[string]Caller{"sk-1": {UserID: "u1"}}
+	untrusted := Default()
+	untrusted.Auth.TrustUserHeader = false
+	listed := Default()
+	listed.Server.AllowedHosts = []string{"gw.example.com"}
+	tests := []struct {
+		name string
+		give Config
+		want []string
+	}{
+		{"demo", Default(), []string{"localhost", "*.localhost", "127.0.0.1", "::1"}},
+		{"api keys", keyed, nil},
+		{"no trusted header", untrusted, nil},
+		{"listed", listed, []string{"gw.example.com"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.give.HostPatterns(); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("HostPatterns() = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
 
@@ -167,5 +204,38 @@ func TestModelPriceDefaultsTheCacheClasses(t *testing.T) {
 		if math.Abs(p.CachedInputPerMTok-tt.wantRead) > 1e-12 || math.Abs(p.CacheWritePerMTok-tt.wantW) > 1e-12 || p.InputPerMTok != tt.give.InputPerMTok {
 			t.Errorf("%s: price %+v; want cache reads at %v and writes at %v", tt.name, p, tt.wantRead, tt.wantW)
 		}
+	}
+}
+
+// TestSyntaxErrorsNameTheLine: a YAML syntax error names the line where the
+// file stops being YAML, not the line where the mapping around it starts.
+func TestSyntaxErrorsNameTheLine(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{"list item among keys", "server:\n  addr: x\nprompt:\n  name: p\n  - system\n", "YAML syntax: line 5: did not find expected key"},
+		{"key indented too little", "server:\n  addr: x\nprompt:\n  name: p\n system: hi\n", "YAML syntax: line 5: did not find expected key"},
+		{"key indented too little, deeper", "server:\n  addr: x\n  drainTimeout: 30s\n  bodyTimeout: 10s\n bad: 1\n", "YAML syntax: line 5: did not find expected key"},
+		{"key indented too far", "locales: [ja, en]\nserver:\n  addr: x\n  publicMetrics: false\n    drainTimeout: 30s\n", "YAML syntax: line 5: mapping values are not allowed in this context"},
+		{"tab for indentation", "server:\n  addr: x\nprompt:\n  name: p\n\tsystem: hi\n", "YAML syntax: line 5: found a tab character that violates indentation"},
+		{"missing colon", "server:\n  addr: x\nprompt:\n  name: p\nsystem hi\n", "YAML syntax: line 5: could not find expected ':'"},
+		{"quote left open where it opens", "server:\n  addr: x\nprompt:\n  name: 'p\n  system: hi\n", "YAML syntax: line 4: found unexpected end of stream"},
+		{"error after a list over lines", "locales: [ja,\n  en]\nprompt:\n  name: p\n  - system\n", "YAML syntax: line 5: did not find expected key"},
+		{"windows line ends", "server:\r\n  addr: x\r\nprompt:\r\n  name: p\r\n  - system\r\n", "YAML syntax: line 5: did not find expected key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "fmgate.yaml")
+			if err := os.WriteFile(path, []byte(tt.give), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(path)
+			var p *Problems
+			if !errors.As(err, &p) || len(p.List) != 1 || p.List[0] != tt.want {
+				t.Fatalf("Load: %v, want the one problem %q", err, tt.want)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"fmt"
 	"reflect"
 	"regexp"
@@ -21,7 +22,7 @@ import (
 func fieldProblems(data []byte) (*fieldWalker, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &Problems{List: []string{syntaxProblem(err)}}
+		return nil, &Problems{List: []string{syntaxProblem(data, err)}}
 	}
 	w := &fieldWalker{lines: map[int]string{}}
 	if len(doc.Content) > 0 {
@@ -254,6 +255,44 @@ func decodeProblem(msg string, lines map[int]string) string {
 	return where + ": " + rest
 }
 
-func syntaxProblem(err error) string {
-	return "YAML syntax: " + strings.TrimPrefix(err.Error(), "yaml: ")
+// syntaxProblem reports a YAML syntax error at the line where the file
+// stops being YAML. For some errors yaml.v3 names a line above it, where
+// the enclosing mapping starts or the one before: a key indented too
+// little on line 5, or a list item among keys, comes out as "line 3: did
+// not find expected key". So the line is looked for again, as the first
+// one at which the file's beginning fails with the same message.
+func syntaxProblem(data []byte, err error) string {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		if line := failingLine(data, m[2]); line > 0 {
+			msg = fmt.Sprintf("line %d: %s", line, m[2])
+		}
+	}
+	return "YAML syntax: " + msg
+}
+
+// maxSyntaxScanLines bounds failingLine's work, which grows with the
+// square of the file's length; past it yaml.v3's line stands.
+const maxSyntaxScanLines = 5000
+
+// failingLine is the first line (from 1) such that data up to and
+// including it fails to parse with message want, or 0 if none does.
+func failingLine(data []byte, want string) int {
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines) > maxSyntaxScanLines {
+		return 0
+	}
+	end := 0
+	for i, l := range lines {
+		end += len(l)
+		var n yaml.Node
+		err := yaml.Unmarshal(data[:end], &n)
+		if err == nil {
+			continue
+		}
+		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil && m[2] == want {
+			return i + 1
+		}
+	}
+	return 0
 }

@@ -38,8 +38,8 @@ const maxLoginBody = 8 << 10
 
 // Handler serves /dashboard and everything under it. GET /dashboard/login
 // shows a form for the admin token; POST /dashboard/login checks it (at most
-// auth's attempts per minute per client, then 429 with Retry-After) and
-// opens a session; POST /dashboard/logout ends it. Every other route needs
+// auth's attempts per minute per client, and failures per minute across
+// clients, then 429 with Retry-After) and opens a session; POST /dashboard/logout ends it. Every other route needs
 // a session (or an Authorization: Bearer header) and otherwise redirects to
 // the login page. An Auth without a token accepts no login.
 func Handler(auth *adminauth.Auth) http.Handler {
@@ -100,7 +100,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	if ok, wait := h.auth.AllowLogin(r); !ok {
 		secs := int((wait + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
-		renderLogin(w, http.StatusTooManyRequests, "Too many sign-in attempts from this address; try again in "+strconv.Itoa(secs)+" s.")
+		renderLogin(w, http.StatusTooManyRequests, "Too many sign-in attempts; try again in "+strconv.Itoa(secs)+" s.")
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
@@ -117,6 +117,7 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		renderLogin(w, http.StatusBadRequest, "Enter the admin token.")
 		return
 	case !h.auth.ValidToken(token):
+		h.auth.LoginFailed()
 		renderLogin(w, http.StatusUnauthorized, "That is not the admin token.")
 		return
 	}
@@ -183,11 +184,16 @@ func renderLogin(w http.ResponseWriter, status int, msg string) {
 // own origin (the admin API and the live event stream).
 const pageCSP = "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 
+// securityHeaders sets the headers every dashboard response carries. The
+// referrer policy is same-origin, not no-referrer: under no-referrer a
+// browser sends "Origin: null" with the page's own form posts and fetches,
+// which the gateway refuses on requests that change state, as it cannot
+// tell them from a sandboxed page on another site.
 func securityHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hd := w.Header()
 		hd.Set("X-Content-Type-Options", "nosniff")
-		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("Referrer-Policy", "same-origin")
 		hd.Set("X-Frame-Options", "DENY")
 		hd.Set("Content-Security-Policy", pageCSP)
 		next.ServeHTTP(w, r)

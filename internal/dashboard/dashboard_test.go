@@ -3,6 +3,7 @@ package dashboard
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -108,6 +109,11 @@ func TestRoutesNeedTheAdminToken(t *testing.T) {
 			}
 			if resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("Content-Security-Policy") == "" {
 				t.Fatalf("security headers missing: %v", resp.Header)
+			}
+			// Under no-referrer the page's own posts would say "Origin: null",
+			// which the gateway refuses.
+			if got := resp.Header.Get("Referrer-Policy"); got != "same-origin" {
+				t.Fatalf("Referrer-Policy %q, want same-origin", got)
 			}
 		})
 	}
@@ -243,6 +249,52 @@ func TestLoginAttemptsAreLimitedPerClient(t *testing.T) {
 	now = now.Add(time.Minute)
 	if resp := postLogin(t, h, token, false); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("a minute later: status %d, want a login", resp.StatusCode)
+	}
+}
+
+// TestFailedLoginsAreBoundedAcrossClients: guessing the token from many
+// addresses is no faster than the bound on failures: past it every client
+// waits, with the right token too, until the oldest failure is a minute old.
+func TestFailedLoginsAreBoundedAcrossClients(t *testing.T) {
+	now := time.Now()
+	h := Handler(adminauth.New(token, adminauth.Options{Now: func() time.Time { return now }}))
+	loginFrom := func(client int, value string) *http.Response {
+		req := httptest.NewRequest(http.MethodPost, "/dashboard/login", strings.NewReader(url.Values{"token": {value}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.RemoteAddr = fmt.Sprintf("198.51.100.%d:4000", client)
+		return do(t, h, req)
+	}
+	// Right tokens and empty forms are no failures.
+	for i := range 3 {
+		if resp := loginFrom(200+i, token); resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("a right token: status %d", resp.StatusCode)
+		}
+		if resp := loginFrom(210+i, ""); resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("an empty form: status %d", resp.StatusCode)
+		}
+	}
+	// Each address stays under its own limit; the first failure is 10 s
+	// older than the rest.
+	for i := range adminauth.DefaultFailedLoginsPerMinute {
+		if resp := loginFrom(i, "guess"); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("failure %d: status %d, want 401", i+1, resp.StatusCode)
+		}
+		if i == 0 {
+			now = now.Add(10 * time.Second)
+		}
+	}
+	resp := loginFrom(100, token)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "50" || len(resp.Cookies()) != 0 {
+		t.Fatalf("after %d failures, a new client with the right token: status %d Retry-After %q cookies %v; want 429, 50, none",
+			adminauth.DefaultFailedLoginsPerMinute, resp.StatusCode, resp.Header.Get("Retry-After"), resp.Cookies())
+	}
+	if b := body(t, resp); !strings.Contains(b, "Too many sign-in attempts") {
+		t.Fatalf("429 page: %s", b)
+	}
+	// Once the oldest failure is a minute old, one more attempt may go.
+	now = now.Add(50 * time.Second)
+	if resp := loginFrom(100, token); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("when the oldest failure is a minute old: status %d, want a login", resp.StatusCode)
 	}
 }
 

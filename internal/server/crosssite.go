@@ -22,12 +22,13 @@ import (
 //     "shop.example.com" or "*.example.com"), otherwise 403. SDKs and
 //     servers send no Origin; browsers always send it on a cross-site POST.
 //
-// POSTs under /admin/ and /dashboard are left to their own authentication.
+// Requests under /admin/ and /dashboard are guarded by guardOperator
+// instead, which does not count them as turns.
 //
 // Each refusal is counted as a refused turn (Gateway.Refuse).
 func guardCrossSite(originPatterns []string, g *gateway.Gateway, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || strings.HasPrefix(r.URL.Path, "/admin/") || strings.HasPrefix(r.URL.Path, "/dashboard") {
+		if r.Method != http.MethodPost || isOperatorPath(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -52,6 +53,53 @@ func guardCrossSite(originPatterns []string, g *gateway.Gateway, next http.Handl
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// guardOperator protects the operator routes — everything under /admin/
+// and /dashboard — whose state-changing requests (any method but GET, HEAD
+// and OPTIONS) a browser would otherwise send from a page on another site
+// with the dashboard's session cookie attached:
+//
+//   - an Origin header, when present, must be this server's own origin or
+//     the host of externalURL (server.externalURL, the address operators
+//     reach the gateway at behind a proxy), otherwise 403;
+//   - a body must be declared JSON, otherwise 415, unless the request
+//     carries a bearer credential (which a page on another site cannot set
+//     without a CORS preflight the gateway never grants, and which is then
+//     the only credential looked at), or is the dashboard's login form.
+//
+// curl and scripts send no Origin, so a bearer request from them passes
+// whatever its Content-Type. server.originPatterns, which opens the chat
+// routes to other sites, does not apply here.
+func guardOperator(externalURL string, next http.Handler) http.Handler {
+	var patterns []string
+	if u, err := url.Parse(externalURL); err == nil && u.Host != "" {
+		patterns = []string{u.Host}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isOperatorPath(r.URL.Path) || r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if origin := r.Header.Get("Origin"); origin != "" && !originAllowed(origin, r.Host, patterns) {
+			gateway.WriteError(w, &gateway.Error{Status: http.StatusForbidden, Code: "forbidden_origin",
+				Message: "Requests from origin " + truncate(origin, 100) + " may not change the gateway's state; if operators reach it at that address, set server.externalURL to it."})
+			return
+		}
+		_, hasBearer := gateway.Bearer(r)
+		loginForm := r.Method == http.MethodPost && r.URL.Path == "/dashboard/login"
+		if r.ContentLength != 0 && !hasBearer && !loginForm && !isJSON(r.Header.Get("Content-Type")) {
+			gateway.WriteError(w, &gateway.Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+				Message: "Send the body as JSON with Content-Type: application/json."})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isOperatorPath reports whether path is the admin API's or the dashboard's.
+func isOperatorPath(path string) bool {
+	return strings.HasPrefix(path, "/admin/") || path == "/dashboard" || strings.HasPrefix(path, "/dashboard/")
 }
 
 // isJSON reports whether a Content-Type declares JSON.

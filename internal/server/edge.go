@@ -2,7 +2,10 @@ package server
 
 import (
 	"io"
+	"net"
 	"net/http"
+	"path"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -33,6 +36,48 @@ func guardEdge(bodyTimeout time.Duration, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// guardHost answers 421 to a request whose Host is not one of patterns
+// (config.Config.HostPatterns: host names or path.Match patterns, matched
+// without the port and case-insensitively); nil patterns allow any host.
+// Browsers send the name they resolved, so a page on a name rebound to the
+// gateway's address is refused here, before it reaches a route that trusts
+// X-User-Id. /healthz and /readyz are exempt: probes name the pod's address.
+func guardHost(patterns []string, next http.Handler) http.Handler {
+	if len(patterns) == 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || hostAllowed(r.Host, patterns) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		gateway.WriteError(w, &gateway.Error{Status: http.StatusMisdirectedRequest, Code: "misdirected_request",
+			Message: "This gateway does not serve host " + truncate(r.Host, 100) + "; add it to server.allowedHosts to allow it."})
+	})
+}
+
+// hostAllowed reports whether the Host header host, without its port,
+// matches one of patterns.
+func hostAllowed(host string, patterns []string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "" {
+		return false
+	}
+	for _, p := range patterns {
+		if strings.HasPrefix(p, "[") && strings.HasSuffix(p, "]") && strings.Contains(p, ":") {
+			p = p[1 : len(p)-1] // an IPv6 address written as in a URL
+		}
+		p = strings.ToLower(p)
+		if ok, _ := path.Match(p, host); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // deadlineBody lifts the connection's read deadline once the body has been

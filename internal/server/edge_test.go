@@ -7,9 +7,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fmgate/fmgate/internal/config"
 )
 
 type errorReply struct {
@@ -110,7 +113,7 @@ func TestSlowBodyIsCut(t *testing.T) {
 	}
 	defer conn.Close()
 	body := `{"sessionId":"s","message":"hello","locale":"en"}`
-	fmt.Fprintf(conn, "POST /v1/chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-User-Id: slow\r\nContent-Length: %d\r\n\r\n", len(body))
+	fmt.Fprintf(conn, "POST /v1/chat HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nX-User-Id: slow\r\nContent-Length: %d\r\n\r\n", len(body))
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() { // one byte every 100 ms, as a slow-loris client does, then nothing
@@ -185,5 +188,81 @@ func TestUnknownAPIPathsAnswerJSON(t *testing.T) {
 	}
 	if resp, _ := do(t, "GET", srv.URL+"/v1/batch/none", ""); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("GET /v1/batch/none: %d; want the batch route's own 404", resp.StatusCode)
+	}
+}
+
+// TestHostIsChecked: a page on a name rebound to the gateway's address
+// (DNS rebinding) cannot reach a demo gateway, which trusts X-User-Id:
+// without server.allowedHosts the demo profile answers loopback names only,
+// a gateway with API keys any name, and with server.allowedHosts only the
+// names it lists. Probes are answered whatever the host.
+func TestHostIsChecked(t *testing.T) {
+	demo := fastConfig()
+	keyed := fastConfig()
+	keyed.Auth.Keys = map[string]config.Caller{"sk-1": {UserID: "u1"}}
+	listed := fastConfig()
+	listed.Server.AllowedHosts = []string{"gw.example.com", "*.shop.example", "[::1]"}
+	tests := []struct {
+		name string
+		cfg  config.Config
+		host string
+		path string
+		want int
+	}{
+		{"demo: localhost", demo, "localhost:8080", "/v1/chat", 200},
+		{"demo: loopback address", demo, "127.0.0.1:8080", "/v1/chat", 200},
+		{"demo: IPv6 loopback", demo, "[::1]:8080", "/v1/chat", 200},
+		{"demo: a .localhost name", demo, "app.localhost", "/v1/chat", 200},
+		{"demo: upper case", demo, "LOCALHOST:8080", "/v1/chat", 200},
+		{"demo: a rebound name", demo, "rebind.evil.example:8080", "/v1/chat", 421},
+		{"demo: a rebound name on the WebSocket", demo, "rebind.evil.example", "/ws", 421},
+		{"demo: a name ending in localhost", demo, "evillocalhost", "/v1/chat", 421},
+		{"demo: another address", demo, "10.0.0.5:8080", "/", 421},
+		{"demo: no host", demo, "", "/v1/chat", 421},
+		{"demo: liveness by address", demo, "10.0.0.5:8080", "/healthz", 200},
+		{"demo: readiness by address", demo, "10.0.0.5:8080", "/readyz", 200},
+		{"keys: any name", keyed, "gw.example.com", "/v1/chat", 200},
+		{"listed: the name", listed, "gw.example.com:443", "/v1/chat", 200},
+		{"listed: a pattern", listed, "www.shop.example", "/v1/chat", 200},
+		{"listed: an IPv6 address", listed, "[::1]:8080", "/v1/chat", 200},
+		{"listed: localhost is not listed", listed, "localhost:8080", "/v1/chat", 421},
+		{"listed: another name", listed, "evil.example", "/admin/breakers", 421},
+	}
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, tt.path, nil)
+			req.Host = tt.host
+			rec := httptest.NewRecorder()
+			guardHost(tt.cfg.HostPatterns(), ok).ServeHTTP(rec, req)
+			if rec.Code != tt.want {
+				t.Fatalf("Host %q %s: status %d, want %d", tt.host, tt.path, rec.Code, tt.want)
+			}
+			if tt.want == http.StatusMisdirectedRequest {
+				var e errorReply
+				if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Code != "misdirected_request" || !strings.Contains(e.Error.Message, "server.allowedHosts") {
+					t.Fatalf("refusal %q, want misdirected_request naming server.allowedHosts", rec.Body)
+				}
+			}
+		})
+	}
+
+	// The running demo gateway: its own test address passes, a rebound
+	// name does not.
+	_, srv := startServer(t, demo)
+	if resp, e := do(t, "POST", srv.URL+"/v1/chat", `{"sessionId":"s","message":"hello","locale":"en"}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /v1/chat at %s: %d %+v", srv.URL, resp.StatusCode, e)
+	}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat", strings.NewReader(`{"sessionId":"s","message":"hello","locale":"en"}`))
+	req.Host = "rebind.evil.example"
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User-Id", "victim")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("POST /v1/chat for a rebound name: %d, want 421", resp.StatusCode)
 	}
 }

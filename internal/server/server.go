@@ -199,7 +199,8 @@ func (s *Server) Handler(adminToken string) http.Handler {
 		mux.Handle(p, gw)
 	}
 	mux.Handle("/v1/", http.HandlerFunc(unknownAPI))
-	return guardEdge(s.cfg.Server.BodyTimeout, guardCrossSite(s.cfg.Server.OriginPatterns, s.Gateway, mux))
+	return guardEdge(s.cfg.Server.BodyTimeout, guardHost(s.cfg.HostPatterns(),
+		guardCrossSite(s.cfg.Server.OriginPatterns, s.Gateway, guardOperator(s.cfg.Server.ExternalURL, mux))))
 }
 
 // requireAdmin lets operators through to h and answers everyone else 401.
