@@ -306,10 +306,20 @@ func (c cascade) Answer(ctx context.Context, t *gateway.Turn, cause error) (*gat
 // can hold what one user told the assistant, and the cache is shared.
 func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Result) bool {
 	// An answer given without the catalog (search down) is not worth reusing.
-	if c.models[res.Tier] && !res.Simplified && len(t.History) == 0 && !t.ContextUnavailable {
+	if c.models[res.Tier] && !res.Simplified && len(t.History) == 0 && !t.ContextUnavailable && plainAnswer(t, res) {
 		return c.r.Store(ctx, c.question(t), res.Text)
 	}
 	return false
+}
+
+// plainAnswer reports whether res is the model's whole answer to the bare
+// question, as the cache keys it: not cut (by max tokens or by the
+// client's stop sequences), nor shaped by the client's own system prompt or
+// sampling. Another caller asking the same words would get any other as if
+// it were the answer.
+func plainAnswer(t *gateway.Turn, res *gateway.Result) bool {
+	return (res.StopReason == "" || res.StopReason == "end_turn") && t.ClientSystem == "" &&
+		len(t.StopSequences) == 0 && t.Temperature == nil
 }
 
 func (c cascade) Simplify(req *provider.Request, model string) *provider.Request {

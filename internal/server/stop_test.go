@@ -52,3 +52,40 @@ func TestStopSequencesAreHonouredOnEveryDoor(t *testing.T) {
 		t.Fatalf("bedrock door: stopReason %v, text %q; want the first line, ended by the stop sequence", b["stopReason"], out)
 	}
 }
+
+// The response cache keeps a model's whole answer to the bare question
+// only: an answer cut by a client's stop sequence, or shaped by its own
+// system prompt, is not served to the next caller asking the same words.
+func TestTheCacheKeepsOnlyWholeAnswersToTheBareQuestion(t *testing.T) {
+	sc := newScenario(t, quickConfig())
+	door := func(body string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/messages", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-User-Id", "shaper")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("anthropic door: %d", resp.StatusCode)
+		}
+	}
+	const cut, shaped, plain = "Which manga is good for a long trip?", "Which fantasy manga should I read next?", "Which comedy manga is the funniest?"
+	door(`{"model":"sonnet","max_tokens":400,"stop_sequences":["\n"],"messages":[{"role":"user","content":"` + cut + `"}]}`)
+	door(`{"model":"sonnet","max_tokens":400,"system":"Answer in one word.","messages":[{"role":"user","content":"` + shaped + `"}]}`)
+	if a := sc.chat("plain-asker", plain, "en"); a.Status != 200 || a.Tier != "sonnet" {
+		t.Fatalf("plain question: %+v", a)
+	}
+	adminPut(t, sc.srv, "/admin/sim/sonnet", `{"outage":true}`)
+	adminPut(t, sc.srv, "/admin/sim/haiku", `{"outage":true}`)
+	if a := sc.chat("next-asker", plain, "en"); a.Tier != "cache" {
+		t.Fatalf("the plain question's answer was not cached: %+v (the test proves nothing)", a)
+	}
+	for _, q := range []string{cut, shaped} {
+		if a := sc.chat("next-asker", q, "en"); a.Tier == "cache" {
+			t.Errorf("%q was answered from the cache with another client's shaped answer: %q", q, a.Text)
+		}
+	}
+}
