@@ -142,7 +142,7 @@ var topicKeywords = []struct {
 	{topicPayment, []string{"pay", "credit", "card", "jcb", "visa", "mastercard", "konbini", "convenience store", "支払", "決済", "カード", "コンビニ", "ペイペイ"}},
 	{topicMembership, []string{"member", "point", "loyalty", "sign up", "会員", "ポイント", "メンバー", "登録"}},
 	{topicNewReleases, []string{"new release", "latest", "upcoming", "coming out", "release date", "new volume", "pre-order", "preorder", "新刊", "最新刊", "発売", "新作", "予約", "最新巻"}},
-	{topicRecommend, []string{"recommend", "suggest", "popular", "trending", "what should i read", "similar", "good manga", "best", "おすすめ", "オススメ", "お勧め", "お薦め", "人気", "面白い", "似た", "ランキング", "読みたい"}},
+	{topicRecommend, []string{"recommend", "suggest", "popular", "trending", "what should i read", "should i read", "read next", "which manga", "any manga", "good for", "similar", "good manga", "best", "おすすめ", "オススメ", "お勧め", "お薦め", "人気", "面白い", "似た", "ランキング", "読みたい", "読むべき", "次に読む"}},
 }
 
 // genreHints map words a reader uses to the catalogue's genres.
@@ -230,6 +230,9 @@ func understand(req *provider.Request) query {
 	}
 	if q.topic == topicGeneral && q.mentioned != nil {
 		q.topic = topicTitle
+	}
+	if q.topic == topicGeneral && q.genre != "" {
+		q.topic = topicRecommend // "a good fantasy series?"
 	}
 	q.lower = lower
 	q.found = catalog.ParseContext(req.System)

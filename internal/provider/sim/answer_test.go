@@ -68,6 +68,9 @@ func TestAnswersMatchLanguageAndTopic(t *testing.T) {
 		{"en tracking", "Where is my order? I want to track it", false, []string{"My Orders"}},
 		{"en membership", "How does membership work?", false, []string{"points"}},
 		{"en title", "Tell me about One Piece", false, []string{"One Piece", "110 volumes"}},
+		{"en recommendation by genre alone", "Which fantasy manga should I read next?", false, []string{"fantasy", "volumes"}},
+		{"en cancellation", "How do I cancel an order?", false, []string{"My Orders", "refund"}},
+		{"ja cancellation", "注文をキャンセルしたい", true, []string{"キャンセル", "注文履歴"}},
 		{"en title in japanese script", "Tell me about ワンピース please", false, []string{"One Piece"}},
 	}
 	for _, tt := range tests {
