@@ -48,7 +48,7 @@ type Health struct {
 	closed    atomic.Bool
 	ping      func(context.Context) error // set by Watch; nil: callers' commands probe
 	closePing func() error                // closes the PING's own client
-	verifying atomic.Bool                 // a PING is checking whether a slow Redis is alive
+	verifying atomic.Bool                 // a PING is checking whether Redis is alive after a failed command
 }
 
 // ProbeTimeout bounds each PING of a recovery probe: generous, because a
@@ -90,9 +90,9 @@ func New(cfg breaker.Config, now func() time.Time, onChange func(healthy bool)) 
 // ProbeTimeout, so that no caller's command is spent, or delayed, as a
 // probe. Call it once, before c is used.
 //
-// When c is a *redis.Client, the PINGs go on a small client of their own
-// (Close closes it), so that a pool every caller has taken does not make
-// a busy Redis look dead.
+// When c is a *redis.Client, the PINGs go on a client of their own (Close
+// closes it), so that a pool every caller has taken does not make a busy
+// Redis look dead.
 func (h *Health) Watch(c redis.UniversalClient) {
 	c.AddHook(h.Hook())
 	pc := c
