@@ -422,6 +422,61 @@ func pickOngoing(rng *rand.Rand, n int) []title {
 	return ongoing[:min(n, len(ongoing))]
 }
 
+// completeAnswer says which of the titles the last answer named are
+// complete (of the whole catalogue when it named none), in the question's
+// language, and suggests complete ones when none of them is.
+func completeAnswer(q query) answerParts {
+	w := completeWords[q.lang]
+	ts := q.listed
+	if len(ts) == 0 {
+		ts = catalogue
+	}
+	done, ongoing := splitComplete(ts)
+	opener := w.all
+	if len(q.listed) > 0 {
+		opener = w.listed
+	}
+	var body, extras []string
+	for _, t := range done {
+		body = append(body, w.item(t))
+	}
+	if len(done) == 0 {
+		opener = w.none
+		for _, t := range splitDone(catalogue) {
+			body = append(body, w.instead(t))
+		}
+	}
+	for _, t := range ongoing {
+		extras = append(extras, w.running(t))
+	}
+	return answerParts{opener: opener, body: body, extras: extras, closer: w.closer}
+}
+
+// completeText is completeAnswer's wording in one language.
+type completeText struct {
+	all, listed, none, closer string
+	item, instead, running    func(title) string
+}
+
+var completeWords = map[language]completeText{
+	japanese: {
+		all: "完結している作品はこちらです。", listed: "ご紹介した中で完結している作品はこちらです。",
+		none: "ご紹介した作品は、どれもまだ連載中です。", closer: "全巻セットもご用意していますので、お気軽にお尋ねください。",
+		item: func(t title) string { return fmt.Sprintf("・『%s』（%s）：%s", t.ja, t.volumesJA(), t.pitchJA) },
+		instead: func(t title) string {
+			return fmt.Sprintf("完結作品なら『%s』（%s）がおすすめです。", t.ja, t.volumesJA())
+		},
+		running: func(t title) string { return fmt.Sprintf("『%s』は連載中で、%sです。", t.ja, t.volumesJA()) },
+	},
+	english: {
+		all: "These series are complete:", listed: "Of the series I mentioned, these are complete:",
+		none: "The series I mentioned are all still running.", closer: "Complete box sets are available too; just ask.",
+		item:    func(t title) string { return fmt.Sprintf("- %s (%s): %s", t.en, t.volumesEN(), t.pitchEN) },
+		instead: func(t title) string { return fmt.Sprintf("For a finished story, try %s (%s).", t.en, t.volumesEN()) },
+		running: func(t title) string { return fmt.Sprintf("%s is still running, %s.", t.en, t.volumesEN()) },
+	},
+}
+
 // splitComplete parts titles into the complete and the running ones.
 func splitComplete(ts []title) (done, ongoing []title) {
 	for _, t := range ts {
@@ -520,29 +575,7 @@ func answerJA(q query, rng *rand.Rand) answerParts {
 			closer: helpJA[1],
 		}
 	case topicComplete:
-		done, ongoing := splitComplete(q.listed)
-		if len(q.listed) == 0 {
-			done, ongoing = splitComplete(catalogue)
-		}
-		var body []string
-		for _, t := range done {
-			body = append(body, fmt.Sprintf("・『%s』（%s）：%s", t.ja, t.volumesJA(), t.pitchJA))
-		}
-		opener := "完結している作品はこちらです。"
-		if len(q.listed) > 0 {
-			opener = "ご紹介した中で完結している作品はこちらです。"
-		}
-		if len(done) == 0 {
-			opener = "ご紹介した作品は、どれもまだ連載中です。"
-			for _, t := range splitDone(catalogue) {
-				body = append(body, fmt.Sprintf("完結作品なら『%s』（%s）がおすすめです。", t.ja, t.volumesJA()))
-			}
-		}
-		var extras []string
-		for _, t := range ongoing {
-			extras = append(extras, fmt.Sprintf("『%s』は連載中で、%sです。", t.ja, t.volumesJA()))
-		}
-		return answerParts{opener: opener, body: body, extras: extras, closer: "全巻セットもご用意していますので、お気軽にお尋ねください。"}
+		return completeAnswer(q)
 	case topicTitle:
 		t := q.mentioned
 		similar := pickTitles(q, rng, 1)
@@ -641,29 +674,7 @@ func answerEN(q query, rng *rand.Rand) answerParts {
 			closer: help,
 		}
 	case topicComplete:
-		done, ongoing := splitComplete(q.listed)
-		if len(q.listed) == 0 {
-			done, ongoing = splitComplete(catalogue)
-		}
-		var body []string
-		for _, t := range done {
-			body = append(body, fmt.Sprintf("- %s (%s): %s", t.en, t.volumesEN(), t.pitchEN))
-		}
-		opener := "These series are complete:"
-		if len(q.listed) > 0 {
-			opener = "Of the series I mentioned, these are complete:"
-		}
-		if len(done) == 0 {
-			opener = "The series I mentioned are all still running."
-			for _, t := range splitDone(catalogue) {
-				body = append(body, fmt.Sprintf("For a finished story, try %s (%s).", t.en, t.volumesEN()))
-			}
-		}
-		var extras []string
-		for _, t := range ongoing {
-			extras = append(extras, fmt.Sprintf("%s is still running, %s.", t.en, t.volumesEN()))
-		}
-		return answerParts{opener: opener, body: body, extras: extras, closer: "Complete box sets are available too; just ask."}
+		return completeAnswer(q)
 	case topicTitle:
 		t := q.mentioned
 		body := []string{fmt.Sprintf("%s is a %s series, %s. %s", t.en, t.genreEN, t.volumesEN(), t.pitchEN)}

@@ -160,3 +160,28 @@ func TestCutAtStop(t *testing.T) {
 		}
 	}
 }
+
+// "Which of those are complete?" is answered about the titles the last
+// answer named; when none of them is, the answer says so and names a
+// complete one instead.
+func TestCompleteFollowsTheTitlesJustListed(t *testing.T) {
+	s, _ := newSim(t, 1, map[string]Settings{"m": instant})
+	ask := func(listed string) string {
+		t.Helper()
+		resp, err := s.Complete(context.Background(), &provider.Request{Model: "m", Locale: "en", Messages: []provider.Message{
+			{Role: provider.RoleUser, Content: "What do you recommend?"},
+			{Role: provider.RoleAssistant, Content: listed},
+			{Role: provider.RoleUser, Content: "Which of those are complete?"},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Text
+	}
+	if got := ask("Try One Piece or Attack on Titan."); !strings.Contains(got, "Attack on Titan (complete in 34 volumes)") || !strings.Contains(got, "these are complete") {
+		t.Errorf("with a complete title listed:\n%s", got)
+	}
+	if got := ask("Try One Piece or Frieren."); !strings.Contains(got, "still running") || !strings.Contains(got, "For a finished story") {
+		t.Errorf("with only running titles listed:\n%s", got)
+	}
+}
