@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -272,7 +274,7 @@ func TestChatPageAsksForAnAPIKey(t *testing.T) {
 // An empty conversation greets its user, in the page's language, with a
 // few questions to start from; one click asks one of them.
 func TestChatPageGreetsWithSuggestions(t *testing.T) {
-	_, srv := startServer(t, fastConfig())
+	s, srv := startServer(t, fastConfig())
 	ctx := browsertest.New(t, 60*time.Second)
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/"),
@@ -298,5 +300,33 @@ func TestChatPageGreetsWithSuggestions(t *testing.T) {
 	hidden, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector("#welcome").hidden`))
 	if asked != first || !hidden {
 		t.Fatalf("asked %q (want %q), welcome hidden %v", asked, first, hidden)
+	}
+
+	// The demo profile takes the page's word for who it is: this browser's
+	// turns are its own user's, not every visitor's under one address.
+	user, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`localStorage.getItem("user") || ""`))
+	if !strings.HasPrefix(user, "web-") {
+		t.Fatalf("the page named no user of its own: %q", user)
+	}
+	want, anon := s.hasher.Hash(user), s.hasher.Hash("anon:127.0.0.1")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var rep struct {
+			Rows []struct {
+				Key string `json:"key"`
+			} `json:"rows"`
+		}
+		_ = json.Unmarshal([]byte(adminGet(t, srv.URL+"/admin/cost?by=user&from=-1h")), &rep)
+		var keys []string
+		for _, r := range rep.Rows {
+			keys = append(keys, r.Key)
+		}
+		if slices.Contains(keys, want) && !slices.Contains(keys, anon) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cost by user %v; want the page's own user %s (not the address's %s)", keys, want, anon)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

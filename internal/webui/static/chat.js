@@ -30,8 +30,13 @@ const state = {
   // key is the API key this tab's user entered, when the gateway asks for
   // one (auth.keys set); it stays in this tab only.
   key: sessionStorage.getItem("apiKey") || "",
+  // user names this browser to a gateway that trusts the page's word for
+  // it (the demo profile), so that its budgets and costs are its own and
+  // not every visitor's together; with an API key, the key's user wins.
+  user: localStorage.getItem("user") || ("web-" + Math.random().toString(36).slice(2, 12)),
 };
 sessionStorage.setItem("session", state.session);
+localStorage.setItem("user", state.user);
 
 const $ = (id) => document.getElementById(id);
 
@@ -233,7 +238,7 @@ function send(text) {
   const el = addMessage("bot streaming", "");
   el.dataset.requestId = id;
   state.pending.set(id, { el, text: "" });
-  state.ws.send(JSON.stringify({ action: "sendMessage", requestId: id, sessionId: state.session, message: text, locale: state.locale }));
+  state.ws.send(JSON.stringify({ action: "sendMessage", requestId: id, sessionId: state.session, userId: state.user, message: text, locale: state.locale }));
 }
 
 document.addEventListener("DOMContentLoaded", () => {
