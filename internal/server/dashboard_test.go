@@ -431,6 +431,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		if got, want := p.text(`[data-testid="cost-total"] .tile-value`), fmt.Sprintf("$%.4f", total.Total.CostUSD); got != want {
 			t.Fatalf("total cost shows %s, the API says %s", got, want)
 		}
+		// Costs move by the minute: the view follows them at that pace.
+		if st := p.text(`#status`); !strings.Contains(st, "refreshes every 1 min") {
+			t.Fatalf("cost view status %q; want it refreshed every minute", st)
+		}
 		if got := p.text(`[data-testid="cost-turns"] .tile-value`); got != strconv.Itoa(total.Total.Turns) || total.Total.Turns != ds.turns {
 			t.Fatalf("turns shows %s, the API says %d, %d were served", got, total.Total.Turns, ds.turns)
 		}

@@ -44,7 +44,7 @@ export default {
   title: "Cost",
   filters: ["graph", "prompt", "model", "tool"],
   filterNote: "With a prompt, model or tool filter, costs are those of the matching spans. The anomaly lists cover the range only.",
-  refreshMs: 15 * 60e3,
+  refreshMs: 60e3,
   // The drill-down's keys: changing only these redraws only the drill-down.
   localKeys: ["feature", "user", "trace"],
   render(root, ctx) {
