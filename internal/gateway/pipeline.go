@@ -156,7 +156,7 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 	t.System = appendPrompt(t.System, t.ClientSystem)
 	events.SpanFromContext(ctx).SetPromptVersion(t.PromptVersion)
 	if t.Feature == "" {
-		t.Feature = "chat"
+		t.Feature = defaultFeature
 	}
 	attribute(events.SpanFromContext(ctx), t)
 	if t.Stateless {

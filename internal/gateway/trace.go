@@ -31,13 +31,23 @@ func (g *Gateway) startTurn(ctx context.Context, t *Turn) (context.Context, *eve
 }
 
 // attribute charges the span to the turn's feature, surface, locale and tier.
+// A turn that names no feature is chat's, refused or not: a refusal before
+// the pipeline identified the turn is charged to the same feature as the
+// turn would have been.
 func attribute(span *events.Span, t *Turn) {
 	tier := "standard"
 	if t.Premium {
 		tier = "premium"
 	}
-	span.SetAttribution(events.Attribution{Feature: t.Feature, Surface: t.Surface, Locale: t.Locale, UserTier: tier, Priority: t.Priority.String()})
+	feature := t.Feature
+	if feature == "" {
+		feature = defaultFeature
+	}
+	span.SetAttribution(events.Attribution{Feature: feature, Surface: t.Surface, Locale: t.Locale, UserTier: tier, Priority: t.Priority.String()})
 }
+
+// defaultFeature is the feature of a turn that names none.
+const defaultFeature = "chat"
 
 // endTurn ends the answer's stream span and the turn's span with the turn's
 // outcome; later calls do nothing. The turn's own cost is its compute time;

@@ -127,3 +127,29 @@ func TestWebSocketRefusalsAreCounted(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A turn refused before the pipeline identified it is charged to the chat
+// feature, as the turn would have been, not to a nameless "(none)" row.
+func TestRefusedTurnsAreChargedToTheChatFeature(t *testing.T) {
+	_, srv := startServer(t, fastConfig())
+	if resp, _ := do(t, "POST", srv.URL+"/v1/chat", `{"sessionId":"s","message":""}`); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("an empty message: %d", resp.StatusCode)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var rep struct {
+			Rows []struct {
+				Key   string `json:"key"`
+				Turns int    `json:"turns"`
+			} `json:"rows"`
+		}
+		_ = json.Unmarshal([]byte(adminGet(t, srv.URL+"/admin/cost?by=feature&from=-1h")), &rep)
+		if len(rep.Rows) == 1 && rep.Rows[0].Key == "chat" && rep.Rows[0].Turns == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cost by feature %+v; want the refused turn in chat's row", rep.Rows)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
