@@ -290,7 +290,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		out.Discard()
 		beginTier(out, model, a.m.ModelID, model != g.primary())
 		sctx, span := g.attemptSpan(ctx, t, model, a.m.ModelID)
-		w, r, err := g.call(sctx, t, p, req, whole, takesWhole(out), out, &a.ttft)
+		w, r, err := g.call(sctx, t, p, req, whole, out, &a.ttft)
 		defer w.stop()
 		var attempt provider.Usage
 		if r != nil {
@@ -336,11 +336,11 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 // a whole answer, written to out once it is in, or a stream, written as it
 // comes. It sets ttft to the time to the first token (to the whole answer).
 //
-// A client that takes its answer whole (waitsWhole) sees nothing while
+// A client that takes its answer whole (takesWhole) sees nothing while
 // the model streams: a silence is cut once the first-byte budget is spent
 // and the model has been silent for deadline.attempt, not deadline.idle, so
 // the turn moves to the next tier instead of holding the client.
-func (g *Gateway) call(ctx context.Context, t *Turn, p provider.Provider, req *provider.Request, whole, waitsWhole bool, out Output, ttft *time.Duration) (*watchdog, *provider.Response, error) {
+func (g *Gateway) call(ctx context.Context, t *Turn, p provider.Provider, req *provider.Request, whole bool, out Output, ttft *time.Duration) (*watchdog, *provider.Response, error) {
 	start := g.now()
 	if whole {
 		w := g.watchWhole(ctx, t)
@@ -352,7 +352,7 @@ func (g *Gateway) call(ctx context.Context, t *Turn, p provider.Provider, req *p
 		return w, r, err
 	}
 	w := g.watchStream(ctx, t)
-	if waitsWhole {
+	if takesWhole(out) {
 		w.byteDeadline, w.shortIdle = t.Received.Add(g.firstByteBudget(t)), g.cfg.Deadline.Attempt
 	}
 	r, err := p.Stream(w, req, func(text string) error {

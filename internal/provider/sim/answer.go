@@ -219,7 +219,7 @@ func understand(req *provider.Request) query {
 			break
 		}
 	}
-	q.listed = titlesIn(lastAssistantMessage(req))
+	q.listed = titlesIn(lastMessage(req, provider.RoleAssistant))
 	if q.mentioned == nil && (q.topic == topicGeneral || containsAny(lower, stockWords)) && refersBack(lower) {
 		// A follow-up about the title discussed last.
 		for i := len(req.Messages) - 2; i >= 0 && q.mentioned == nil; i-- {
@@ -272,18 +272,12 @@ func titlesIn(text string) []title {
 	return ts
 }
 
-func lastAssistantMessage(req *provider.Request) string {
-	for i := len(req.Messages) - 1; i >= 0; i-- {
-		if req.Messages[i].Role == provider.RoleAssistant {
-			return req.Messages[i].Content
-		}
-	}
-	return ""
-}
+func lastUserMessage(req *provider.Request) string { return lastMessage(req, provider.RoleUser) }
 
-func lastUserMessage(req *provider.Request) string {
+// lastMessage is the content of req's last message from role, "" if none.
+func lastMessage(req *provider.Request, role provider.Role) string {
 	for i := len(req.Messages) - 1; i >= 0; i-- {
-		if req.Messages[i].Role == provider.RoleUser {
+		if req.Messages[i].Role == role {
 			return req.Messages[i].Content
 		}
 	}
