@@ -36,6 +36,17 @@ func Classify(err error) (provider.Kind, bool) {
 	return kind, false
 }
 
+// outcomeOf is what a failure of this kind says about the model.
+func outcomeOf(kind provider.Kind) Outcome {
+	switch {
+	case kind == provider.KindThrottled:
+		return OutcomeThrottled
+	case blamesModel(kind):
+		return OutcomeFailed
+	}
+	return OutcomeOK
+}
+
 // blamesModel reports whether a failure of this kind is evidence that the
 // model is under pressure. A rejected request or a blocked answer means the
 // model responded; a cancellation means the caller left.

@@ -95,18 +95,18 @@ type LevelPolicies struct {
 type SendRateConfig struct {
 	// Enabled paces attempts at a model that throttles. Default true.
 	Enabled bool `yaml:"enabled"`
-	// Decrease is the share of its send rate a model keeps after a
-	// throttle, in (0,1). Default 0.7.
-	Decrease float64 `yaml:"decrease"`
-	// Growth scales the cubic the rate grows back along, in calls per
-	// second per second cubed. Default 0.4.
-	Growth float64 `yaml:"growth"`
-	// MinPerSecond is the least rate a throttling model is paced to, so
-	// that it keeps being probed. Default 0.5.
+	// SentPerAccepted is how many calls a model is sent, over Window, per
+	// call it accepted (did not throttle), > 1. A model throttling less
+	// than 1 − 1/SentPerAccepted of its calls is not paced. Default 2.5:
+	// up to 60%, so a model throttling half of its calls whatever their
+	// rate is sent them all.
+	SentPerAccepted float64 `yaml:"sentPerAccepted"`
+	// Window is the time constant the counts of calls wanted and accepted
+	// decay with, at least 1s. Default 5s.
+	Window time.Duration `yaml:"window"`
+	// MinPerSecond is the least rate a throttling model is sent, so that
+	// it keeps being probed. Default 0.5.
 	MinPerSecond float64 `yaml:"minPerSecond"`
-	// ForgetAfter is how long after its last throttle a model is called
-	// without limit again. Default 30s.
-	ForgetAfter time.Duration `yaml:"forgetAfter"`
 }
 
 // PressureConfig drives the per-model pressure levels.
@@ -140,16 +140,18 @@ func intp(n int) *int { return &n }
 // (throttled 3 retries from 200ms growing ×3, unavailable 2, not_ready 2 from
 // 250ms, timeout 1 with no growth, guardrail 0); a 20% retry budget with a
 // floor of 5/s over 10s; pressure over 60s with thresholds 5/20/50%; an
-// adaptive send rate per throttling model (×0.7 per throttle, cubic growth
-// 0.4, floor 0.5/s, forgotten 30 s after the last throttle: the constants
-// of the AWS SDKs' adaptive retry mode).
+// adaptive send rate per throttling model (2.5 calls sent per call
+// accepted over a 5 s window, floor 0.5/s).
 //
 // The matrix's intervals (2s, 1s) are seconds-scale for workflows with
 // minutes to spare; a chat turn must answer within 3 s, so the intervals are
 // divided by ten while retry counts and growth rates are kept. Pressure
 // levels stretch the base delay the way the adaptive client does
 // (1s/2s/5s/3s → ×1, ×2, ×5, ×3) and cut retries: SLIGHT one fewer and at
-// most 2, HIGH and RECOVERY one fewer and at most 1.
+// most 2, RECOVERY one fewer and at most 1, HIGH none. The seeds' HIGH
+// waits 5 s for its one retry, which a turn's 3 s first-byte budget has no
+// room for: with more than 20% of calls failing, the next tier answers
+// sooner than a retry.
 func DefaultConfig() Config {
 	return Config{
 		Strategy:   StrategyDecorrelated,
@@ -174,11 +176,11 @@ func DefaultConfig() Config {
 			ShareTTL:       30 * time.Second,
 			Levels: LevelPolicies{
 				Slight:   LevelPolicy{BaseMultiplier: 2, FewerRetries: 1, MaxRetries: 2},
-				High:     LevelPolicy{BaseMultiplier: 5, FewerRetries: 1, MaxRetries: 1},
+				High:     LevelPolicy{BaseMultiplier: 5, FewerRetries: 1, MaxRetries: 0},
 				Recovery: LevelPolicy{BaseMultiplier: 3, FewerRetries: 1, MaxRetries: 1},
 			},
 		},
-		SendRate:       SendRateConfig{Enabled: true, Decrease: 0.7, Growth: 0.4, MinPerSecond: 0.5, ForgetAfter: 30 * time.Second},
+		SendRate:       SendRateConfig{Enabled: true, SentPerAccepted: 2.5, Window: 5 * time.Second, MinPerSecond: 0.5},
 		MinAttemptTime: 300 * time.Millisecond,
 	}
 }
@@ -283,17 +285,14 @@ func (c Config) Validate() error {
 		bad("pressure.shareTTL", "must be > 0")
 	}
 	sr := c.SendRate
-	if sr.Decrease <= 0 || sr.Decrease >= 1 {
-		bad("sendRate.decrease", "must be in (0,1)")
+	if sr.SentPerAccepted <= 1 {
+		bad("sendRate.sentPerAccepted", "must be > 1")
 	}
-	if sr.Growth <= 0 {
-		bad("sendRate.growth", "must be > 0")
+	if sr.Window < time.Second {
+		bad("sendRate.window", "must be >= 1s")
 	}
 	if sr.MinPerSecond <= 0 {
 		bad("sendRate.minPerSecond", "must be > 0")
-	}
-	if sr.ForgetAfter < time.Second {
-		bad("sendRate.forgetAfter", "must be >= 1s")
 	}
 	levels := []struct {
 		name string

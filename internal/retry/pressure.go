@@ -44,10 +44,26 @@ func (l Level) String() string {
 //
 // Escalation happens only on a failure, so a success never raises the level
 // just because older failures are still in the window.
+//
+// A throttle is a failure for SLIGHT and HIGH (longer waits, fewer
+// retries) but never opens the circuit, in the rate that opens it or as a
+// failed probe in RECOVERY: a model that throttles still answers the calls
+// it accepts, and the send rate (SendRate) sheds just the calls beyond
+// those. An open circuit would shed them all for the whole cooldown.
 type Pressure interface {
-	Record(ctx context.Context, model string, ok bool)
+	Record(ctx context.Context, model string, o Outcome)
 	Level(ctx context.Context, model string) Level
 }
+
+// Outcome is what one call says about the model it was made to.
+type Outcome int
+
+// Outcomes.
+const (
+	OutcomeOK        Outcome = iota // answered, or refused the request itself
+	OutcomeThrottled                // the provider asked to slow down
+	OutcomeFailed                   // failed in a way that blames the model
+)
 
 const pressureSlots = 60
 
@@ -69,8 +85,8 @@ type modelPressure struct {
 }
 
 type outcomeSlot struct {
-	idx       int64
-	ok, fails int
+	idx                  int64
+	ok, throttles, fails int
 }
 
 // NewMemoryPressure returns pressure tracking for one process. c must be
@@ -80,8 +96,8 @@ func NewMemoryPressure(c PressureConfig, now func() time.Time) *MemoryPressure {
 }
 
 // Record implements Pressure.
-func (p *MemoryPressure) Record(_ context.Context, model string, ok bool) {
-	p.record(model, ok)
+func (p *MemoryPressure) Record(_ context.Context, model string, o Outcome) {
+	p.record(model, o)
 }
 
 // Level implements Pressure.
@@ -97,7 +113,7 @@ func (p *MemoryPressure) Level(_ context.Context, model string) Level {
 }
 
 // record applies one outcome and returns the level before and after.
-func (p *MemoryPressure) record(model string, ok bool) (before, after Level) {
+func (p *MemoryPressure) record(model string, o Outcome) (before, after Level) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st, found := p.models[model]
@@ -114,14 +130,19 @@ func (p *MemoryPressure) record(model string, ok bool) (before, after Level) {
 	if s.idx != idx {
 		*s = outcomeSlot{idx: idx}
 	}
-	if ok {
+	switch o {
+	case OutcomeOK:
 		s.ok++
 		st.streak++
-	} else {
+	case OutcomeThrottled:
+		s.throttles++
+		st.streak = 0
+	default:
 		s.fails++
 		st.streak = 0
 	}
-	rate, samples := st.rate(idx)
+	ok, failed := o == OutcomeOK, o == OutcomeFailed
+	rate, failRate, samples := st.rate(idx)
 
 	th := p.c.Thresholds
 	switch st.level {
@@ -140,12 +161,12 @@ func (p *MemoryPressure) record(model string, ok bool) (before, after Level) {
 		switch {
 		case rate < th.High:
 			st.level = LevelSlight
-		case !ok && rate > th.Open && samples >= p.c.MinSamples:
+		case failed && failRate > th.Open && samples >= p.c.MinSamples:
 			st.level, st.openedAt = LevelCircuitOpen, now
 		}
 	case LevelRecovery:
 		switch {
-		case !ok:
+		case failed:
 			st.level, st.openedAt = LevelCircuitOpen, now
 		case st.streak >= p.c.RecoveredAfter:
 			st.level = LevelNormal
@@ -162,18 +183,22 @@ func (p *MemoryPressure) cool(st *modelPressure, now time.Time) {
 	}
 }
 
-func (st *modelPressure) rate(cur int64) (float64, int) {
-	var ok, fails int
+// rate returns the window's error rate (throttles and failures), the rate
+// of failures alone, and the number of outcomes.
+func (st *modelPressure) rate(cur int64) (errors, failures float64, n int) {
+	var ok, throttles, fails int
 	for _, s := range st.slots {
 		if s.idx > cur-pressureSlots {
 			ok += s.ok
+			throttles += s.throttles
 			fails += s.fails
 		}
 	}
-	if ok+fails == 0 {
-		return 0, 0
+	n = ok + throttles + fails
+	if n == 0 {
+		return 0, 0, 0
 	}
-	return float64(fails) / float64(ok+fails), ok + fails
+	return float64(throttles+fails) / float64(n), float64(fails) / float64(n), n
 }
 
 // Steady is a Pressure that always reports NORMAL, for callers that want
@@ -181,7 +206,7 @@ func (st *modelPressure) rate(cur int64) (float64, int) {
 type Steady struct{}
 
 // Record implements Pressure.
-func (Steady) Record(context.Context, string, bool) {}
+func (Steady) Record(context.Context, string, Outcome) {}
 
 // Level implements Pressure.
 func (Steady) Level(context.Context, string) Level { return LevelNormal }

@@ -84,8 +84,8 @@ func (p *RedisPressure) publish(ctx context.Context, model string, l Level) (Lev
 
 // Record implements Pressure. It reaches Redis only when the local level
 // changed.
-func (p *RedisPressure) Record(ctx context.Context, model string, ok bool) {
-	if before, after := p.local.record(model, ok); before != after {
+func (p *RedisPressure) Record(ctx context.Context, model string, o Outcome) {
+	if before, after := p.local.record(model, o); before != after {
 		p.publish(ctx, model, after)
 	}
 }

@@ -29,10 +29,10 @@ func TestRedisPressure(t *testing.T) {
 
 // pstep moves the clock, records outcomes for a model, then checks its level.
 type pstep struct {
-	advance    time.Duration
-	model      string // "" means sonnet
-	fails, oks int
-	want       Level
+	advance               time.Duration
+	model                 string // "" means sonnet
+	fails, throttles, oks int
+	want                  Level
 }
 
 // testPressure is the conformance suite every Pressure passes.
@@ -86,6 +86,20 @@ func testPressure(t *testing.T, newPressure newPressureFunc) {
 			{advance: 61 * time.Second, oks: 1, want: LevelSlight},
 			{oks: 2, want: LevelNormal},
 		}},
+		{"throttles raise the pressure but never open the circuit", []pstep{
+			{throttles: 1, want: LevelSlight},
+			{throttles: 1, want: LevelHigh},
+			{throttles: 40, oks: 10, want: LevelHigh}, // 42/52 throttled
+			{fails: 10, want: LevelHigh},              // 10/62 failed
+			{fails: 42, want: LevelHigh},              // 52/104 failed is not above 50%
+			{fails: 1, want: LevelCircuitOpen},        // 53/105 failed
+		}},
+		{"a throttled probe does not reopen the circuit", []pstep{
+			{fails: 10, want: LevelCircuitOpen},
+			{advance: 30 * time.Second, want: LevelRecovery},
+			{throttles: 1, want: LevelRecovery},
+			{oks: 2, want: LevelNormal},
+		}},
 		{"models are independent", []pstep{
 			{fails: 10, want: LevelCircuitOpen},
 			{model: "haiku", want: LevelNormal},
@@ -105,10 +119,13 @@ func testPressure(t *testing.T, newPressure newPressureFunc) {
 				}
 				clk.Advance(s.advance)
 				for range s.fails {
-					p.Record(ctx, model, false)
+					p.Record(ctx, model, OutcomeFailed)
+				}
+				for range s.throttles {
+					p.Record(ctx, model, OutcomeThrottled)
 				}
 				for range s.oks {
-					p.Record(ctx, model, true)
+					p.Record(ctx, model, OutcomeOK)
 				}
 				if got := p.Level(ctx, model); got != s.want {
 					t.Fatalf("step %d (%+v): level %s, want %s", i, s, got, s.want)
@@ -131,7 +148,7 @@ func TestRedisPressureFleet(t *testing.T) {
 	a, b := instance("a"), instance("b")
 
 	for range 10 {
-		a.Record(ctx, "sonnet", false)
+		a.Record(ctx, "sonnet", OutcomeFailed)
 	}
 	if got := b.Level(ctx, "sonnet"); got != LevelCircuitOpen {
 		t.Fatalf("b sees %s while a has the circuit open", got)
@@ -147,15 +164,15 @@ func TestRedisPressureFleet(t *testing.T) {
 	if got := b.Level(ctx, "sonnet"); got != LevelRecovery {
 		t.Fatalf("b sees %s while a recovers", got)
 	}
-	a.Record(ctx, "sonnet", true)
-	a.Record(ctx, "sonnet", true)
+	a.Record(ctx, "sonnet", OutcomeOK)
+	a.Record(ctx, "sonnet", OutcomeOK)
 	if got := b.Level(ctx, "sonnet"); got != LevelNormal {
 		t.Fatalf("b sees %s after a recovered", got)
 	}
 
 	// The most conservative of local and fleet wins, both ways.
-	b.Record(ctx, "sonnet", false)
-	b.Record(ctx, "sonnet", false)
+	b.Record(ctx, "sonnet", OutcomeFailed)
+	b.Record(ctx, "sonnet", OutcomeFailed)
 	if got := b.Level(ctx, "sonnet"); got != LevelHigh {
 		t.Fatalf("b local high, fleet normal: %s", got)
 	}
@@ -177,7 +194,7 @@ func TestRedisPressureFallsBackToLocal(t *testing.T) {
 	p := NewRedisPressure(rdb, "fmgate-test-down:", "a", DefaultConfig().Pressure, clk.Now)
 	ctx := context.Background()
 	for range 2 {
-		p.Record(ctx, "sonnet", false)
+		p.Record(ctx, "sonnet", OutcomeFailed)
 	}
 	if got := p.Level(ctx, "sonnet"); got != LevelHigh {
 		t.Errorf("with Redis down level is %s, want the local HIGH", got)

@@ -213,14 +213,14 @@ func (r *Retrier) Do(ctx context.Context, model string, call func(ctx context.Co
 		rep.Attempts++
 		err := call(ctx, attempt)
 		if err == nil {
-			r.pressure().Record(ctx, model, true)
+			r.pressure().Record(ctx, model, OutcomeOK)
 			rep.LastKind, rep.Stop = "", StopSuccess
 			return rep, nil
 		}
 		kind := provider.KindOf(err)
 		rep.LastKind = kind
 		if kind != provider.KindCanceled {
-			r.pressure().Record(ctx, model, !blamesModel(kind))
+			r.pressure().Record(ctx, model, outcomeOf(kind))
 		}
 		if kind == provider.KindThrottled {
 			r.rate().Throttled(ctx, model)

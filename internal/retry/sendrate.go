@@ -7,57 +7,99 @@ import (
 	"time"
 )
 
-// SendRate is a client-side send rate per model that adapts to the
-// provider's throttling, like the adaptive retry mode of the AWS SDKs: a
-// model that has not throttled is called without limit; its first throttle
-// puts it behind a token bucket filled at Decrease × the rate it was being
-// called at, every further throttle cuts that rate again, and between
-// throttles the rate grows back along a cubic (the CUBIC congestion
-// window), slowly near the rate that last drew a throttle and faster away
-// from it. A model not throttled for ForgetAfter is unlimited again.
+// SendRate paces the calls to a model that throttles, the way the
+// client-side throttling of Google's SRE book does: over a sliding window
+// it counts the calls the gateway wanted to make to the model and the calls
+// the model accepted (sent and not throttled), and refuses the share
 //
-// An attempt the bucket has no token for is not sent: the caller moves on to
+//	max(0, (wanted − SentPerAccepted × accepted) / (wanted + 1))
+//
+// of new calls, once it wanted 10 calls or more over the window. A model
+// that accepts every call is never paced. A model
+// that throttles beyond its capacity (a quota of tokens per minute) gets
+// about SentPerAccepted times what it accepts, so the calls it would throttle
+// anyway go to the next tier unsent. A model that throttles a share of calls
+// whatever their rate still gets them all while that share is under
+// 1 − 1/SentPerAccepted (50% by default), so it answers every call it can:
+// cutting its rate would not make it throttle less. However little a model
+// accepts, it is sent at least MinPerSecond calls, which find out when it
+// accepts again.
+//
+// An attempt the rate has no room for is not sent: the caller moves on to
 // its next tier at once, instead of spending an upstream call that would
 // most likely be throttled and then a second one on the next tier.
 type SendRate interface {
-	// Allow reports whether an attempt at model may be sent now, taking a
-	// token when the model is limited. Every call counts towards the
-	// model's measured demand.
+	// Allow reports whether an attempt at model may be sent now. Every
+	// call counts as one the gateway wanted to make; a granted one counts
+	// as accepted until Throttled says otherwise.
 	Allow(ctx context.Context, model string) bool
 	// Throttled records that the provider throttled an attempt at model.
 	Throttled(ctx context.Context, model string)
 }
 
-// Demand is measured as an exponentially weighted moving average of the
-// Allow calls per second, over buckets of demandBucket.
-const (
-	demandBucket    = 500 * time.Millisecond
-	demandSmoothing = 0.8 // weight of the newest bucket
-)
-
-// rateParams are the derived parameters shared by the memory and Redis
+// rateParams are the parameters shared by the memory and Redis
 // implementations.
 type rateParams struct {
-	decrease, growth, floor float64
-	forget                  time.Duration
+	k, floor float64
+	window   time.Duration
 }
 
 func newRateParams(c SendRateConfig) rateParams {
-	return rateParams{decrease: c.Decrease, growth: c.Growth, floor: c.MinPerSecond, forget: c.ForgetAfter}
+	return rateParams{k: c.SentPerAccepted, floor: c.MinPerSecond, window: c.Window}
 }
 
-// fill is the bucket's fill rate (tokens per second) t seconds after the
-// last throttle, which came at rate wmax: growth·(t−k)³ + wmax, where k is
-// the time the cubic takes to climb from decrease·wmax back to wmax; never
-// below the floor.
-func (p rateParams) fill(wmax, k, t float64) float64 {
-	d := t - k
-	return math.Max(p.floor, p.growth*d*d*d+wmax)
+// rateState is one model's counts; the Redis script keeps the same fields
+// and does the same arithmetic.
+type rateState struct {
+	wanted, accepted float64   // decayed counts
+	at               time.Time // when they were last decayed
+	credit           float64   // the share of a call earned towards the next grant, at most 1
+	sent             time.Time // the last grant
 }
 
-// plateau is k for a throttle at rate w.
-func (p rateParams) plateau(w float64) float64 {
-	return math.Cbrt(w * (1 - p.decrease) / p.growth)
+// decay ages the counts to now: each weighs e^(−age/window).
+func (s *rateState) decay(p rateParams, now time.Time) {
+	if dt := now.Sub(s.at); dt > 0 {
+		f := math.Exp(-dt.Seconds() / p.window.Seconds())
+		s.wanted, s.accepted, s.at = s.wanted*f, s.accepted*f, now
+	}
+}
+
+// paceAfter is the fewest calls wanted over the window for their share
+// accepted to say anything: below it, on a quiet instance, a throttled
+// call is retried as if nothing were paced.
+const paceAfter = 10
+
+// refused is the share of new calls to refuse.
+func (s *rateState) refused(p rateParams) float64 {
+	if s.wanted < paceAfter {
+		return 0
+	}
+	return math.Max(0, (s.wanted-p.k*s.accepted)/(s.wanted+1))
+}
+
+// allow counts one wanted call and reports whether it is granted: when the
+// credit of the calls not refused reaches a whole call, or when the last
+// grant is older than the floor's interval.
+func (s *rateState) allow(p rateParams, now time.Time) bool {
+	s.decay(p, now)
+	s.wanted++
+	s.credit = math.Min(1, s.credit+1-s.refused(p))
+	switch {
+	case s.credit >= 1-1e-9:
+		s.credit--
+	case now.Sub(s.sent).Seconds() >= 1/p.floor:
+	default:
+		return false
+	}
+	s.accepted++
+	s.sent = now
+	return true
+}
+
+func (s *rateState) throttled(p rateParams, now time.Time) {
+	s.decay(p, now)
+	s.accepted = math.Max(0, s.accepted-1)
 }
 
 // MemorySendRate is the in-process SendRate.
@@ -66,102 +108,36 @@ type MemorySendRate struct {
 	now func() time.Time
 
 	mu     sync.Mutex
-	models map[string]*modelRate
-}
-
-type modelRate struct {
-	// demand
-	bucket   int64   // index of the current demand bucket
-	count    float64 // Allow calls in it
-	measured float64 // smoothed calls per second
-
-	// limit, while limited
-	limited     bool
-	wmax, k     float64   // rate at the last throttle, and the cubic's plateau time
-	throttledAt time.Time // the last throttle
-	tokens      float64
-	refilled    time.Time
+	models map[string]*rateState
 }
 
 // NewMemorySendRate returns an adaptive send rate for one process. c must be
 // valid; now is the clock.
 func NewMemorySendRate(c SendRateConfig, now func() time.Time) *MemorySendRate {
-	return &MemorySendRate{p: newRateParams(c), now: now, models: map[string]*modelRate{}}
+	return &MemorySendRate{p: newRateParams(c), now: now, models: map[string]*rateState{}}
 }
 
-func (r *MemorySendRate) model(name string) *modelRate {
-	m, ok := r.models[name]
+func (r *MemorySendRate) model(name string) *rateState {
+	s, ok := r.models[name]
 	if !ok {
-		m = &modelRate{bucket: math.MinInt64}
-		r.models[name] = m
+		s = &rateState{at: r.now(), credit: 1}
+		r.models[name] = s
 	}
-	return m
-}
-
-// measure counts n calls at now into the demand average.
-func (m *modelRate) measure(now time.Time, n float64) {
-	b := now.UnixNano() / int64(demandBucket)
-	switch {
-	case m.bucket == math.MinInt64:
-		m.bucket = b
-	case b > m.bucket:
-		elapsed := float64(b-m.bucket) * demandBucket.Seconds()
-		m.measured = demandSmoothing*(m.count/elapsed) + (1-demandSmoothing)*m.measured
-		m.bucket, m.count = b, 0
-	}
-	m.count += n
-}
-
-// refill adds the tokens earned since the last refill; the bucket holds at
-// most one second of its fill rate, and at least one token.
-func (r *MemorySendRate) refill(m *modelRate, now time.Time) float64 {
-	f := r.p.fill(m.wmax, m.k, now.Sub(m.throttledAt).Seconds())
-	if dt := now.Sub(m.refilled).Seconds(); dt > 0 {
-		m.tokens = math.Min(math.Max(1, f), m.tokens+f*dt)
-		m.refilled = now
-	}
-	return f
+	return s
 }
 
 // Allow implements SendRate.
 func (r *MemorySendRate) Allow(_ context.Context, model string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := r.now()
-	m := r.model(model)
-	m.measure(now, 1)
-	if !m.limited {
-		return true
-	}
-	if now.Sub(m.throttledAt) >= r.p.forget {
-		m.limited = false
-		return true
-	}
-	r.refill(m, now)
-	if m.tokens < 1 {
-		return false
-	}
-	m.tokens--
-	return true
+	return r.model(model).allow(r.p, r.now())
 }
 
 // Throttled implements SendRate.
 func (r *MemorySendRate) Throttled(_ context.Context, model string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := r.now()
-	m := r.model(model)
-	m.measure(now, 0)
-	w := m.measured
-	if m.limited && now.Sub(m.throttledAt) < r.p.forget {
-		w = math.Min(w, r.refill(m, now))
-	} else {
-		// The bucket starts with one token: the call that drew the first
-		// throttle may still be retried once.
-		m.limited, m.tokens, m.refilled = true, 1, now
-	}
-	m.wmax, m.k, m.throttledAt = w, r.p.plateau(w), now
-	m.tokens = math.Min(m.tokens, math.Max(1, r.p.fill(m.wmax, m.k, 0)))
+	r.model(model).throttled(r.p, r.now())
 }
 
 // Unpaced is a SendRate that never limits.

@@ -8,18 +8,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisSendRate is the fleet-wide SendRate: one bucket and one demand
-// measure per model, shared by every instance, in a Redis hash under
+// RedisSendRate is the fleet-wide SendRate: one count of the calls wanted
+// and accepted per model, shared by every instance, in a Redis hash under
 // prefix+"retry:rate:"+model, updated by one Lua script per call on Redis
-// TIME. A throttle seen by one instance slows the whole fleet's calls to
-// that model, and the rate the fleet was calling it at is what the cut is
-// taken from.
+// TIME. What one instance's calls are throttled paces the whole fleet's
+// calls to that model.
 //
-// While the fleet has not seen the model throttle, an instance asks Redis
-// at most every syncEvery per model: the calls in between are granted
-// locally and counted towards the fleet's demand at the next sync, so an
-// unthrottled model costs no round trip per call. A limited model's calls
-// each take their token from Redis.
+// While the fleet does not pace a model, an instance asks Redis at most
+// every syncEvery per model: the calls in between are granted locally and
+// counted, wanted and accepted, at the next sync, so a model that accepts
+// its calls costs no round trip per call. A paced model's calls each ask
+// Redis.
 //
 // When Redis fails (each call bounded by 100ms, then skipped for a second)
 // the decision falls back to a MemorySendRate that every call also feeds,
@@ -39,7 +38,7 @@ type RedisSendRate struct {
 }
 
 // syncEvery is the longest an instance goes without asking Redis whether
-// the fleet limits a model it has not seen limited.
+// the fleet paces a model it has not seen paced.
 const syncEvery = 250 * time.Millisecond
 
 // fleetRate is what an instance knows of the fleet's state for a model.
@@ -57,68 +56,43 @@ func NewRedisSendRate(rdb redis.Cmdable, prefix string, c SendRateConfig, now fu
 }
 
 // sendRateScript: KEYS[1] hash; ARGV clock, op ("a" allow, "t" throttled),
-// decrease, growth, floor (per second), forget µs, demand bucket µs,
-// smoothing, calls (granted locally since the last sync, plus the one being
-// asked for on "a"). The same arithmetic as MemorySendRate, times in µs.
+// sent per accepted, floor (per second), window µs, calls granted locally
+// since the last sync, paceAfter. The same arithmetic as rateState, times in µs.
 // Returns 1 when an Allow is granted (and for a throttle), 0 when refused,
-// plus 2 when the model is limited.
+// plus 2 when the model's calls are being refused a share.
 var sendRateScript = redis.NewScript(luaNow + `
 local key, op = KEYS[1], ARGV[2]
-local dec, growth, floor = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local forget, bucket, smooth = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local calls = tonumber(ARGV[9])
-local s = redis.call('HMGET', key, 'b', 'c', 'm', 'lim', 'w', 'k', 'thr', 'tok', 'ref')
-local b, c, m = tonumber(s[1]), tonumber(s[2]) or 0, tonumber(s[3]) or 0
-local lim = s[4] == '1'
-local w, k, thr = tonumber(s[5]) or 0, tonumber(s[6]) or 0, tonumber(s[7]) or 0
-local tok, ref = tonumber(s[8]) or 0, tonumber(s[9]) or now
-local cur = math.floor(now / bucket)
-if b == nil then
-  b = cur
-elseif cur > b then
-  m = smooth * (c / ((cur - b) * bucket / 1e6)) + (1 - smooth) * m
-  b, c = cur, 0
+local k, floor, window = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local calls, paceAfter = tonumber(ARGV[6]), tonumber(ARGV[7])
+local s = redis.call('HMGET', key, 'w', 'a', 't', 'c', 's')
+local w, a, t = tonumber(s[1]) or 0, tonumber(s[2]) or 0, tonumber(s[3]) or now
+local c, sent = tonumber(s[4]) or 1, tonumber(s[5]) or 0
+if now > t then
+  local f = math.exp(-(now - t) / window)
+  w, a, t = w * f, a * f, now
 end
-local function fill(t)
-  local d = t - k
-  return math.max(floor, growth * d * d * d + w)
-end
-local function refill()
-  local f = fill((now - thr) / 1e6)
-  if now > ref then
-    tok = math.min(math.max(1, f), tok + f * (now - ref) / 1e6)
-    ref = now
-  end
-  return f
+w, a = w + calls, a + calls
+local function refused()
+  if w < paceAfter then return 0 end
+  return math.max(0, (w - k * a) / (w + 1))
 end
 local ok = 1
-c = c + calls
 if op == 'a' then
-  if lim then
-    if now - thr >= forget then
-      lim = false
-    else
-      refill()
-      if tok < 1 then ok = 0 else tok = tok - 1 end
-    end
+  w = w + 1
+  c = math.min(1, c + 1 - refused())
+  if c >= 1 - 1e-9 then
+    c = c - 1
+  elseif now - sent < 1e6 / floor then
+    ok = 0
   end
+  if ok == 1 then a, sent = a + 1, now end
 else
-  local wn = m
-  if lim and now - thr < forget then
-    wn = math.min(wn, refill())
-  else
-    lim, tok, ref = true, 1, now
-  end
-  w, k, thr = wn, (wn * (1 - dec) / growth) ^ (1 / 3), now
-  tok = math.min(tok, math.max(1, fill(0)))
+  a = math.max(0, a - 1)
 end
 local function f(x) return string.format('%.17g', x) end
-local l = '0'
-if lim then l = '1' end
-redis.call('HSET', key, 'b', f(b), 'c', f(c), 'm', f(m), 'lim', l, 'w', f(w), 'k', f(k),
-  'thr', f(thr), 'tok', f(tok), 'ref', f(ref))
-redis.call('PEXPIRE', key, math.ceil((forget + 2 * bucket) / 1000))
-if lim then ok = ok + 2 end
+redis.call('HSET', key, 'w', f(w), 'a', f(a), 't', f(t), 'c', f(c), 's', f(sent))
+redis.call('PEXPIRE', key, math.ceil(10 * window / 1000))
+if refused() > 0 then ok = ok + 2 end
 return ok
 `)
 
@@ -128,13 +102,13 @@ func (r *RedisSendRate) run(ctx context.Context, model, op string, calls int) (o
 	ctx, cancel := r.gate.ctx(ctx)
 	defer cancel()
 	n, err := sendRateScript.Run(ctx, r.rdb, []string{r.prefix + "retry:rate:" + model},
-		clockArg(r.clock), op, r.p.decrease, r.p.growth, r.p.floor,
-		r.p.forget.Microseconds(), demandBucket.Microseconds(), demandSmoothing, calls).Int()
+		clockArg(r.clock), op, r.p.k, r.p.floor, r.p.window.Microseconds(), calls, paceAfter).Int()
 	return n&1 == 1, n&2 == 2, err
 }
 
-// take returns the model's fleet state, and the calls to flush with a
-// request to Redis (0 when the call is granted locally without one).
+// take grants the call being asked for locally when the fleet was not
+// pacing the model as of a recent sync; otherwise it returns the calls
+// granted locally since, to count with a request to Redis.
 func (r *RedisSendRate) take(model string, asking bool) (calls int, local bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -147,11 +121,7 @@ func (r *RedisSendRate) take(model string, asking bool) (calls int, local bool) 
 		f.pending++
 		return 0, true
 	}
-	calls = f.pending
-	if asking {
-		calls++
-	}
-	f.pending = 0
+	calls, f.pending = f.pending, 0
 	return calls, false
 }
 

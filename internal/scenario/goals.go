@@ -75,9 +75,11 @@ type Summary struct {
 	TTFB, LaterTTFB      Percentiles
 	Total                Percentiles
 	Attempts, ModelTurns float64
-	Amplification        float64
-	ProviderThrottles    float64
-	Codes                map[string]int
+	// Retries is the attempts that repeated a call to the same model;
+	// Amplification is the attempts per first attempt.
+	Retries, Amplification float64
+	ProviderThrottles      float64
+	Codes                  map[string]int
 }
 
 // Percentiles of a latency.
@@ -143,12 +145,13 @@ func (r *Result) Summarize() Summary {
 	var throttles float64
 	for _, sm := range r.Samples {
 		s.Attempts += sm.Attempts
+		s.Retries += sm.Retries
 		s.ModelTurns += sm.Turns
 		throttles += sm.ProviderThrottles
 	}
 	s.ProviderThrottles = throttles
-	if s.ModelTurns > 0 {
-		s.Amplification = s.Attempts / s.ModelTurns
+	if first := s.Attempts - s.Retries; first > 0 {
+		s.Amplification = s.Attempts / first
 	}
 	return s
 }
@@ -197,9 +200,10 @@ func evaluate(r *Result) []Goal {
 		fmt.Sprintf("%v (p50 %v, p95 %v; P1/P2 turns, which may wait for quota: p99 %v)", s.TTFB.P99.Round(time.Millisecond),
 			s.TTFB.P50.Round(time.Millisecond), s.TTFB.P95.Round(time.Millisecond), s.LaterTTFB.P99.Round(time.Millisecond)),
 		verdict(s.TTFB.P99 > 0 && s.TTFB.P99 <= r.Options.TTFBGoal)})
-	if s.ModelTurns > 0 {
-		g = append(g, Goal{"retry amplification", fmt.Sprintf("≤ %.2f× upstream attempts per turn", goalAmplification),
-			fmt.Sprintf("%.3f× (%.0f attempts, %.0f turns)", s.Amplification, s.Attempts, s.ModelTurns),
+	if s.Attempts > 0 {
+		g = append(g, Goal{"retry amplification", fmt.Sprintf("≤ %.2f× upstream attempts per first attempt at a model", goalAmplification),
+			fmt.Sprintf("%.3f× (%.0f attempts, %.0f of them retries; %.2f attempts per turn over %.0f turns)",
+				s.Amplification, s.Attempts, s.Retries, s.Attempts/max(1, s.ModelTurns), s.ModelTurns),
 			verdict(s.Amplification <= goalAmplification)})
 	} else {
 		g = append(g, Goal{"retry amplification", fmt.Sprintf("≤ %.2f×", goalAmplification), "no turn counted in /metrics", NA})
