@@ -208,6 +208,16 @@ func (m *machine) trip(now int64, tr []transition) []transition {
 	return tr
 }
 
+// endOpen ends an open period now: the breaker goes half-open, and its
+// probes decide as after a whole period.
+func (m *machine) endOpen(now int64, tr []transition) []transition {
+	tr = m.advance(now, tr)
+	if m.state != Open {
+		return tr
+	}
+	return m.moveTo(HalfOpen, tr)
+}
+
 // window counts the outcomes in the last windowBuckets steps.
 func (m *machine) window(now int64) (calls, failures int) {
 	step := now / m.cfg.bucketMicros()

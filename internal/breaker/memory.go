@@ -67,6 +67,18 @@ func (b *Memory) Trip() {
 	b.report(tr)
 }
 
+// EndOpen ends an open period early (a breaker not open stays as it is):
+// for an owner that learnt by other means that the guarded dependency is
+// back. The half-open probes still decide whether it closes.
+func (b *Memory) EndOpen() {
+	now := b.now().UnixMicro()
+	var buf [2]transition
+	b.mu.Lock()
+	tr := b.m.endOpen(now, buf[:0])
+	b.mu.Unlock()
+	b.report(tr)
+}
+
 func (b *Memory) report(tr []transition) {
 	if b.OnTransition == nil {
 		return

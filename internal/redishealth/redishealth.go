@@ -13,11 +13,13 @@
 // checks, and a Redis that does not answer it is declared down at once.
 // While it is open, every command fails at once with ErrDown, without
 // touching the network, and each policy applies its outage rule to that
-// error as it would to any other Redis failure. After the open period the
-// next command triggers recovery probes: PINGs sent in the background
-// (stages of 1, 3 and 10), while callers stay on their outage rules; when
-// they succeed the breaker closes and shared state is used again, with no
-// operator action.
+// error as it would to any other Redis failure. While it is open, a PING
+// every second (Health.WatchEvery) checks whether Redis is back; the first that
+// answers ends the open period early. Then, as after a whole open period,
+// recovery probes are sent: PINGs in the background (stages of 1, 3 and
+// 10), while callers stay on their outage rules; when they succeed the
+// breaker closes and shared state is used again, with no operator action,
+// about a second after Redis returns.
 package redishealth
 
 import (
@@ -25,6 +27,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,7 +52,17 @@ type Health struct {
 	ping      func(context.Context) error // set by Watch; nil: callers' commands probe
 	closePing func() error                // closes the PING's own client
 	verifying atomic.Bool                 // a PING is checking whether Redis is alive after a failed command
+	watching  atomic.Bool                 // a PING a second is checking whether Redis is back
+	done      chan struct{}               // closed by Close
+	closeOnce sync.Once
+
+	// WatchEvery is how often, while Redis is declared down, a PING checks
+	// whether it is back. New sets DefaultWatchEvery; set it before use.
+	WatchEvery time.Duration
 }
+
+// DefaultWatchEvery is Health.WatchEvery's default.
+const DefaultWatchEvery = time.Second
 
 // ProbeTimeout bounds each PING of a recovery probe: generous, because a
 // probe on a fresh connection dials and shakes hands first, and a probe
@@ -66,9 +79,12 @@ func New(cfg breaker.Config, now func() time.Time, onChange func(healthy bool)) 
 	if now == nil {
 		now = time.Now
 	}
-	h := &Health{br: breaker.NewMemory(BreakerName, cfg, now)}
+	h := &Health{br: breaker.NewMemory(BreakerName, cfg, now), done: make(chan struct{}), WatchEvery: DefaultWatchEvery}
 	h.closed.Store(true)
 	h.br.OnTransition = func(_ string, from, to breaker.State) {
+		if to == breaker.Open {
+			h.watch()
+		}
 		switch {
 		case to == breaker.Closed:
 			h.closed.Store(true)
@@ -110,11 +126,59 @@ func (h *Health) Watch(c redis.UniversalClient) {
 	h.ping = func(ctx context.Context) error { return pc.Ping(ctx).Err() }
 }
 
-// Close releases the client Watch made for its PINGs.
+// Close stops the PINGs and releases the client Watch made for them.
 func (h *Health) Close() {
-	if h.closePing != nil {
-		_ = h.closePing()
+	h.closeOnce.Do(func() {
+		close(h.done)
+		if h.closePing != nil {
+			_ = h.closePing()
+		}
+	})
+}
+
+// watch PINGs Redis every WatchEvery while the breaker is open, and ends
+// the open period at the first answer, with the recovery probes sent at
+// once; it stops when the breaker closes. One watch runs at a time.
+func (h *Health) watch() {
+	if h.ping == nil || !h.watching.CompareAndSwap(false, true) {
+		return
 	}
+	go func() {
+		defer func() {
+			h.watching.Store(false)
+			// Opened again between the last look and the flag's reset:
+			// nobody else would start the watch.
+			if h.Snapshot(context.Background()).State == breaker.Open {
+				h.watch()
+			}
+		}()
+		t := time.NewTicker(h.WatchEvery)
+		defer t.Stop()
+		bg := context.Background()
+		for {
+			select {
+			case <-h.done:
+				return
+			case <-t.C:
+			}
+			switch h.Snapshot(bg).State {
+			case breaker.Closed:
+				return
+			case breaker.HalfOpen:
+				continue // probes are out; they decide
+			}
+			ctx, cancel := context.WithTimeout(context.WithValue(bg, insideKey{}, h), ProbeTimeout)
+			ok, _ := outcome(ctx, h.ping(ctx))
+			cancel()
+			if !ok {
+				continue
+			}
+			h.br.EndOpen()
+			if permit, err := h.br.Allow(bg); err == nil {
+				h.probe(permit)
+			}
+		}
+	}()
 }
 
 // Healthy reports whether Redis is in use: false while the breaker is open

@@ -15,6 +15,43 @@ import (
 	"github.com/fmgate/fmgate/internal/redistest"
 )
 
+// TestHealthNoticesRedisBackWithinSeconds: a Redis that returns is in use
+// again about a second later, without waiting out the open period (15 s)
+// and without a caller's command.
+func TestHealthNoticesRedisBackWithinSeconds(t *testing.T) {
+	rs := redistest.Start(t)
+	h := redishealth.New(breaker.Defaults()["redis"], nil, nil)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: 1, DialTimeout: 300 * time.Millisecond})
+	defer c.Close()
+	h.Watch(c)
+	defer h.Close()
+	ctx := context.Background()
+
+	rs.Kill()
+	for i := 0; h.Healthy(); i++ {
+		if i > 20 {
+			t.Fatal("a killed Redis is still healthy after 20 commands")
+		}
+		_ = c.Get(ctx, "k").Err()
+	}
+	time.Sleep(2500 * time.Millisecond) // a few PINGs find it still down
+	if h.Healthy() {
+		t.Fatal("healthy while Redis is still down")
+	}
+	back := time.Now()
+	rs.Restart()
+	for !h.Healthy() {
+		if time.Since(back) > 5*time.Second {
+			t.Fatalf("Redis back for 5 s, health still %+v", h.Snapshot(ctx))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("in use again %v after Redis was restarted", time.Since(back).Round(time.Millisecond))
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("after recovery: %v", err)
+	}
+}
+
 func TestHealthFailsFastWhileRedisIsDownAndRecovers(t *testing.T) {
 	rs := redistest.Start(t)
 	var offset atomic.Int64
@@ -25,9 +62,11 @@ func TestHealthFailsFastWhileRedisIsDownAndRecovers(t *testing.T) {
 	)
 	cfg := breaker.Defaults()["redis"]
 	h := redishealth.New(cfg, now, func(up bool) { mu.Lock(); changes = append(changes, up); mu.Unlock() })
+	h.WatchEvery = time.Hour // this test follows the open period; see TestHealthNoticesRedisBackWithinSeconds
 	c := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: 1, DialTimeout: 300 * time.Millisecond})
 	defer c.Close()
 	h.Watch(c)
+	defer h.Close()
 	ctx := context.Background()
 
 	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {

@@ -66,6 +66,11 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		s.RedisHealth = redishealth.New(cfg.Breakers[redishealth.BreakerName], now, func(up bool) {
 			if up {
 				s.log.Warn("redis is back: shared state in use again", "redis", cfg.Fleet.Redis)
+				if s.SessionBreaker != nil {
+					// The histories live in that Redis: probe them now,
+					// not at the end of their breaker's open period.
+					s.SessionBreaker.EndOpen()
+				}
 				return
 			}
 			s.log.Warn("redis unreachable: policies follow their outage rules until a probe succeeds", "redis", cfg.Fleet.Redis)

@@ -15,7 +15,10 @@ import (
 // A refusal, like any failure of the store, matches ErrUnavailable.
 //
 // A call cancelled by its caller records no outcome: a client that left
-// says nothing about the store's health.
+// says nothing about the store's health. Nor does a call refused at once by
+// another breaker (breaker.ErrUnavailable: Redis's own health, which knows
+// Redis is down): it never reached the store, and counting it would keep
+// this breaker open long after that one saw Redis back.
 type Guarded struct {
 	Store   Store
 	Breaker breaker.Breaker
@@ -46,8 +49,8 @@ func (g Guarded) guard(ctx context.Context, call func() error) error {
 	switch {
 	case err == nil:
 		permit.Done(ctx, true)
-	case ctx.Err() != nil:
-		permit.Release(ctx) // the caller left: no verdict on the store
+	case ctx.Err() != nil, errors.Is(err, breaker.ErrUnavailable):
+		permit.Release(ctx) // the caller left, or the call was never made: no verdict on the store
 	default:
 		permit.Done(ctx, false)
 	}

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -75,5 +76,35 @@ func TestGuardedIgnoresCallerCancellation(t *testing.T) {
 	store.down = false
 	if _, err := g.History(context.Background(), "alice", "s1"); err != nil {
 		t.Fatalf("a call cancelled by its caller opened the breaker: %v", err)
+	}
+}
+
+// refusedElsewhere is a Store whose calls another breaker refuses at once
+// (Redis's own health, while Redis is down).
+type refusedElsewhere struct{ calls int }
+
+func (r *refusedElsewhere) History(context.Context, string, string) ([]provider.Message, error) {
+	r.calls++
+	return nil, fmt.Errorf("%w: %w", ErrUnavailable, breaker.ErrUnavailable)
+}
+
+func (r *refusedElsewhere) Append(context.Context, string, string, string, string) error {
+	r.calls++
+	return fmt.Errorf("%w: %w", ErrUnavailable, breaker.ErrUnavailable)
+}
+
+func TestGuardedDoesNotCountAnotherBreakersRefusals(t *testing.T) {
+	cfg := breaker.DefaultConfig()
+	cfg.FailureThreshold, cfg.MinCalls = 3, 100
+	b := breaker.NewMemory("session_store", cfg, time.Now)
+	store := &refusedElsewhere{}
+	g := Guarded{Store: store, Breaker: b}
+	for range 10 {
+		if err := g.Append(context.Background(), "alice", "s1", "q", "a"); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Append = %v, want ErrUnavailable", err)
+		}
+	}
+	if s, _ := b.Snapshot(context.Background()); s.State != breaker.Closed || store.calls != 10 {
+		t.Errorf("after 10 calls Redis's health refused: %s, %d calls reached the store; want closed, 10", s.State, store.calls)
 	}
 }
