@@ -11,6 +11,7 @@ import (
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/fallback"
+	"github.com/fmgate/fmgate/internal/fallback/faq"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/queue"
@@ -303,10 +304,14 @@ func (c cascade) Answer(ctx context.Context, t *gateway.Turn, cause error) (*gat
 
 // Remember caches a model's answer for other callers asking the same
 // question, unless the answer drew on the caller's own conversation: those
-// can hold what one user told the assistant, and the cache is shared.
+// can hold what one user told the assistant, and the cache is shared. Nor
+// is a reply that takes up none of the question's terms (a greeting, a
+// list of what the assistant can do) cached: served later, when the models
+// are down, it would stand in front of the FAQ's answer.
 func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Result) bool {
 	// An answer given without the catalog (search down) is not worth reusing.
-	if c.models[res.Tier] && !res.Simplified && len(t.History) == 0 && !t.ContextUnavailable && plainAnswer(t, res) {
+	if c.models[res.Tier] && !res.Simplified && len(t.History) == 0 && !t.ContextUnavailable && plainAnswer(t, res) &&
+		faq.SharesTopic(t.Message, res.Text) {
 		return c.r.Store(ctx, c.question(t), res.Text)
 	}
 	return false
