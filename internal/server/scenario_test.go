@@ -168,7 +168,7 @@ func TestScenarioPrimaryDown(t *testing.T) {
 func TestScenarioBothModelsDown(t *testing.T) {
 	sc := newScenario(t, quickConfig())
 	// A question answered while the models were up is in the response cache.
-	cached := "What is a good manga for someone who likes cooking?"
+	cached := "Which comedy manga is the funniest?"
 	if a := sc.chat("warm", cached, "en"); a.Tier != "sonnet" {
 		t.Fatalf("warm-up answered by %q", a.Tier)
 	}

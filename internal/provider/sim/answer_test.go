@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/fmgate/fmgate/internal/provider"
@@ -183,5 +184,17 @@ func TestCompleteFollowsTheTitlesJustListed(t *testing.T) {
 	}
 	if got := ask("Try One Piece or Frieren."); !strings.Contains(got, "still running") || !strings.Contains(got, "For a finished story") {
 		t.Errorf("with only running titles listed:\n%s", got)
+	}
+}
+
+// TestTheLongestAnswerIsWholeWithinThreeSeconds: a client that takes its
+// answer in one JSON body waits for the whole of it; at the default Sonnet
+// pace the longest answer the simulator writes must still be whole within
+// the store's 3 s.
+func TestTheLongestAnswerIsWholeWithinThreeSeconds(t *testing.T) {
+	s := DefaultConfig().Models["sonnet"]
+	whole := time.Duration(s.TTFTMs)*time.Millisecond + time.Duration(float64(maxAnswerTokens)/s.TokensPerSecond*float64(time.Second))
+	if whole >= 3*time.Second {
+		t.Errorf("%d tokens at %v tok/s after %d ms: whole after %v, want under 3 s", maxAnswerTokens, s.TokensPerSecond, s.TTFTMs, whole)
 	}
 }
