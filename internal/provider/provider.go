@@ -25,6 +25,37 @@ const (
 type Message struct {
 	Role    Role
 	Content string
+	// Cache marks the ends of prompt prefixes within Content, in order.
+	Cache []CacheMark
+}
+
+// CacheMark ends a prompt prefix the vendor may cache and read back on a
+// later call that starts with the same prefix (Anthropic's cache_control,
+// Bedrock's cachePoint): everything before it, the system prompt and then
+// the messages in order, up to byte At of the text it is in. OpenAI caches
+// long prefixes by itself and takes no mark; its adapter sends none.
+type CacheMark struct {
+	At int
+	// TTL is how long the vendor keeps the prefix: CacheTTL (its default)
+	// or CacheTTLLong.
+	TTL time.Duration
+}
+
+// Prompt cache lifetimes the vendors offer, and the most marks one request
+// may carry (Anthropic's and Bedrock's limit).
+const (
+	CacheTTL      = 5 * time.Minute
+	CacheTTLLong  = time.Hour
+	MaxCacheMarks = 4
+)
+
+// CacheMarks counts the marks of req.
+func (req *Request) CacheMarks() int {
+	n := len(req.SystemCache)
+	for _, m := range req.Messages {
+		n += len(m.Cache)
+	}
+	return n
 }
 
 // Request is a model call. Model is the gateway's model name (e.g. "sonnet");
@@ -40,6 +71,8 @@ type Request struct {
 	Temperature *float64
 	// StopSequences end the answer when the model produces one of them.
 	StopSequences []string
+	// SystemCache marks the ends of prompt prefixes within System, in order.
+	SystemCache []CacheMark
 }
 
 // Usage is what the provider reports it billed for the call.

@@ -163,7 +163,7 @@ func runConformance(t *testing.T, newHarness func(t *testing.T) harness) {
 		s.Append(ctx, "alice", "s1", msg, "第110巻です")
 		got, _ := s.History(ctx, "alice", "s1")
 		if len(got) != 2 || got[0].Content != msg || got[1].Content != "第110巻です" {
-			t.Fatalf("history = %q, want the exchange unchanged", got)
+			t.Fatalf("history = %+v, want the exchange unchanged", got)
 		}
 	})
 }
