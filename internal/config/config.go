@@ -179,7 +179,21 @@ type Model struct {
 	// deadline.whole instead of the first-token deadline, and a streaming
 	// client's answer is streamed.
 	Upstream string `yaml:"upstream"`
+	// PromptCaching is the vendor's prompt cache: PromptCachingAuto
+	// ("auto", the default when empty) marks the end of fmgate's own
+	// system prompt and of the retrieved context as prefixes the vendor
+	// may cache (Anthropic cache_control, Bedrock cachePoint; OpenAI caches
+	// long prefixes by itself), so a conversation pays full input price for
+	// them once per five minutes; PromptCachingOff ("off") marks nothing.
+	// A client's own marks pass through either way.
+	PromptCaching string `yaml:"promptCaching"`
 }
+
+// PromptCaching values (Model.PromptCaching).
+const (
+	PromptCachingAuto = "auto"
+	PromptCachingOff  = "off"
+)
 
 // The ways a model tier is called (Model.Upstream).
 const (
@@ -480,6 +494,9 @@ func (c Config) Validate() error {
 		m.validateProvider(&v, p)
 		if m.InputPerMTok < 0 || m.OutputPerMTok < 0 || m.CachedInputPerMTok < 0 || m.CacheWritePerMTok < 0 {
 			v.add(p, "prices must be >= 0")
+		}
+		if pc := m.PromptCaching; pc != "" && pc != PromptCachingAuto && pc != PromptCachingOff {
+			v.add(p+".promptCaching", fmt.Sprintf("must be %q or %q (got %q)", PromptCachingAuto, PromptCachingOff, pc))
 		}
 		if m.ContextWindow <= 0 {
 			v.add(p+".contextWindow", "must be > 0")

@@ -50,6 +50,10 @@ type Turn struct {
 	// policy, tone, safety), so the app can add instructions but not
 	// remove fmgate's.
 	ClientSystem string
+	// ClientSystemCache and MessageCache are the client's prompt cache
+	// marks in ClientSystem and in Message (History's messages carry
+	// their own); they pass through to the model.
+	ClientSystemCache, MessageCache []provider.CacheMark
 	// Temperature and StopSequences pass through to the model.
 	Temperature   *float64
 	StopSequences []string

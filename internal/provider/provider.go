@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fmgate/fmgate/internal/events"
 )
@@ -241,4 +242,40 @@ func Traceparent(ctx context.Context) string {
 		return ""
 	}
 	return events.FormatTraceparent(tc)
+}
+
+// Segment is a piece of a text cut at its cache marks; Mark is the mark it
+// ends at, nil for the piece after the last mark.
+type Segment struct {
+	Text string
+	Mark *CacheMark
+}
+
+// Segments cuts text at its marks, for a vendor that takes a prompt as a
+// list of blocks with a mark after some of them. The pieces joined are
+// text; a mark outside the text, or not on a character boundary, is left
+// out.
+func Segments(text string, marks []CacheMark) []Segment {
+	var out []Segment
+	from := 0
+	for i := range marks {
+		at := marks[i].At
+		if at <= from || at > len(text) || !utf8.RuneStart(byteAt(text, at)) {
+			continue
+		}
+		out = append(out, Segment{Text: text[from:at], Mark: &marks[i]})
+		from = at
+	}
+	if from < len(text) || len(out) == 0 {
+		out = append(out, Segment{Text: text[from:]})
+	}
+	return out
+}
+
+// byteAt is text[i], or a character start at the end of text.
+func byteAt(text string, i int) byte {
+	if i == len(text) {
+		return 0
+	}
+	return text[i]
 }

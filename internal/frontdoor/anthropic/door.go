@@ -127,20 +127,22 @@ func (d *door) turn(r *http.Request, req *Request, m config.Model) *gateway.Turn
 		feature = "chat"
 	}
 	return &gateway.Turn{
-		RequestID:     id,
-		SessionID:     id,
-		Message:       req.Messages[last].Content,
-		History:       append([]provider.Message(nil), req.Messages[:last]...),
-		Stateless:     true,
-		StartTier:     m.Name,
-		ClientSystem:  req.System,
-		MaxOutput:     req.MaxTokens,
-		Temperature:   req.Temperature,
-		StopSequences: req.StopSequences,
-		Route:         "chat",
-		Surface:       "anthropic",
-		Feature:       feature,
-		TraceParent:   r.Header.Get("traceparent"),
+		RequestID:         id,
+		SessionID:         id,
+		Message:           req.Messages[last].Content,
+		MessageCache:      req.Messages[last].Cache,
+		History:           append([]provider.Message(nil), req.Messages[:last]...),
+		Stateless:         true,
+		StartTier:         m.Name,
+		ClientSystem:      req.System,
+		ClientSystemCache: req.SystemCache,
+		MaxOutput:         req.MaxTokens,
+		Temperature:       req.Temperature,
+		StopSequences:     req.StopSequences,
+		Route:             "chat",
+		Surface:           "anthropic",
+		Feature:           feature,
+		TraceParent:       r.Header.Get("traceparent"),
 	}
 }
 

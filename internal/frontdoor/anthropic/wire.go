@@ -72,6 +72,8 @@ type Request struct {
 	// System is the request's system prompt, text blocks joined by a blank
 	// line; empty when none.
 	System string
+	// SystemCache marks where a system block with cache_control ends.
+	SystemCache []provider.CacheMark
 	// Messages alternate user and assistant (consecutive messages of one
 	// role are joined, as Anthropic does) and end with a user message.
 	Messages      []provider.Message
@@ -86,8 +88,8 @@ type Request struct {
 // ProviderRequest is r as a model call for the model named model.
 func (r *Request) ProviderRequest(model string) *provider.Request {
 	return &provider.Request{
-		Model: model, System: r.System, Messages: slices.Clone(r.Messages), MaxTokens: r.MaxTokens,
-		Temperature: r.Temperature, StopSequences: slices.Clone(r.StopSequences),
+		Model: model, System: r.System, SystemCache: slices.Clone(r.SystemCache), Messages: slices.Clone(r.Messages),
+		MaxTokens: r.MaxTokens, Temperature: r.Temperature, StopSequences: slices.Clone(r.StopSequences),
 	}
 }
 
@@ -186,17 +188,20 @@ func DecodeRequest(body io.Reader, maxBytes int64) (*Request, *Error) {
 		r.UserID = uid
 	}
 	if v, ok := fields["system"]; ok && !isNull(v) {
-		sys, err := decodeContent(v, "system")
+		sys, marks, err := decodeContent(v, "system")
 		if err != nil {
 			return nil, err
 		}
-		r.System = sys
+		r.System, r.SystemCache = sys, marks
 	}
 	msgs, merr := decodeMessages(fields["messages"])
 	if merr != nil {
 		return nil, merr
 	}
 	r.Messages = msgs
+	if n := r.ProviderRequest("").CacheMarks(); n > provider.MaxCacheMarks {
+		return nil, invalid("A maximum of %d blocks with cache_control may be provided. Found %d.", provider.MaxCacheMarks, n)
+	}
 	return r, nil
 }
 
@@ -272,15 +277,20 @@ func decodeMessages(v json.RawMessage) ([]provider.Message, *Error) {
 		if role != provider.RoleUser && role != provider.RoleAssistant {
 			return nil, invalid("messages.%d.role: must be \"user\" or \"assistant\"", i)
 		}
-		text, err := decodeContent(m.Content, fmt.Sprintf("messages.%d.content", i))
+		text, marks, err := decodeContent(m.Content, fmt.Sprintf("messages.%d.content", i))
 		if err != nil {
 			return nil, err
 		}
 		if n := len(out); n > 0 && out[n-1].Role == role {
-			out[n-1].Content += "\n\n" + text
+			prev := &out[n-1]
+			shift := len(prev.Content) + len("\n\n")
+			for _, mk := range marks {
+				prev.Cache = append(prev.Cache, provider.CacheMark{At: mk.At + shift, TTL: mk.TTL})
+			}
+			prev.Content += "\n\n" + text
 			continue
 		}
-		out = append(out, provider.Message{Role: role, Content: text})
+		out = append(out, provider.Message{Role: role, Content: text, Cache: marks})
 	}
 	last := out[len(out)-1]
 	if last.Role != provider.RoleUser {
@@ -293,46 +303,89 @@ func decodeMessages(v json.RawMessage) ([]provider.Message, *Error) {
 }
 
 // decodeContent reads a string, or a list of text blocks joined by a blank
-// line. cache_control on a text block is accepted and has no effect.
-func decodeContent(v json.RawMessage, path string) (string, *Error) {
+// line, with a cache mark where a block with cache_control ends.
+func decodeContent(v json.RawMessage, path string) (string, []provider.CacheMark, *Error) {
 	if v == nil || isNull(v) {
-		return "", invalid("%s: Field required", path)
+		return "", nil, invalid("%s: Field required", path)
 	}
 	if bytes.HasPrefix(bytes.TrimSpace(v), []byte(`"`)) {
 		var s string
 		if err := json.Unmarshal(v, &s); err != nil {
-			return "", invalid("%s: must be a string or a list of text blocks", path)
+			return "", nil, invalid("%s: must be a string or a list of text blocks", path)
 		}
 		if !utf8.ValidString(s) {
-			return "", invalid("%s: must be valid UTF-8", path)
+			return "", nil, invalid("%s: must be valid UTF-8", path)
 		}
-		return s, nil
+		return s, nil, nil
 	}
 	var blocks []map[string]json.RawMessage
 	if err := json.Unmarshal(v, &blocks); err != nil {
-		return "", invalid("%s: must be a string or a list of text blocks", path)
+		return "", nil, invalid("%s: must be a string or a list of text blocks", path)
 	}
-	texts := make([]string, 0, len(blocks))
+	var (
+		text  strings.Builder
+		marks []provider.CacheMark
+	)
 	for i, b := range blocks {
 		var typ string
 		if t, ok := b["type"]; !ok || json.Unmarshal(t, &typ) != nil {
-			return "", invalid("%s.%d.type: Field required", path, i)
+			return "", nil, invalid("%s.%d.type: Field required", path, i)
 		}
 		if typ != "text" {
-			return "", invalid("%s.%d: content blocks of type %q are not supported (only text is)", path, i, typ)
+			return "", nil, invalid("%s.%d: content blocks of type %q are not supported (only text is)", path, i, typ)
 		}
 		for _, k := range sortedKeys(b) {
 			if k != "type" && k != "text" && k != "cache_control" {
-				return "", invalid("%s.%d.%s: not supported", path, i, k)
+				return "", nil, invalid("%s.%d.%s: not supported", path, i, k)
 			}
 		}
-		var text string
-		if err := decodeString(b, "text", &text); err != nil {
-			return "", invalid("%s.%d.text: must be a string", path, i)
+		var t string
+		if err := decodeString(b, "text", &t); err != nil {
+			return "", nil, invalid("%s.%d.text: must be a string", path, i)
 		}
-		texts = append(texts, text)
+		if i > 0 {
+			text.WriteString("\n\n")
+		}
+		text.WriteString(t)
+		if cc, ok := b["cache_control"]; ok && !isNull(cc) {
+			ttl, err := decodeCacheControl(cc, fmt.Sprintf("%s.%d.cache_control", path, i))
+			if err != nil {
+				return "", nil, err
+			}
+			marks = append(marks, provider.CacheMark{At: text.Len(), TTL: ttl})
+		}
 	}
-	return strings.Join(texts, "\n\n"), nil
+	return text.String(), marks, nil
+}
+
+// decodeCacheControl reads {"type": "ephemeral", "ttl": "5m" | "1h"}.
+func decodeCacheControl(v json.RawMessage, path string) (time.Duration, *Error) {
+	var cc map[string]json.RawMessage
+	if err := json.Unmarshal(v, &cc); err != nil || cc == nil {
+		return 0, invalid("%s: must be an object like {\"type\": \"ephemeral\"}", path)
+	}
+	for _, k := range sortedKeys(cc) {
+		if k != "type" && k != "ttl" {
+			return 0, invalid("%s.%s: not supported", path, k)
+		}
+	}
+	var typ, ttl string
+	if err := decodeString(cc, "type", &typ); err != nil || typ != "ephemeral" {
+		return 0, invalid("%s.type: must be \"ephemeral\"", path)
+	}
+	if _, ok := cc["ttl"]; !ok {
+		return provider.CacheTTL, nil
+	}
+	if err := decodeString(cc, "ttl", &ttl); err != nil {
+		return 0, invalid("%s.ttl: must be \"5m\" or \"1h\"", path)
+	}
+	switch ttl {
+	case "5m":
+		return provider.CacheTTL, nil
+	case "1h":
+		return provider.CacheTTLLong, nil
+	}
+	return 0, invalid("%s.ttl: must be \"5m\" or \"1h\" (got %q)", path, ttl)
 }
 
 func isNull(v json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(v), []byte("null")) }

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/fmgate/fmgate/internal/provider"
 )
 
 func TestDecodeRequest(t *testing.T) {
@@ -118,6 +120,39 @@ func BenchmarkDecodeRequest(b *testing.B) {
 	for b.Loop() {
 		if _, err := DecodeRequest(bytes.NewReader(body), 0); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+func TestCacheControlBecomesCacheMarks(t *testing.T) {
+	body := `{"model":"sonnet","max_tokens":100,
+		"system":[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}},{"type":"text","text":"Use the catalog."}],
+		"messages":[{"role":"user","content":[{"type":"text","text":"Shared context.","cache_control":{"type":"ephemeral","ttl":"1h"}},{"type":"text","text":"Hi"}]},
+			{"role":"user","content":[{"type":"text","text":"More","cache_control":{"type":"ephemeral"}}]}]}`
+	req, err := DecodeRequest(strings.NewReader(body), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(req.SystemCache) != 1 || req.SystemCache[0].At != len("Be brief.") || req.SystemCache[0].TTL != provider.CacheTTL {
+		t.Errorf("system marks %+v", req.SystemCache)
+	}
+	// The two user messages are joined; the second one's mark moves with it.
+	m := req.Messages[0]
+	want := []provider.CacheMark{{At: len("Shared context."), TTL: provider.CacheTTLLong}, {At: len(m.Content), TTL: provider.CacheTTL}}
+	if len(m.Cache) != 2 || m.Cache[0] != want[0] || m.Cache[1] != want[1] || m.Content[:m.Cache[0].At] != "Shared context." {
+		t.Errorf("message %q marks %+v, want %+v", m.Content, m.Cache, want)
+	}
+	if n := req.ProviderRequest("sonnet").CacheMarks(); n != 3 {
+		t.Errorf("the model call carries %d marks, want 3", n)
+	}
+
+	for _, bad := range []struct{ body, want string }{
+		{`{"model":"s","max_tokens":1,"messages":[{"role":"user","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral","ttl":"2h"}}]}]}`, "ttl"},
+		{`{"model":"s","max_tokens":1,"messages":[{"role":"user","content":[{"type":"text","text":"x","cache_control":{"type":"persistent"}}]}]}`, "ephemeral"},
+		{`{"model":"s","max_tokens":1,"messages":[{"role":"user","content":[` + strings.Repeat(`{"type":"text","text":"x","cache_control":{"type":"ephemeral"}},`, 4) + `{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]}]}`, "maximum of 4"},
+	} {
+		if _, err := DecodeRequest(strings.NewReader(bad.body), 0); err == nil || err.Status != 400 || !strings.Contains(err.Message, bad.want) {
+			t.Errorf("%s: %v, want a 400 naming %q", bad.body, err, bad.want)
 		}
 	}
 }

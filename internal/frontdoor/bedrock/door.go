@@ -137,8 +137,9 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	last := len(req.Messages) - 1
 	t.SessionID = "bedrock:" + t.RequestID
 	t.Message = req.Messages[last].Content
+	t.MessageCache = req.Messages[last].Cache
 	t.History = req.Messages[:last]
-	t.ClientSystem = req.System
+	t.ClientSystem, t.ClientSystemCache = req.System, req.SystemCache
 	t.StartTier = req.ModelID
 	t.MaxOutput = req.MaxTokens
 	t.Temperature = req.Temperature

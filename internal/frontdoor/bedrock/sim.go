@@ -49,7 +49,7 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 			WriteException(w, Validation(err.Error()))
 			return
 		}
-		preq := &provider.Request{Model: name, System: req.System, Messages: req.Messages,
+		preq := &provider.Request{Model: name, System: req.System, SystemCache: req.SystemCache, Messages: req.Messages,
 			MaxTokens: req.MaxTokens, Temperature: req.Temperature, StopSequences: req.StopSequences}
 		st, _ := s.Settings(name)
 		start := time.Now()

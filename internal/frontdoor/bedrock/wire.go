@@ -64,6 +64,8 @@ type Request struct {
 	ModelID string
 	// System is the request's system blocks joined by blank lines.
 	System string
+	// SystemCache marks where a cachePoint block follows system text.
+	SystemCache []provider.CacheMark
 	// Messages alternate user and assistant turns and end with a user turn.
 	Messages      []provider.Message
 	MaxTokens     int // 0: not set
@@ -169,13 +171,20 @@ func Decode(modelID string, body []byte) (*Request, error) {
 		}
 	}
 	req := &Request{ModelID: modelID}
-	system, err := decodeSystem(w.System)
+	system, marks, err := decodeSystem(w.System)
 	if err != nil {
 		return nil, err
 	}
-	req.System = system
+	req.System, req.SystemCache = system, marks
 	if err := decodeMessages(w.Messages, req); err != nil {
 		return nil, err
+	}
+	n := len(req.SystemCache)
+	for _, m := range req.Messages {
+		n += len(m.Cache)
+	}
+	if n > provider.MaxCacheMarks {
+		return nil, invalidf("the request holds %d cachePoint blocks; the limit is %d", n, provider.MaxCacheMarks)
 	}
 	if ic := w.InferenceConfig; ic != nil {
 		if err := decodeInference(ic, req); err != nil {
@@ -185,16 +194,30 @@ func Decode(modelID string, body []byte) (*Request, error) {
 	return req, nil
 }
 
-func decodeSystem(blocks []json.RawMessage) (string, error) {
-	parts := make([]string, 0, len(blocks))
+func decodeSystem(blocks []json.RawMessage) (string, []provider.CacheMark, error) {
+	var (
+		text  strings.Builder
+		marks []provider.CacheMark
+	)
 	for i, raw := range blocks {
-		text, err := textBlock(raw, fmt.Sprintf("system[%d]", i))
-		if err != nil {
-			return "", err
+		where := fmt.Sprintf("system[%d]", i)
+		t, mark, err := textBlock(raw, where)
+		switch {
+		case err != nil:
+			return "", nil, err
+		case mark != nil && text.Len() == 0:
+			return "", nil, invalidf("%s: a cachePoint must follow a text block", where)
+		case mark != nil:
+			mark.At = text.Len()
+			marks = append(marks, *mark)
+		default:
+			if text.Len() > 0 {
+				text.WriteString("\n\n")
+			}
+			text.WriteString(t)
 		}
-		parts = append(parts, text)
 	}
-	return strings.Join(parts, "\n\n"), nil
+	return text.String(), marks, nil
 }
 
 func decodeMessages(msgs []wireMessage, req *Request) error {
@@ -221,15 +244,25 @@ func decodeMessages(msgs []wireMessage, req *Request) error {
 		if len(m.Content) == 0 {
 			return invalidf("messages[%d].content must hold at least one text block", i)
 		}
-		parts := make([]string, 0, len(m.Content))
+		msg := provider.Message{Role: role}
+		var text strings.Builder
 		for j, raw := range m.Content {
-			text, err := textBlock(raw, fmt.Sprintf("messages[%d].content[%d]", i, j))
-			if err != nil {
+			where := fmt.Sprintf("messages[%d].content[%d]", i, j)
+			t, mark, err := textBlock(raw, where)
+			switch {
+			case err != nil:
 				return err
+			case mark != nil && text.Len() == 0:
+				return invalidf("%s: a cachePoint must follow a text block", where)
+			case mark != nil:
+				mark.At = text.Len()
+				msg.Cache = append(msg.Cache, *mark)
+			default:
+				text.WriteString(t)
 			}
-			parts = append(parts, text)
 		}
-		req.Messages = append(req.Messages, provider.Message{Role: role, Content: strings.Join(parts, "")})
+		msg.Content = text.String()
+		req.Messages = append(req.Messages, msg)
 	}
 	if req.Messages[len(req.Messages)-1].Role != provider.RoleUser {
 		return invalidf("the last message must be the user's")
@@ -237,23 +270,55 @@ func decodeMessages(msgs []wireMessage, req *Request) error {
 	return nil
 }
 
-// textBlock reads a content block that must be {"text": "…"}; any other
-// kind of block (image, document, toolUse, cachePoint, …) is refused.
-func textBlock(raw json.RawMessage, where string) (string, error) {
+// textBlock reads a content block that must be {"text": "…"} or a
+// {"cachePoint": {"type": "default"}} (returned as a mark, its position
+// left to the caller); any other kind of block (image, document, toolUse,
+// …) is refused.
+func textBlock(raw json.RawMessage, where string) (string, *provider.CacheMark, error) {
 	var block map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &block); err != nil || block == nil {
-		return "", invalidf("%s must be an object such as {\"text\": \"…\"}", where)
+		return "", nil, invalidf("%s must be an object such as {\"text\": \"…\"}", where)
+	}
+	if cp, ok := block["cachePoint"]; ok && len(block) == 1 {
+		ttl, err := decodeCachePoint(cp, where+".cachePoint")
+		if err != nil {
+			return "", nil, err
+		}
+		return "", &provider.CacheMark{TTL: ttl}, nil
 	}
 	for k := range block {
 		if k != "text" {
-			return "", invalidf("%s: %s blocks are not supported by this endpoint; send text blocks only", where, truncate(k, 40))
+			return "", nil, invalidf("%s: %s blocks are not supported by this endpoint; send text and cachePoint blocks only", where, truncate(k, 40))
 		}
 	}
 	var text string
 	if err := json.Unmarshal(block["text"], &text); err != nil || block["text"] == nil {
-		return "", invalidf("%s.text must be a string", where)
+		return "", nil, invalidf("%s.text must be a string", where)
 	}
-	return text, nil
+	return text, nil, nil
+}
+
+// decodeCachePoint reads {"type": "default", "ttl": "5m" | "1h"}.
+func decodeCachePoint(raw json.RawMessage, where string) (time.Duration, error) {
+	var cp struct {
+		Type *string `json:"type"`
+		TTL  *string `json:"ttl"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cp); err != nil {
+		return 0, invalidf("%s must be {\"type\": \"default\"}, optionally with \"ttl\": \"5m\" or \"1h\"", where)
+	}
+	if cp.Type == nil || *cp.Type != "default" {
+		return 0, invalidf("%s.type must be \"default\"", where)
+	}
+	switch {
+	case cp.TTL == nil || *cp.TTL == "5m":
+		return provider.CacheTTL, nil
+	case *cp.TTL == "1h":
+		return provider.CacheTTLLong, nil
+	}
+	return 0, invalidf("%s.ttl must be \"5m\" or \"1h\"", where)
 }
 
 func decodeInference(ic *wireInference, req *Request) error {

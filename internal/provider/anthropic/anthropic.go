@@ -118,11 +118,14 @@ func NewHTTPClient() *http.Client {
 func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 	msgs := make([]sdk.MessageParam, 0, len(req.Messages))
 	for _, m := range req.Messages {
-		block := sdk.NewTextBlock(m.Content)
+		var blocks []sdk.ContentBlockParamUnion
+		for _, b := range textBlocks(m.Content, m.Cache) {
+			blocks = append(blocks, sdk.ContentBlockParamUnion{OfText: &b})
+		}
 		if m.Role == provider.RoleAssistant {
-			msgs = append(msgs, sdk.NewAssistantMessage(block))
+			msgs = append(msgs, sdk.NewAssistantMessage(blocks...))
 		} else {
-			msgs = append(msgs, sdk.NewUserMessage(block))
+			msgs = append(msgs, sdk.NewUserMessage(blocks...))
 		}
 	}
 	params := sdk.MessageNewParams{
@@ -131,7 +134,7 @@ func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 		Messages:  msgs,
 	}
 	if req.System != "" {
-		params.System = []sdk.TextBlockParam{{Text: req.System}}
+		params.System = textBlocks(req.System, req.SystemCache)
 	}
 	if req.Temperature != nil {
 		params.Temperature = sdk.Float(*req.Temperature)
@@ -140,6 +143,23 @@ func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 		params.StopSequences = req.StopSequences
 	}
 	return params
+}
+
+// textBlocks is text as Anthropic's text blocks, one ending at each cache
+// mark with its cache_control.
+func textBlocks(text string, marks []provider.CacheMark) []sdk.TextBlockParam {
+	segs := provider.Segments(text, marks)
+	out := make([]sdk.TextBlockParam, len(segs))
+	for i, s := range segs {
+		out[i].Text = s.Text
+		if s.Mark != nil {
+			out[i].CacheControl = sdk.NewCacheControlEphemeralParam()
+			if s.Mark.TTL >= provider.CacheTTLLong {
+				out[i].CacheControl.TTL = sdk.CacheControlEphemeralTTLTTL1h
+			}
+		}
+	}
+	return out
 }
 
 // Complete asks for the whole answer in one JSON response.

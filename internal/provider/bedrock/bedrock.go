@@ -293,10 +293,24 @@ func ownCodec(o *bedrockruntime.Options) {
 
 // input maps a provider request to Converse's system, messages and
 // inference configuration.
+// cachePoint is a cache mark as Bedrock's cachePoint block.
+func cachePoint(m provider.CacheMark) types.CachePointBlock {
+	cp := types.CachePointBlock{Type: types.CachePointTypeDefault}
+	if m.TTL >= provider.CacheTTLLong {
+		cp.Ttl = types.CacheTTLOneHour
+	}
+	return cp
+}
+
 func (p *Provider) input(req *provider.Request) ([]types.SystemContentBlock, []types.Message, *types.InferenceConfiguration) {
 	var system []types.SystemContentBlock
 	if req.System != "" {
-		system = []types.SystemContentBlock{&types.SystemContentBlockMemberText{Value: req.System}}
+		for _, seg := range provider.Segments(req.System, req.SystemCache) {
+			system = append(system, &types.SystemContentBlockMemberText{Value: seg.Text})
+			if seg.Mark != nil {
+				system = append(system, &types.SystemContentBlockMemberCachePoint{Value: cachePoint(*seg.Mark)})
+			}
+		}
 	}
 	msgs := make([]types.Message, 0, len(req.Messages))
 	for _, m := range req.Messages {
@@ -304,7 +318,14 @@ func (p *Provider) input(req *provider.Request) ([]types.SystemContentBlock, []t
 		if m.Role == provider.RoleAssistant {
 			role = types.ConversationRoleAssistant
 		}
-		msgs = append(msgs, types.Message{Role: role, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: m.Content}}})
+		var content []types.ContentBlock
+		for _, seg := range provider.Segments(m.Content, m.Cache) {
+			content = append(content, &types.ContentBlockMemberText{Value: seg.Text})
+			if seg.Mark != nil {
+				content = append(content, &types.ContentBlockMemberCachePoint{Value: cachePoint(*seg.Mark)})
+			}
+		}
+		msgs = append(msgs, types.Message{Role: role, Content: content})
 	}
 	ic := &types.InferenceConfiguration{StopSequences: req.StopSequences}
 	if req.MaxTokens > 0 {
