@@ -441,13 +441,15 @@ func (g *Gateway) appendSession(ctx context.Context, t *Turn, res *Result) error
 func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 	msgs := make([]provider.Message, 0, len(t.History)+1)
 	msgs = append(msgs, t.History...)
-	msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: t.Message})
+	msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: t.Message, Cache: t.MessageCache})
 	maxOut := m.MaxOutputTokens
 	if t.MaxOutput > 0 && t.MaxOutput < maxOut {
 		maxOut = t.MaxOutput
 	}
-	return &provider.Request{Model: m.Name, System: withContext(t.System, t.Context), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
+	req := &provider.Request{Model: m.Name, System: withContext(t.System, t.Context), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
 		Temperature: t.Temperature, StopSequences: t.StopSequences}
+	markPrefixes(t, m, req)
+	return req
 }
 
 // watchStream bounds one streaming attempt, whatever the provider: the
@@ -461,7 +463,12 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 // timeout the cascade falls back from; after it, the upstream call is
 // cancelled and the client gets an error frame.
 func (g *Gateway) watchStream(ctx context.Context, t *Turn) *watchdog {
-	return g.watch(ctx, t, min(g.cfg.Deadline.Attempt, g.firstByteLeft(t)), false)
+	left := g.firstByteLeft(t)
+	w := g.watch(ctx, t, min(g.cfg.Deadline.Attempt, left), false)
+	// An attempt given less than deadline.attempt (a retry, a later tier)
+	// and late says the turn ran out of time, not that the model is slow.
+	w.cut = left < g.cfg.Deadline.Attempt
+	return w
 }
 
 // watchWhole bounds one attempt asked for its whole answer at once: it is
@@ -496,7 +503,10 @@ type watchdog struct {
 	byteDeadline time.Time
 	shortIdle    time.Duration
 	whole        bool // one whole answer, no tokens to watch
-	seen         atomic.Bool
+	// cut says the first-token wait was what was left of the turn's
+	// first-byte budget, shorter than deadline.attempt.
+	cut  bool
+	seen atomic.Bool
 }
 
 // Deadline is the stream's maximum duration, or the turn's own deadline
@@ -521,10 +531,18 @@ func (w *watchdog) fire() {
 		w.cancel(&provider.Error{Kind: provider.KindTimeout, Err: errWholeLate})
 	case w.seen.Load():
 		w.cancel(&provider.Error{Kind: provider.KindTimeout, Err: errStreamIdle})
+	case w.cut:
+		w.cancel(&provider.Error{Kind: provider.KindTimeout, Err: errFirstByteSpent})
 	default:
 		w.cancel(&provider.Error{Kind: provider.KindTimeout, Err: errFirstTokenLate})
 	}
 }
+
+// TurnOutOfTime reports whether err ended an attempt that was given only
+// the rest of its turn's first-byte budget, less than deadline.attempt,
+// before its first token: the turn ran out of time, which says nothing of
+// the model's health.
+func TurnOutOfTime(err error) bool { return errors.Is(err, errFirstByteSpent) }
 
 // token restarts the idle wait; it reports whether this was the first token.
 func (w *watchdog) token() bool {
@@ -546,7 +564,7 @@ func (w *watchdog) stop() {
 // isWatchdog reports whether err is a reason watchStream cut an attempt.
 func isWatchdog(err error) bool {
 	return errors.Is(err, errFirstTokenLate) || errors.Is(err, errStreamIdle) || errors.Is(err, errStreamTooLong) ||
-		errors.Is(err, errWholeLate)
+		errors.Is(err, errWholeLate) || errors.Is(err, errFirstByteSpent)
 }
 
 // firstByteLeft is what remains of the turn's budget to the first byte.
@@ -567,6 +585,7 @@ var (
 	errNoModel        = errors.New("no model tier available")
 	errNoTime         = errors.New("too little of the turn's deadline left to start a model call")
 	errFirstTokenLate = errors.New("no first token within the attempt deadline")
+	errFirstByteSpent = errors.New("no first token within what was left of the turn's first-byte budget")
 	errStreamIdle     = errors.New("the model stopped sending tokens for longer than deadline.idle")
 	errWholeLate      = errors.New("no whole answer within deadline.whole")
 )

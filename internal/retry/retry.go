@@ -55,6 +55,26 @@ func Final(err error) error {
 // IsFinal reports whether err was wrapped with Final.
 func IsFinal(err error) bool { return errors.Is(err, ErrFinal) }
 
+// Unjudged marks err as saying nothing of the model's health (a call cut
+// short because its turn ran out of time): it is not recorded to Pressure.
+// errors.Is and As see through it.
+func Unjudged(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unjudgedError{err: err}
+}
+
+type unjudgedError struct{ err error }
+
+func (e *unjudgedError) Error() string { return e.err.Error() }
+func (e *unjudgedError) Unwrap() error { return e.err }
+
+func isUnjudged(err error) bool {
+	_, ok := errors.AsType[*unjudgedError](err)
+	return ok
+}
+
 // Stop says why Do made no further attempt.
 type Stop string
 
@@ -219,7 +239,7 @@ func (r *Retrier) Do(ctx context.Context, model string, call func(ctx context.Co
 		}
 		kind := provider.KindOf(err)
 		rep.LastKind = kind
-		if kind != provider.KindCanceled {
+		if kind != provider.KindCanceled && !isUnjudged(err) {
 			r.pressure().Record(ctx, model, outcomeOf(kind))
 		}
 		if kind == provider.KindThrottled {

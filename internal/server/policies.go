@@ -263,6 +263,11 @@ func (iv invoker) Invoke(ctx context.Context, model string, call func(context.Co
 		switch kind := provider.KindOf(err); {
 		case err == nil:
 			permit.Done(ctx, true)
+		case gateway.TurnOutOfTime(err):
+			// Given only what its turn had left, less than an attempt's
+			// deadline: no verdict on the model, and no time for a retry.
+			permit.Release(ctx)
+			return retry.Final(retry.Unjudged(err))
 		case kind == provider.KindThrottled, kind == provider.KindCanceled:
 			// The provider asked us to slow down, or the client left: neither
 			// says the model is unhealthy, so the permit goes back without a
