@@ -92,8 +92,11 @@ func (a anthropicAnswer) json(w http.ResponseWriter, r *http.Request) {
 
 func (a anthropicAnswer) stream(w http.ResponseWriter, r *http.Request) {
 	ev := anthropic.NewEvents(w)
+	// message_start carries the input in its classes, as Anthropic sends
+	// it, so a client cut off mid-answer knows what the input cost. Its
+	// usage is set once the call is admitted: a call refused before then
+	// billed nothing.
 	start := anthropic.NewMessage(a.id, a.modelID())
-	start.Usage.InputTokens = sim.InputTokens(a.preq)
 	blockOpen := false
 	open := func() error {
 		if blockOpen {
@@ -108,7 +111,8 @@ func (a anthropicAnswer) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		return ev.Ping()
 	}
-	resp, err := a.s.Stream(r.Context(), a.preq, func(text string) error {
+	admitted := func(u provider.Usage) { start.Usage = anthropic.UsageOf(u) }
+	resp, err := a.s.StreamAdmitted(r.Context(), a.preq, admitted, func(text string) error {
 		if err := open(); err != nil {
 			return err
 		}
@@ -123,7 +127,6 @@ func (a anthropicAnswer) stream(w http.ResponseWriter, r *http.Request) {
 		case f.drop:
 			panic(http.ErrAbortHandler)
 		case f.refusal:
-			start.Usage.InputTokens = 0 // blocked before admission: nothing billed
 			_ = ev.MessageStart(start)
 			_ = ev.MessageDelta(anthropic.StopRefusal, nil, anthropic.UsageOf(resp.Usage))
 			_ = ev.MessageStop()
@@ -131,7 +134,6 @@ func (a anthropicAnswer) stream(w http.ResponseWriter, r *http.Request) {
 			anthropic.WriteError(w, f.err)
 		default:
 			if !ev.Began() {
-				start.Usage.InputTokens = 0 // refused before admission: nothing billed
 				_ = ev.MessageStart(start)
 			}
 			_ = ev.Error(f.err.Type, f.err.Message)

@@ -101,6 +101,7 @@ type settingsPatch struct {
 	StallAfterTokens *int                       `json:"stallAfterTokens"`
 	CutAfterTokens   *int                       `json:"cutAfterTokens"`
 	TPMCeiling       *int                       `json:"tpmCeiling"`
+	CacheMinTokens   *int                       `json:"cacheMinTokens"`
 }
 
 // decodePatch parses a PUT body: exactly one JSON object with no fields
@@ -128,6 +129,7 @@ func (p settingsPatch) apply(s Settings) Settings {
 	set(&s.StallAfterTokens, p.StallAfterTokens)
 	set(&s.CutAfterTokens, p.CutAfterTokens)
 	set(&s.TPMCeiling, p.TPMCeiling)
+	set(&s.CacheMinTokens, p.CacheMinTokens)
 	return s
 }
 

@@ -37,6 +37,7 @@ func TestAdminGet(t *testing.T) {
 	want := map[string]any{
 		"modelId": "anthropic.claude-3-sonnet-20240229-v1:0", "outage": false, "errorRate": map[string]any{},
 		"latencyMs": 0.0, "ttftMs": 600.0, "tokensPerSecond": 60.0, "stallAfterTokens": 0.0, "cutAfterTokens": 0.0, "tpmCeiling": 0.0,
+		"cacheMinTokens": 1024.0,
 	}
 	if !reflect.DeepEqual(body, want) {
 		t.Errorf("GET = %v, want %v", body, want)
@@ -73,6 +74,15 @@ func TestAdminPut(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "cacheMinTokens", model: "sonnet", body: `{"cacheMinTokens":0}`, wantCode: 200,
+			check: func(t *testing.T, st Settings) {
+				if st.CacheMinTokens != 0 || st.TTFTMs != 600 {
+					t.Errorf("settings after PUT: %+v", st)
+				}
+			},
+		},
+		{name: "negative cacheMinTokens", model: "sonnet", body: `{"cacheMinTokens":-1}`, wantCode: 400, wantErr: "invalid_request"},
 		{name: "probability out of range", model: "sonnet", body: `{"errorRate":{"throttled":2}}`, wantCode: 400, wantErr: "invalid_request"},
 		{name: "sum above one", model: "sonnet", body: `{"errorRate":{"throttled":0.7,"guardrail":0.7}}`, wantCode: 400, wantErr: "invalid_request"},
 		{name: "unknown kind", model: "sonnet", body: `{"errorRate":{"boom":0.1}}`, wantCode: 400, wantErr: "invalid_request"},

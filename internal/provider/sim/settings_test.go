@@ -44,9 +44,10 @@ func TestConfigValidate(t *testing.T) {
 		{"NaN probability", Settings{ErrorRate: rates("timeout", math.NaN())}, []string{"models.m.errorRate.timeout: must be within [0,1]"}},
 		{"sum above 1", Settings{ErrorRate: rates("throttled", 0.6, "unavailable", 0.6)}, []string{"models.m.errorRate: probabilities sum to 1.2, must be <= 1"}},
 		{"unknown kind", Settings{ErrorRate: rates("validation", 0.1)}, []string{"models.m.errorRate.validation: unknown kind"}},
-		{"negatives", Settings{LatencyMs: -1, TTFTMs: -2, TokensPerSecond: -3, StallAfterTokens: -4, CutAfterTokens: -5, TPMCeiling: -6}, []string{
+		{"negatives", Settings{LatencyMs: -1, TTFTMs: -2, TokensPerSecond: -3, StallAfterTokens: -4, CutAfterTokens: -5, TPMCeiling: -6, CacheMinTokens: -7}, []string{
 			"models.m.latencyMs: must be >= 0", "models.m.ttftMs: must be >= 0", "models.m.tokensPerSecond: must be >= 0",
 			"models.m.stallAfterTokens: must be >= 0", "models.m.cutAfterTokens: must be >= 0", "models.m.tpmCeiling: must be >= 0",
+			"models.m.cacheMinTokens: must be >= 0",
 		}},
 	}
 	for _, tt := range tests {
@@ -96,11 +97,13 @@ models:
     stallAfterTokens: 40
     cutAfterTokens: 50
     tpmCeiling: 200000
+    cacheMinTokens: 1024
 `
 	want := Settings{
 		ModelID: "anthropic.claude-3-sonnet-20240229-v1:0", Outage: true,
 		ErrorRate: map[provider.Kind]float64{"throttled": 0.1, "unavailable": 0.05, "timeout": 0.01, "not_ready": 0.02, "guardrail": 0.03},
 		LatencyMs: 100, TTFTMs: 600, TokensPerSecond: 60, StallAfterTokens: 40, CutAfterTokens: 50, TPMCeiling: 200000,
+		CacheMinTokens: 1024,
 	}
 	var cfg Config
 	dec := yaml.NewDecoder(strings.NewReader(doc))
@@ -120,12 +123,12 @@ models:
 	if err := json.Unmarshal(b, &fields); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"modelId", "outage", "errorRate", "latencyMs", "ttftMs", "tokensPerSecond", "stallAfterTokens", "cutAfterTokens", "tpmCeiling"} {
+	for _, name := range []string{"modelId", "outage", "errorRate", "latencyMs", "ttftMs", "tokensPerSecond", "stallAfterTokens", "cutAfterTokens", "tpmCeiling", "cacheMinTokens"} {
 		if _, ok := fields[name]; !ok {
 			t.Errorf("JSON lacks field %q: %s", name, b)
 		}
 	}
-	if len(fields) != 9 {
-		t.Errorf("JSON has %d fields, want 9: %s", len(fields), b)
+	if len(fields) != 10 {
+		t.Errorf("JSON has %d fields, want 10: %s", len(fields), b)
 	}
 }

@@ -1,7 +1,8 @@
 // Package sim is fmgate's built-in model simulator: a provider.Provider that
 // answers like the MangaAssist store assistant (Japanese or English, topic
 // aware), at a realistic time to first token and tokens per second, billing
-// usage counted with the cl100k_base tokenizer. It lets new users run the
+// usage counted with the cl100k_base tokenizer in the classes of a prompt
+// cache kept as Anthropic keeps it (see Stream). It lets new users run the
 // gateway with no credentials, and lets load and scenario tests inject
 // faults per model at run time: outages, error rates by kind, latency,
 // stalls, dropped connections and tokens-per-minute ceilings (see Settings
@@ -84,6 +85,7 @@ type model struct {
 	settings Settings
 	usage    provider.Usage
 	tpm      tpmLedger
+	cache    promptCache
 }
 
 var _ provider.Provider = (*Sim)(nil)
@@ -166,7 +168,8 @@ func (s *Sim) SetSettings(name string, st Settings) error {
 // Usage returns the tokens the simulator has billed for model since it was
 // created, including the input and partial output of calls that were cut,
 // stalled or cancelled once admitted. Calls refused before admission (outage,
-// injected errors, TPM ceiling) bill nothing, as on Bedrock.
+// injected errors, TPM ceiling) bill nothing, as on Bedrock, and leave the
+// prompt cache as it was.
 func (s *Sim) Usage(name string) provider.Usage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -220,7 +223,26 @@ func (s *Sim) draw(st Settings) plan {
 // failure is a *provider.Error with Kind and Model set, except an error
 // returned by emit, which is returned as is; the Response is never nil and
 // carries the text and usage produced so far. A nil emit discards deltas.
+//
+// The input is billed in the classes of the model's prompt cache, as
+// Anthropic bills it. Each cache mark of req ends a prefix, the prompt up
+// to it, that is cached when it holds at least the model's CacheMinTokens:
+// the longest such prefix still held is read (CachedInputTokens), the
+// tokens from there to the last mark are written (CacheWriteTokens), and
+// the rest is InputTokens; the three add up to InputTokens(req). Every
+// such prefix is then held for its mark's TTL. A request without marks
+// bills all its input as InputTokens.
 func (s *Sim) Stream(ctx context.Context, req *provider.Request, emit func(text string) error) (*provider.Response, error) {
+	return s.StreamAdmitted(ctx, req, nil, emit)
+}
+
+// StreamAdmitted is Stream, calling admitted, when not nil, once the call
+// is admitted and before its first delta, with the input usage it is billed
+// (OutputTokens 0). A call refused before admission never calls it. It lets
+// a wire server open its answer with the usage a vendor sends first
+// (Anthropic's message_start), so that a client cut off mid-answer still
+// knows what the input cost.
+func (s *Sim) StreamAdmitted(ctx context.Context, req *provider.Request, admitted func(provider.Usage), emit func(text string) error) (*provider.Response, error) {
 	start := s.now()
 	if emit == nil {
 		emit = func(string) error { return nil }
@@ -265,13 +287,17 @@ func (s *Sim) Stream(ctx context.Context, req *provider.Request, emit func(text 
 		return resp, fail(provider.KindTimeout, 408, "simulated model timeout")
 	}
 
-	input := InputTokens(req)
-	if retryAfter, ok := s.admit(req.Model, st.TPMCeiling, input); !ok {
+	prefixes, input := promptPrefixes(req, st.CacheMinTokens)
+	usage, retryAfter, ok := s.admit(req.Model, st.TPMCeiling, prefixes, input)
+	if !ok {
 		err := fail(provider.KindThrottled, 429, fmt.Sprintf("simulated tokens-per-minute ceiling of %d reached", st.TPMCeiling))
 		err.RetryAfter = retryAfter
 		return resp, err
 	}
-	resp.Usage.InputTokens = input
+	resp.Usage = usage
+	if admitted != nil {
+		admitted(usage)
+	}
 	err := s.generate(ctx, req, st, p, start, resp, emit)
 	s.bill(req.Model, resp.Usage.OutputTokens)
 	return resp, err
@@ -363,21 +389,24 @@ func (s *Sim) wait(ctx context.Context, d time.Duration) error {
 	return s.sleep(ctx, d)
 }
 
-// admit checks the TPM ceiling (0 = none) and, when the call fits, records
-// and bills its input tokens.
-func (s *Sim) admit(name string, ceiling, input int) (retryAfter time.Duration, ok bool) {
+// admit checks the TPM ceiling (0 = none), which counts every input token,
+// cached or not. When the call fits, it records the input, looks up and
+// stores the call's marked prefixes in the model's prompt cache, and bills
+// the input in its classes.
+func (s *Sim) admit(name string, ceiling int, prefixes []prefix, input int) (usage provider.Usage, retryAfter time.Duration, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.models[name] // models are never removed, so m is set
 	now := s.now()
 	if ceiling > 0 {
 		if ok, retryAfter := m.tpm.admit(now, input, ceiling); !ok {
-			return retryAfter, false
+			return provider.Usage{}, retryAfter, false
 		}
 	}
 	m.tpm.record(now, input)
-	m.usage.InputTokens += input
-	return 0, true
+	usage = m.cache.use(now, prefixes, input)
+	m.usage = m.usage.Add(usage)
+	return usage, 0, true
 }
 
 // bill records output tokens produced by an admitted call.

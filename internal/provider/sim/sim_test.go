@@ -529,7 +529,9 @@ func TestConcurrentUseIsRaceFree(t *testing.T) {
 		wg.Go(func() {
 			model := []string{"sonnet", "haiku"}[i%2]
 			for range 20 {
-				_, _ = s.Complete(context.Background(), userRequest(model, "おすすめは？"))
+				req := userRequest(model, "おすすめは？")
+				req.SystemCache = []provider.CacheMark{{At: len(req.System)}}
+				_, _ = s.Complete(context.Background(), req)
 			}
 		})
 	}
@@ -547,7 +549,7 @@ func TestConcurrentUseIsRaceFree(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if s.Usage("sonnet").InputTokens == 0 || s.Usage("haiku").InputTokens == 0 {
+	if s.Usage("sonnet").Input() == 0 || s.Usage("haiku").Input() == 0 {
 		t.Error("no usage recorded under concurrency")
 	}
 }
