@@ -38,7 +38,8 @@ type Config struct {
 	// MinAttemptTime is the least time an attempt is worth starting with: a
 	// retry whose wait leaves less than this before the turn's deadline is
 	// not made, so the caller moves on to the next tier at once. Default
-	// 300ms.
+	// 1s: Sonnet's 600 ms to its first token, with room for its jitter; a
+	// retry left less would time out and leave the next tier less still.
 	MinAttemptTime time.Duration `yaml:"minAttemptTime"`
 }
 
@@ -181,7 +182,7 @@ func DefaultConfig() Config {
 			},
 		},
 		SendRate:       SendRateConfig{Enabled: true, SentPerAccepted: 2.5, Window: 5 * time.Second, MinPerSecond: 0.5},
-		MinAttemptTime: 300 * time.Millisecond,
+		MinAttemptTime: time.Second,
 	}
 }
 

@@ -164,7 +164,7 @@ func TestDoStopsBeforeTheDeadline(t *testing.T) {
 	}{
 		{"retry-after leaves no time for an attempt", time.Second, 0,
 			&provider.Error{Kind: provider.KindThrottled, RetryAfter: 800 * time.Millisecond}, 1, 0, StopDeadline},
-		{"retry-after fits with minAttemptTime", time.Second, 0,
+		{"retry-after fits with minAttemptTime", 2 * time.Second, 0,
 			&provider.Error{Kind: provider.KindTimeout, RetryAfter: 700 * time.Millisecond}, 2, 700 * time.Millisecond, StopExhausted},
 		{"slow failures in a 3 s turn", 3 * time.Second, 400 * time.Millisecond,
 			perr(provider.KindThrottled), 3, 800 * time.Millisecond, StopDeadline},
