@@ -670,6 +670,16 @@ func TestDashboardInBrowser(t *testing.T) {
 			A, B struct {
 				Turns int `json:"turns"`
 			}
+			Verdict struct {
+				Status   string   `json:"status"`
+				Reasons  []string `json:"reasons"`
+				MinTurns int      `json:"minTurns"`
+				Checks   []struct {
+					Name    string `json:"name"`
+					OK      bool   `json:"ok"`
+					Skipped string `json:"skipped"`
+				} `json:"checks"`
+			} `json:"verdict"`
 		}
 		ds.getJSON("/admin/cost/compare?dim=model&from=-1h&a="+url.QueryEscape(sonnet)+"&b="+url.QueryEscape(haiku), &cmp)
 		a := p.text(`[data-testid="row-turns"] td[data-side="a"]`)
@@ -677,36 +687,46 @@ func TestDashboardInBrowser(t *testing.T) {
 		if a != strconv.Itoa(cmp.A.Turns) || b != strconv.Itoa(cmp.B.Turns) || cmp.A.Turns == 0 || cmp.B.Turns == 0 {
 			t.Fatalf("canary turns A %s B %s; the API says %d and %d", a, b, cmp.A.Turns, cmp.B.Turns)
 		}
-		want := "B "
-		if cmp.A.Turns < 20 || cmp.B.Turns < 20 {
-			want = "Not comparable"
+		// The page shows the gateway's verdict, reasons and thresholds; it
+		// judges nothing by rules of its own.
+		checkVerdict := func(what string, status string, reasons []string) {
+			t.Helper()
+			want := map[string]string{"pass": "ok", "fail": "bad", "not_comparable": "na"}[status]
+			shown := p.text(`[data-testid="verdict"]`)
+			level := p.eval(`document.querySelector('[data-testid="verdict"]').dataset.level || ""`)
+			if got := p.eval(`document.querySelector('[data-testid="verdict"]').dataset.status || ""`); got != status || want == "" || level != want {
+				t.Fatalf("%s: the page's verdict is %q (level %q, status %q); the gateway's is %s (level %q)", what, shown, level, got, status, want)
+			}
+			for _, r := range reasons {
+				if !strings.Contains(shown, r) {
+					t.Errorf("%s: verdict %q lacks the gateway's reason %q", what, shown, r)
+				}
+			}
 		}
-		if v := p.text(`[data-testid="verdict"]`); !strings.HasPrefix(v, want) {
-			t.Fatalf("verdict %q with %d and %d turns; want %q…", v, cmp.A.Turns, cmp.B.Turns, want)
+		checkVerdict("sonnet against haiku", cmp.Verdict.Status, cmp.Verdict.Reasons)
+		if th := p.text(`[data-testid="thresholds"] [data-limit="minTurns"]`); !strings.HasSuffix(th, " "+commas(float64(cmp.Verdict.MinTurns))) || cmp.Verdict.MinTurns != 50 {
+			t.Fatalf("thresholds show %q; the gateway needs %d turns a side", th, cmp.Verdict.MinTurns)
 		}
-		if th := p.text(`[data-testid="thresholds"]`); !strings.Contains(th, "error rate may rise by") {
-			t.Fatalf("thresholds not shown: %q", th)
+		for _, c := range cmp.Verdict.Checks {
+			badge := p.eval(fmt.Sprintf(`(document.querySelector('[data-check=%q] .badge') || {textContent: ""}).textContent`, c.Name))
+			want := map[bool]string{true: "ok", false: "regressed"}[c.OK]
+			if c.Skipped != "" {
+				want = ""
+			}
+			if badge != want {
+				t.Errorf("check %s: the page shows %q, the gateway says ok=%v skipped=%q", c.Name, badge, c.OK, c.Skipped)
+			}
 		}
 		p.screenshot("dashboard-canary.png")
 
-		// A version against itself, or a side with too few turns, is not
-		// comparable, and says so without the green of a pass.
-		for _, tt := range []struct{ name, hash string }{
-			{"same version", "#/canary?range=1h&dim=model&a=" + url.QueryEscape(sonnet) + "&b=" + url.QueryEscape(sonnet)},
-			{"too few turns", "#/canary?range=1h&dim=model&a=" + url.QueryEscape(sonnet) + "&b=" + url.QueryEscape(haiku)},
-		} {
-			if tt.name == "too few turns" {
-				p.eval(`document.getElementById("limit-minTurns").value = "100000"; document.getElementById("limit-minTurns").dispatchEvent(new Event("change")); ""`)
-			} else {
-				p.open(tt.hash)
-			}
-			p.wait(tt.name+" verdict", `!!document.querySelector('[data-testid="verdict"]')`)
-			v := p.text(`[data-testid="verdict"]`)
-			level := p.eval(`document.querySelector('[data-testid="verdict"]').dataset.level`)
-			if !strings.HasPrefix(v, "Not comparable") || level != "na" {
-				t.Errorf("%s: verdict %q (level %s); want \"Not comparable…\", level na", tt.name, v, level)
-			}
+		// A version against itself is not comparable, and says so without
+		// the green of a pass.
+		p.open("#/canary?range=1h&dim=model&a=" + url.QueryEscape(sonnet) + "&b=" + url.QueryEscape(sonnet))
+		ds.getJSON("/admin/cost/compare?dim=model&from=-1h&a="+url.QueryEscape(sonnet)+"&b="+url.QueryEscape(sonnet), &cmp)
+		if cmp.Verdict.Status != "not_comparable" {
+			t.Fatalf("the gateway's verdict on a version against itself is %s", cmp.Verdict.Status)
 		}
+		checkVerdict("same version", cmp.Verdict.Status, cmp.Verdict.Reasons)
 	})
 }
 
