@@ -730,6 +730,96 @@ func TestDashboardInBrowser(t *testing.T) {
 	})
 }
 
+// A turn that was not sampled keeps its turn span and cost records whole
+// and its other spans as tallies. The turns list counts all of them, and the
+// waterfall draws as many: the whole spans in their tree, the tallies under
+// the turn span, marked as figures only.
+func TestDashboardWaterfallOfUnsampledTurn(t *testing.T) {
+	if _, err := os.Stat(browsertest.Path()); err != nil {
+		t.Skipf("headless Chromium not installed at %s: %v", browsertest.Path(), err)
+	}
+	cfg := quickConfig()
+	cfg.Events.Sampling.Enabled = true
+	cfg.Events.Sampling.Rate = 0 // a quick turn that succeeds is then never sampled
+	sc := newScenario(t, cfg)
+	if a := sc.chat("wf-user", "Recommend a fantasy manga like Frieren", "en"); a.Status != http.StatusOK {
+		t.Fatalf("turn: status %d", a.Status)
+	}
+	type turnRow struct {
+		Key   string `json:"key"`
+		Spans int    `json:"spans"`
+		Turn  struct {
+			UserIDHash string `json:"userIdHash"`
+			Feature    string `json:"feature"`
+		} `json:"turn"`
+	}
+	var row turnRow
+	var whole int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var turns struct {
+			Rows []turnRow `json:"rows"`
+		}
+		sc.getJSON("/admin/cost?by=turn&from=-1h", &turns)
+		if len(turns.Rows) == 1 {
+			row = turns.Rows[0]
+			var trace struct {
+				Spans []json.RawMessage `json:"spans"`
+			}
+			sc.getJSON("/admin/cost/trace/"+row.Key, &trace)
+			whole = len(trace.Spans)
+			if whole > 0 && whole < row.Spans {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("turns %+v, %d of them stored whole: want one turn, not sampled, with spans kept as tallies", turns.Rows, whole)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	p := signIn(t, sc.srv.URL)
+	p.open("#/cost?range=1h&feature=" + url.QueryEscape(row.Turn.Feature) + "&user=" + row.Turn.UserIDHash)
+	p.wait("the user's turns", `!!document.querySelector('[data-testid="drill-turns"]')`)
+	if n := p.text(`[data-testid="drill-turns"] tbody tr td:nth-child(6)`); n != strconv.Itoa(row.Spans) {
+		t.Fatalf("the turns list counts %s spans, the store %d", n, row.Spans)
+	}
+	p.eval(`document.querySelector('[data-testid="drill-turns"] tbody tr').click(); ""`)
+	p.wait("the turn's waterfall", `!!document.querySelector('[data-testid="waterfall"]')`)
+	drawn := p.num(`String(document.querySelectorAll('[data-testid="waterfall"] [data-testid="span"]').length)`)
+	tallied := p.num(`String(document.querySelectorAll('[data-testid="waterfall"] [data-testid="span"][data-tally="1"]').length)`)
+	if int(drawn) != row.Spans || int(tallied) != row.Spans-whole {
+		t.Fatalf("the waterfall draws %v spans, %v of them figures only; the turn has %d spans, %d stored whole", drawn, tallied, row.Spans, whole)
+	}
+	if p.eval(`document.querySelector('[data-testid="waterfall"]').dataset.spans`) != strconv.Itoa(row.Spans) {
+		t.Errorf("the waterfall's summary counts %s spans, want %d", p.eval(`document.querySelector('[data-testid="waterfall"]').dataset.spans`), row.Spans)
+	}
+	// The tallies hang under the turn span, and the page says why they are bare.
+	if d := p.eval(`[...document.querySelectorAll('[data-testid="span"][data-tally="1"]')].map(r => r.dataset.depth).filter(d => d !== "1").join(",")`); d != "" {
+		t.Errorf("tallies drawn at depths %s, want 1 (under the turn span)", d)
+	}
+	if note := p.text(`[data-testid="tallied"]`); !strings.Contains(note, "not sampled") {
+		t.Errorf("the waterfall does not say why some spans are figures only: %q", note)
+	}
+}
+
+// signIn opens the dashboard of the gateway at base in a new headless
+// browser, signed in with the admin token.
+func signIn(t *testing.T, base string) page {
+	t.Helper()
+	ctx := browsertest.New(t, 60*time.Second)
+	if err := chromedp.Do(ctx,
+		chromedp.EmulateViewport(1400, 1000),
+		chromedp.Navigate(base+"/dashboard/"),
+		chromedp.SendKeys(`#token`, testAdminToken),
+		chromedp.Click(`#signin`),
+		chromedp.WaitVisible(`#view`),
+	); err != nil {
+		t.Fatalf("sign in: %v", err)
+	}
+	return page{t: t, ctx: ctx}
+}
+
 // commas formats an integer the way the page does ("68,000").
 func commas(f float64) string {
 	s := strconv.FormatInt(int64(f+0.5), 10)

@@ -7,7 +7,7 @@ import { get, message } from "../api.js";
 import { h, panel, table, tile, bar, MAX_ROWS } from "../dom.js";
 import { timeChart, secs } from "../chart.js";
 import { int, usd, usdTurn, ms, pct, datetime, short, score, seconds } from "../format.js";
-import { waterfall } from "./waterfall.js";
+import { waterfall, tallies, MAX_SPANS } from "./waterfall.js";
 import { models } from "../models.js";
 
 /** The seed's anomaly ceiling: $0.18 per user per month. */
@@ -163,7 +163,15 @@ export default {
         if (s.trace) {
           const r = await get(`/admin/cost/trace/${encodeURIComponent(s.trace)}`, {}, signal);
           if (stale()) return;
-          const spans = r.spans || [];
+          let spans = r.spans || [];
+          // A turn that was not sampled has the rest of its spans as tallies,
+          // listed by by=node only: the waterfall draws them too.
+          const turn = spans.find((x) => x.name === "turn" && x.sampled_out);
+          if (turn) {
+            const nodes = await get("/admin/cost", { by: "node", trace: s.trace, limit: MAX_SPANS }, signal);
+            if (stale()) return;
+            spans = spans.concat(tallies(nodes.rows || [], turn.span_id));
+          }
           drill.show(crumbs(s), spans.length ? waterfall(spans) : h("p", { class: "empty" }, "This trace has no spans (it may have been pruned)."));
           drill.el.dataset.level = "turn";
         } else if (s.user) {
