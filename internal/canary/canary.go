@@ -46,18 +46,18 @@ type PromptB struct {
 // Thresholds say how much worse than A version B may be and still pass.
 type Thresholds struct {
 	// LatencyP95Ratio: B's p95 turn latency over A's. Default 1.25.
-	LatencyP95Ratio float64 `yaml:"latencyP95Ratio"`
+	LatencyP95Ratio float64 `yaml:"latencyP95Ratio" json:"latencyP95Ratio"`
 	// ErrorRateDelta: B's error rate minus A's. Default 0.02.
-	ErrorRateDelta float64 `yaml:"errorRateDelta"`
+	ErrorRateDelta float64 `yaml:"errorRateDelta" json:"errorRateDelta"`
 	// FallbackRateDelta: B's fallback rate minus A's. Default 0.05.
-	FallbackRateDelta float64 `yaml:"fallbackRateDelta"`
+	FallbackRateDelta float64 `yaml:"fallbackRateDelta" json:"fallbackRateDelta"`
 	// CostPerTurnRatio: B's cost per turn over A's. Default 1.25.
-	CostPerTurnRatio float64 `yaml:"costPerTurnRatio"`
+	CostPerTurnRatio float64 `yaml:"costPerTurnRatio" json:"costPerTurnRatio"`
 	// EvalDrop: A's mean eval score minus B's, counted once each side has
 	// MinEvals scored turns. Default 0.05.
-	EvalDrop float64 `yaml:"evalDrop"`
+	EvalDrop float64 `yaml:"evalDrop" json:"evalDrop"`
 	// MinEvals scored turns per side before eval scores count. Default 10.
-	MinEvals int64 `yaml:"minEvals"`
+	MinEvals int64 `yaml:"minEvals" json:"minEvals"`
 }
 
 // Auto is the automatic action on the verdict.
@@ -198,6 +198,25 @@ func Decide(rep eventstore.CompareReport, minTurns int64, th Thresholds) Verdict
 		v.Status = StatusFail
 	}
 	return v
+}
+
+// Judgement is a verdict together with the limits it was reached under,
+// for a reader who sees the figures beside it (the dashboard's canary view,
+// through GET /admin/cost/compare).
+type Judgement struct {
+	Status     string     `json:"status"`
+	Reasons    []string   `json:"reasons"`
+	Checks     []Check    `json:"checks"`
+	MinTurns   int64      `json:"minTurns"`
+	Thresholds Thresholds `json:"thresholds"`
+}
+
+// Judge is the verdict a canary configured as c reaches on rep: Decide
+// with c's MinTurns and Thresholds, which any two versions of a prompt,
+// graph or model can be put to.
+func (c Config) Judge(rep eventstore.CompareReport) Judgement {
+	v := Decide(rep, c.MinTurns, c.Thresholds)
+	return Judgement{Status: v.Status, Reasons: v.Reasons, Checks: v.Checks, MinTurns: c.MinTurns, Thresholds: c.Thresholds}
 }
 
 // Bucket maps a session's keyed hash (hex) to 0..9999, the same on every

@@ -49,6 +49,10 @@ type CompareReport struct {
 	To   time.Time   `json:"to"`
 	A    CompareSide `json:"a"`
 	B    CompareSide `json:"b"`
+	// Verdict is B judged against A by the gateway's canary rules
+	// (canary.Judgement), set by the gateway that serves the report; a
+	// store leaves it nil and it is then left out.
+	Verdict any `json:"verdict,omitempty"`
 }
 
 // Compare puts two versions of one artifact dimension (ByPrompt, ByGraph or

@@ -36,6 +36,7 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 
 	// 1. Validate the request.
 	if err := g.validate(t); err != nil {
+		attribute(span, t) // refused in the language it was asked in
 		return nil, err
 	}
 	// 1½. Batch the turn's shared-state calls (fleet mode: reads ahead for steps 2–5
@@ -116,7 +117,11 @@ func (g *Gateway) charge(ctx context.Context, t *Turn, res *Result) {
 }
 
 // validate enforces sizes and encoding; the decoders checked the shape.
+// The turn's language is decided first, so that a refused turn is counted
+// in it too.
 func (g *Gateway) validate(t *Turn) error {
+	asked := t.Locale
+	g.decideLocale(t)
 	msg := strings.TrimSpace(t.Message)
 	switch {
 	case msg == "":
@@ -131,18 +136,34 @@ func (g *Gateway) validate(t *Turn) error {
 	case len(t.SessionID) > 128 || !utf8.ValidString(t.SessionID):
 		return invalid("sessionId must be at most 128 bytes of UTF-8")
 	}
-	if t.Locale == "" {
-		t.Locale = g.cfg.Locales[0]
-	}
-	if !g.supportsLocale(t.Locale) {
-		return invalid("locale %q is not supported (use one of %s)", t.Locale, strings.Join(g.cfg.Locales, ", "))
-	}
-	// The message's language wins over the locale field: the models, the
-	// cache, the FAQ and every message of this turn follow this one decision.
-	if l := language.Of(t.Message, t.Locale); g.supportsLocale(l) {
-		t.Locale = l
+	if asked != "" && !g.supportsLocale(asked) {
+		return invalid("locale %q is not supported (use one of %s)", asked, strings.Join(g.cfg.Locales, ", "))
 	}
 	return nil
+}
+
+// decideLocale sets t.Locale to the language t is answered in. The
+// message's language wins over the locale field: the models, the cache, the
+// FAQ and every message of this turn follow this one decision. Without a
+// message to read, the locale field stands when it is one the gateway
+// answers in; with neither, the language is unknown and t.Locale is "".
+// A refused turn gets the same decision, as far as what it sent allows.
+func (g *Gateway) decideLocale(t *Turn) {
+	asked := t.Locale
+	if !g.supportsLocale(asked) {
+		asked = ""
+	}
+	if strings.TrimSpace(t.Message) == "" || !utf8.ValidString(t.Message) {
+		t.Locale = asked
+		return
+	}
+	if asked == "" {
+		asked = g.cfg.Locales[0]
+	}
+	t.Locale = asked
+	if l := language.Of(t.Message, asked); g.supportsLocale(l) {
+		t.Locale = l
+	}
 }
 
 // identify fills what the rest of the turn knows about the caller.

@@ -88,8 +88,11 @@ func (g *Gateway) endTurn(span *events.Span, out Output, res *Result, err error)
 // connection's own limit, a cross-site request) as a failed turn span with
 // the refusal's code, so that /metrics and the live figures count it once,
 // like the refusals of the pipeline's own steps. t needs its Route and
-// Surface, and its caller when known. It returns err, for the door to send.
+// Surface, and its caller, message and locale when known: the turn is
+// counted in the language it was asked in, as an answered one would be.
+// It returns err, for the door to send.
 func (g *Gateway) Refuse(ctx context.Context, t *Turn, err error) error {
+	g.decideLocale(t) // of the message and locale, when the door read them
 	_, span := g.startTurn(ctx, t)
 	span.SetStatus(events.StatusFailed)
 	span.SetErrorCode(asEdgeError(err).Code)

@@ -52,7 +52,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	for {
 		typ, data, err := readMessage(ctx, c, frameLimit)
 		if errors.Is(err, errFrameTooLarge) {
-			conn.refuse(ctx, "", &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
+			conn.refuse(ctx, clientFrame{}, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
 				Message: fmt.Sprintf("frame is larger than %d bytes; it was dropped", frameLimit)})
 			continue
 		}
@@ -60,12 +60,12 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 			return // client gone: cancel() stops every turn of this connection
 		}
 		if typ != websocket.MessageText {
-			conn.refuse(ctx, "", invalid("binary frames are not supported; send JSON text frames"))
+			conn.refuse(ctx, clientFrame{}, invalid("binary frames are not supported; send JSON text frames"))
 			continue
 		}
 		f, err := decodeClientFrame(data)
 		if err != nil {
-			conn.refuse(ctx, peekRequestID(data), err)
+			conn.refuse(ctx, clientFrame{RequestID: peekRequestID(data)}, err)
 			continue
 		}
 		switch f.Action {
@@ -143,13 +143,13 @@ func (cn *wsConn) startTurn(ctx context.Context, f clientFrame) {
 	cn.mu.Lock()
 	if _, dup := cn.turns[f.RequestID]; dup {
 		cn.mu.Unlock()
-		cn.refuse(ctx, f.RequestID, duplicate(f.RequestID))
+		cn.refuse(ctx, f, duplicate(f.RequestID))
 		return
 	}
 	if len(cn.turns) >= maxInFlightPerConn {
 		cn.mu.Unlock()
 		cn.g.throttle("connection")
-		cn.refuse(ctx, f.RequestID, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+		cn.refuse(ctx, f, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
 			Message: "Too many messages in flight on this connection; wait for an answer first.", RetryAfter: time.Second})
 		return
 	}
@@ -202,12 +202,12 @@ func (cn *wsConn) Send(ctx context.Context, frame []byte) error {
 	return cn.c.Write(ctx, websocket.MessageText, frame)
 }
 
-// refuse counts a frame refused before it became a turn (refuse) and
-// answers it with an error frame.
-func (cn *wsConn) refuse(ctx context.Context, requestID string, err error) {
-	t := &Turn{RequestID: requestID, Route: "sendMessage", Surface: "ws"}
+// refuse counts a frame refused before it became a turn (Refuse), with
+// what was read of it, and answers it with an error frame.
+func (cn *wsConn) refuse(ctx context.Context, f clientFrame, err error) {
+	t := &Turn{RequestID: f.RequestID, Message: f.Message, Locale: f.Locale, Route: "sendMessage", Surface: "ws"}
 	_ = cn.g.Authenticate(cn.r, "", "", t) // the caller, when the connection names one
-	cn.sendError(ctx, requestID, cn.g.Refuse(ctx, t, err))
+	cn.sendError(ctx, f.RequestID, cn.g.Refuse(ctx, t, err))
 }
 
 // sendError writes an error frame outside a stream (refusals, bad frames).

@@ -275,7 +275,7 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 		}
 		s.closers = append(s.closers, func() { _ = pg.Close() })
 		s.store = pg
-		s.mountCost(eventstore.NewHandler(pg, nil, s.log))
+		s.mountCost(eventstore.NewHandler(judgedViews{Views: pg, canary: cfg.Canary}, nil, s.log))
 	case cfg.EventStore.Path != "":
 		st, err := eventstore.Open(ctx, cfg.EventStore, nil)
 		if err != nil {
@@ -283,7 +283,7 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 		}
 		sinkList = append(sinkList, holdForDecision(st, cfg.Events.Sampling))
 		s.store = st
-		s.mountCost(st.Handler())
+		s.mountCost(eventstore.NewHandler(judgedViews{Views: st, canary: cfg.Canary}, nil, s.log))
 	}
 	em, err := events.New(ctx, cfg.Events, sinkList, s.log)
 	if err != nil {

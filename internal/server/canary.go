@@ -82,3 +82,22 @@ func (s *Server) canary(cfg config.Config, base *artifacts.Ledger, tracer *event
 	}
 	return ctl, nil
 }
+
+// judgedViews answers GET /admin/cost/compare with the verdict on B
+// against A that a canary of these two versions would get: the same rules,
+// minimum of turns and thresholds (canary.Config.Judge) as the running
+// canary's, so that the dashboard shows the gateway's verdict rather than
+// reaching one of its own.
+type judgedViews struct {
+	eventstore.Views
+	canary canary.Config
+}
+
+func (v judgedViews) Compare(ctx context.Context, dim, a, b string, from, to time.Time) (eventstore.CompareReport, error) {
+	rep, err := v.Views.Compare(ctx, dim, a, b, from, to)
+	if err != nil {
+		return rep, err
+	}
+	rep.Verdict = v.canary.Judge(rep)
+	return rep, nil
+}

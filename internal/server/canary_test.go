@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fmgate/fmgate/internal/alerts"
 	"github.com/fmgate/fmgate/internal/canary"
+	"github.com/fmgate/fmgate/internal/eventstore"
 )
 
 // A candidate prompt that makes every turn far costlier (a bloated system
@@ -92,5 +95,75 @@ func getJSON(t *testing.T, srv *httptest.Server, path string, v any) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// GET /admin/cost/compare, which the dashboard's canary view reads, carries
+// the verdict a canary of the two versions would get: canary.Config.Judge
+// under the gateway's own minimum of turns and thresholds, not figures for
+// the page to judge by rules of its own.
+func TestCompareCarriesTheCanaryVerdict(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Canary.MinTurns = 3
+	cfg.Canary.Thresholds.CostPerTurnRatio = 1.5
+	sc := newScenario(t, cfg)
+	for i := range 3 {
+		if a := sc.chat(fmt.Sprintf("compare-user-%d", i), "Which manga should I read next?", "en"); a.Status != http.StatusOK {
+			t.Fatalf("turn %d: status %d", i, a.Status)
+		}
+	}
+	var live string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var v struct {
+			Prompt []struct {
+				Version string `json:"version"`
+			} `json:"prompt"`
+		}
+		getJSON(t, sc.srv, "/admin/cost/versions?from=-1h", &v)
+		var rep eventstore.CompareReport
+		if len(v.Prompt) == 1 {
+			live = v.Prompt[0].Version
+			getJSON(t, sc.srv, "/admin/cost/compare?dim=prompt&from=-1h&a="+url.QueryEscape(live)+"&b="+url.QueryEscape(live), &rep)
+			if rep.A.Turns == 3 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store has prompt versions %+v and %d turns of the live one; want 3 turns of one", v.Prompt, rep.A.Turns)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	tests := []struct {
+		name       string
+		a, b       string
+		wantStatus string
+		wantReason string
+	}{
+		{"same version", live, live, canary.StatusNotComparable, "same version"},
+		{"too few turns on B", live, "mangaassist-system@000000000000", canary.StatusNotComparable, "each side needs 3"},
+		{"B against A", "mangaassist-system@000000000000", live, canary.StatusNotComparable, "A 0, B 3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got struct {
+				eventstore.CompareReport
+				Verdict *canary.Judgement `json:"verdict"`
+			}
+			getJSON(t, sc.srv, "/admin/cost/compare?dim=prompt&from=-1h&a="+url.QueryEscape(tt.a)+"&b="+url.QueryEscape(tt.b), &got)
+			if got.Verdict == nil {
+				t.Fatal("the comparison carries no verdict")
+			}
+			if want := cfg.Canary.Judge(got.CompareReport); !reflect.DeepEqual(*got.Verdict, want) {
+				t.Fatalf("verdict %+v; the canary's rules give %+v", *got.Verdict, want)
+			}
+			if got.Verdict.Status != tt.wantStatus || !strings.Contains(strings.Join(got.Verdict.Reasons, "; "), tt.wantReason) {
+				t.Fatalf("verdict %s %q; want %s with a reason about %q", got.Verdict.Status, got.Verdict.Reasons, tt.wantStatus, tt.wantReason)
+			}
+			if got.Verdict.MinTurns != 3 || got.Verdict.Thresholds != cfg.Canary.Thresholds {
+				t.Fatalf("verdict reached under minTurns %d and %+v; the gateway's are 3 and %+v", got.Verdict.MinTurns, got.Verdict.Thresholds, cfg.Canary.Thresholds)
+			}
+		})
 	}
 }

@@ -670,6 +670,16 @@ func TestDashboardInBrowser(t *testing.T) {
 			A, B struct {
 				Turns int `json:"turns"`
 			}
+			Verdict struct {
+				Status   string   `json:"status"`
+				Reasons  []string `json:"reasons"`
+				MinTurns int      `json:"minTurns"`
+				Checks   []struct {
+					Name    string `json:"name"`
+					OK      bool   `json:"ok"`
+					Skipped string `json:"skipped"`
+				} `json:"checks"`
+			} `json:"verdict"`
 		}
 		ds.getJSON("/admin/cost/compare?dim=model&from=-1h&a="+url.QueryEscape(sonnet)+"&b="+url.QueryEscape(haiku), &cmp)
 		a := p.text(`[data-testid="row-turns"] td[data-side="a"]`)
@@ -677,37 +687,137 @@ func TestDashboardInBrowser(t *testing.T) {
 		if a != strconv.Itoa(cmp.A.Turns) || b != strconv.Itoa(cmp.B.Turns) || cmp.A.Turns == 0 || cmp.B.Turns == 0 {
 			t.Fatalf("canary turns A %s B %s; the API says %d and %d", a, b, cmp.A.Turns, cmp.B.Turns)
 		}
-		want := "B "
-		if cmp.A.Turns < 20 || cmp.B.Turns < 20 {
-			want = "Not comparable"
+		// The page shows the gateway's verdict, reasons and thresholds; it
+		// judges nothing by rules of its own.
+		checkVerdict := func(what string, status string, reasons []string) {
+			t.Helper()
+			want := map[string]string{"pass": "ok", "fail": "bad", "not_comparable": "na"}[status]
+			shown := p.text(`[data-testid="verdict"]`)
+			level := p.eval(`document.querySelector('[data-testid="verdict"]').dataset.level || ""`)
+			if got := p.eval(`document.querySelector('[data-testid="verdict"]').dataset.status || ""`); got != status || want == "" || level != want {
+				t.Fatalf("%s: the page's verdict is %q (level %q, status %q); the gateway's is %s (level %q)", what, shown, level, got, status, want)
+			}
+			for _, r := range reasons {
+				if !strings.Contains(shown, r) {
+					t.Errorf("%s: verdict %q lacks the gateway's reason %q", what, shown, r)
+				}
+			}
 		}
-		if v := p.text(`[data-testid="verdict"]`); !strings.HasPrefix(v, want) {
-			t.Fatalf("verdict %q with %d and %d turns; want %q…", v, cmp.A.Turns, cmp.B.Turns, want)
+		checkVerdict("sonnet against haiku", cmp.Verdict.Status, cmp.Verdict.Reasons)
+		if th := p.text(`[data-testid="thresholds"] [data-limit="minTurns"]`); !strings.HasSuffix(th, " "+commas(float64(cmp.Verdict.MinTurns))) || cmp.Verdict.MinTurns != 50 {
+			t.Fatalf("thresholds show %q; the gateway needs %d turns a side", th, cmp.Verdict.MinTurns)
 		}
-		if th := p.text(`[data-testid="thresholds"]`); !strings.Contains(th, "error rate may rise by") {
-			t.Fatalf("thresholds not shown: %q", th)
+		for _, c := range cmp.Verdict.Checks {
+			badge := p.eval(fmt.Sprintf(`(document.querySelector('[data-check=%q] .badge') || {textContent: ""}).textContent`, c.Name))
+			want := map[bool]string{true: "ok", false: "regressed"}[c.OK]
+			if c.Skipped != "" {
+				want = ""
+			}
+			if badge != want {
+				t.Errorf("check %s: the page shows %q, the gateway says ok=%v skipped=%q", c.Name, badge, c.OK, c.Skipped)
+			}
 		}
 		p.screenshot("dashboard-canary.png")
 
-		// A version against itself, or a side with too few turns, is not
-		// comparable, and says so without the green of a pass.
-		for _, tt := range []struct{ name, hash string }{
-			{"same version", "#/canary?range=1h&dim=model&a=" + url.QueryEscape(sonnet) + "&b=" + url.QueryEscape(sonnet)},
-			{"too few turns", "#/canary?range=1h&dim=model&a=" + url.QueryEscape(sonnet) + "&b=" + url.QueryEscape(haiku)},
-		} {
-			if tt.name == "too few turns" {
-				p.eval(`document.getElementById("limit-minTurns").value = "100000"; document.getElementById("limit-minTurns").dispatchEvent(new Event("change")); ""`)
-			} else {
-				p.open(tt.hash)
+		// A version against itself is not comparable, and says so without
+		// the green of a pass.
+		p.open("#/canary?range=1h&dim=model&a=" + url.QueryEscape(sonnet) + "&b=" + url.QueryEscape(sonnet))
+		ds.getJSON("/admin/cost/compare?dim=model&from=-1h&a="+url.QueryEscape(sonnet)+"&b="+url.QueryEscape(sonnet), &cmp)
+		if cmp.Verdict.Status != "not_comparable" {
+			t.Fatalf("the gateway's verdict on a version against itself is %s", cmp.Verdict.Status)
+		}
+		checkVerdict("same version", cmp.Verdict.Status, cmp.Verdict.Reasons)
+	})
+}
+
+// A turn that was not sampled keeps its turn span and cost records whole
+// and its other spans as tallies. The turns list counts all of them, and the
+// waterfall draws as many: the whole spans in their tree, the tallies under
+// the turn span, marked as figures only.
+func TestDashboardWaterfallOfUnsampledTurn(t *testing.T) {
+	if _, err := os.Stat(browsertest.Path()); err != nil {
+		t.Skipf("headless Chromium not installed at %s: %v", browsertest.Path(), err)
+	}
+	cfg := quickConfig()
+	cfg.Events.Sampling.Enabled = true
+	cfg.Events.Sampling.Rate = 0 // a quick turn that succeeds is then never sampled
+	sc := newScenario(t, cfg)
+	if a := sc.chat("wf-user", "Recommend a fantasy manga like Frieren", "en"); a.Status != http.StatusOK {
+		t.Fatalf("turn: status %d", a.Status)
+	}
+	type turnRow struct {
+		Key   string `json:"key"`
+		Spans int    `json:"spans"`
+		Turn  struct {
+			UserIDHash string `json:"userIdHash"`
+			Feature    string `json:"feature"`
+		} `json:"turn"`
+	}
+	var row turnRow
+	var whole int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var turns struct {
+			Rows []turnRow `json:"rows"`
+		}
+		sc.getJSON("/admin/cost?by=turn&from=-1h", &turns)
+		if len(turns.Rows) == 1 {
+			row = turns.Rows[0]
+			var trace struct {
+				Spans []json.RawMessage `json:"spans"`
 			}
-			p.wait(tt.name+" verdict", `!!document.querySelector('[data-testid="verdict"]')`)
-			v := p.text(`[data-testid="verdict"]`)
-			level := p.eval(`document.querySelector('[data-testid="verdict"]').dataset.level`)
-			if !strings.HasPrefix(v, "Not comparable") || level != "na" {
-				t.Errorf("%s: verdict %q (level %s); want \"Not comparable…\", level na", tt.name, v, level)
+			sc.getJSON("/admin/cost/trace/"+row.Key, &trace)
+			whole = len(trace.Spans)
+			if whole > 0 && whole < row.Spans {
+				break
 			}
 		}
-	})
+		if time.Now().After(deadline) {
+			t.Fatalf("turns %+v, %d of them stored whole: want one turn, not sampled, with spans kept as tallies", turns.Rows, whole)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	p := signIn(t, sc.srv.URL)
+	p.open("#/cost?range=1h&feature=" + url.QueryEscape(row.Turn.Feature) + "&user=" + row.Turn.UserIDHash)
+	p.wait("the user's turns", `!!document.querySelector('[data-testid="drill-turns"]')`)
+	if n := p.text(`[data-testid="drill-turns"] tbody tr td:nth-child(6)`); n != strconv.Itoa(row.Spans) {
+		t.Fatalf("the turns list counts %s spans, the store %d", n, row.Spans)
+	}
+	p.eval(`document.querySelector('[data-testid="drill-turns"] tbody tr').click(); ""`)
+	p.wait("the turn's waterfall", `!!document.querySelector('[data-testid="waterfall"]')`)
+	drawn := p.num(`String(document.querySelectorAll('[data-testid="waterfall"] [data-testid="span"]').length)`)
+	tallied := p.num(`String(document.querySelectorAll('[data-testid="waterfall"] [data-testid="span"][data-tally="1"]').length)`)
+	if int(drawn) != row.Spans || int(tallied) != row.Spans-whole {
+		t.Fatalf("the waterfall draws %v spans, %v of them figures only; the turn has %d spans, %d stored whole", drawn, tallied, row.Spans, whole)
+	}
+	if p.eval(`document.querySelector('[data-testid="waterfall"]').dataset.spans`) != strconv.Itoa(row.Spans) {
+		t.Errorf("the waterfall's summary counts %s spans, want %d", p.eval(`document.querySelector('[data-testid="waterfall"]').dataset.spans`), row.Spans)
+	}
+	// The tallies hang under the turn span, and the page says why they are bare.
+	if d := p.eval(`[...document.querySelectorAll('[data-testid="span"][data-tally="1"]')].map(r => r.dataset.depth).filter(d => d !== "1").join(",")`); d != "" {
+		t.Errorf("tallies drawn at depths %s, want 1 (under the turn span)", d)
+	}
+	if note := p.text(`[data-testid="tallied"]`); !strings.Contains(note, "not sampled") {
+		t.Errorf("the waterfall does not say why some spans are figures only: %q", note)
+	}
+}
+
+// signIn opens the dashboard of the gateway at base in a new headless
+// browser, signed in with the admin token.
+func signIn(t *testing.T, base string) page {
+	t.Helper()
+	ctx := browsertest.New(t, 60*time.Second)
+	if err := chromedp.Do(ctx,
+		chromedp.EmulateViewport(1400, 1000),
+		chromedp.Navigate(base+"/dashboard/"),
+		chromedp.SendKeys(`#token`, testAdminToken),
+		chromedp.Click(`#signin`),
+		chromedp.WaitVisible(`#view`),
+	); err != nil {
+		t.Fatalf("sign in: %v", err)
+	}
+	return page{t: t, ctx: ctx}
 }
 
 // commas formats an integer the way the page does ("68,000").

@@ -153,3 +153,88 @@ func TestRefusedTurnsAreChargedToTheChatFeature(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A refused turn is counted in the language it was asked in, as an answered
+// one is: its message's when the refusal came after the message was read
+// (the pipeline's validation, a WebSocket frame beyond the connection's
+// turns in flight), else the locale it sent. Only a refusal that read
+// neither, a body that is not JSON, has no locale.
+func TestRefusedTurnsAreCountedInTheirLanguage(t *testing.T) {
+	cfg := fastConfig()
+	for name, st := range cfg.Sim.Models {
+		st.TTFTMs = 500 // the first turns on the WebSocket are still in flight when the last frames arrive
+		cfg.Sim.Models[name] = st
+	}
+	_, srv := startServer(t, cfg)
+	const ja = "おすすめの少年漫画を教えてください"
+	for _, tt := range []struct{ name, body string }{
+		{"no session id", `{"sessionId":"","message":"` + ja + `"}`},
+		{"a locale the gateway does not answer in", `{"sessionId":"s","message":"` + ja + `","locale":"fr"}`},
+		{"an empty message", `{"sessionId":"s","message":" ","locale":"ja"}`},
+		{"not JSON", `{"sessionId":`},
+	} {
+		if resp, _ := do(t, "POST", srv.URL+"/v1/chat", tt.body); resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("%s: status %d, want 400", tt.name, resp.StatusCode)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/ws", &websocket.DialOptions{
+		HTTPHeader: http.Header{"X-User-Id": {"locale-user"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	const frames = 6
+	for i := range frames {
+		b, _ := json.Marshal(map[string]string{"action": "sendMessage", "requestId": fmt.Sprint("r", i), "sessionId": "s", "message": ja, "locale": "en"})
+		if err := c.Write(ctx, websocket.MessageText, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inFlight := 0
+	for ended := 0; ended < frames; {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("after %d answers: %v", ended, err)
+		}
+		var f wireFrame
+		_ = json.Unmarshal(data, &f)
+		switch f.Type {
+		case "done":
+			ended++
+		case "error":
+			ended++
+			if strings.Contains(f.Message, "in flight") {
+				inFlight++
+			}
+		}
+	}
+	if inFlight == 0 {
+		t.Fatal("no frame was refused for the turns in flight on its connection")
+	}
+
+	want := map[string]int{"ja": 3 + frames, "": 1}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var rep struct {
+			Rows []struct {
+				Key   string `json:"key"`
+				Turns int    `json:"turns"`
+			} `json:"rows"`
+		}
+		_ = json.Unmarshal([]byte(adminGet(t, srv.URL+"/admin/cost?by=locale&from=-1h")), &rep)
+		got := map[string]int{}
+		for _, r := range rep.Rows {
+			got[r.Key] = r.Turns
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("turns by locale %v, want %v", got, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,6 +1,9 @@
 // Canary: two versions of a prompt, graph or model side by side (latency,
-// error rate, cost per turn, eval mean, each with the counts behind it) and
-// a plain verdict against visible, editable thresholds.
+// error and fallback rates, cost per turn, eval mean, each with the counts
+// behind it) and the gateway's own verdict on B against A, with the
+// thresholds it was reached under. The page reaches no verdict of its own:
+// GET /admin/cost/compare carries the one a canary of these two versions
+// would get (internal/canary), so the page and the canary never disagree.
 
 import { get, message } from "../api.js";
 import { h, clear, panel } from "../dom.js";
@@ -8,50 +11,52 @@ import { int, ms, pct, usd, usdTurn, score } from "../format.js";
 
 const DIMS = ["prompt", "graph", "model"];
 
-/** Default limits B may move against A before it counts as a regression. */
-const DEFAULTS = { latencyPct: 10, errorPp: 1, costPct: 10, evalDrop: 0.05, minTurns: 20 };
+/** The verdict's status as a level of the page's colours. */
+const LEVELS = { pass: "ok", fail: "bad", not_comparable: "na" };
 
-/** Judges B against A: one entry per figure, regressed or not. */
-export function judge(a, b, t) {
-  const rel = (x, y) => (x > 0 ? (y / x - 1) * 100 : y > 0 ? Infinity : 0);
-  const out = [];
-  for (const [key, label] of [["latencyP50Ms", "latency p50"], ["latencyP95Ms", "latency p95"], ["latencyP99Ms", "latency p99"]]) {
-    const d = rel(a[key] || 0, b[key] || 0);
-    out.push({ key, label, change: d, text: signed(d, "%"), limit: `+${t.latencyPct}%`, bad: d > t.latencyPct });
+/** The sentence the page shows for the gateway's verdict v. */
+export function verdictText(v) {
+  if (!v) return { level: "na", text: "Not comparable: this gateway sent no verdict with the comparison." };
+  const reasons = (v.reasons || []).join("; ");
+  switch (v.status) {
+    case "pass":
+      return { level: "ok", text: "Pass: B is within every threshold of A." };
+    case "fail":
+      return { level: "bad", text: `Fail: B regresses against A: ${reasons}.` };
+    default:
+      return { level: LEVELS[v.status] || "na", text: `Not comparable: ${reasons || v.status}.` };
   }
-  const de = ((b.errorRate || 0) - (a.errorRate || 0)) * 100;
-  out.push({ key: "errorRate", label: "error rate", change: de, text: signed(de, " pp"), limit: `+${t.errorPp} pp`, bad: de > t.errorPp });
-  const dc = rel(a.costPerTurn || 0, b.costPerTurn || 0);
-  out.push({ key: "costPerTurn", label: "cost per turn", change: dc, text: signed(dc, "%"), limit: `+${t.costPct}%`, bad: dc > t.costPct });
-  if (a.evalCount > 0 && b.evalCount > 0) {
-    const dv = (b.evalMean || 0) - (a.evalMean || 0);
-    out.push({ key: "evalMean", label: "eval mean", change: dv, text: (dv >= 0 ? "+" : "") + dv.toFixed(3), limit: `−${t.evalDrop}`, bad: -dv > t.evalDrop });
-  } else {
-    out.push({ key: "evalMean", label: "eval mean", change: null, text: "—", limit: `−${t.evalDrop}`, bad: false, skipped: "needs scores on both sides" });
-  }
-  return out;
 }
 
-function signed(v, unit) {
-  if (!Number.isFinite(v)) return "new";
-  return (v >= 0 ? "+" : "") + v.toFixed(1) + unit;
+/** B against A for one of the verdict's checks, in the check's own terms. */
+function change(c) {
+  switch (c.name) {
+    case "error rate":
+    case "fallback rate": {
+      const d = (c.b - c.a) * 100;
+      return (d >= 0 ? "+" : "") + d.toFixed(1) + " pp";
+    }
+    case "eval mean": {
+      const d = c.b - c.a;
+      return (d >= 0 ? "+" : "") + d.toFixed(3);
+    }
+    default:
+      if (!(c.a > 0)) return c.b > 0 ? "new" : "×1.00";
+      return "×" + (c.b / c.a).toFixed(2);
+  }
 }
 
-/**
- * The one verdict on B against A. "na" (not comparable) when A and B are the
- * same version or either side has fewer than t.minTurns turns: a comparison
- * then says nothing, and must not look like a green light.
- */
-export function verdict(a, b, checks, t) {
-  if ((a.version || "") === (b.version || "")) {
-    return { level: "na", text: "Not comparable: A and B are the same version. Pick two different versions." };
-  }
-  if (!((a.turns || 0) >= t.minTurns && (b.turns || 0) >= t.minTurns)) {
-    return { level: "na", text: `Not comparable: A has ${int(a.turns || 0)} turns, B has ${int(b.turns || 0)}; at least ${int(t.minTurns)} each are needed.` };
-  }
-  const bad = checks.filter((c) => c.bad);
-  if (!bad.length) return { level: "ok", text: "B is within thresholds of A." };
-  return { level: "bad", text: "B regresses against A: " + bad.map((c) => `${c.label} ${c.text} (limit ${c.limit})`).join("; ") + "." };
+/** The thresholds of the verdict, in words. */
+function thresholdLines(v) {
+  const t = v.thresholds || {};
+  return [
+    ["minTurns", "turns needed on each side", int(v.minTurns)],
+    ["latencyP95Ratio", "latency p95 may grow to", `${t.latencyP95Ratio}× A's`],
+    ["errorRateDelta", "error rate may rise by", `${(t.errorRateDelta * 100).toFixed(1)} percentage points`],
+    ["fallbackRateDelta", "fallback rate may rise by", `${(t.fallbackRateDelta * 100).toFixed(1)} percentage points`],
+    ["costPerTurnRatio", "cost per turn may grow to", `${t.costPerTurnRatio}× A's`],
+    ["evalDrop", "eval mean may drop by", `${t.evalDrop} (once each side has ${int(t.minEvals)} scored turns)`],
+  ];
 }
 
 export default {
@@ -62,7 +67,6 @@ export default {
   filterNote: "Pick the dimension and the two versions below; the time range applies.",
   render(root, ctx) {
     const st = ctx.state;
-    const thresholds = { ...DEFAULTS };
     const dim = h("select", { id: "canary-dim" }, DIMS.map((d) => h("option", { value: d }, d)));
     dim.value = DIMS.includes(st.dim) ? st.dim : "prompt";
     const selA = h("select", { id: "canary-a" });
@@ -73,29 +77,16 @@ export default {
       h("label", null, "A (baseline) ", selA),
       h("label", null, "B (canary) ", selB),
       compare);
-    const limitInputs = [
-      ["latencyPct", "latency p50/p95/p99 may rise by (%)"],
-      ["errorPp", "error rate may rise by (percentage points)"],
-      ["costPct", "cost per turn may rise by (%)"],
-      ["evalDrop", "eval mean may drop by"],
-      ["minTurns", "turns needed on each side"],
-    ].map(([k, label]) => {
-      const input = h("input", { type: "number", step: "any", min: "0", value: String(thresholds[k]), id: "limit-" + k, dataset: { limit: k } });
-      input.addEventListener("change", () => {
-        const v = Number(input.value);
-        if (Number.isFinite(v) && v >= 0) thresholds[k] = v;
-        if (last) show(last);
-      });
-      return h("label", null, label, " ", input);
-    });
+    const limits = h("div", { class: "limit-grid", dataset: { testid: "thresholds" } }, h("span", { class: "muted" }, "The gateway's thresholds show with the first comparison."));
     const picker = panel("Compare two versions", { testid: "canary-picker", wide: true });
-    picker.show(pick, h("details", { class: "limits", open: true }, h("summary", null, "Thresholds"), h("div", { class: "limit-grid", dataset: { testid: "thresholds" } }, limitInputs)));
+    picker.show(pick, h("details", { class: "limits", open: true },
+      h("summary", null, "Thresholds"), limits,
+      h("p", { class: "note" }, "The gateway's own, set by canary.minTurns and canary.thresholds in its configuration; a running canary is ramped or rolled back by the same.")));
     const out = panel("Side by side", { testid: "canary-result", wide: true });
     out.show(h("p", { class: "muted" }, "Pick two versions."));
     root.append(picker.el, out.el);
 
     let versions = null;
-    let last = null;
 
     function fill() {
       const list = [...((versions && versions[dim.value]) || [])].sort((x, y) => Date.parse(x.firstSeen) - Date.parse(y.firstSeen)).slice(-100);
@@ -124,34 +115,39 @@ export default {
 
     function show(r) {
       const a = r.a || {}, b = r.b || {};
-      const checks = judge(a, b, thresholds);
-      const byKey = Object.fromEntries(checks.map((c) => [c.key, c]));
-      const v = verdict(a, b, checks, thresholds);
-      const row = (label, fa, fb, key, testid) => {
-        const c = key ? byKey[key] : null;
-        return h("tr", { dataset: { testid } },
+      const verdict = r.verdict;
+      const v = verdictText(verdict);
+      const byName = Object.fromEntries(((verdict && verdict.checks) || []).map((c) => [c.name, c]));
+      if (verdict) {
+        clear(limits).append(...thresholdLines(verdict).map(([k, label, value]) =>
+          h("div", { class: "limit", dataset: { limit: k } }, h("span", null, label), " ", h("b", null, value))));
+      }
+      const row = (label, fa, check, testid) => {
+        const c = check ? byName[check] : null;
+        return h("tr", { dataset: { testid, check: c ? c.name : "" } },
           h("th", null, label),
           h("td", { class: "num", dataset: { side: "a" } }, fa(a)),
-          h("td", { class: "num", dataset: { side: "b" } }, fb ? fb(b) : fa(b)),
-          h("td", { class: "num" }, c ? c.text : ""),
+          h("td", { class: "num", dataset: { side: "b" } }, fa(b)),
+          h("td", { class: "num" }, c ? (c.skipped ? "—" : change(c)) : ""),
           h("td", { class: "num" }, c ? c.limit : ""),
-          h("td", null, c ? (c.skipped ? h("span", { class: "muted" }, c.skipped) : h("span", { class: "badge " + (c.bad ? "bad" : "ok") }, c.bad ? "regressed" : "ok")) : ""));
+          h("td", null, c ? (c.skipped ? h("span", { class: "muted" }, c.skipped) : h("span", { class: "badge " + (c.ok ? "ok" : "bad") }, c.ok ? "ok" : "regressed")) : ""));
       };
       const n = (s) => h("span", { class: "count" }, ` (${int(s.turns)} turns)`);
       out.show(
-        h("p", { class: "verdict " + v.level, dataset: { testid: "verdict", level: v.level } }, v.text),
+        h("p", { class: "verdict " + v.level, dataset: { testid: "verdict", level: v.level, status: (verdict && verdict.status) || "" } }, v.text),
         h("div", { class: "table-wrap" }, h("table", { class: "grid canary", dataset: { testid: "canary-table" } },
           h("thead", null, h("tr", null, h("th", null, r.dim || dim.value), side(a, "A"), side(b, "B"), h("th", { class: "num" }, "B vs A"), h("th", { class: "num" }, "limit"), h("th", null, ""))),
           h("tbody", null,
-            row("turns", (s) => h("span", { dataset: { testid: "turns" } }, int(s.turns)), null, null, "row-turns"),
-            row("latency p50", (s) => [ms(s.latencyP50Ms), n(s)], null, "latencyP50Ms", "row-p50"),
-            row("latency p95", (s) => [ms(s.latencyP95Ms), n(s)], null, "latencyP95Ms", "row-p95"),
-            row("latency p99", (s) => [ms(s.latencyP99Ms), n(s)], null, "latencyP99Ms", "row-p99"),
-            row("error rate", (s) => [pct(s.errorRate, 2), h("span", { class: "count" }, ` (${int(s.errors)} of ${int(s.turns)})`)], null, "errorRate", "row-errors"),
-            row("cost per turn", (s) => [usdTurn(s.costPerTurn), h("span", { class: "count" }, ` (${usd(s.costUsd)} / ${int(s.turns)})`)], null, "costPerTurn", "row-cost"),
-            row("eval mean", (s) => [score(s.evalCount ? s.evalMean : NaN), h("span", { class: "count" }, ` (${int(s.evalCount)} scored)`)], null, "evalMean", "row-eval"),
+            row("turns", (s) => h("span", { dataset: { testid: "turns" } }, int(s.turns)), null, "row-turns"),
+            row("latency p50", (s) => [ms(s.latencyP50Ms), n(s)], null, "row-p50"),
+            row("latency p95", (s) => [ms(s.latencyP95Ms), n(s)], "latency p95 ms", "row-p95"),
+            row("latency p99", (s) => [ms(s.latencyP99Ms), n(s)], null, "row-p99"),
+            row("error rate", (s) => [pct(s.errorRate, 2), h("span", { class: "count" }, ` (${int(s.errors)} of ${int(s.turns)})`)], "error rate", "row-errors"),
+            row("fallback rate", (s) => [pct(s.fallbackRate, 2), h("span", { class: "count" }, ` (${int(s.fallbacks)} of ${int(s.turns)})`)], "fallback rate", "row-fallbacks"),
+            row("cost per turn", (s) => [usdTurn(s.costPerTurn), h("span", { class: "count" }, ` (${usd(s.costUsd)} / ${int(s.turns)})`)], "cost per turn", "row-cost"),
+            row("eval mean", (s) => [score(s.evalCount ? s.evalMean : NaN), h("span", { class: "count" }, ` (${int(s.evalCount)} scored)`)], "eval mean", "row-eval"),
           ))),
-        h("p", { class: "note" }, "A turn counts for a version when any of its spans carries it; latency is the whole turn's duration."),
+        h("p", { class: "note" }, "A turn counts for a version when any of its spans carries it; latency is the whole turn's duration. The gateway judges latency by its p95 only."),
       );
     }
 
@@ -170,7 +166,6 @@ export default {
         }
         try {
           const r = await get("/admin/cost/compare", { dim: dim.value, a: selA.value, b: selB.value, ...ctx.range() }, signal);
-          last = r;
           show(r);
         } catch (e) {
           if (e.name === "AbortError") throw e;

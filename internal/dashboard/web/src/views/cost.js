@@ -7,8 +7,9 @@ import { get, message } from "../api.js";
 import { h, panel, table, tile, bar, MAX_ROWS } from "../dom.js";
 import { timeChart, secs } from "../chart.js";
 import { int, usd, usdTurn, ms, pct, datetime, short, score, seconds } from "../format.js";
-import { waterfall } from "./waterfall.js";
+import { waterfall, tallies, MAX_SPANS } from "./waterfall.js";
 import { models } from "../models.js";
+import { noKey, keyTitle } from "../keys.js";
 
 /** The seed's anomaly ceiling: $0.18 per user per month. */
 const USER_CEILING_PER_MONTH = 0.18;
@@ -26,17 +27,6 @@ export function userCeiling(spanMs) {
   const days = spanMs / (24 * 3600e3);
   const how = `$${USER_CEILING_PER_MONTH.toFixed(2)} per user per month × ${days < 1 ? (days * 24).toFixed(1) + " h" : days.toFixed(1) + " days"} / 30 days = ${usdTurn(ceiling)}`;
   return { ceiling, meaningful: spanMs >= MIN_CEILING_RANGE_MS, how };
-}
-
-/** The label of a breakdown row without a key: what those spans are. */
-function noKey(by) {
-  return by === "model" ? "non-model work" : "(not set)";
-}
-
-/** Hover text of a breakdown row: the full key, or what a keyless row holds. */
-function keyTitle(by, key) {
-  if (key) return key;
-  return by === "model" ? "spans without a model: compute time, session and cache writes, cache and FAQ lookups" : "spans without this attribute";
 }
 
 export default {
@@ -140,7 +130,7 @@ export default {
 
     function crumbs(s) {
       const items = [["All features", { feature: "", user: "", trace: "" }]];
-      if (s.feature) items.push([`feature ${s.feature}`, { feature: s.feature, user: "", trace: "" }]);
+      if (s.feature) items.push([`feature ${s.feature === "(none)" ? noKey("feature") : s.feature}`, { feature: s.feature, user: "", trace: "" }]);
       if (s.user) items.push([`user ${short(s.user)}`, { feature: s.feature || "", user: s.user, trace: "" }]);
       if (s.trace) items.push([`turn ${short(s.trace)}`, null]);
       return h("nav", { class: "crumbs", "aria-label": "Drill-down", dataset: { testid: "crumbs" } },
@@ -163,7 +153,15 @@ export default {
         if (s.trace) {
           const r = await get(`/admin/cost/trace/${encodeURIComponent(s.trace)}`, {}, signal);
           if (stale()) return;
-          const spans = r.spans || [];
+          let spans = r.spans || [];
+          // A turn that was not sampled has the rest of its spans as tallies,
+          // listed by by=node only: the waterfall draws them too.
+          const turn = spans.find((x) => x.name === "turn" && x.sampled_out);
+          if (turn) {
+            const nodes = await get("/admin/cost", { by: "node", trace: s.trace, limit: MAX_SPANS }, signal);
+            if (stale()) return;
+            spans = spans.concat(tallies(nodes.rows || [], turn.span_id));
+          }
           drill.show(crumbs(s), spans.length ? waterfall(spans) : h("p", { class: "empty" }, "This trace has no spans (it may have been pruned)."));
           drill.el.dataset.level = "turn";
         } else if (s.user) {
@@ -203,7 +201,7 @@ export default {
           const total = r.total?.costUsd || 0;
           drill.show(crumbs(s), table({
             testid: "drill-features",
-            columns: [...costCols("feature", (x) => x.key || "(none)"), { label: "share", cell: (x) => bar(total ? x.costUsd / total : 0) }],
+            columns: [...costCols("feature", (x) => x.key || noKey("feature")), { label: "share", cell: (x) => bar(total ? x.costUsd / total : 0) }],
             rows: r.rows || [],
             onRow: (x) => drillTo({ feature: x.key || "(none)" }),
             rowLabel: (x) => `Show the users of feature ${x.key}`,

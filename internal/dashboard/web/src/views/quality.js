@@ -5,6 +5,7 @@
 import { get, post, message } from "../api.js";
 import { h, panel, table, tile, bar, MAX_ROWS } from "../dom.js";
 import { int, score } from "../format.js";
+import { noKey, keyTitle } from "../keys.js";
 
 export default {
   id: "quality",
@@ -83,7 +84,7 @@ export default {
           testid: "eval-" + s.by,
           empty: "No scored turns in this range.",
           columns: [
-            { label: s.by, cell: (x) => x.key || "(none)", title: (x) => x.key },
+            { label: s.by, cell: (x) => x.key || noKey(s.by), title: (x) => keyTitle(s.by, x.key) },
             { label: "scored turns", num: true, cell: (x) => int(x.turns) },
             { label: "mean", num: true, cell: (x) => score(x.avgScore) },
             { label: "", cell: (x) => bar(x.avgScore, x.avgScore < 0.5 ? "bad" : x.avgScore < 0.8 ? "warn" : "ok") },

@@ -1,12 +1,39 @@
 // A turn's span tree drawn as a waterfall: one row per span, indented under
 // its parent, its bar placed by start time and sized by duration, details
 // on hover (or keyboard focus).
+//
+// Of a turn that was not sampled the store keeps only the turn span and the
+// cost and quota records whole; its other spans are tallies, whose figures
+// (name, start, duration, status, model, tokens, cost) stay but whose ids
+// and details go. /admin/cost/trace lists the whole spans only and
+// /admin/cost?by=node every span, tallies included: the waterfall draws
+// both, the tallies under the turn span and marked as such, so that it
+// shows as many spans as the turn is counted with everywhere else.
 
 import { h, tooltip } from "../dom.js";
 import { int, ms, usdTurn } from "../format.js";
 
 /** Most spans drawn; a turn has about a dozen. */
 export const MAX_SPANS = 500;
+
+/**
+ * The spans of a sampled-out turn that the store kept as tallies, from the
+ * by=node rows of its trace (those without a span id), as span events under
+ * parent (the turn span's id), each with an id of its own for the layout.
+ */
+export function tallies(rows, parent) {
+  return rows.filter((x) => x.span && !x.span.spanId).map((x, i) => ({
+    span_id: `tally-${i}`,
+    parent_span_id: parent || "",
+    tally: true,
+    name: x.span.name,
+    ts_start: x.span.start,
+    duration_ms: x.span.durationMs || 0,
+    artifact: { model_id: x.span.modelId, prompt_version: x.span.promptVersion, tool_id: x.span.toolId },
+    resource: { cost_usd: x.costUsd || 0, tokens_in: x.tokensIn || 0, tokens_out: x.tokensOut || 0 },
+    outcome: { status: x.span.status || "ok", fallback_used: x.span.fallbackUsed, eval_score: x.span.evalScore ?? undefined },
+  }));
+}
 
 /** Orders spans depth-first by start time and gives each its depth. */
 export function layout(spans) {
@@ -58,29 +85,34 @@ export function waterfall(spans) {
     const model = s.artifact?.model_id;
     const label = h("div", { class: "wf-label" },
       h("span", { class: "wf-name" }, s.name || s.node?.node_id || "span"),
+      s.tally ? h("span", { class: "badge", title: "not sampled: its figures were kept, its ids and details were not" }, "figures only") : null,
       s.outcome?.fallback_used ? h("span", { class: "badge warn" }, s.outcome.fallback_used) : null,
       status === "failed" ? h("span", { class: "badge bad" }, s.outcome?.error_code || "failed") : null,
       model ? h("span", { class: "wf-model" }, model) : null);
     label.style.paddingLeft = 0.4 + depth * 1.1 + "rem";
     const row = h("div", {
       class: "wf-row", tabindex: "0",
-      dataset: { testid: "span", span: s.span_id, name: s.name || "", depth: String(depth), status },
+      dataset: { testid: "span", span: s.tally ? "" : s.span_id, name: s.name || "", depth: String(depth), status, tally: s.tally ? "1" : "" },
     }, label, h("div", { class: "wf-track" }, b), h("div", { class: "wf-num" }, ms(dur)), h("div", { class: "wf-num" }, usdTurn(s.resource?.cost_usd || 0)));
     tooltip(row, () => details(s, start));
     return row;
   });
 
   const note = spans.length > MAX_SPANS ? h("p", { class: "note" }, `Showing the first ${MAX_SPANS} of ${int(spans.length)} spans.`) : null;
-  return h("div", { class: "waterfall", dataset: { testid: "waterfall", spans: String(rows.length) } },
+  const tallied = rows.filter((r) => r.span.tally).length;
+  const sampling = tallied
+    ? h("p", { class: "note", dataset: { testid: "tallied" } }, `This turn was not sampled: ${int(tallied)} of its spans were kept as figures only (name, start, duration, status, model, tokens, cost), without their ids and details. They are drawn under the turn span, marked “figures only”.`)
+    : null;
+  return h("div", { class: "waterfall", dataset: { testid: "waterfall", spans: String(rows.length), tallied: String(tallied) } },
     h("p", { class: "wf-summary" },
       `${int(rows.length)} spans · ${ms(total)} · ${usdTurn(cost)} in all`),
-    axis, body, note);
+    sampling, axis, body, note);
 }
 
 function details(s, offset) {
   const a = s.artifact || {}, r = s.resource || {}, o = s.outcome || {}, n = s.node || {}, at = s.attribution || {};
   const lines = [
-    ["span", `${s.name || n.node_id} (${s.span_id})`],
+    ["span", s.tally ? `${s.name} (not sampled: figures only, no id)` : `${s.name || n.node_id} (${s.span_id})`],
     ["start", `+${ms(offset)}`],
     ["duration", ms(s.duration_ms)],
     ["status", o.status + (o.error_code ? ` · ${o.error_code}` : "")],
