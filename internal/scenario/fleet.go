@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -120,8 +121,14 @@ func loopbackOnly(u string) error {
 }
 
 // instanceConfig is the YAML of one gateway: the shared Redis and prefix,
-// the simulator's pace, limits a probe can measure, and its own WAL, event
-// store and JSONL trail.
+// the simulator's pace, limits a probe can measure, quota ceilings sized
+// for the load, and its own WAL, event store and JSONL trail.
+//
+// The ceilings hold the whole load on either model (a reservation is its
+// estimated input plus the 1,024-token answer cap, held a minute): with
+// the defaults (Sonnet 400k TPM) 20 turns/s fill Sonnet's window within
+// half a minute, and every scenario would measure the quota instead of its
+// own fault. tpm-cut still cuts Sonnet's to a tenth.
 func instanceConfig(opts Options, in *instance, redisAddr, prefix string) string {
 	pace := opts.Pace
 	if pace <= 0 {
@@ -168,11 +175,21 @@ events:
     jsonl: {path: %q}
 eventStore: {path: %q}
 prompt: {reloadInterval: 0s}
-%s`, in.addr, opts.AdminToken, drainTimeout, redisAddr, prefix, max(1, opts.Instances), keys.String(),
+quota:
+  models:
+    sonnet: {tpm: %[19]d, rpm: %[20]d}
+    haiku: {tpm: %[19]d, rpm: %[20]d}
+%[18]s`, in.addr, opts.AdminToken, drainTimeout, redisAddr, prefix, max(1, opts.Instances), keys.String(),
 		ttft(600), tps(60), ttft(250), tps(120), redisTimeout,
 		probePerMinute, probeBurst,
-		filepath.Join(in.dir, "wal"), filepath.Join(in.dir, "events.jsonl"), filepath.Join(in.dir, "events.db"), session)
+		filepath.Join(in.dir, "wal"), filepath.Join(in.dir, "events.jsonl"), filepath.Join(in.dir, "events.db"), session,
+		loadTPM(opts.Rate), loadRPM(opts.Rate))
 }
+
+// loadTPM and loadRPM are ceilings that hold rate turns a second on one
+// model, with room to spare: 2,500 tokens a turn over the 85% safety margin.
+func loadTPM(rate float64) int { return int(math.Ceil(max(rate, 1) * 60 * 2500 / 0.85)) }
+func loadRPM(rate float64) int { return int(math.Ceil(max(rate, 1) * 60 * 2 / 0.85)) }
 
 // launch starts in's process (again, after a stop).
 func (f *fleet) launch(in *instance) error {
