@@ -485,22 +485,20 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 // cancelled and the client gets an error frame.
 func (g *Gateway) watchStream(ctx context.Context, t *Turn) *watchdog {
 	left := g.firstByteLeft(t)
-	w := g.watch(ctx, t, min(g.cfg.Deadline.Attempt, left), false)
 	// An attempt given less than deadline.attempt (a retry, a later tier)
 	// and late says the turn ran out of time, not that the model is slow.
-	w.cut = left < g.cfg.Deadline.Attempt
-	return w
+	return g.watch(ctx, t, min(g.cfg.Deadline.Attempt, left), false, left < g.cfg.Deadline.Attempt)
 }
 
 // watchWhole bounds one attempt asked for its whole answer at once: it is
 // cancelled with errWholeLate after deadline.whole, or with
 // errStreamTooLong at stream.maxDuration, whichever comes first.
 func (g *Gateway) watchWhole(ctx context.Context, t *Turn) *watchdog {
-	return g.watch(ctx, t, g.cfg.Deadline.Whole, true)
+	return g.watch(ctx, t, g.cfg.Deadline.Whole, true, false)
 }
 
-func (g *Gateway) watch(ctx context.Context, t *Turn, first time.Duration, whole bool) *watchdog {
-	w := &watchdog{capAt: t.Received.Add(g.streamCfg.MaxDuration), idle: g.cfg.Deadline.Idle, whole: whole}
+func (g *Gateway) watch(ctx context.Context, t *Turn, first time.Duration, whole, cut bool) *watchdog {
+	w := &watchdog{capAt: t.Received.Add(g.streamCfg.MaxDuration), idle: g.cfg.Deadline.Idle, whole: whole, cut: cut}
 	w.Context, w.cancel = context.WithCancelCause(ctx)
 	if time.Until(w.capAt) <= 0 {
 		w.cancel(errStreamTooLong)

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
@@ -116,8 +115,8 @@ func reconcileCosts(t *testing.T, cfg config.Config, billing map[string]*sim.Sim
 		}
 	}
 	for _, m := range cfg.Models {
-		price := budget.Price{InputPerMTok: m.InputPerMTok, OutputPerMTok: m.OutputPerMTok, CachedInputPerMTok: m.CachedInputPerMTok}
-		billed := price.Cost(simOf(m.Name).Usage(m.Name))
+		billed := m.Price().Cost(simOf(m.Name).Usage(m.Name)) // every input class at its price
+
 		got := modelCost[m.Name]
 		t.Logf("%s: events $%.6f, simulator $%.6f", m.Name, got, billed)
 		if billed == 0 && got == 0 {

@@ -319,7 +319,7 @@ func answeredBy(modelID, tier string) string {
 
 func usageOf(res *gateway.Result) Usage {
 	return Usage{PromptTokens: res.Usage.Input(), CompletionTokens: res.Usage.OutputTokens,
-		CachedTokens: res.Usage.CachedInputTokens, CostUSD: res.CostUSD}
+		CachedTokens: res.Usage.CachedInputTokens, CacheWriteTokens: res.Usage.CacheWriteTokens, CostUSD: res.CostUSD}
 }
 
 // fromGateway is the OpenAI error for a turn the gateway refused or failed.

@@ -285,8 +285,12 @@ func TestFmgateFrontsFmgate(t *testing.T) {
 	p.StreamOptions = sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)}
 	s := front.client(testKey).Chat.Completions.NewStreaming(context.Background(), p)
 	var acc sdk.ChatCompletionAccumulator
+	var details sdk.CompletionUsagePromptTokensDetails // the accumulator drops cache_write_tokens
 	for s.Next() {
 		acc.AddChunk(s.Current())
+		if u := s.Current().Usage; u.PromptTokens > 0 {
+			details = u.PromptTokensDetails
+		}
 	}
 	if err := s.Err(); err != nil {
 		t.Fatal(err)
@@ -296,9 +300,18 @@ func TestFmgateFrontsFmgate(t *testing.T) {
 	}
 	// The front gateway's sonnet is the upstream's whole pipeline: its
 	// simulator billed what the front reports (the prompts add up: the
-	// front's configured prompt and the upstream's).
-	if up := upstream.s.Sim.Usage("sonnet"); up.OutputTokens != int(acc.Usage.CompletionTokens) || up.InputTokens != int(acc.Usage.PromptTokens) {
+	// front's configured prompt and the upstream's; prompt_tokens counts
+	// every input token, whether the upstream's vendor read it from its
+	// prompt cache, wrote it there, or neither).
+	up := upstream.s.Sim.Usage("sonnet")
+	if up.OutputTokens != int(acc.Usage.CompletionTokens) || up.Input() != int(acc.Usage.PromptTokens) {
 		t.Fatalf("front reports %+v, the upstream's simulator billed %+v", acc.Usage, up)
+	}
+	// The upstream's own prompt is long enough to be cached by its model:
+	// the tokens it wrote reach the front apart, priced as writes.
+	if int(details.CachedTokens) != up.CachedInputTokens || int(details.CacheWriteTokens) != up.CacheWriteTokens {
+		t.Errorf("front reports %d cached and %d written tokens, the upstream's simulator billed %d and %d",
+			details.CachedTokens, details.CacheWriteTokens, up.CachedInputTokens, up.CacheWriteTokens)
 	}
 	// A stream names the tier's configured model id from its first chunk;
 	// a JSON answer names the model the upstream reported.

@@ -36,6 +36,12 @@ type Usage struct {
 	CompletionTokens int
 	// CachedTokens were read from the prompt cache (part of PromptTokens).
 	CachedTokens int
+	// CacheWriteTokens were written to the prompt cache of the model
+	// behind (part of PromptTokens): OpenAI bills no writes, but a tier on
+	// Anthropic or Bedrock does, and a client priced from this usage (an
+	// fmgate in front of this one) needs them apart. Sent as
+	// prompt_tokens_details.cache_write_tokens when positive.
+	CacheWriteTokens int
 	// CostUSD is what fmgate priced the answer at, sent as usage.cost_usd
 	// when positive (an extension field the SDKs keep as an extra).
 	CostUSD float64
@@ -50,6 +56,10 @@ func (u Usage) appendJSON(dst []byte) []byte {
 	dst = strconv.AppendInt(dst, int64(u.PromptTokens+u.CompletionTokens), 10)
 	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(u.CachedTokens), 10)
+	if u.CacheWriteTokens > 0 {
+		dst = append(dst, `,"cache_write_tokens":`...)
+		dst = strconv.AppendInt(dst, int64(u.CacheWriteTokens), 10)
+	}
 	dst = append(dst, `},"completion_tokens_details":{"reasoning_tokens":0}`...)
 	if u.CostUSD > 0 && !math.IsInf(u.CostUSD, 0) {
 		dst = append(dst, `,"cost_usd":`...)

@@ -319,21 +319,26 @@ func readUsage(p *scanner) (u provider.Usage, ok bool, err error) {
 				return nil
 			}
 			err = p.object(func(key string) error {
-				if key != "cached_tokens" {
-					return p.skip()
+				switch key {
+				case "cached_tokens":
+					n, err := p.int()
+					u.CachedInputTokens = int(n)
+					return err
+				case "cache_write_tokens": // an OpenAI-compatible server fronting a vendor that bills writes
+					n, err := p.int()
+					u.CacheWriteTokens = int(n)
+					return err
 				}
-				n, err := p.int()
-				u.CachedInputTokens = int(n)
-				return err
+				return p.skip()
 			})
 		default:
 			err = p.skip()
 		}
 		return err
 	})
-	// OpenAI counts the cached tokens inside prompt_tokens; Usage keeps
-	// its input classes apart.
-	u.InputTokens = max(u.InputTokens-u.CachedInputTokens, 0)
+	// OpenAI counts the cached (and written) tokens inside prompt_tokens;
+	// Usage keeps its input classes apart.
+	u.InputTokens = max(u.InputTokens-u.CachedInputTokens-u.CacheWriteTokens, 0)
 	return u, err == nil, err
 }
 
