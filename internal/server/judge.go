@@ -42,6 +42,7 @@ type judger struct {
 	rnd   *rand.Rand
 
 	sampled, skipped, judged, failed atomic.Int64
+	lastErr                          atomic.Value // string: why the last judgement failed
 }
 
 type judgeJob struct {
@@ -121,6 +122,7 @@ func (j *judger) work(ctx context.Context) {
 		case job := <-j.queue:
 			if err := j.grade(ctx, job); err != nil {
 				j.failed.Add(1)
+				j.lastErr.Store(err.Error())
 				j.s.log.Info("eval judge gave no verdict", "err", err)
 			} else {
 				j.judged.Add(1)
@@ -133,27 +135,41 @@ func (j *judger) work(ctx context.Context) {
 func (j *judger) grade(ctx context.Context, job judgeJob) error {
 	ctx, cancel := context.WithTimeout(ctx, j.cfg.Timeout)
 	defer cancel()
-	t := &gateway.Turn{
-		// The judged turn's request id: its workflow_id links the judge's
-		// spans to the turn they grade.
-		RequestID:     job.requestID,
-		SessionID:     "eval-judge",
-		Message:       judge.Message(job.c),
-		Locale:        job.locale,
-		Route:         "chat",
-		Surface:       "judge",
-		Feature:       judgeFeature,
-		UserID:        judgeUser,
-		Priority:      gateway.P2,
-		Stateless:     true,
-		StartTier:     j.tier,
-		System:        j.prompt,
-		PromptVersion: j.version,
+	turn := func() *gateway.Turn {
+		return &gateway.Turn{
+			// The judged turn's request id: its workflow_id links the judge's
+			// spans to the turn they grade.
+			RequestID:     job.requestID,
+			SessionID:     "eval-judge",
+			Message:       judge.Message(job.c),
+			Locale:        job.locale,
+			Route:         "chat",
+			Surface:       "judge",
+			Feature:       judgeFeature,
+			UserID:        judgeUser,
+			Priority:      gateway.P2,
+			Stateless:     true,
+			StartTier:     j.tier,
+			System:        j.prompt,
+			PromptVersion: j.version,
+		}
 	}
 	out := &textOutput{}
-	res, err := j.s.Gateway.Run(ctx, t, out)
-	if err != nil {
-		return fmt.Errorf("judge turn: %w", err)
+	res, err := j.s.Gateway.Run(ctx, turn(), out)
+	for err != nil {
+		// The judge's turns count against its user's rate limits like any
+		// other: past one, wait as told and try again, within the timeout.
+		e, ok := errors.AsType[*gateway.Error](err)
+		if !ok || e.Code != gateway.CodeRateLimited || e.RetryAfter <= 0 {
+			return fmt.Errorf("judge turn: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("judge turn: %w (rate limited until the judge's timeout)", err)
+		case <-time.After(e.RetryAfter):
+		}
+		out = &textOutput{}
+		res, err = j.s.Gateway.Run(ctx, turn(), out)
 	}
 	if !isModel(j.s.cfg, res.Tier) {
 		return fmt.Errorf("judge turn answered by %s, not a model", res.Tier)
@@ -185,10 +201,13 @@ type JudgeStats struct {
 	Skipped int64 `json:"skipped"` // sampled while the queue was full
 	Judged  int64 `json:"judged"`
 	Failed  int64 `json:"failed"`
+	// LastFailure says why the latest failed judgement gave no verdict.
+	LastFailure string `json:"lastFailure,omitempty"`
 }
 
 func (j *judger) stats() JudgeStats {
-	return JudgeStats{Sampled: j.sampled.Load(), Skipped: j.skipped.Load(), Judged: j.judged.Load(), Failed: j.failed.Load()}
+	last, _ := j.lastErr.Load().(string)
+	return JudgeStats{Sampled: j.sampled.Load(), Skipped: j.skipped.Load(), Judged: j.judged.Load(), Failed: j.failed.Load(), LastFailure: last}
 }
 
 // textOutput collects a turn's answer for a caller inside the gateway.

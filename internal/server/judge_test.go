@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fmgate/fmgate/internal/eventstore"
+	"github.com/fmgate/fmgate/internal/ratelimit"
 )
 
 // Under a scripted mix the quality view fills by itself: every completed
@@ -74,5 +75,35 @@ func TestJudgeFillsTheQualityView(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("cost by feature %+v: want %s with %d turns and a cost", cost.Rows, judgeFeature, turns)
+	}
+}
+
+// TestJudgeWaitsOutItsRateLimit: the judge's own turns count against its
+// user's rate limit; one refused waits as told and is judged, not lost.
+func TestJudgeWaitsOutItsRateLimit(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Judge.SampleRate = 1
+	cfg.Judge.Workers = 2
+	cfg.RateLimit.User.PerSecond = ratelimit.Rule{Limit: ratelimit.Limit{Rate: 2, Per: time.Second, Burst: 2}}
+	sc := newScenario(t, cfg)
+	const turns = 5
+	for i := range turns {
+		if a := sc.chat(fmt.Sprintf("limited-judge-%d", i), "Which manga should I read next?", "en"); a.Status != http.StatusOK {
+			t.Fatalf("turn %d: %d", i, a.Status)
+		}
+	}
+	var stats struct {
+		Stats JudgeStats `json:"stats"`
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		getJSON(t, sc.srv, "/admin/judge", &stats)
+		if stats.Stats.Judged+stats.Stats.Failed+stats.Stats.Skipped >= turns || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if s := stats.Stats; s.Judged != turns {
+		t.Fatalf("judge stats %+v: want all %d judged though the judge's user may send 2 turns a second", s, turns)
 	}
 }
