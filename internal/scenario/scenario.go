@@ -260,7 +260,7 @@ var definitions = []definition{
 	},
 	{
 		name:  "throttle-storm",
-		about: "Sonnet throttles half of all calls: the fleet paces its Sonnet calls to what Sonnet accepts, the cascade absorbs the rest.",
+		about: "Sonnet throttles half of all calls whatever their rate: Sonnet keeps answering what it accepts, Haiku the turns it throttled.",
 		// Half of Sonnet's calls go through: it should answer close to half
 		// of the turns, not hand them all to Haiku.
 		primaryShare: 0.35,
