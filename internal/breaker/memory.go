@@ -58,23 +58,19 @@ func (b *Memory) Snapshot(context.Context) (Snapshot, error) {
 // Trip opens the breaker now, whatever its counts, for a whole open
 // period (an open breaker stays as it is): for an owner that learnt by
 // other means that the guarded dependency is down.
-func (b *Memory) Trip() {
-	now := b.now().UnixMicro()
-	var buf [2]transition
-	b.mu.Lock()
-	tr := b.m.trip(now, buf[:0])
-	b.mu.Unlock()
-	b.report(tr)
-}
+func (b *Memory) Trip() { b.force((*machine).trip) }
 
 // EndOpen ends an open period early (a breaker not open stays as it is):
 // for an owner that learnt by other means that the guarded dependency is
 // back. The half-open probes still decide whether it closes.
-func (b *Memory) EndOpen() {
+func (b *Memory) EndOpen() { b.force((*machine).endOpen) }
+
+// force applies a move the owner decided on, and reports its transitions.
+func (b *Memory) force(move func(m *machine, now int64, tr []transition) []transition) {
 	now := b.now().UnixMicro()
 	var buf [2]transition
 	b.mu.Lock()
-	tr := b.m.endOpen(now, buf[:0])
+	tr := move(b.m, now, buf[:0])
 	b.mu.Unlock()
 	b.report(tr)
 }
