@@ -195,12 +195,18 @@ func Decode(modelID string, body []byte) (*Request, error) {
 }
 
 func decodeSystem(blocks []json.RawMessage) (string, []provider.CacheMark, error) {
+	return decodeBlocks(blocks, "system", "\n\n")
+}
+
+// decodeBlocks joins text blocks with sep, with a cache mark at each
+// cachePoint block, which must follow text.
+func decodeBlocks(blocks []json.RawMessage, path, sep string) (string, []provider.CacheMark, error) {
 	var (
 		text  strings.Builder
 		marks []provider.CacheMark
 	)
 	for i, raw := range blocks {
-		where := fmt.Sprintf("system[%d]", i)
+		where := fmt.Sprintf("%s[%d]", path, i)
 		t, mark, err := textBlock(raw, where)
 		switch {
 		case err != nil:
@@ -212,7 +218,7 @@ func decodeSystem(blocks []json.RawMessage) (string, []provider.CacheMark, error
 			marks = append(marks, *mark)
 		default:
 			if text.Len() > 0 {
-				text.WriteString("\n\n")
+				text.WriteString(sep)
 			}
 			text.WriteString(t)
 		}
@@ -244,24 +250,11 @@ func decodeMessages(msgs []wireMessage, req *Request) error {
 		if len(m.Content) == 0 {
 			return invalidf("messages[%d].content must hold at least one text block", i)
 		}
-		msg := provider.Message{Role: role}
-		var text strings.Builder
-		for j, raw := range m.Content {
-			where := fmt.Sprintf("messages[%d].content[%d]", i, j)
-			t, mark, err := textBlock(raw, where)
-			switch {
-			case err != nil:
-				return err
-			case mark != nil && text.Len() == 0:
-				return invalidf("%s: a cachePoint must follow a text block", where)
-			case mark != nil:
-				mark.At = text.Len()
-				msg.Cache = append(msg.Cache, *mark)
-			default:
-				text.WriteString(t)
-			}
+		text, marks, err := decodeBlocks(m.Content, fmt.Sprintf("messages[%d].content", i), "")
+		if err != nil {
+			return err
 		}
-		msg.Content = text.String()
+		msg := provider.Message{Role: role, Content: text, Cache: marks}
 		req.Messages = append(req.Messages, msg)
 	}
 	if req.Messages[len(req.Messages)-1].Role != provider.RoleUser {
