@@ -290,10 +290,33 @@ func TestPriceCost(t *testing.T) {
 		{"cached as input when unpriced", sonnet, provider.Usage{CachedInputTokens: 10_000}, 0.03},
 		{"cache writes at their own rate", Price{InputPerMTok: 3, OutputPerMTok: 15, CachedInputPerMTok: 0.3, CacheWritePerMTok: 3.75},
 			provider.Usage{InputTokens: 100, CachedInputTokens: 1000, CacheWriteTokens: 2000, OutputTokens: 10}, (100*3 + 1000*0.3 + 2000*3.75 + 10*15) / 1e6},
+		{"one-hour writes at their own rate", Price{InputPerMTok: 3, CachedInputPerMTok: 0.3, CacheWritePerMTok: 3.75, CacheWrite1hPerMTok: 6},
+			provider.Usage{CacheWriteTokens: 2000, CacheWrite1hTokens: 500}, (1500*3.75 + 500*6) / 1e6},
+		{"one-hour writes as five-minute ones when unpriced", Price{InputPerMTok: 3, CacheWritePerMTok: 3.75},
+			provider.Usage{CacheWriteTokens: 2000, CacheWrite1hTokens: 500}, 2000 * 3.75 / 1e6},
 	}
 	for _, tt := range tests {
 		if got := tt.price.Cost(tt.usage); got < tt.want-1e-12 || got > tt.want+1e-12 {
 			t.Errorf("%s: Cost = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestCacheSaving(t *testing.T) {
+	p := Price{InputPerMTok: 3, OutputPerMTok: 15, CachedInputPerMTok: 0.3, CacheWritePerMTok: 3.75, CacheWrite1hPerMTok: 6}
+	tests := []struct {
+		name  string
+		usage provider.Usage
+		want  float64
+	}{
+		{"no cache", provider.Usage{InputTokens: 1000, OutputTokens: 100}, 0},
+		{"reads save nine tenths", provider.Usage{InputTokens: 100, CachedInputTokens: 10_000, OutputTokens: 50}, 10_000 * (3 - 0.3) / 1e6},
+		{"writes cost a quarter more", provider.Usage{CacheWriteTokens: 2000}, -2000 * 0.75 / 1e6},
+		{"one-hour writes cost double", provider.Usage{CacheWriteTokens: 2000, CacheWrite1hTokens: 2000}, -2000 * 3.0 / 1e6},
+	}
+	for _, tt := range tests {
+		if got := p.CacheSaving(tt.usage); got < tt.want-1e-12 || got > tt.want+1e-12 {
+			t.Errorf("%s: CacheSaving = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

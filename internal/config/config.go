@@ -165,6 +165,10 @@ type Model struct {
 	// 0 means 1.25 × inputPerMTok (Anthropic's and Bedrock's five-minute
 	// cache).
 	CacheWritePerMTok float64 `yaml:"cacheWritePerMTok"`
+	// CacheWrite1hPerMTok prices input written to the vendor's prompt
+	// cache for one hour (a cache mark with ttl 1h); 0 means 2 ×
+	// inputPerMTok (Anthropic's and Bedrock's one-hour cache).
+	CacheWrite1hPerMTok float64 `yaml:"cacheWrite1hPerMTok"`
 	// ContextWindow in tokens. Default 200,000.
 	ContextWindow int `yaml:"contextWindow"`
 	// MaxOutputTokens per answer. Default 1,024.
@@ -492,7 +496,7 @@ func (c Config) Validate() error {
 		}
 		seen[m.Name] = true
 		m.validateProvider(&v, p)
-		if m.InputPerMTok < 0 || m.OutputPerMTok < 0 || m.CachedInputPerMTok < 0 || m.CacheWritePerMTok < 0 {
+		if m.InputPerMTok < 0 || m.OutputPerMTok < 0 || m.CachedInputPerMTok < 0 || m.CacheWritePerMTok < 0 || m.CacheWrite1hPerMTok < 0 {
 			v.add(p, "prices must be >= 0")
 		}
 		if pc := m.PromptCaching; pc != "" && pc != PromptCachingAuto && pc != PromptCachingOff {
@@ -586,12 +590,13 @@ func (c Config) Validate() error {
 	return v.err()
 }
 
-// Providers fmgate can call.
 // Price is the model's price for each class of tokens, the cache classes
-// defaulted from inputPerMTok (see CachedInputPerMTok, CacheWritePerMTok).
+// defaulted from inputPerMTok (see CachedInputPerMTok, CacheWritePerMTok,
+// CacheWrite1hPerMTok).
 func (m Model) Price() budget.Price {
 	p := budget.Price{InputPerMTok: m.InputPerMTok, OutputPerMTok: m.OutputPerMTok,
-		CachedInputPerMTok: m.CachedInputPerMTok, CacheWritePerMTok: m.CacheWritePerMTok}
+		CachedInputPerMTok: m.CachedInputPerMTok, CacheWritePerMTok: m.CacheWritePerMTok,
+		CacheWrite1hPerMTok: m.CacheWrite1hPerMTok}
 	if p.CachedInputPerMTok == 0 {
 		p.CachedInputPerMTok = m.InputPerMTok / 10
 		if m.Provider == "openai" {
@@ -601,8 +606,13 @@ func (m Model) Price() budget.Price {
 	if p.CacheWritePerMTok == 0 {
 		p.CacheWritePerMTok = m.InputPerMTok * 1.25
 	}
+	if p.CacheWrite1hPerMTok == 0 {
+		p.CacheWrite1hPerMTok = m.InputPerMTok * 2
+	}
 	return p
 }
+
+// Providers fmgate can call.
 
 var providers = []string{"sim", "bedrock", "anthropic", "openai"}
 

@@ -80,6 +80,15 @@ func decodeCanonicalSyms(b []byte, e *Event, syms *symbols) bool {
 	e.Resource.TokensOut = int(p.int())
 	p.lit(`,"cost_usd":`)
 	e.Resource.CostUSD = p.float()
+	if p.opt(`,"tokens_cache_read":`) {
+		e.Resource.TokensCacheRead = int(p.int())
+	}
+	if p.opt(`,"tokens_cache_write":`) {
+		e.Resource.TokensCacheWrite = int(p.int())
+	}
+	if p.opt(`,"cache_saved_usd":`) {
+		e.Resource.CacheSavedUSD = p.float()
+	}
 	p.lit(`,"cache_hit":`)
 	e.Resource.CacheHit = CacheHit(p.nullableSym())
 	p.lit(`,"capability_flags_active":[`)

@@ -20,6 +20,7 @@ func variedEvents() []Event {
 	full.Artifact = Artifact{ArtifactKind: KindLLMCall, ModelID: "sonnet", PromptVersion: "p2", ToolID: "t", ToolVersion: "1",
 		SubAgentID: "a", SubAgentVersion: "2"}
 	full.Resource = Resource{TokensIn: 4218, TokensOut: -1, CostUSD: 1.5e-9, CacheHit: CachePrefixPartial,
+		TokensCacheRead: 3000, TokensCacheWrite: 200, CacheSavedUSD: -2.5e-4,
 		CapabilityFlagsActive: []string{"a", "b"}}
 	full.Outcome = Outcome{Status: StatusFailed, ErrorCode: "throttled", FallbackUsed: "haiku", EvalScore: &score, VendorCode: "X"}
 	full.Attribution = Attribution{Feature: "chat", Surface: "web", Locale: "ja-JP", UserTier: "free", Priority: "P0"}

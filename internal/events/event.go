@@ -146,9 +146,17 @@ type Artifact struct {
 
 // Resource is what a span consumed.
 type Resource struct {
-	TokensIn              int      `json:"tokens_in"`
-	TokensOut             int      `json:"tokens_out"`
-	CostUSD               float64  `json:"cost_usd"`
+	TokensIn  int     `json:"tokens_in"`
+	TokensOut int     `json:"tokens_out"`
+	CostUSD   float64 `json:"cost_usd"`
+	// TokensCacheRead and TokensCacheWrite are the part of TokensIn the
+	// vendor read from and wrote to its prompt cache; CacheSavedUSD is what
+	// the span would have cost at the model's plain input price, less
+	// CostUSD (negative when cache writes cost more than reads saved). Not
+	// in the seed's block; omitted when zero.
+	TokensCacheRead       int      `json:"tokens_cache_read,omitempty"`
+	TokensCacheWrite      int      `json:"tokens_cache_write,omitempty"`
+	CacheSavedUSD         float64  `json:"cache_saved_usd,omitempty"`
 	CacheHit              CacheHit `json:"cache_hit"`
 	CapabilityFlagsActive []string `json:"capability_flags_active"` // [] when none
 }
@@ -266,6 +274,18 @@ func AppendJSON(b []byte, e *Event) []byte {
 	b = strconv.AppendInt(b, int64(e.Resource.TokensOut), 10)
 	b = appendKey(b, "cost_usd")
 	b = appendFloat(b, e.Resource.CostUSD)
+	if e.Resource.TokensCacheRead != 0 {
+		b = appendKey(b, "tokens_cache_read")
+		b = strconv.AppendInt(b, int64(e.Resource.TokensCacheRead), 10)
+	}
+	if e.Resource.TokensCacheWrite != 0 {
+		b = appendKey(b, "tokens_cache_write")
+		b = strconv.AppendInt(b, int64(e.Resource.TokensCacheWrite), 10)
+	}
+	if e.Resource.CacheSavedUSD != 0 {
+		b = appendKey(b, "cache_saved_usd")
+		b = appendFloat(b, e.Resource.CacheSavedUSD)
+	}
 	b = appendKey(b, "cache_hit")
 	b = appendNullable(b, string(e.Resource.CacheHit))
 	b = appendKey(b, "capability_flags_active")

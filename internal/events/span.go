@@ -350,6 +350,14 @@ func (s *Span) SetTokens(in, out int) {
 // SetCost sets resource.cost_usd.
 func (s *Span) SetCost(usd float64) { s.set(func(e *Event) { e.Resource.CostUSD = usd }) }
 
+// SetPromptCache sets resource.tokens_cache_read, tokens_cache_write and
+// cache_saved_usd.
+func (s *Span) SetPromptCache(read, write int, savedUSD float64) {
+	s.set(func(e *Event) {
+		e.Resource.TokensCacheRead, e.Resource.TokensCacheWrite, e.Resource.CacheSavedUSD = read, write, savedUSD
+	})
+}
+
 // SetCacheHit sets resource.cache_hit.
 func (s *Span) SetCacheHit(c CacheHit) { s.set(func(e *Event) { e.Resource.CacheHit = c }) }
 

@@ -57,16 +57,17 @@ func (g *Gateway) continueAnswer(ctx context.Context, t *Turn, route []string, r
 	}
 	m, _ := g.cfg.Model(next)
 	return &Result{
-		Text:       res.Text + cont.Text,
-		Tier:       next,
-		ModelID:    cont.ModelID,
-		StopReason: cont.StopReason,
-		Degraded:   true,
-		Confidence: min(m.Confidence, g.confidence(res.Tier)),
-		Usage:      res.Usage.Add(cont.Usage),
-		CostUSD:    res.CostUSD + cont.CostUSD,
-		TTFT:       res.TTFT,
-		Continued:  true,
+		Text:          res.Text + cont.Text,
+		Tier:          next,
+		ModelID:       cont.ModelID,
+		StopReason:    cont.StopReason,
+		Degraded:      true,
+		Confidence:    min(m.Confidence, g.confidence(res.Tier)),
+		Usage:         res.Usage.Add(cont.Usage),
+		CostUSD:       res.CostUSD + cont.CostUSD,
+		CacheSavedUSD: res.CacheSavedUSD + cont.CacheSavedUSD,
+		TTFT:          res.TTFT,
+		Continued:     true,
 		Parts: []Part{
 			{Tier: res.Tier, Chars: utf8.RuneCountInString(res.Text)},
 			{Tier: next, Chars: utf8.RuneCountInString(cont.Text)},
@@ -139,13 +140,13 @@ func (g *Gateway) continueWith(ctx context.Context, t *Turn, model, sofar string
 	})
 	if err != nil {
 		if usage != (provider.Usage{}) {
-			return &Result{Tier: model, Usage: usage, CostUSD: cost(m, usage)}, err
+			return &Result{Tier: model, Usage: usage, CostUSD: cost(m, usage), CacheSavedUSD: cacheSaving(m, usage)}, err
 		}
 		return nil, err
 	}
 	events.SpanFromContext(ctx).AddCapabilityFlags("continuation")
 	return &Result{Text: resp.Text, Tier: model, ModelID: resp.ModelID, StopReason: resp.StopReason,
-		Usage: usage, CostUSD: cost(m, usage)}, nil
+		Usage: usage, CostUSD: cost(m, usage), CacheSavedUSD: cacheSaving(m, usage)}, nil
 }
 
 func (g *Gateway) confidence(tier string) float64 {

@@ -341,6 +341,11 @@ func cost(m modelConfig, u provider.Usage) float64 {
 	return m.Price().Cost(u)
 }
 
+// cacheSaving is what the vendor's prompt cache saved on u.
+func cacheSaving(m modelConfig, u provider.Usage) float64 {
+	return m.Price().CacheSaving(u)
+}
+
 // final marks an error that must not be retried (text reached the client).
 type finalError struct{ err error }
 

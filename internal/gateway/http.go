@@ -115,9 +115,11 @@ func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
 		Tier:       res.Tier,
 		Degraded:   res.Degraded,
 		Confidence: res.Confidence,
-		Usage:      usageJSON{Input: res.Usage.Input(), Output: res.Usage.OutputTokens},
-		CostUSD:    res.CostUSD,
-		TraceID:    res.TraceID,
+		Usage: usageJSON{Input: res.Usage.Input(), Output: res.Usage.OutputTokens,
+			CacheRead: res.Usage.CachedInputTokens, CacheWrite: res.Usage.CacheWriteTokens},
+		CostUSD:       res.CostUSD,
+		CacheSavedUSD: res.CacheSavedUSD,
+		TraceID:       res.TraceID,
 	})
 }
 
@@ -129,12 +131,20 @@ type chatAnswer struct {
 	Confidence float64   `json:"confidence"`
 	Usage      usageJSON `json:"usage"`
 	CostUSD    float64   `json:"costUsd"`
-	TraceID    string    `json:"traceId"`
+	// CacheSavedUSD is what the vendor's prompt cache saved (omitted when
+	// nothing was read from or written to it).
+	CacheSavedUSD float64 `json:"cacheSavedUsd,omitempty"`
+	TraceID       string  `json:"traceId"`
 }
 
+// usageJSON is an answer's tokens: Input counts every input token, of
+// which CacheRead were read from the vendor's prompt cache and CacheWrite
+// written to it.
 type usageJSON struct {
-	Input  int `json:"input"`
-	Output int `json:"output"`
+	Input      int `json:"input"`
+	Output     int `json:"output"`
+	CacheRead  int `json:"cacheRead,omitempty"`
+	CacheWrite int `json:"cacheWrite,omitempty"`
 }
 
 // authenticate fills the caller from an API key, or from the trusted user

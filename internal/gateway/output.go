@@ -46,11 +46,13 @@ func (o *StreamOutput) Finish(res *Result) error {
 		Tier:       res.Tier,
 		Degraded:   res.Degraded,
 		Confidence: res.Confidence,
-		Tokens:     stream.Tokens{Input: res.Usage.Input(), Output: res.Usage.OutputTokens},
-		CostUSD:    res.CostUSD,
-		TraceID:    res.TraceID,
-		CacheHit:   res.CacheHit,
-		Continued:  res.Continued,
+		Tokens: stream.Tokens{Input: res.Usage.Input(), Output: res.Usage.OutputTokens,
+			CacheRead: res.Usage.CachedInputTokens, CacheWrite: res.Usage.CacheWriteTokens},
+		CostUSD:       res.CostUSD,
+		CacheSavedUSD: res.CacheSavedUSD,
+		TraceID:       res.TraceID,
+		CacheHit:      res.CacheHit,
+		Continued:     res.Continued,
 	}
 	for i, p := range res.Parts {
 		if i < stream.MaxParts {

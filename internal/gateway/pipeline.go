@@ -334,22 +334,24 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 	})
 	if err != nil {
 		if a.usage != (provider.Usage{}) || (out.Started() && a.sofar != "") {
-			return &Result{Text: a.sofar, Tier: model, ModelID: a.m.ModelID, Usage: a.usage, CostUSD: cost(a.m, a.usage)}, err
+			return &Result{Text: a.sofar, Tier: model, ModelID: a.m.ModelID, Usage: a.usage, CostUSD: cost(a.m, a.usage),
+				CacheSavedUSD: cacheSaving(a.m, a.usage)}, err
 		}
 		return nil, err
 	}
 	return &Result{
-		Text:         a.resp.Text,
-		Tier:         model,
-		ModelID:      a.resp.ModelID,
-		StopReason:   a.resp.StopReason,
-		StopSequence: a.resp.StopSequence,
-		Degraded:     model != g.primary() || t.ContextUnavailable,
-		Confidence:   a.m.Confidence,
-		Usage:        a.usage,
-		CostUSD:      cost(a.m, a.usage),
-		TTFT:         a.ttft,
-		Simplified:   simplified,
+		Text:          a.resp.Text,
+		Tier:          model,
+		ModelID:       a.resp.ModelID,
+		StopReason:    a.resp.StopReason,
+		StopSequence:  a.resp.StopSequence,
+		Degraded:      model != g.primary() || t.ContextUnavailable,
+		Confidence:    a.m.Confidence,
+		Usage:         a.usage,
+		CostUSD:       cost(a.m, a.usage),
+		CacheSavedUSD: cacheSaving(a.m, a.usage),
+		TTFT:          a.ttft,
+		Simplified:    simplified,
 	}, nil
 }
 

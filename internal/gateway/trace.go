@@ -218,6 +218,9 @@ func endAttempt(span *events.Span, m modelConfig, u provider.Usage, err error) {
 		span.SetCacheHit(events.CachePrefixPartial) // the vendor read part of the prompt from its cache
 	}
 	span.SetCost(cost(m, u))
+	if u.CachedInputTokens > 0 || u.CacheWriteTokens > 0 {
+		span.SetPromptCache(u.CachedInputTokens, u.CacheWriteTokens, cacheSaving(m, u))
+	}
 	if u.Estimated {
 		// The vendor reported no usage (the stream was cut or abandoned):
 		// the figures are the gateway's estimate.

@@ -105,9 +105,12 @@ type Result struct {
 	Confidence float64
 	Usage      provider.Usage
 	CostUSD    float64
-	CacheHit   bool
-	TraceID    string
-	TTFT       time.Duration
+	// CacheSavedUSD is what the vendors' prompt caches saved on the
+	// answer (negative when cache writes cost more than reads saved).
+	CacheSavedUSD float64
+	CacheHit      bool
+	TraceID       string
+	TTFT          time.Duration
 	// Simplified is set when the answer came from the cheaper model's brief
 	// mode after the primary timed out.
 	Simplified bool

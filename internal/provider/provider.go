@@ -87,8 +87,11 @@ type Usage struct {
 	OutputTokens int
 	// CachedInputTokens were read from the vendor's prompt cache.
 	CachedInputTokens int
-	// CacheWriteTokens were written to the vendor's prompt cache.
-	CacheWriteTokens int
+	// CacheWriteTokens were written to the vendor's prompt cache, and
+	// CacheWrite1hTokens are the part of them written for one hour rather
+	// than five minutes (priced higher).
+	CacheWriteTokens   int
+	CacheWrite1hTokens int
 	// Estimated is set when the vendor reported no usage (a stream cut
 	// before its final event) and the figures are the gateway's estimate.
 	Estimated bool
@@ -101,11 +104,12 @@ func (u Usage) Input() int { return u.InputTokens + u.CachedInputTokens + u.Cach
 // Add returns the sum of two usages; the sum is estimated if either is.
 func (u Usage) Add(o Usage) Usage {
 	return Usage{
-		InputTokens:       u.InputTokens + o.InputTokens,
-		OutputTokens:      u.OutputTokens + o.OutputTokens,
-		CachedInputTokens: u.CachedInputTokens + o.CachedInputTokens,
-		CacheWriteTokens:  u.CacheWriteTokens + o.CacheWriteTokens,
-		Estimated:         u.Estimated || o.Estimated,
+		InputTokens:        u.InputTokens + o.InputTokens,
+		OutputTokens:       u.OutputTokens + o.OutputTokens,
+		CachedInputTokens:  u.CachedInputTokens + o.CachedInputTokens,
+		CacheWriteTokens:   u.CacheWriteTokens + o.CacheWriteTokens,
+		CacheWrite1hTokens: u.CacheWrite1hTokens + o.CacheWrite1hTokens,
+		Estimated:          u.Estimated || o.Estimated,
 	}
 }
 

@@ -81,10 +81,14 @@ type Chunk struct {
 	Text     string
 }
 
-// Tokens is the token usage reported in a done frame.
+// Tokens is the token usage reported in a done frame. Input counts every
+// input token, of which CacheRead were read from the vendor's prompt cache
+// and CacheWrite written to it.
 type Tokens struct {
-	Input  int `json:"input"`
-	Output int `json:"output"`
+	Input      int `json:"input"`
+	Output     int `json:"output"`
+	CacheRead  int `json:"cacheRead,omitempty"`
+	CacheWrite int `json:"cacheWrite,omitempty"`
 }
 
 // DoneMetrics are the stream timings of a done frame, computed by the stream.
@@ -101,14 +105,17 @@ type DoneMetrics struct {
 
 // Done ends a successful answer. Stream.Finish fills RequestID and Metrics.
 type Done struct {
-	RequestID  string      `json:"requestId"`
-	Tier       string      `json:"tier"`
-	Degraded   bool        `json:"degraded"`
-	Confidence float64     `json:"confidence"`
-	Tokens     Tokens      `json:"tokens"`
-	CostUSD    float64     `json:"costUsd"`
-	Metrics    DoneMetrics `json:"metrics"`
-	TraceID    string      `json:"traceId"`
+	RequestID  string  `json:"requestId"`
+	Tier       string  `json:"tier"`
+	Degraded   bool    `json:"degraded"`
+	Confidence float64 `json:"confidence"`
+	Tokens     Tokens  `json:"tokens"`
+	CostUSD    float64 `json:"costUsd"`
+	// CacheSavedUSD is what the vendor's prompt cache saved: the cost at
+	// the plain input price less CostUSD. Encoded only when not zero.
+	CacheSavedUSD float64     `json:"cacheSavedUsd,omitempty"`
+	Metrics       DoneMetrics `json:"metrics"`
+	TraceID       string      `json:"traceId"`
 	// CacheHit is encoded only when true.
 	CacheHit bool `json:"cacheHit,omitempty"`
 	// Continued is set when a fallback model finished the answer after its
@@ -200,12 +207,12 @@ func (e ErrorFrame) AppendJSON(dst []byte) []byte {
 }
 
 // errNotFinite is returned for a done frame JSON cannot carry.
-var errNotFinite = errors.New("stream: done frame: confidence, costUsd and tps must be finite")
+var errNotFinite = errors.New("stream: done frame: confidence, costUsd, cacheSavedUsd and tps must be finite")
 
 // AppendJSON appends the wire form of d to dst. It fails only when a float
 // field is NaN or infinite.
 func (d Done) AppendJSON(dst []byte) ([]byte, error) {
-	for _, f := range []float64{d.Confidence, d.CostUSD, d.Metrics.TPS} {
+	for _, f := range []float64{d.Confidence, d.CostUSD, d.CacheSavedUSD, d.Metrics.TPS} {
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return dst, errNotFinite
 		}

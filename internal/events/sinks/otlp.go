@@ -144,6 +144,13 @@ func Attributes(e *events.Event) []attribute.KeyValue {
 		attribute.Int("fmgate.resource.tokens_out", e.Resource.TokensOut),
 		attribute.Float64("fmgate.resource.cost_usd", e.Resource.CostUSD),
 	)
+	if r := e.Resource; r.TokensCacheRead != 0 || r.TokensCacheWrite != 0 {
+		kv = append(kv,
+			attribute.Int("fmgate.resource.tokens_cache_read", r.TokensCacheRead),
+			attribute.Int("fmgate.resource.tokens_cache_write", r.TokensCacheWrite),
+			attribute.Float64("fmgate.resource.cache_saved_usd", r.CacheSavedUSD),
+		)
+	}
 	str("fmgate.resource.cache_hit", string(e.Resource.CacheHit))
 	if len(e.Resource.CapabilityFlagsActive) > 0 {
 		kv = append(kv, attribute.StringSlice("fmgate.resource.capability_flags_active", e.Resource.CapabilityFlagsActive))

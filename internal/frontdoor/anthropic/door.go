@@ -235,7 +235,9 @@ func (s *sender) Send(ctx context.Context, frame []byte) error {
 		if err := s.openLocked(); err != nil {
 			return err
 		}
-		stop, usage := StopEndTurn, Usage{InputTokens: f.Done.Tokens.Input, OutputTokens: f.Done.Tokens.Output}
+		tk := f.Done.Tokens
+		stop, usage := StopEndTurn, UsageOf(provider.Usage{InputTokens: tk.Input - tk.CacheRead - tk.CacheWrite,
+			CachedInputTokens: tk.CacheRead, CacheWriteTokens: tk.CacheWrite, OutputTokens: tk.Output})
 		var seq *string
 		if s.res != nil {
 			stop, usage = StopReason(s.res.StopReason), UsageOf(s.res.Usage)

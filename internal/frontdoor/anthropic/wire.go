@@ -431,18 +431,31 @@ type ContentBlock struct {
 }
 
 // Usage is Anthropic's usage object. InputTokens excludes the tokens read
-// from or written to the prompt cache, which are counted apart.
+// from or written to the prompt cache, which are counted apart;
+// CacheCreation splits the written ones by TTL.
 type Usage struct {
-	InputTokens              int `json:"input_tokens"`
-	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
-	OutputTokens             int `json:"output_tokens"`
+	InputTokens              int            `json:"input_tokens"`
+	CacheCreationInputTokens int            `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int            `json:"cache_read_input_tokens"`
+	CacheCreation            *CacheCreation `json:"cache_creation,omitempty"`
+	OutputTokens             int            `json:"output_tokens"`
+}
+
+// CacheCreation is the tokens written to the prompt cache for each TTL.
+type CacheCreation struct {
+	Ephemeral5m int `json:"ephemeral_5m_input_tokens"`
+	Ephemeral1h int `json:"ephemeral_1h_input_tokens"`
 }
 
 // UsageOf is u in Anthropic's fields.
 func UsageOf(u provider.Usage) Usage {
-	return Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+	out := Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CacheReadInputTokens: u.CachedInputTokens, CacheCreationInputTokens: u.CacheWriteTokens}
+	if u.CacheWriteTokens > 0 {
+		long := min(u.CacheWrite1hTokens, u.CacheWriteTokens)
+		out.CacheCreation = &CacheCreation{Ephemeral5m: u.CacheWriteTokens - long, Ephemeral1h: long}
+	}
+	return out
 }
 
 // StopReason maps a provider's stop reason to Anthropic's; anything it does

@@ -372,22 +372,37 @@ func truncate(s string, n int) string {
 
 // Usage is the Converse API's token usage.
 type Usage struct {
-	InputTokens           int `json:"inputTokens"`
-	OutputTokens          int `json:"outputTokens"`
-	TotalTokens           int `json:"totalTokens"`
-	CacheReadInputTokens  int `json:"cacheReadInputTokens,omitempty"`
-	CacheWriteInputTokens int `json:"cacheWriteInputTokens,omitempty"`
+	InputTokens           int           `json:"inputTokens"`
+	OutputTokens          int           `json:"outputTokens"`
+	TotalTokens           int           `json:"totalTokens"`
+	CacheReadInputTokens  int           `json:"cacheReadInputTokens,omitempty"`
+	CacheWriteInputTokens int           `json:"cacheWriteInputTokens,omitempty"`
+	CacheDetails          []CacheDetail `json:"cacheDetails,omitempty"`
 }
 
-// UsageOf converts a provider usage to the wire's.
+// CacheDetail is the tokens written to the prompt cache with one TTL.
+type CacheDetail struct {
+	TTL         string `json:"ttl"`
+	InputTokens int    `json:"inputTokens"`
+}
+
+// UsageOf converts a provider usage to the wire's; the cache writes are
+// split by TTL as Bedrock does, the hour before the five minutes.
 func UsageOf(u provider.Usage) Usage {
-	return Usage{
+	out := Usage{
 		InputTokens:           u.InputTokens,
 		OutputTokens:          u.OutputTokens,
 		TotalTokens:           u.InputTokens + u.OutputTokens + u.CachedInputTokens + u.CacheWriteTokens,
 		CacheReadInputTokens:  u.CachedInputTokens,
 		CacheWriteInputTokens: u.CacheWriteTokens,
 	}
+	if long := min(u.CacheWrite1hTokens, u.CacheWriteTokens); long > 0 {
+		out.CacheDetails = append(out.CacheDetails, CacheDetail{TTL: "1h", InputTokens: long})
+	}
+	if short := u.CacheWriteTokens - min(u.CacheWrite1hTokens, u.CacheWriteTokens); short > 0 {
+		out.CacheDetails = append(out.CacheDetails, CacheDetail{TTL: "5m", InputTokens: short})
+	}
+	return out
 }
 
 type metrics struct {

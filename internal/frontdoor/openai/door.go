@@ -236,7 +236,8 @@ func (tx *transcoder) Send(ctx context.Context, frame []byte) error {
 	case stream.TypeDone:
 		u := tx.usage
 		if u == (Usage{}) {
-			u = Usage{PromptTokens: f.Done.Tokens.Input, CompletionTokens: f.Done.Tokens.Output, CostUSD: f.Done.CostUSD}
+			u = Usage{PromptTokens: f.Done.Tokens.Input, CompletionTokens: f.Done.Tokens.Output, CostUSD: f.Done.CostUSD,
+				CachedTokens: f.Done.Tokens.CacheRead, CacheWriteTokens: f.Done.Tokens.CacheWrite}
 		}
 		return tx.ev.finish(orElse(tx.finish, FinishStop), u)
 	case stream.TypeError:
@@ -317,10 +318,7 @@ func answeredBy(modelID, tier string) string {
 	return orElse(modelID, tier)
 }
 
-func usageOf(res *gateway.Result) Usage {
-	return Usage{PromptTokens: res.Usage.Input(), CompletionTokens: res.Usage.OutputTokens,
-		CachedTokens: res.Usage.CachedInputTokens, CacheWriteTokens: res.Usage.CacheWriteTokens, CostUSD: res.CostUSD}
-}
+func usageOf(res *gateway.Result) Usage { return UsageOf(res.Usage, res.CostUSD) }
 
 // fromGateway is the OpenAI error for a turn the gateway refused or failed.
 func fromGateway(err error) *Error {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/stream"
 )
 
@@ -30,6 +31,12 @@ func FinishReason(stop string) string {
 	return FinishStop
 }
 
+// UsageOf is u, priced at cost, as an answer's usage.
+func UsageOf(u provider.Usage, cost float64) Usage {
+	return Usage{PromptTokens: u.Input(), CompletionTokens: u.OutputTokens, CachedTokens: u.CachedInputTokens,
+		CacheWriteTokens: u.CacheWriteTokens, CacheWrite1hTokens: u.CacheWrite1hTokens, CostUSD: cost}
+}
+
 // Usage is the usage object of an answer.
 type Usage struct {
 	PromptTokens     int
@@ -42,6 +49,10 @@ type Usage struct {
 	// fmgate in front of this one) needs them apart. Sent as
 	// prompt_tokens_details.cache_write_tokens when positive.
 	CacheWriteTokens int
+	// CacheWrite1hTokens are the part of CacheWriteTokens written for one
+	// hour, sent as prompt_tokens_details.cache_write_1h_tokens when
+	// positive.
+	CacheWrite1hTokens int
 	// CostUSD is what fmgate priced the answer at, sent as usage.cost_usd
 	// when positive (an extension field the SDKs keep as an extra).
 	CostUSD float64
@@ -59,6 +70,10 @@ func (u Usage) appendJSON(dst []byte) []byte {
 	if u.CacheWriteTokens > 0 {
 		dst = append(dst, `,"cache_write_tokens":`...)
 		dst = strconv.AppendInt(dst, int64(u.CacheWriteTokens), 10)
+	}
+	if u.CacheWrite1hTokens > 0 {
+		dst = append(dst, `,"cache_write_1h_tokens":`...)
+		dst = strconv.AppendInt(dst, int64(u.CacheWrite1hTokens), 10)
 	}
 	dst = append(dst, `},"completion_tokens_details":{"reasoning_tokens":0}`...)
 	if u.CostUSD > 0 && !math.IsInf(u.CostUSD, 0) {

@@ -60,7 +60,7 @@ func (h *simHandler) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	ev := newEvents(w, meta)
 	resp, err := h.s.Stream(r.Context(), req, ev.delta)
-	usage := Usage{PromptTokens: resp.Usage.Input(), CompletionTokens: resp.Usage.OutputTokens, CachedTokens: resp.Usage.CachedInputTokens, CacheWriteTokens: resp.Usage.CacheWriteTokens}
+	usage := UsageOf(resp.Usage, 0)
 	switch {
 	case err == nil:
 		_ = ev.finish(FinishReason(resp.StopReason), usage)
@@ -92,7 +92,7 @@ func (h *simHandler) complete(w http.ResponseWriter, r *http.Request, req *provi
 	}
 	body := Completion{
 		ID: meta.id, Created: meta.created, Model: meta.model, Text: resp.Text, FinishReason: finish,
-		Usage: Usage{PromptTokens: resp.Usage.Input(), CompletionTokens: resp.Usage.OutputTokens, CachedTokens: resp.Usage.CachedInputTokens, CacheWriteTokens: resp.Usage.CacheWriteTokens},
+		Usage: UsageOf(resp.Usage, 0),
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(append(body.AppendJSON(make([]byte, 0, 512+len(resp.Text))), '\n'))

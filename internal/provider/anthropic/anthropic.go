@@ -290,6 +290,9 @@ func usageOf(u sdk.Usage) provider.Usage {
 		OutputTokens:      int(u.OutputTokens),
 		CachedInputTokens: int(u.CacheReadInputTokens),
 		CacheWriteTokens:  int(u.CacheCreationInputTokens),
+		// The breakdown by TTL; an older answer without it wrote for five
+		// minutes.
+		CacheWrite1hTokens: int(u.CacheCreation.Ephemeral1hInputTokens),
 	}
 }
 

@@ -352,12 +352,18 @@ func usageOf(u *types.TokenUsage) provider.Usage {
 	if u == nil {
 		return provider.Usage{}
 	}
-	return provider.Usage{
+	out := provider.Usage{
 		InputTokens:       int(aws.ToInt32(u.InputTokens)),
 		OutputTokens:      int(aws.ToInt32(u.OutputTokens)),
 		CachedInputTokens: int(aws.ToInt32(u.CacheReadInputTokens)),
 		CacheWriteTokens:  int(aws.ToInt32(u.CacheWriteInputTokens)),
 	}
+	for _, d := range u.CacheDetails {
+		if d.Ttl == types.CacheTTLOneHour {
+			out.CacheWrite1hTokens += int(aws.ToInt32(d.InputTokens))
+		}
+	}
+	return out
 }
 
 // estimate is the usage of a stream that ended before Bedrock reported it.

@@ -328,6 +328,10 @@ func readUsage(p *scanner) (u provider.Usage, ok bool, err error) {
 					n, err := p.int()
 					u.CacheWriteTokens = int(n)
 					return err
+				case "cache_write_1h_tokens": // the part of those written for one hour
+					n, err := p.int()
+					u.CacheWrite1hTokens = int(n)
+					return err
 				}
 				return p.skip()
 			})

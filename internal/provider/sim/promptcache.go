@@ -137,7 +137,8 @@ type cacheEntry struct {
 // use bills a call's marked prefixes, from the shortest to the longest, as
 // Anthropic does: the longest one held unexpired is read, the tokens from
 // there to the last mark are written, and the call's input minus both is
-// neither. Every prefix is then held for its TTL from now, or longer if it
+// neither; the stretches written up to a mark with a one-hour TTL are
+// CacheWrite1hTokens. Every prefix is then held for its TTL from now, or longer if it
 // already was.
 func (c *promptCache) use(now time.Time, prefixes []prefix, input int) provider.Usage {
 	u := provider.Usage{InputTokens: input}
@@ -154,6 +155,17 @@ func (c *promptCache) use(now time.Time, prefixes []prefix, input int) provider.
 	u.CachedInputTokens = read
 	u.CacheWriteTokens = max(last-read, 0)
 	u.InputTokens = input - u.CachedInputTokens - u.CacheWriteTokens
+	// Each written stretch ends at a mark and is held for that mark's TTL.
+	prev := read
+	for _, p := range prefixes {
+		if p.tokens <= prev {
+			continue
+		}
+		if p.ttl >= provider.CacheTTLLong {
+			u.CacheWrite1hTokens += p.tokens - prev
+		}
+		prev = p.tokens
+	}
 	for _, p := range prefixes {
 		c.store(p.key, now.Add(p.ttl))
 	}
