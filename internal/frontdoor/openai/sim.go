@@ -59,7 +59,7 @@ func (h *simHandler) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev := newEvents(w, meta)
-	resp, err := h.s.Stream(r.Context(), req, ev.delta)
+	resp, err := h.s.Stream(sim.WithAutomaticCaching(r.Context()), req, ev.delta)
 	usage := UsageOf(resp.Usage, 0)
 	switch {
 	case err == nil:
@@ -76,7 +76,7 @@ func (h *simHandler) chat(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *simHandler) complete(w http.ResponseWriter, r *http.Request, req *provider.Request, meta chunkMeta) {
-	resp, err := h.s.Complete(r.Context(), req)
+	resp, err := h.s.Complete(sim.WithAutomaticCaching(r.Context()), req)
 	finish := FinishReason(resp.StopReason)
 	switch {
 	case err == nil:

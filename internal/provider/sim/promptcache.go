@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"container/list"
+	"context"
 	"crypto/sha256"
 	"slices"
 	"time"
@@ -134,13 +135,19 @@ type cacheEntry struct {
 	expires time.Time
 }
 
-// use bills a call's marked prefixes, from the shortest to the longest, as
+// use bills a call's marked prefixes and then holds them: bill, then hold.
+func (c *promptCache) use(now time.Time, prefixes []prefix, input int) provider.Usage {
+	u := c.bill(now, prefixes, input)
+	c.hold(now, prefixes)
+	return u
+}
+
+// bill bills a call's marked prefixes, from the shortest to the longest, as
 // Anthropic does: the longest one held unexpired is read, the tokens from
 // there to the last mark are written, and the call's input minus both is
 // neither; the stretches written up to a mark with a one-hour TTL are
-// CacheWrite1hTokens. Every prefix is then held for its TTL from now, or longer if it
-// already was.
-func (c *promptCache) use(now time.Time, prefixes []prefix, input int) provider.Usage {
+// CacheWrite1hTokens.
+func (c *promptCache) bill(now time.Time, prefixes []prefix, input int) provider.Usage {
 	u := provider.Usage{InputTokens: input}
 	if len(prefixes) == 0 {
 		return u
@@ -166,10 +173,15 @@ func (c *promptCache) use(now time.Time, prefixes []prefix, input int) provider.
 		}
 		prev = p.tokens
 	}
+	return u
+}
+
+// hold keeps every prefix for its TTL from now, or longer if it already
+// was.
+func (c *promptCache) hold(now time.Time, prefixes []prefix) {
 	for _, p := range prefixes {
 		c.store(p.key, now.Add(p.ttl))
 	}
-	return u
 }
 
 func (c *promptCache) store(key [sha256.Size]byte, expires time.Time) {
@@ -198,3 +210,39 @@ func (c *promptCache) store(key [sha256.Size]byte, expires time.Time) {
 
 // size is the number of prefixes held, expired or not.
 func (c *promptCache) size() int { return c.order.Len() }
+
+type automaticCachingKey struct{}
+
+// WithAutomaticCaching returns ctx marking the calls made with it to be
+// cached and billed as OpenAI does, whatever marks they carry: every prefix
+// that ends where a message ends (the system prompt, and each message but
+// the last) is looked up and held, so that the next turn of a conversation
+// reads what this one sent; OpenAI bills no cache writes, so the tokens
+// written are plain input; and its tokens-per-minute limit counts the
+// tokens read. The simulator's OpenAI wire calls with it.
+func WithAutomaticCaching(ctx context.Context) context.Context {
+	return context.WithValue(ctx, automaticCachingKey{}, true)
+}
+
+func automaticCaching(ctx context.Context) bool {
+	on, _ := ctx.Value(automaticCachingKey{}).(bool)
+	return on
+}
+
+// autoMarked is a copy of req marked as WithAutomaticCaching says.
+func autoMarked(req *provider.Request) *provider.Request {
+	out := *req
+	out.SystemCache = nil
+	if req.System != "" {
+		out.SystemCache = []provider.CacheMark{{At: len(req.System)}}
+	}
+	out.Messages = make([]provider.Message, len(req.Messages))
+	for i, m := range req.Messages {
+		m.Cache = nil
+		if i < len(req.Messages)-1 && m.Content != "" {
+			m.Cache = []provider.CacheMark{{At: len(m.Content)}}
+		}
+		out.Messages[i] = m
+	}
+	return &out
+}

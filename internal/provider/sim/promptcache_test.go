@@ -605,3 +605,26 @@ func TestSimPromptCacheEvictsOldest(t *testing.T) {
 		t.Errorf("the newest prefix was not read: %+v", u)
 	}
 }
+
+// The simulated TPM ceiling, as Anthropic's and Bedrock's, does not count
+// the input read from the prompt cache: a conversation whose long system
+// prompt is cached goes on under a ceiling its whole prompt would break.
+func TestTPMCeilingLeavesOutCacheReads(t *testing.T) {
+	system := storeRules(1200)
+	st := cachingModel(1024)
+	first := turn("sonnet", system, 0, "hello")
+	st.TPMCeiling = InputTokens(first) + 200 // the first call's whole input and a little more
+	s, _ := newSim(t, 1, map[string]Settings{"sonnet": st})
+	if _, err := s.Complete(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		resp, err := s.Complete(context.Background(), turn("sonnet", system, 0, "and then?"))
+		if err != nil {
+			t.Fatalf("call %d after the prompt was cached: %v", i+2, err)
+		}
+		if resp.Usage.CachedInputTokens == 0 {
+			t.Fatalf("call %d read nothing from the cache", i+2)
+		}
+	}
+}

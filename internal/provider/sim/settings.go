@@ -49,7 +49,8 @@ type Settings struct {
 	// after that many output tokens, as a dropped connection.
 	CutAfterTokens int `json:"cutAfterTokens" yaml:"cutAfterTokens"`
 	// TPMCeiling is the tokens-per-minute quota (input + output over a
-	// rolling 60 s). A call whose input would exceed it fails with kind
+	// rolling 60 s; input read from the prompt cache does not count, as on
+	// Anthropic and Bedrock). A call whose input would exceed it fails with kind
 	// throttled and a RetryAfter saying when enough tokens expire. 0 means no
 	// ceiling.
 	TPMCeiling int `json:"tpmCeiling" yaml:"tpmCeiling"`

@@ -287,8 +287,12 @@ func (s *Sim) StreamAdmitted(ctx context.Context, req *provider.Request, admitte
 		return resp, fail(provider.KindTimeout, 408, "simulated model timeout")
 	}
 
+	auto := automaticCaching(ctx)
+	if auto {
+		req = autoMarked(req)
+	}
 	prefixes, input := promptPrefixes(req, st.CacheMinTokens)
-	usage, retryAfter, ok := s.admit(req.Model, st.TPMCeiling, prefixes, input)
+	usage, retryAfter, ok := s.admit(req.Model, st.TPMCeiling, prefixes, input, auto)
 	if !ok {
 		err := fail(provider.KindThrottled, 429, fmt.Sprintf("simulated tokens-per-minute ceiling of %d reached", st.TPMCeiling))
 		err.RetryAfter = retryAfter
@@ -389,22 +393,32 @@ func (s *Sim) wait(ctx context.Context, d time.Duration) error {
 	return s.sleep(ctx, d)
 }
 
-// admit checks the TPM ceiling (0 = none), which counts every input token,
-// cached or not. When the call fits, it records the input, looks up and
-// stores the call's marked prefixes in the model's prompt cache, and bills
-// the input in its classes.
-func (s *Sim) admit(name string, ceiling int, prefixes []prefix, input int) (usage provider.Usage, retryAfter time.Duration, ok bool) {
+// admit bills the call's input in the classes of the model's prompt cache
+// and checks the TPM ceiling (0 = none), which, as Anthropic's and
+// Bedrock's, counts every input token but those read from the cache. When
+// the call fits, it records the counted input and holds the call's marked
+// prefixes in the cache. With auto (WithAutomaticCaching) the call is
+// billed as OpenAI bills: the ceiling counts every input token, and the
+// tokens written to the cache are plain input.
+func (s *Sim) admit(name string, ceiling int, prefixes []prefix, input int, auto bool) (usage provider.Usage, retryAfter time.Duration, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.models[name] // models are never removed, so m is set
 	now := s.now()
+	usage = m.cache.bill(now, prefixes, input)
+	counted := input - usage.CachedInputTokens
+	if auto {
+		counted = input
+		usage.InputTokens += usage.CacheWriteTokens
+		usage.CacheWriteTokens, usage.CacheWrite1hTokens = 0, 0
+	}
 	if ceiling > 0 {
-		if ok, retryAfter := m.tpm.admit(now, input, ceiling); !ok {
+		if ok, retryAfter := m.tpm.admit(now, counted, ceiling); !ok {
 			return provider.Usage{}, retryAfter, false
 		}
 	}
-	m.tpm.record(now, input)
-	usage = m.cache.use(now, prefixes, input)
+	m.tpm.record(now, counted)
+	m.cache.hold(now, prefixes)
 	m.usage = m.usage.Add(usage)
 	return usage, 0, true
 }
