@@ -470,7 +470,7 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 		maxOut = t.MaxOutput
 	}
 	req := &provider.Request{Model: m.Name, System: withContext(t.System, t.Context), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
-		Temperature: t.Temperature, StopSequences: t.StopSequences}
+		Temperature: t.Temperature, StopSequences: t.StopSequences, CacheKey: t.PromptCacheKey}
 	markPrefixes(t, m, req)
 	return req
 }

@@ -54,6 +54,9 @@ type Turn struct {
 	// marks in ClientSystem and in Message (History's messages carry
 	// their own); they pass through to the model.
 	ClientSystemCache, MessageCache []provider.CacheMark
+	// PromptCacheKey is the client's OpenAI prompt_cache_key; it passes
+	// through to the model (see provider.Request.CacheKey).
+	PromptCacheKey string
 	// Temperature and StopSequences pass through to the model.
 	Temperature   *float64
 	StopSequences []string

@@ -74,6 +74,10 @@ type Request struct {
 	StopSequences []string
 	// SystemCache marks the ends of prompt prefixes within System, in order.
 	SystemCache []CacheMark
+	// CacheKey is the client's OpenAI prompt_cache_key: a hint that routes
+	// requests sharing a prefix to the same cache. The openai provider
+	// sends it; Anthropic and Bedrock cache by marks and have no such hint.
+	CacheKey string
 }
 
 // Usage is what the provider reports it billed for the call.

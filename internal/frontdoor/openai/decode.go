@@ -34,6 +34,8 @@ const (
 	MaxStop = 4
 	// MaxUserBytes bounds the user field.
 	MaxUserBytes = 128
+	// MaxPromptCacheKeyBytes bounds prompt_cache_key.
+	MaxPromptCacheKeyBytes = 256
 	// DefaultMaxBodyBytes bounds a request body when the caller sets no limit:
 	// a whole conversation travels in every request.
 	DefaultMaxBodyBytes = 4 << 20
@@ -59,6 +61,8 @@ type Chat struct {
 	Temperature *float64
 	Stop        []string
 	User        string
+	// PromptCacheKey is prompt_cache_key, passed to the model.
+	PromptCacheKey string
 }
 
 // Messages returns the conversation as a provider sees it: History, then
@@ -81,6 +85,7 @@ type chatRequest struct {
 	Temperature         *float64        `json:"temperature"`
 	Stop                json.RawMessage `json:"stop"`
 	User                *string         `json:"user"`
+	PromptCacheKey      *string         `json:"prompt_cache_key"`
 
 	// Accepted at the value that changes nothing.
 	N                *int            `json:"n"`
@@ -108,7 +113,6 @@ type chatRequest struct {
 	ReasoningEffort   json.RawMessage `json:"reasoning_effort"`
 	Verbosity         json.RawMessage `json:"verbosity"`
 	ServiceTier       json.RawMessage `json:"service_tier"`
-	PromptCacheKey    json.RawMessage `json:"prompt_cache_key"`
 	SafetyIdentifier  json.RawMessage `json:"safety_identifier"`
 }
 
@@ -215,6 +219,12 @@ func DecodeChat(data []byte) (Chat, *Error) {
 		}
 		c.User = *req.User
 	}
+	if k := req.PromptCacheKey; k != nil {
+		if len(*k) > MaxPromptCacheKeyBytes {
+			return c, invalidRequest("prompt_cache_key", "Invalid 'prompt_cache_key': string too long. Expected a string with maximum length %d.", MaxPromptCacheKeyBytes)
+		}
+		c.PromptCacheKey = *k
+	}
 	if e := c.decodeMessages(req.Messages); e != nil {
 		return c, e
 	}
@@ -266,7 +276,6 @@ func (req *chatRequest) refusals() *Error {
 		{"reasoning_effort", "the model tier decides", req.ReasoningEffort},
 		{"verbosity", "the model tier decides", req.Verbosity},
 		{"service_tier", "fmgate's priority classes come from the API key", req.ServiceTier},
-		{"prompt_cache_key", "the model tier's provider manages its prompt cache", req.PromptCacheKey},
 		{"safety_identifier", "send the end user's id in 'user'", req.SafetyIdentifier},
 	} {
 		if isSet(f.v) {

@@ -21,9 +21,10 @@ func TestDecodeChat(t *testing.T) {
 			name: "conversation",
 			give: `{"model":"sonnet","messages":[{"role":"system","content":"Be brief."},{"role":"developer","content":"Use English."},` +
 				`{"role":"user","content":"hi"},{"role":"assistant","content":"Hello"},{"role":"user","content":[{"type":"text","text":"Recommend "},{"type":"text","text":"a manga"}]}],` +
-				`"stream":true,"stream_options":{"include_usage":true},"max_tokens":200,"max_completion_tokens":100,"temperature":0.5,"stop":"END","user":"u1","n":1,"logprobs":false,"tools":null}`,
+				`"stream":true,"stream_options":{"include_usage":true},"max_tokens":200,"max_completion_tokens":100,"temperature":0.5,"stop":"END","user":"u1","n":1,"logprobs":false,"tools":null,` +
+				`"prompt_cache_key":"mangaassist-ja"}`,
 			want: Chat{Model: "sonnet", System: "Be brief.\n\nUse English.", Message: "Recommend a manga", Stream: true, IncludeUsage: true,
-				MaxTokens: 100, Temperature: &half, Stop: []string{"END"}, User: "u1",
+				MaxTokens: 100, Temperature: &half, Stop: []string{"END"}, User: "u1", PromptCacheKey: "mangaassist-ja",
 				History: []provider.Message{{Role: provider.RoleUser, Content: "hi"}, {Role: provider.RoleAssistant, Content: "Hello"}}},
 		},
 		{
@@ -38,6 +39,7 @@ func TestDecodeChat(t *testing.T) {
 		{name: "image part", give: `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, wantParam: "messages[0].content[0].type", wantErr: true},
 		{name: "tool message", give: `{"model":"m","messages":[{"role":"tool","content":"x","tool_call_id":"c"}]}`, wantParam: "messages[0].tool_call_id", wantErr: true},
 		{name: "unknown field", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"frobnicate":1}`, wantParam: "frobnicate", wantErr: true},
+		{name: "long prompt cache key", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"prompt_cache_key":"` + strings.Repeat("k", MaxPromptCacheKeyBytes+1) + `"}`, wantParam: "prompt_cache_key", wantErr: true},
 		{name: "no model", give: `{"messages":[{"role":"user","content":"x"}]}`, wantParam: "model", wantErr: true},
 		{name: "no messages", give: `{"model":"m","messages":[]}`, wantParam: "messages", wantErr: true},
 		{name: "last from assistant", give: `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y"}]}`, wantParam: "messages", wantErr: true},

@@ -100,14 +100,15 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 		Surface:     "openai",
 		TraceParent: r.Header.Get("traceparent"),
 		// The turn's traceparent, set before the first byte of the answer.
-		OnTraceparent: func(tp string) { h.Set("traceparent", tp) },
-		Feature:       feature,
-		Stateless:     true,
-		History:       c.History,
-		ClientSystem:  c.System,
-		MaxOutput:     c.MaxTokens,
-		Temperature:   c.Temperature,
-		StopSequences: c.Stop,
+		OnTraceparent:  func(tp string) { h.Set("traceparent", tp) },
+		Feature:        feature,
+		Stateless:      true,
+		History:        c.History,
+		ClientSystem:   c.System,
+		MaxOutput:      c.MaxTokens,
+		Temperature:    c.Temperature,
+		StopSequences:  c.Stop,
+		PromptCacheKey: c.PromptCacheKey,
 	}
 	if _, ok := d.g.ResolveModel(c.Model); ok {
 		t.StartTier = c.Model

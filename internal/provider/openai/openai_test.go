@@ -325,6 +325,7 @@ func TestRequestOnTheWire(t *testing.T) {
 	req := request("Recommend a \"fantasy\" manga\n")
 	req.Temperature = &temp
 	req.StopSequences = []string{"END", "終"}
+	req.CacheKey = "mangaassist-ja"
 	resp, err := p.Stream(context.Background(), req, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -341,11 +342,12 @@ func TestRequestOnTheWire(t *testing.T) {
 			map[string]any{"role": "assistant", "content": "Hello!"},
 			map[string]any{"role": "user", "content": "Recommend a \"fantasy\" manga\n"},
 		},
-		"max_tokens":     400.0,
-		"temperature":    0.25,
-		"stop":           []any{"END", "終"},
-		"stream":         true,
-		"stream_options": map[string]any{"include_usage": true},
+		"max_tokens":       400.0,
+		"temperature":      0.25,
+		"stop":             []any{"END", "終"},
+		"prompt_cache_key": "mangaassist-ja",
+		"stream":           true,
+		"stream_options":   map[string]any{"include_usage": true},
 	}
 	if !reflect.DeepEqual(s.body, want) {
 		t.Errorf("body %v\nwant %v", s.body, want)

@@ -90,6 +90,10 @@ func (p *Provider) body(req *provider.Request, stream bool) ([]byte, error) {
 		}
 		b = append(b, ']')
 	}
+	if req.CacheKey != "" {
+		b = append(b, `,"prompt_cache_key":`...)
+		b = appendString(b, req.CacheKey)
+	}
 	if stream {
 		b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
 	}
