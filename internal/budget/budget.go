@@ -254,6 +254,10 @@ type Request struct {
 	// MaxOutput is the output the caller asks for; zero or more than
 	// Config.RequestOutput means Config.RequestOutput.
 	MaxOutput int
+	// ExpectCached is the input tokens the vendor is expected to read from
+	// its prompt cache (CacheHints.Expect): the cost estimate prices them
+	// as cache reads.
+	ExpectCached int
 }
 
 // Plan is an admitted request.
@@ -270,7 +274,11 @@ type Plan struct {
 	// MaxOutput is the output granted: the request's ask, capped by
 	// Config.RequestOutput and by what is left of the session's output budget.
 	MaxOutput int
-	// CostUSD is the worst-case cost (input + MaxOutput) at the given price.
+	// CachedTokens is the part of InputTokens expected to be read from the
+	// vendor's prompt cache (Request.ExpectCached, at most InputTokens).
+	CachedTokens int
+	// CostUSD is the worst-case cost (input + MaxOutput) at the given
+	// price, CachedTokens at the cache-read price.
 	CostUSD float64
 	// Counts is Estimate.Counts, for Estimator.Observe once usage is known.
 	Counts ScriptCounts
@@ -395,13 +403,15 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 			maxOut = min(maxOut, left)
 		}
 	}
-	cost := price.Cost(provider.Usage{InputTokens: est.Total, OutputTokens: maxOut})
+	cached := min(max(req.ExpectCached, 0), est.Total)
+	cost := price.Cost(provider.Usage{InputTokens: est.Total - cached, CachedInputTokens: cached, OutputTokens: maxOut})
 	if lim := b.cfg.DailyCostUSD; err == nil && lim > 0 && tot.DayCostUSD+cost > lim {
 		return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next}
 	}
 	plan.Estimate = est
 	plan.InputTokens = est.Total
 	plan.MaxOutput = maxOut
+	plan.CachedTokens = cached
 	plan.CostUSD = cost
 	plan.Counts = est.Counts
 	return plan, nil

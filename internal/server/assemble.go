@@ -24,6 +24,7 @@ import (
 	"github.com/fmgate/fmgate/internal/fallback/cache"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/jobstore"
+	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/queue"
 	"github.com/fmgate/fmgate/internal/quota"
 	"github.com/fmgate/fmgate/internal/ratelimit"
@@ -161,10 +162,13 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	}
 	models := map[string]bool{}
 	maxOut := map[string]int{}
+	readsFree := map[string]bool{}
 	for _, m := range cfg.Models {
 		models[m.Name] = true
 		maxOut[m.Name] = m.MaxOutputTokens
+		readsFree[m.Name] = !m.CacheReadsInQuota()
 	}
+	hints := provider.NewCacheHints(now)
 	tracer, err := s.events(cfg, versions.Graph().Version)
 	if err != nil {
 		return gateway.Deps{}, err
@@ -216,12 +220,13 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		UserHasher: s.hasher,
 		Prompts:    prompts,
 		Admitter:   admitter{l: limiter, obs: s.Metrics},
-		Budgeter:   budgeter{enf: enf, prices: prices(cfg)},
+		Budgeter:   budgeter{enf: enf, prices: prices(cfg), hints: hints},
 		Planner:    planner{breakers: s.Breakers, ledger: ledger, queue: q},
-		Reserver:   reserver{ledger: ledger, breakers: s.Breakers, queue: q, maxOut: maxOut, obs: s.Metrics},
-		Invoker:    invoker{retrier: retrier, breakers: s.Breakers, obs: s.Metrics},
-		Fallback:   cascade{r: resolver, models: models},
-		Judge:      judger,
+		Reserver: reserver{ledger: ledger, breakers: s.Breakers, queue: q, maxOut: maxOut,
+			readsFree: readsFree, hints: hints, obs: s.Metrics},
+		Invoker:  invoker{retrier: retrier, breakers: s.Breakers, obs: s.Metrics},
+		Fallback: cascade{r: resolver, models: models},
+		Judge:    judger,
 	}, nil
 }
 

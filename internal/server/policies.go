@@ -51,12 +51,14 @@ func (a admitter) Admit(ctx context.Context, t *gateway.Turn) error {
 type budgeter struct {
 	enf    *budget.Enforcer
 	prices map[string]budget.Price
+	hints  *provider.CacheHints
 }
 
 func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) error {
 	plan, err := b.enf.Check(ctx, budget.Request{
 		UserID: t.UserID, SessionID: t.SessionID, Model: model, MaxOutput: t.MaxOutput,
-		Parts: budget.Parts{System: t.System, History: t.History, User: t.Message},
+		Parts:        budget.Parts{System: t.System, History: t.History, User: t.Message},
+		ExpectCached: b.hints.Expect(model, t.System),
 	}, b.prices[model])
 	if ex, ok := errors.AsType[*budget.ExceededError](err); ok {
 		e := &gateway.Error{Status: http.StatusPaymentRequired, Code: gateway.CodeBudgetExceeded, Message: ex.Message(t.Locale), Err: err}
@@ -82,6 +84,9 @@ func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Resu
 	// A continued answer's input counts two calls; it would skew calibration.
 	if counts, ok := t.Calibration.(budget.ScriptCounts); ok && res.Usage.Input() > 0 && !res.Continued && !res.Usage.Estimated {
 		b.enf.Estimator().Observe(res.Tier, counts, res.Usage.Input())
+	}
+	if !res.Continued {
+		b.hints.Observe(res.Tier, t.System, res.Usage)
 	}
 	err := b.enf.Record(ctx, t.UserID, t.SessionID, res.Usage.Input(), res.Usage.OutputTokens, res.CostUSD)
 	if errors.Is(err, redishealth.ErrDown) {
@@ -128,14 +133,25 @@ type reserver struct {
 	breakers *breaker.Set
 	queue    *queue.Queue
 	maxOut   map[string]int
-	obs      observer
+	// readsFree are the models whose vendor does not count prompt-cache
+	// reads against its tokens-per-minute limit (Anthropic, Bedrock):
+	// their reservations leave out the reads expected from hints, and
+	// their settlements the reads reported.
+	readsFree map[string]bool
+	hints     *provider.CacheHints
+	obs       observer
 }
 
 func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (gateway.Lease, error) {
-	tokens := t.EstimatedInput + min(t.MaxOutput, r.maxOut[model])
-	if t.MaxOutput == 0 {
-		tokens = t.EstimatedInput + r.maxOut[model]
+	in := t.EstimatedInput
+	if r.readsFree[model] {
+		in -= min(r.hints.Expect(model, t.System), in)
 	}
+	tokens := in + min(t.MaxOutput, r.maxOut[model])
+	if t.MaxOutput == 0 {
+		tokens = in + r.maxOut[model]
+	}
+	free := r.readsFree[model]
 	prio := quota.Priority(t.Priority)
 	if t.Priority == gateway.P0 {
 		res, err := reserveAndAllow(ctx, r.ledger, r.breakers, r.queue, model, prio, tokens)
@@ -148,7 +164,7 @@ func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (g
 			// fail it; the provider's own throttling still protects it.
 			return lease{q: r.queue}, nil
 		}
-		return lease{res: res, q: r.queue}, nil
+		return lease{res: res, q: r.queue, readsFree: free}, nil
 	}
 	var got quota.Reservation
 	queued := false
@@ -177,7 +193,7 @@ func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (g
 	var full *queue.FullError
 	switch {
 	case err == nil:
-		return lease{res: got, q: r.queue}, nil
+		return lease{res: got, q: r.queue, readsFree: free}, nil
 	case errors.As(err, &full):
 		return nil, &gateway.Error{Status: http.StatusTooManyRequests, Code: gateway.CodeQueueFull,
 			Message: localize(t.Locale, "We're very busy right now and the waiting line is full. Please try again shortly.",
@@ -209,13 +225,14 @@ func quotaRefusal(t *gateway.Turn, err error) error {
 }
 
 type lease struct {
-	res quota.Reservation
-	q   *queue.Queue
+	res       quota.Reservation
+	q         *queue.Queue
+	readsFree bool // the vendor does not count prompt-cache reads (see reserver)
 }
 
 func (l lease) Settle(ctx context.Context, u provider.Usage) {
 	if l.res != nil {
-		_ = l.res.Settle(context.WithoutCancel(ctx), u.Input()+u.OutputTokens)
+		_ = l.res.Settle(context.WithoutCancel(ctx), quotaTokens(u, l.readsFree))
 	}
 	l.notify(ctx)
 }
@@ -225,6 +242,16 @@ func (l lease) Release(ctx context.Context) {
 		_ = l.res.Release(context.WithoutCancel(ctx))
 	}
 	l.notify(ctx)
+}
+
+// quotaTokens is what u counts against a tokens-per-minute limit: every
+// token, less the prompt-cache reads when the vendor does not count them.
+func quotaTokens(u provider.Usage, readsFree bool) int {
+	n := u.Input() + u.OutputTokens
+	if readsFree {
+		n -= u.CachedInputTokens
+	}
+	return n
 }
 
 // notify wakes the turns waiting for quota once the settlement reached the

@@ -77,6 +77,9 @@ type Provider struct {
 	client  *bedrockruntime.Client
 	now     func() time.Time
 	est     *budget.Estimator
+	// hints prices the input of a stream cut before Bedrock reported its
+	// usage: the cache reads of the last reported call with its prompt.
+	hints *provider.CacheHints
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -107,7 +110,8 @@ func New(ctx context.Context, m config.Model, opts Options) (*Provider, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Provider{name: m.Name, modelID: m.ModelID, client: client, now: now, est: budget.NewEstimator()}, nil
+	return &Provider{name: m.Name, modelID: m.ModelID, client: client, now: now, est: budget.NewEstimator(),
+		hints: provider.NewCacheHints(now)}, nil
 }
 
 // CheckCredentials resolves the AWS credentials m would use, within the
@@ -216,6 +220,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	resp.TTFT = p.now().Sub(start)
 	resp.StopReason = string(out.StopReason)
 	resp.Usage = usageOf(out.Usage)
+	p.learn(req, resp.Text, resp.Usage)
 	return resp, p.stopError(resp.StopReason)
 }
 
@@ -257,6 +262,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 			resp.StopReason = string(v.Value.StopReason)
 		case *types.ConverseStreamOutputMemberMetadata:
 			resp.Usage, gotUsage = usageOf(v.Value.Usage), true
+			p.learn(req, text.String(), resp.Usage)
 		}
 		if emitErr != nil {
 			break
@@ -366,17 +372,39 @@ func usageOf(u *types.TokenUsage) provider.Usage {
 	return out
 }
 
-// estimate is the usage of a stream that ended before Bedrock reported it.
+// estimate is the usage of a stream that ended before Bedrock reported it:
+// the input and the text received counted by an estimator calibrated on
+// Bedrock's own reports (learn), the input split by the cache reads the
+// last report for the same prompt had.
 func (p *Provider) estimate(req *provider.Request, text string) provider.Usage {
+	out := 0
+	if text != "" {
+		out = int(math.Ceil(p.est.Tokens(p.outputKey(), budget.Count(text))))
+	}
+	return p.hints.Split(req, provider.Usage{InputTokens: int(math.Ceil(p.est.Tokens(p.name, inputCounts(req)))), OutputTokens: out, Estimated: true})
+}
+
+// learn calibrates the estimate with a usage Bedrock reported for req and
+// its answer text.
+func (p *Provider) learn(req *provider.Request, text string, u provider.Usage) {
+	p.hints.Learn(req, u)
+	if n := u.Input(); n > 0 {
+		p.est.Observe(p.name, inputCounts(req), n)
+	}
+	if text != "" && u.OutputTokens > 0 {
+		p.est.Observe(p.outputKey(), budget.Count(text), u.OutputTokens)
+	}
+}
+
+// outputKey calibrates the estimate of answers apart from that of requests.
+func (p *Provider) outputKey() string { return p.name + ":output" }
+
+func inputCounts(req *provider.Request) budget.ScriptCounts {
 	in := budget.Count(req.System)
 	for _, m := range req.Messages {
 		in = in.Add(budget.Count(m.Content))
 	}
-	out := 0
-	if text != "" {
-		out = int(math.Ceil(p.est.Tokens(p.name, budget.Count(text))))
-	}
-	return provider.Usage{InputTokens: int(math.Ceil(p.est.Tokens(p.name, in))), OutputTokens: out, Estimated: true}
+	return in
 }
 
 // kinds maps Bedrock's exception names to fmgate's failure kinds.

@@ -81,6 +81,9 @@ type Provider struct {
 	// newer models refuse max_tokens) instead of max_tokens, which every
 	// compatible server understands.
 	maxCompletion bool
+	// hints prices the input of a stream cut before the server reported
+	// its usage: the cache reads of the last reported call with its prompt.
+	hints *provider.CacheHints
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -115,7 +118,7 @@ func New(cfg Config) (*Provider, error) {
 		option.WithHTTPClient(cfg.HTTPClient),
 		option.WithMaxRetries(0),
 	)
-	return &Provider{cfg: cfg, client: client, maxCompletion: u.Host == "api.openai.com"}, nil
+	return &Provider{cfg: cfg, client: client, maxCompletion: u.Host == "api.openai.com", hints: provider.NewCacheHints(cfg.Now)}, nil
 }
 
 // NewHTTPClient is the pooled client a provider uses by default: keep-alive
@@ -163,6 +166,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	}
 	if c.reported {
 		resp.Usage = c.usage
+		p.hints.Learn(req, c.usage)
 	} else {
 		resp.Usage = p.estimate(req, c.text)
 	}
@@ -208,6 +212,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		resp.Text = text.String()
 		if reported {
 			resp.Usage = usage
+			p.hints.Learn(req, usage)
 		} else {
 			resp.Usage = p.estimate(req, resp.Text)
 		}
@@ -286,7 +291,7 @@ func (p *Provider) finish(resp *provider.Response, reason string) error {
 func (p *Provider) estimate(req *provider.Request, output string) provider.Usage {
 	u := p.cfg.Estimate(req, output)
 	u.Estimated = true
-	return u
+	return p.hints.Split(req, u)
 }
 
 func (p *Provider) fail(kind provider.Kind, status int, code string, err error) *provider.Error {
