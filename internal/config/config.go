@@ -6,6 +6,7 @@ package config
 
 import (
 	"bytes"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -163,11 +164,13 @@ type Model struct {
 	CachedInputPerMTok float64 `yaml:"cachedInputPerMTok"`
 	// CacheWritePerMTok prices input written to the vendor's prompt cache;
 	// 0 means 1.25 × inputPerMTok (Anthropic's and Bedrock's five-minute
-	// cache).
+	// cache), or inputPerMTok on the openai provider (OpenAI bills no
+	// writes; set it for an OpenAI-compatible server that does).
 	CacheWritePerMTok float64 `yaml:"cacheWritePerMTok"`
 	// CacheWrite1hPerMTok prices input written to the vendor's prompt
 	// cache for one hour (a cache mark with ttl 1h); 0 means 2 ×
-	// inputPerMTok (Anthropic's and Bedrock's one-hour cache).
+	// inputPerMTok (Anthropic's and Bedrock's one-hour cache), or
+	// inputPerMTok on the openai provider.
 	CacheWrite1hPerMTok float64 `yaml:"cacheWrite1hPerMTok"`
 	// ContextWindow in tokens. Default 200,000.
 	ContextWindow int `yaml:"contextWindow"`
@@ -308,6 +311,15 @@ type Batch struct {
 	ResultTTL time.Duration `yaml:"resultTtl"`
 }
 
+// mangaAssistSystem is MangaAssist's system prompt: who the assistant is,
+// how it answers and the store's policies. Every turn of every conversation
+// starts with it, and it is long enough (over 1,024 tokens) for Anthropic
+// and Bedrock to cache, so that from the second turn on it is read at a
+// tenth of the input price (see promptCaching).
+//
+//go:embed mangaassist-system.txt
+var mangaAssistSystem string
+
 // Default returns the MangaAssist profile.
 func Default() Config {
 	return Config{
@@ -323,10 +335,7 @@ func Default() Config {
 		Prompt: Prompt{
 			ReloadInterval: 2 * time.Second,
 			Name:           "mangaassist-system",
-			System: "You are MangaAssist, a helpful assistant for a Japanese manga store. " +
-				"Help customers find manga, answer questions about orders, shipping, returns and payment, " +
-				"and recommend series based on their preferences. Answer in the customer's language " +
-				"(Japanese or English), politely and concisely.",
+			System:         mangaAssistSystem,
 		},
 		Models: []Model{
 			{Name: "sonnet", Provider: "sim", ModelID: "anthropic.claude-3-sonnet-20240229-v1:0",
@@ -603,14 +612,23 @@ func (m Model) Price() budget.Price {
 			p.CachedInputPerMTok = m.InputPerMTok / 2
 		}
 	}
+	write, write1h := 1.25, 2.0
+	if m.Provider == "openai" {
+		write, write1h = 1, 1 // OpenAI bills no cache writes
+	}
 	if p.CacheWritePerMTok == 0 {
-		p.CacheWritePerMTok = m.InputPerMTok * 1.25
+		p.CacheWritePerMTok = m.InputPerMTok * write
 	}
 	if p.CacheWrite1hPerMTok == 0 {
-		p.CacheWrite1hPerMTok = m.InputPerMTok * 2
+		p.CacheWrite1hPerMTok = m.InputPerMTok * write1h
 	}
 	return p
 }
+
+// CacheReadsInQuota reports whether the model's vendor counts the input
+// read from its prompt cache against its tokens-per-minute limit: OpenAI
+// does; Anthropic, Bedrock and the simulator do not.
+func (m Model) CacheReadsInQuota() bool { return m.Provider == "openai" }
 
 // Providers fmgate can call.
 

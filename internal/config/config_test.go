@@ -186,23 +186,26 @@ func TestBreakerEntryKeepsDefaults(t *testing.T) {
 
 // A model priced by its input and output alone pays each vendor's
 // published ratios for its prompt cache: reads a tenth of input on
-// Anthropic, Bedrock and the simulator, a half on OpenAI, and writes 1.25×
-// input; prices set in the file win.
+// Anthropic, Bedrock and the simulator, a half on OpenAI; five-minute
+// writes 1.25× input and one-hour writes 2× (OpenAI bills no writes:
+// input); prices set in the file win.
 func TestModelPriceDefaultsTheCacheClasses(t *testing.T) {
 	tests := []struct {
-		name            string
-		give            Model
-		wantRead, wantW float64
+		name                   string
+		give                   Model
+		wantRead, wantW, want1 float64
 	}{
-		{"anthropic", Model{Provider: "anthropic", InputPerMTok: 3}, 0.3, 3.75},
-		{"bedrock", Model{Provider: "bedrock", InputPerMTok: 3}, 0.3, 3.75},
-		{"openai", Model{Provider: "openai", InputPerMTok: 0.15}, 0.075, 0.1875},
-		{"set in the file", Model{Provider: "openai", InputPerMTok: 2, CachedInputPerMTok: 0.5, CacheWritePerMTok: 2}, 0.5, 2},
+		{"anthropic", Model{Provider: "anthropic", InputPerMTok: 3}, 0.3, 3.75, 6},
+		{"bedrock", Model{Provider: "bedrock", InputPerMTok: 3}, 0.3, 3.75, 6},
+		{"sim", Model{Provider: "sim", InputPerMTok: 3}, 0.3, 3.75, 6},
+		{"openai", Model{Provider: "openai", InputPerMTok: 0.15}, 0.075, 0.15, 0.15},
+		{"set in the file", Model{Provider: "openai", InputPerMTok: 2, CachedInputPerMTok: 0.5, CacheWritePerMTok: 2.5, CacheWrite1hPerMTok: 4}, 0.5, 2.5, 4},
 	}
 	for _, tt := range tests {
 		p := tt.give.Price()
-		if math.Abs(p.CachedInputPerMTok-tt.wantRead) > 1e-12 || math.Abs(p.CacheWritePerMTok-tt.wantW) > 1e-12 || p.InputPerMTok != tt.give.InputPerMTok {
-			t.Errorf("%s: price %+v; want cache reads at %v and writes at %v", tt.name, p, tt.wantRead, tt.wantW)
+		if math.Abs(p.CachedInputPerMTok-tt.wantRead) > 1e-12 || math.Abs(p.CacheWritePerMTok-tt.wantW) > 1e-12 ||
+			math.Abs(p.CacheWrite1hPerMTok-tt.want1) > 1e-12 || p.InputPerMTok != tt.give.InputPerMTok {
+			t.Errorf("%s: price %+v; want cache reads at %v, writes at %v and one-hour writes at %v", tt.name, p, tt.wantRead, tt.wantW, tt.want1)
 		}
 	}
 }

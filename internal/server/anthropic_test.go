@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/provider"
@@ -225,8 +224,7 @@ func reconcileThroughAnthropic(t *testing.T, n int, turn func(sc *scenario, i in
 		}
 	}
 	for _, m := range cfg.Models {
-		price := budget.Price{InputPerMTok: m.InputPerMTok, OutputPerMTok: m.OutputPerMTok, CachedInputPerMTok: m.CachedInputPerMTok}
-		r.billed[m.Name] = price.Cost(up.Usage(m.Name))
+		r.billed[m.Name] = m.Price().Cost(up.Usage(m.Name)) // every input class at its price
 	}
 	return r
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/alerts"
 	"github.com/fmgate/fmgate/internal/canary"
+	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/eventstore"
 )
 
@@ -35,7 +36,13 @@ func TestWorseCanaryIsRolledBackWithAnAlert(t *testing.T) {
 	cfg.Alerts.Webhooks = []alerts.Webhook{{URL: hook.URL}}
 	cfg.Canary.Percent = 50
 	cfg.Canary.Prompt.Name = "mangaassist-system"
-	cfg.Canary.Prompt.System = cfg.Prompt.System + " " + strings.Repeat("Always consider every series in the catalogue, its history and its authors before answering. ", 150)
+	cfg.Canary.Prompt.System = cfg.Prompt.System + " " + strings.Repeat("Always consider every series in the catalogue, its history and its authors before answering. ", 100)
+	// Uncached, the longer prompt costs each turn a third more; read from
+	// the prompt cache, the difference would be within the verdict's
+	// margin.
+	for i := range cfg.Models {
+		cfg.Models[i].PromptCaching = config.PromptCachingOff
+	}
 	cfg.Canary.MinTurns = 10
 	cfg.Canary.Auto.Enabled = true
 	cfg.Canary.Auto.Interval = 200 * time.Millisecond

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/provider"
@@ -205,9 +204,8 @@ func reconcileOpenAI(t *testing.T, turn func(sc *scenario, i int), upstream ...f
 	}
 	billedBy := map[string]*sim.Sim{"sonnet": up, "haiku": sc.s.Sim}
 	for _, m := range cfg.Models {
-		price := budget.Price{InputPerMTok: m.InputPerMTok, OutputPerMTok: m.OutputPerMTok, CachedInputPerMTok: m.CachedInputPerMTok}
 		u := billedBy[m.Name].Usage(m.Name)
-		b := billing{usage: provider.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}, cost: price.Cost(u)}
+		b := billing{usage: provider.Usage{InputTokens: u.Input(), OutputTokens: u.OutputTokens}, cost: m.Price().Cost(u)}
 		t.Logf("%s (%s): events %+v, simulator %+v", m.Name, m.Provider, events[m.Name], b)
 		if m.Name == "sonnet" {
 			got, billed = events[m.Name], b

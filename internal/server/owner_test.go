@@ -48,7 +48,9 @@ func (r *recording) promptOf(message string) string {
 // her conversation is never served to him from the shared response cache.
 func TestSessionsBelongToTheirCaller(t *testing.T) {
 	cfg := quickConfig()
-	cfg.Budget.SessionInput = 400 // alice's second turn, with history, is over it
+	// Alice's third turn, with her history and the system prompt sent on
+	// each turn, is over it.
+	cfg.Budget.SessionInput = 3_000
 	rec := map[string]*recording{}
 	s, err := New(context.Background(), isolate(t, cfg), Options{WrapProvider: func(model string, p provider.Provider) provider.Provider {
 		rec[model] = &recording{Provider: p}

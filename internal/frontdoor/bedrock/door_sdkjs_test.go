@@ -15,9 +15,11 @@ import (
 
 // jsUsage and jsAnswer are what converse.cjs prints of an answer.
 type jsUsage struct {
-	InputTokens  int `json:"inputTokens"`
-	OutputTokens int `json:"outputTokens"`
-	TotalTokens  int `json:"totalTokens"`
+	InputTokens           int `json:"inputTokens"`
+	OutputTokens          int `json:"outputTokens"`
+	TotalTokens           int `json:"totalTokens"`
+	CacheReadInputTokens  int `json:"cacheReadInputTokens"`
+	CacheWriteInputTokens int `json:"cacheWriteInputTokens"`
 }
 
 type jsAnswer struct {
@@ -73,7 +75,7 @@ func checkAnswer(t *testing.T, what string, a jsAnswer, wantJA bool, wantTier st
 	if a.Text == "" || hasJapanese(a.Text) != wantJA {
 		t.Errorf("%s: answer %q, Japanese = %v, want %v", what, a.Text, hasJapanese(a.Text), wantJA)
 	}
-	if a.Usage == nil || a.Usage.InputTokens == 0 || a.Usage.OutputTokens == 0 || a.Usage.TotalTokens != a.Usage.InputTokens+a.Usage.OutputTokens {
+	if a.Usage == nil || a.Usage.InputTokens == 0 || a.Usage.OutputTokens == 0 || a.Usage.TotalTokens != a.Usage.InputTokens+a.Usage.OutputTokens+a.Usage.CacheReadInputTokens+a.Usage.CacheWriteInputTokens {
 		t.Errorf("%s: usage %+v", what, a.Usage)
 	}
 	if a.StopReason != "end_turn" {
