@@ -19,6 +19,10 @@ import (
 // schema order. Strings are a uvarint n followed by the bytes: n>>1 is the
 // string's length, and n&1 says the string was even-length lowercase hex,
 // stored as raw bytes (half the length): trace, span and user ids are.
+// The prompt cache's figures (tokens read, tokens written, money saved)
+// follow the cost only when flagCache is set, so that the many spans
+// without them stay as short as before and records written before they
+// existed read as they were.
 const codecVersion = 1
 
 // codecTally marks a tally: what is left of a span of a turn that was not
@@ -28,10 +32,19 @@ const codecVersion = 1
 //
 // Layout: the byte 2, then trace id, user id hash, session id, duration,
 // name, graph version, model id, prompt version, tool id, tokens in and
-// out, cost, status, fallback used, a flag byte (1: an eval score follows)
-// [eval score], feature, surface, locale and user tier, in the forms of a
-// span record.
+// out, cost, status, fallback used, a flag byte (tallyEval: an eval score
+// follows; tallyCache: the prompt cache's figures follow) [eval score]
+// [cache tokens read and written, money saved], feature, surface, locale
+// and user tier, in the forms of a span record. Tallies written before the
+// cache's figures existed have 0 or 1 in the flag byte, and read without
+// them.
 const codecTally = 2
+
+// Bits of a tally's flag byte.
+const (
+	tallyEval  = 1
+	tallyCache = 2
+)
 
 const (
 	flagMustPersist = 1 << iota
@@ -40,6 +53,7 @@ const (
 	flagNoEnd
 	flagNoStart
 	flagSampledOut
+	flagCache // the prompt cache's figures follow the cost
 )
 
 var errCorrupt = errors.New("eventstore: corrupt span record")
@@ -64,6 +78,9 @@ func encodeSpan(b []byte, e *events.Event) []byte {
 	}
 	if e.SampledOut {
 		flags |= flagSampledOut
+	}
+	if hasCache(&e.Resource) {
+		flags |= flagCache
 	}
 	b = append(b, codecVersion)
 	b = binary.AppendUvarint(b, flags)
@@ -97,6 +114,9 @@ func encodeSpan(b []byte, e *events.Event) []byte {
 	b = binary.AppendVarint(b, int64(r.TokensIn))
 	b = binary.AppendVarint(b, int64(r.TokensOut))
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(finite(r.CostUSD)))
+	if flags&flagCache != 0 {
+		b = appendCache(b, r)
+	}
 	b = appendStr(b, string(r.CacheHit))
 	b = binary.AppendUvarint(b, uint64(len(r.CapabilityFlagsActive)))
 	for _, f := range r.CapabilityFlagsActive {
@@ -137,17 +157,38 @@ func encodeTally(b []byte, e *events.Event) []byte {
 	o := &e.Outcome
 	b = appendStr(b, string(o.Status))
 	b = appendStr(b, o.FallbackUsed)
+	var flags byte
 	if o.EvalScore != nil {
-		b = append(b, 1)
+		flags |= tallyEval
+	}
+	cache := hasCache(r)
+	if cache {
+		flags |= tallyCache
+	}
+	b = append(b, flags)
+	if o.EvalScore != nil {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(*o.EvalScore))
-	} else {
-		b = append(b, 0)
+	}
+	if cache {
+		b = appendCache(b, r)
 	}
 	at := &e.Attribution
 	b = appendStr(b, at.Feature)
 	b = appendStr(b, at.Surface)
 	b = appendStr(b, at.Locale)
 	return appendStr(b, at.UserTier)
+}
+
+// hasCache reports whether r carries figures of the prompt cache.
+func hasCache(r *events.Resource) bool {
+	return r.TokensCacheRead != 0 || r.TokensCacheWrite != 0 || finite(r.CacheSavedUSD) != 0
+}
+
+// appendCache appends the prompt cache's figures of r.
+func appendCache(b []byte, r *events.Resource) []byte {
+	b = binary.AppendVarint(b, int64(r.TokensCacheRead))
+	b = binary.AppendVarint(b, int64(r.TokensCacheWrite))
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(finite(r.CacheSavedUSD)))
 }
 
 // isTally reports whether a stored record is a tally.
@@ -241,6 +282,9 @@ func (d *spanDecoder) decode(rec []byte, tsStart int64, e *events.Event) error {
 	r.TokensIn = int(d.varint())
 	r.TokensOut = int(d.varint())
 	r.CostUSD = d.float()
+	if flags&flagCache != 0 {
+		d.cache(r)
+	}
 	r.CacheHit = events.CacheHit(d.str(true))
 	if n := d.uvarint(); n > 0 && !d.err {
 		if n > uint64(len(d.b)) {
@@ -298,14 +342,17 @@ func (d *spanDecoder) decodeTally(tsStart int64, e *events.Event) error {
 	o := &e.Outcome
 	o.Status = events.Status(d.str(true))
 	o.FallbackUsed = d.str(true)
-	if len(d.b) == 0 {
+	if len(d.b) == 0 || d.b[0]&^(tallyEval|tallyCache) != 0 {
 		return errCorrupt
 	}
-	hasEval := d.b[0] == 1
+	flags := d.b[0]
 	d.b = d.b[1:]
-	if hasEval {
+	if flags&tallyEval != 0 {
 		v := d.float()
 		o.EvalScore = &v
+	}
+	if flags&tallyCache != 0 {
+		d.cache(r)
 	}
 	at := &e.Attribution
 	at.Feature = d.str(true)
@@ -316,6 +363,13 @@ func (d *spanDecoder) decodeTally(tsStart int64, e *events.Event) error {
 		return errCorrupt
 	}
 	return nil
+}
+
+// cache reads the prompt cache's figures into r.
+func (d *spanDecoder) cache(r *events.Resource) {
+	r.TokensCacheRead = int(d.varint())
+	r.TokensCacheWrite = int(d.varint())
+	r.CacheSavedUSD = d.float()
 }
 
 func (d *spanDecoder) uvarint() uint64 {

@@ -1,6 +1,9 @@
 package eventstore
 
 import (
+	"bufio"
+	"encoding/hex"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +19,8 @@ func TestCodecRoundTrip(t *testing.T) {
 		give events.Event
 	}{
 		{"every field", full},
+		{"prompt cache read and written", withCache(full, 3000, 200, 0.0071)},
+		{"prompt cache written only, a loss", withCache(full, 0, 4000, -0.0042)},
 		{"root span", fullSpan(strings.Repeat("7f3a", 8), 0, t0)},
 		{"empty", events.Event{}},
 		{"no end, workflow of its own, odd-length and uppercase hex", events.Event{
@@ -55,6 +60,135 @@ func TestCodecRoundTrip(t *testing.T) {
 	}
 }
 
+// withCache returns e with the prompt cache's figures set.
+func withCache(e events.Event, read, write int, saved float64) events.Event {
+	e.Resource.TokensCacheRead, e.Resource.TokensCacheWrite, e.Resource.CacheSavedUSD = read, write, saved
+	return e
+}
+
+// tallyOf is what a tally of e reads as: the figures the views sum, group
+// and filter on, without the span's ids and other details.
+func tallyOf(e events.Event) events.Event {
+	t := events.Event{SchemaVersion: events.SchemaVersion, TraceID: e.TraceID, WorkflowID: e.TraceID,
+		UserIDHash: e.UserIDHash, SessionID: e.SessionID, TSStart: e.TSStart, DurationMS: e.DurationMS,
+		TSEnd: e.TSStart.Add(time.Duration(e.DurationMS) * time.Millisecond), Name: e.Name}
+	t.Node.GraphVersion = e.Node.GraphVersion
+	t.Artifact = events.Artifact{ModelID: e.Artifact.ModelID, PromptVersion: e.Artifact.PromptVersion, ToolID: e.Artifact.ToolID}
+	r := &e.Resource
+	t.Resource = events.Resource{TokensIn: r.TokensIn, TokensOut: r.TokensOut, CostUSD: r.CostUSD,
+		TokensCacheRead: r.TokensCacheRead, TokensCacheWrite: r.TokensCacheWrite, CacheSavedUSD: r.CacheSavedUSD}
+	t.Outcome = events.Outcome{Status: e.Outcome.Status, FallbackUsed: e.Outcome.FallbackUsed, EvalScore: e.Outcome.EvalScore}
+	a := &e.Attribution
+	t.Attribution = events.Attribution{Feature: a.Feature, Surface: a.Surface, Locale: a.Locale, UserTier: a.UserTier}
+	return t
+}
+
+func TestTallyRoundTrip(t *testing.T) {
+	full := fullSpan(strings.Repeat("7f3a", 8), 1, t0.Add(123*time.Millisecond))
+	noEval := full
+	noEval.Outcome.EvalScore = nil
+	tests := []struct {
+		name string
+		give events.Event
+	}{
+		{"with an eval score", full},
+		{"without an eval score", noEval},
+		{"prompt cache and an eval score", withCache(full, 3000, 200, 0.0071)},
+		{"prompt cache without an eval score", withCache(noEval, 0, 4000, -0.0042)},
+		{"prompt cache saving only", withCache(noEval, 0, 0, 1e-7)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := encodeTally(nil, &tt.give)
+			var (
+				d   spanDecoder
+				got events.Event
+			)
+			if err := d.decode(rec, unixMilli(tt.give.TSStart), &got); err != nil {
+				t.Fatal(err)
+			}
+			want := tallyOf(tt.give)
+			if g, w := events.Encode(&got), events.Encode(&want); string(g) != string(w) {
+				t.Errorf("round trip:\n got %s\nwant %s", g, w)
+			}
+			for cut := range rec {
+				if err := d.decode(rec[:cut], 0, &got); err == nil {
+					t.Errorf("a tally cut at %d of %d decoded", cut, len(rec))
+				}
+			}
+		})
+	}
+	// A flag byte with a bit no layout defines is corrupt, not skipped.
+	rec := encodeTally(nil, &noEval)
+	i := strings.Index(string(rec), "\x0ahaiku\x00") + len("\x0ahaiku")
+	rec[i] = 4
+	var d spanDecoder
+	if err := d.decode(rec, 0, new(events.Event)); err == nil {
+		t.Error("a tally with an unknown flag decoded")
+	}
+}
+
+// TestCodecReadsOldRecords decodes span records and tallies written before
+// spans carried the prompt cache's figures: they read as they did, with no
+// cache figures, and a span without them is still written byte for byte
+// the same.
+func TestCodecReadsOldRecords(t *testing.T) {
+	full := fullSpan(strings.Repeat("7f3a", 8), 1, t0.Add(123*time.Millisecond))
+	noEval := full
+	noEval.Outcome.EvalScore = nil
+	tests := map[string]struct {
+		encode func(*events.Event) []byte
+		give   events.Event
+		want   events.Event
+	}{
+		"span":          {func(e *events.Event) []byte { return encodeSpan(nil, e) }, full, full},
+		"tally":         {func(e *events.Event) []byte { return encodeTally(nil, e) }, full, tallyOf(full)},
+		"tally-no-eval": {func(e *events.Event) []byte { return encodeTally(nil, e) }, noEval, tallyOf(noEval)},
+	}
+	f, err := os.Open("testdata/records-before-cache.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	seen := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		name, hexRec, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") {
+			continue
+		}
+		tt, known := tests[name]
+		if !known {
+			t.Fatalf("testdata has a record %q the test does not know", name)
+		}
+		seen++
+		rec, err := hex.DecodeString(hexRec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			d   spanDecoder
+			got events.Event
+		)
+		if err := d.decode(rec, unixMilli(tt.give.TSStart), &got); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if g, w := events.Encode(&got), events.Encode(&tt.want); string(g) != string(w) {
+			t.Errorf("%s:\n got %s\nwant %s", name, g, w)
+		}
+		if now := tt.encode(&tt.give); string(now) != string(rec) {
+			t.Errorf("%s without cache figures is now written as %x, was %x", name, now, rec)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if seen != len(tests) {
+		t.Fatalf("testdata has %d of the %d records", seen, len(tests))
+	}
+}
+
 func TestCodecIsCompact(t *testing.T) {
 	e := fullSpan(strings.Repeat("7f3a", 8), 1, t0)
 	rec, js := encodeSpan(nil, &e), events.Encode(&e)
@@ -64,11 +198,13 @@ func TestCodecIsCompact(t *testing.T) {
 }
 
 func FuzzCodec(f *testing.F) {
-	f.Add("0123456789abcdef0123456789abcdef", "00f067aa0ba902b7", "turn", "claude", 12, 0.5, int64(1700000000000), true)
-	f.Add("", "", "", "", 0, 0.0, int64(0), false)
-	f.Fuzz(func(t *testing.T, trace, span, name, model string, tokens int, cost float64, ts int64, eval bool) {
+	f.Add("0123456789abcdef0123456789abcdef", "00f067aa0ba902b7", "turn", "claude", 12, 0.5, int64(1700000000000), true, 0)
+	f.Add("", "", "", "", 0, 0.0, int64(0), false, 0)
+	f.Add("0123456789abcdef0123456789abcdef", "00f067aa0ba902b7", "model_attempt", "claude", 4000, 0.01, int64(1700000000000), false, 3500)
+	f.Fuzz(func(t *testing.T, trace, span, name, model string, tokens int, cost float64, ts int64, eval bool, cached int) {
 		e := events.Event{SchemaVersion: 3, TraceID: trace, SpanID: span, Name: name, WorkflowID: span,
 			Artifact: events.Artifact{ModelID: model}, Resource: events.Resource{TokensIn: tokens, CostUSD: cost,
+				TokensCacheRead: cached, TokensCacheWrite: tokens - cached, CacheSavedUSD: cost / 2,
 				CapabilityFlagsActive: []string{model, name}}}
 		if ts > 0 && ts < 1<<50 {
 			e.TSStart = time.UnixMilli(ts)

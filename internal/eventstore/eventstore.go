@@ -363,6 +363,9 @@ func (s *Store) init(ctx context.Context) error {
 			return fmt.Errorf("eventstore: schema: %w", err)
 		}
 	}
+	if err := s.addColumns(ctx); err != nil {
+		return err
+	}
 	if _, err := s.w.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
 		return fmt.Errorf("eventstore: schema: %w", err)
 	}
@@ -394,6 +397,23 @@ func (s *Store) init(ctx context.Context) error {
 			return fmt.Errorf("eventstore: prepare: %w", err)
 		}
 		s.stmts[q] = st
+	}
+	return nil
+}
+
+// addColumns adds the addedColumns a file written before them lacks.
+func (s *Store) addColumns(ctx context.Context) error {
+	for _, c := range addedColumns {
+		var n int
+		if err := s.w.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`, c.table, c.name).Scan(&n); err != nil {
+			return fmt.Errorf("eventstore: schema: %w", err)
+		}
+		if n > 0 {
+			continue
+		}
+		if _, err := s.w.ExecContext(ctx, `ALTER TABLE `+c.table+` ADD COLUMN `+c.name+` `+c.def); err != nil {
+			return fmt.Errorf("eventstore: schema: add %s.%s: %w", c.table, c.name, err)
+		}
 	}
 	return nil
 }

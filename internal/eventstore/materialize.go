@@ -576,12 +576,16 @@ func (s *Store) flushTx(ctx context.Context, tx *sql.Tx) error {
 
 func rollupSQL(rows int) string {
 	one := "(" + strings.Repeat("?,", rollupCols-1) + "?)"
-	return `INSERT INTO rollup VALUES ` + strings.Repeat(one+",", rows-1) + one + ` ON CONFLICT DO UPDATE SET
+	return `INSERT INTO rollup (lvl, bucket, dims, spans, turns, tokens_in, tokens_out, cost_usd, errors, fallbacks,
+		latency_ms, first_ts, last_ts, cache_read, cache_write, cache_saved_usd)
+		VALUES ` + strings.Repeat(one+",", rows-1) + one + ` ON CONFLICT DO UPDATE SET
 		spans = spans + excluded.spans, turns = turns + excluded.turns,
 		tokens_in = tokens_in + excluded.tokens_in, tokens_out = tokens_out + excluded.tokens_out,
 		cost_usd = cost_usd + excluded.cost_usd, errors = errors + excluded.errors,
 		fallbacks = fallbacks + excluded.fallbacks, latency_ms = latency_ms + excluded.latency_ms,
-		first_ts = MIN(first_ts, excluded.first_ts), last_ts = MAX(last_ts, excluded.last_ts)`
+		first_ts = MIN(first_ts, excluded.first_ts), last_ts = MAX(last_ts, excluded.last_ts),
+		cache_read = cache_read + excluded.cache_read, cache_write = cache_write + excluded.cache_write,
+		cache_saved_usd = cache_saved_usd + excluded.cache_saved_usd`
 }
 
 type levelKey struct {
@@ -623,7 +627,7 @@ func (s *Store) flushRollups(ctx context.Context, tx *sql.Tx) error {
 	for _, k := range keys {
 		a := all[k]
 		if err := w.add(ctx, k.lvl, k.bucket, k.dims, a.spans, a.turns, a.tokensIn, a.tokensOut, a.cost,
-			a.errors, a.fallbacks, a.latency, a.first, a.last); err != nil {
+			a.errors, a.fallbacks, a.latency, a.first, a.last, a.cacheRead, a.cacheWrite, a.cacheSaved); err != nil {
 			return fmt.Errorf("eventstore: materialize roll-up: %w", err)
 		}
 	}

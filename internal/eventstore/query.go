@@ -155,9 +155,21 @@ type CostRow struct {
 	// AvgLatencyMS is the mean span duration.
 	AvgLatencyMS float64 `json:"avgLatencyMs"`
 	// CostPerTurn is CostUSD / Turns, 0 without turns.
-	CostPerTurn float64   `json:"costPerTurn"`
-	Turn        *TurnInfo `json:"turn,omitempty"` // set for ByTurn from the turn roll-up
-	Span        *SpanInfo `json:"span,omitempty"` // set for ByNode
+	CostPerTurn float64 `json:"costPerTurn"`
+	// CacheReadTokens and CacheWriteTokens are the part of TokensIn the
+	// vendors read from and wrote to their prompt caches; CacheSavedUSD is
+	// what the spans would have cost at the plain input price less what
+	// they cost (negative when writes cost more than reads saved).
+	// CacheReadRatio is CacheReadTokens / TokensIn, 0 without input. Every
+	// grouping but ByUser and ByTurn carries them (the roll-ups and the
+	// spans keep them); ByUser and ByTurn rows and totals, and so top
+	// users and anomalous turns, leave them 0: turn rows do not keep them.
+	CacheReadTokens  int64     `json:"cacheReadTokens"`
+	CacheWriteTokens int64     `json:"cacheWriteTokens"`
+	CacheSavedUSD    float64   `json:"cacheSavedUsd"`
+	CacheReadRatio   float64   `json:"cacheReadRatio"`
+	Turn             *TurnInfo `json:"turn,omitempty"` // set for ByTurn from the turn roll-up
+	Span             *SpanInfo `json:"span,omitempty"` // set for ByNode
 }
 
 // TurnInfo describes a turn (a trace) in a ByTurn row.
@@ -248,6 +260,14 @@ func (s *Store) Cost(ctx context.Context, q Query) (CostReport, error) {
 	if err != nil {
 		return CostReport{}, fmt.Errorf("eventstore: cost: %w", err)
 	}
+	if q.By == ByUser || q.By == ByTurn {
+		// Whatever the path, so that a view never carries them for some
+		// filters and not others.
+		total.dropCache()
+		for i := range rows {
+			rows[i].dropCache()
+		}
+	}
 	rep.Total = total
 	if len(rows) > q.Limit {
 		rows = rows[:q.Limit]
@@ -290,6 +310,9 @@ func (r *CostRow) add(o *CostRow) {
 	r.Errors += o.Errors
 	r.Fallbacks += o.Fallbacks
 	r.AvgLatencyMS += o.AvgLatencyMS * float64(o.Spans)
+	r.CacheReadTokens += o.CacheReadTokens
+	r.CacheWriteTokens += o.CacheWriteTokens
+	r.CacheSavedUSD += o.CacheSavedUSD
 }
 
 func (r *CostRow) finish() {
@@ -299,6 +322,21 @@ func (r *CostRow) finish() {
 	if r.Turns > 0 {
 		r.CostPerTurn = r.CostUSD / float64(r.Turns)
 	}
+	r.CacheReadRatio = CacheReadRatio(r.CacheReadTokens, r.TokensIn)
+}
+
+// CacheReadRatio is the share of input tokens read from a prompt cache:
+// read / in, 0 without input.
+func CacheReadRatio(read, in int64) float64 {
+	if in <= 0 {
+		return 0
+	}
+	return float64(read) / float64(in)
+}
+
+// dropCache zeroes the prompt cache's figures: see CostRow.
+func (r *CostRow) dropCache() {
+	r.CacheReadTokens, r.CacheWriteTokens, r.CacheSavedUSD, r.CacheReadRatio = 0, 0, 0, 0
 }
 
 // sortGroups turns groups into rows, most expensive first, and their total.
@@ -380,7 +418,8 @@ func (s *Store) bucketSums(ctx context.Context, q Query, fine bool, p planPart, 
 		cond = ` AND dims IN (` + strings.Join(ids, ",") + `)`
 	}
 	rs, err := s.r.QueryContext(ctx, `SELECT `+group+`, SUM(spans), SUM(turns), SUM(tokens_in), SUM(tokens_out),
-		SUM(cost_usd), SUM(errors), SUM(fallbacks), SUM(latency_ms), MIN(first_ts), MAX(last_ts)
+		SUM(cost_usd), SUM(errors), SUM(fallbacks), SUM(latency_ms), MIN(first_ts), MAX(last_ts),
+		SUM(cache_read), SUM(cache_write), SUM(cache_saved_usd)
 		FROM rollup WHERE lvl = ? AND bucket >= ? AND bucket < ?`+cond+` GROUP BY 1`, p.lvl.id, p.from, p.to)
 	if err != nil {
 		return err
@@ -392,7 +431,7 @@ func (s *Store) bucketSums(ctx context.Context, q Query, fine bool, p planPart, 
 			a agg
 		)
 		if err := rs.Scan(&k, &a.spans, &a.turns, &a.tokensIn, &a.tokensOut, &a.cost, &a.errors, &a.fallbacks,
-			&a.latency, &a.first, &a.last); err != nil {
+			&a.latency, &a.first, &a.last, &a.cacheRead, &a.cacheWrite, &a.cacheSaved); err != nil {
 			return err
 		}
 		fn(k, &a)

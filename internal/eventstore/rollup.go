@@ -43,6 +43,11 @@ type agg struct {
 	cost                              float64
 	errors, fallbacks, latency        int64
 	first, last                       int64 // earliest and latest span start; valid when spans > 0
+	// The prompt cache's: input tokens read and written, money saved. The
+	// roll-up keeps them; turn rows, their per-version sums and the user
+	// roll-up do not (see CostRow).
+	cacheRead, cacheWrite int64
+	cacheSaved            float64
 }
 
 func (a *agg) addSpan(e *events.Event, ts int64) {
@@ -59,6 +64,9 @@ func (a *agg) addSpan(e *events.Event, ts int64) {
 	a.tokensIn += int64(e.Resource.TokensIn)
 	a.tokensOut += int64(e.Resource.TokensOut)
 	a.cost += finite(e.Resource.CostUSD)
+	a.cacheRead += int64(e.Resource.TokensCacheRead)
+	a.cacheWrite += int64(e.Resource.TokensCacheWrite)
+	a.cacheSaved += finite(e.Resource.CacheSavedUSD)
 	if isErrorSpan(e) {
 		a.errors++
 	}
@@ -88,6 +96,9 @@ func (a *agg) merge(o *agg) {
 	a.errors += o.errors
 	a.fallbacks += o.fallbacks
 	a.latency += o.latency
+	a.cacheRead += o.cacheRead
+	a.cacheWrite += o.cacheWrite
+	a.cacheSaved += o.cacheSaved
 }
 
 // addSums adds the sums of o, which has no first and last.
@@ -100,12 +111,16 @@ func (a *agg) addSums(o *agg) {
 	a.errors += o.errors
 	a.fallbacks += o.fallbacks
 	a.latency += o.latency
+	a.cacheRead += o.cacheRead
+	a.cacheWrite += o.cacheWrite
+	a.cacheSaved += o.cacheSaved
 }
 
 // row reports the sums as a CostRow keyed key.
 func (a *agg) row(key string) CostRow {
 	r := CostRow{Key: key, CostUSD: a.cost, Turns: a.turns, Spans: a.spans, TokensIn: a.tokensIn,
-		TokensOut: a.tokensOut, Errors: a.errors, Fallbacks: a.fallbacks}
+		TokensOut: a.tokensOut, Errors: a.errors, Fallbacks: a.fallbacks,
+		CacheReadTokens: a.cacheRead, CacheWriteTokens: a.cacheWrite, CacheSavedUSD: a.cacheSaved}
 	r.finish()
 	if a.spans > 0 {
 		r.AvgLatencyMS = float64(a.latency) / float64(a.spans)

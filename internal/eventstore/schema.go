@@ -70,6 +70,9 @@ var schema = []string{
 		latency_ms INTEGER NOT NULL,
 		first_ts INTEGER NOT NULL,
 		last_ts INTEGER NOT NULL,
+		cache_read INTEGER NOT NULL DEFAULT 0,
+		cache_write INTEGER NOT NULL DEFAULT 0,
+		cache_saved_usd REAL NOT NULL DEFAULT 0,
 		PRIMARY KEY (lvl, bucket, dims)
 	) WITHOUT ROWID`,
 
@@ -127,11 +130,22 @@ var schema = []string{
 	`INSERT OR IGNORE INTO meta VALUES ('materialized', 0), ('pruned_before', 0)`,
 }
 
+// addedColumns are the columns added to a table after its layout version
+// was set, in the order CREATE TABLE above has them: Open adds those a file
+// lacks (ALTER TABLE), which keeps its data, where a new layout version
+// would drop it. A file without them was written before spans carried
+// those figures, so 0 is the right sum for its rows.
+var addedColumns = []struct{ table, name, def string }{
+	{"rollup", "cache_read", "INTEGER NOT NULL DEFAULT 0"},
+	{"rollup", "cache_write", "INTEGER NOT NULL DEFAULT 0"},
+	{"rollup", "cache_saved_usd", "REAL NOT NULL DEFAULT 0"},
+}
+
 // knownTables are every table any layout of the store created.
 var knownTables = []string{"events", "cost_minute", "turns", "turn_info", "turn_versions", "rollup", "dims", "vers", "meta", "user_rollup"}
 
 const (
-	rollupCols   = 13
+	rollupCols   = 16
 	turnHotCols  = 14
 	turnInfoCols = 13
 )

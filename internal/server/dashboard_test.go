@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +42,10 @@ func newDashboardScenario(t *testing.T) *dashboardScenario {
 	// a turn's spans, which the store keeps only for sampled turns.
 	cfg.Events.Sampling.Rate = 1
 	ds := &dashboardScenario{scenario: newScenario(t, cfg)}
+	// The scenario's prompts are shorter than a vendor's shortest cached
+	// prefix: Sonnet caches prefixes of any length, so that the cost view
+	// has prompt cache figures to show; Haiku keeps its minimum, and none.
+	adminPut(t, ds.srv, "/admin/sim/sonnet", `{"cacheMinTokens":0}`)
 
 	var mu sync.Mutex
 	ask := func(user, message, locale string) {
@@ -468,9 +474,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		if rows := p.eval(`[...document.querySelectorAll('[data-testid="by-model-table"] tbody tr')].map(r => r.cells[0].textContent).join("|")`); strings.Contains(rows, "(none)") || !strings.Contains(rows, "non-model work") {
 			t.Errorf("per-model rows %q: want the model-less spans named", rows)
 		}
-		if out := p.eval(`(() => { const panel = document.querySelector('[data-testid="by-model"]').getBoundingClientRect(); return String([...document.querySelectorAll('[data-testid="by-model-table"] tr')].filter(r => r.lastElementChild.getBoundingClientRect().right > panel.right + 0.5).length); })()`); out != "0" {
-			t.Errorf("%s rows of the per-model table are cut off on the right", out)
+		for _, id := range []string{"by-model", "by-prompt"} {
+			if out := p.eval(`(() => { const panel = document.querySelector('[data-testid="` + id + `"]').getBoundingClientRect(); return String([...document.querySelectorAll('[data-testid="` + id + `-table"] tr')].filter(r => r.lastElementChild.getBoundingClientRect().right > panel.right + 0.5).length); })()`); out != "0" {
+				t.Errorf("%s rows of the %s table are cut off on the right", out, id)
+			}
 		}
+		checkPromptCache(t, p, ds)
 
 		// A version filter narrows the figures to the matching spans.
 		var versions struct {
@@ -781,6 +790,8 @@ func TestDashboardWaterfallOfUnsampledTurn(t *testing.T) {
 	p := signIn(t, sc.srv.URL)
 	p.open("#/cost?range=1h&feature=" + url.QueryEscape(row.Turn.Feature) + "&user=" + row.Turn.UserIDHash)
 	p.wait("the user's turns", `!!document.querySelector('[data-testid="drill-turns"]')`)
+	// The simulator caches no prompt this short: the page shows no cache columns.
+	noPromptCache(t, p)
 	if n := p.text(`[data-testid="drill-turns"] tbody tr td:nth-child(6)`); n != strconv.Itoa(row.Spans) {
 		t.Fatalf("the turns list counts %s spans, the store %d", n, row.Spans)
 	}
@@ -818,6 +829,132 @@ func signIn(t *testing.T, base string) page {
 		t.Fatalf("sign in: %v", err)
 	}
 	return page{t: t, ctx: ctx}
+}
+
+// costRow is what the cost page shows of a row of GET /admin/cost.
+type costRow struct {
+	Key              string  `json:"key"`
+	TokensIn         int64   `json:"tokensIn"`
+	CacheReadTokens  int64   `json:"cacheReadTokens"`
+	CacheWriteTokens int64   `json:"cacheWriteTokens"`
+	CacheSavedUSD    float64 `json:"cacheSavedUsd"`
+	CacheReadRatio   float64 `json:"cacheReadRatio"`
+}
+
+// cacheColumns are the prompt cache's column headers of a cost table.
+var cacheColumns = []string{"cache read", "cache write", "read %", "saved"}
+
+// tableCells returns a table's header and its rows' cell texts.
+func (p page) tableCells(testid string) ([]string, [][]string) {
+	p.t.Helper()
+	var out struct {
+		Head []string
+		Rows [][]string
+	}
+	js := p.eval(`(() => { const t = document.querySelector('[data-testid="` + testid + `"]'); if (!t) return "{}";
+		return JSON.stringify({Head: [...t.tHead.rows[0].cells].map(c => c.textContent),
+			Rows: [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent))}); })()`)
+	if err := json.Unmarshal([]byte(js), &out); err != nil {
+		p.t.Fatalf("table %s: %v", testid, err)
+	}
+	return out.Head, out.Rows
+}
+
+// checkPromptCache checks the prompt cache's figures of the cost page
+// against the API: the total's tile, and per model and per prompt version
+// the tokens read and written, the read ratio and the money saved, in
+// every row; the other breakdowns have no such columns.
+func checkPromptCache(t *testing.T, p page, ds *dashboardScenario) {
+	t.Helper()
+	money := func(s string) float64 {
+		neg := strings.HasPrefix(s, "-")
+		f, err := strconv.ParseFloat(strings.TrimPrefix(strings.TrimPrefix(s, "-"), "$"), 64)
+		if err != nil {
+			t.Fatalf("%q is not an amount in dollars", s)
+		}
+		if neg {
+			f = -f
+		}
+		return f
+	}
+	percent := func(s string) float64 {
+		f, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+		if err != nil {
+			t.Fatalf("%q is not a percentage", s)
+		}
+		return f / 100
+	}
+	var total struct {
+		Total costRow `json:"total"`
+	}
+	ds.getJSON("/admin/cost?by=total&from=-1h", &total)
+	tt := total.Total
+	if tt.CacheReadTokens == 0 || tt.CacheWriteTokens == 0 {
+		t.Fatalf("the scenario's turns read %d and wrote %d tokens through Sonnet's prompt cache; want both", tt.CacheReadTokens, tt.CacheWriteTokens)
+	}
+	tile, sub := p.text(`[data-testid="cost-cache"] .tile-value`), p.text(`[data-testid="cost-cache"] .tile-sub`)
+	wantSub := fmt.Sprintf("%s read · %s written · ", commas(float64(tt.CacheReadTokens)), commas(float64(tt.CacheWriteTokens)))
+	if !strings.HasSuffix(tile, "% read") || math.Abs(percent(strings.TrimSuffix(tile, " read"))-tt.CacheReadRatio) > 0.0005 ||
+		!strings.HasPrefix(sub, wantSub) || !strings.HasSuffix(sub, " saved") ||
+		math.Abs(money(strings.TrimSuffix(strings.TrimPrefix(sub, wantSub), " saved"))-tt.CacheSavedUSD) > 0.00005 {
+		t.Errorf("prompt cache tile %q / %q; the API's total: %+v", tile, sub, tt)
+	}
+	for _, by := range []string{"model", "prompt"} {
+		var rep struct {
+			Rows []costRow `json:"rows"`
+		}
+		ds.getJSON("/admin/cost?by="+by+"&from=-1h&limit=101", &rep)
+		head, rows := p.tableCells("by-" + by + "-table")
+		col := map[string]int{}
+		for i, h := range head {
+			col[h] = i
+		}
+		for _, c := range cacheColumns {
+			if _, ok := col[c]; !ok {
+				t.Fatalf("per-%s table has columns %q, want the prompt cache's %q too", by, head, cacheColumns)
+			}
+		}
+		if len(rows) != len(rep.Rows) {
+			t.Fatalf("per-%s table has %d rows, the API %d", by, len(rows), len(rep.Rows))
+		}
+		read := false
+		for i, want := range rep.Rows {
+			got := rows[i]
+			if got[col["cache read"]] != commas(float64(want.CacheReadTokens)) || got[col["cache write"]] != commas(float64(want.CacheWriteTokens)) ||
+				math.Abs(percent(got[col["read %"]])-want.CacheReadRatio) > 0.0005 || math.Abs(money(got[col["saved"]])-want.CacheSavedUSD) > 0.00005 {
+				t.Errorf("per-%s row %d shows %q for the prompt cache; the API says %+v", by, i, got, want)
+			}
+			read = read || want.CacheReadTokens > 0
+		}
+		if !read {
+			t.Errorf("no %s read anything from the prompt cache: %+v", by, rep.Rows)
+		}
+	}
+	for _, id := range []string{"by-tier-table", "by-locale-table"} {
+		if head, _ := p.tableCells(id); slices.Contains(head, "cache read") {
+			t.Errorf("%s has the prompt cache's columns: %q", id, head)
+		}
+	}
+}
+
+// noPromptCache checks that a cost page whose spans never read or wrote a
+// prompt cache shows no empty cache columns and no cache tile.
+func noPromptCache(t *testing.T, p page) {
+	t.Helper()
+	for _, id := range []string{"by-model-table", "by-prompt-table"} {
+		head, rows := p.tableCells(id)
+		if len(head) == 0 {
+			t.Fatalf("no table %s on the cost page", id)
+		}
+		for _, c := range cacheColumns {
+			if slices.Contains(head, c) {
+				t.Errorf("%s shows an empty %q column over %d rows without prompt caching", id, c, len(rows))
+			}
+		}
+	}
+	if p.eval(`String(!!document.querySelector('[data-testid="cost-cache"]'))`) != "false" {
+		t.Errorf("the totals show a prompt cache tile without prompt caching: %q", p.text(`[data-testid="cost-cache"]`))
+	}
 }
 
 // commas formats an integer the way the page does ("68,000").

@@ -48,9 +48,13 @@ func (s *rowSums) write(c *copyData) {
 	c.int8(s.latency)
 }
 
+// rollupSum is a roll-up row's sums: those turn rows keep too, and the
+// prompt cache's, which only the roll-up keeps.
 type rollupSum struct {
 	rowSums
-	first, last int64
+	first, last           int64
+	cacheRead, cacheWrite int64
+	cacheSaved            float64
 }
 
 // turnSum is what a batch says of one trace, as bt in mergeSQL.
@@ -109,6 +113,9 @@ func batchDeltas(batch []events.Event, sampledOut map[string]bool) deltas {
 			}
 			s.add(one)
 			s.first, s.last = min(s.first, ts), max(s.last, ts)
+			s.cacheRead += int64(e.Resource.TokensCacheRead)
+			s.cacheWrite += int64(e.Resource.TokensCacheWrite)
+			s.cacheSaved += finiteCost(e.Resource.CacheSavedUSD)
 		}
 		t := traces[e.TraceID]
 		if t == nil {
@@ -145,6 +152,9 @@ func batchDeltas(batch []events.Event, sampledOut map[string]bool) deltas {
 		s.write(c)
 		c.int8(s.first)
 		c.int8(s.last)
+		c.int8(s.cacheRead)
+		c.int8(s.cacheWrite)
+		c.float8(s.cacheSaved)
 	}
 	for _, t := range order {
 		c := d.turns

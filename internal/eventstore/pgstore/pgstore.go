@@ -156,6 +156,16 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("pgstore: schema: %w", err)
 		}
 	}
+	var cacheCols int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema()
+		AND ((table_name = 'spans' AND column_name = 'cache_saved') OR (table_name = 'rollup' AND column_name = 'cache_saved'))`).Scan(&cacheCols); err != nil {
+		return fmt.Errorf("pgstore: schema: %w", err)
+	}
+	if cacheCols < 2 {
+		if _, err := s.pool.Exec(ctx, addCacheCols); err != nil && !isDuplicate(err) {
+			return fmt.Errorf("pgstore: schema: %w", err)
+		}
+	}
 	return s.migrateUserRollup(ctx)
 }
 
@@ -210,13 +220,17 @@ func (s *Store) migrateUserRollup(ctx context.Context) error {
 var _ eventstore.Unavailable = (*Store)(nil)
 
 // Unavailable implements eventstore.Unavailable: PostgreSQL out of reach,
-// or its tables not created yet (no fmgate ingest has run against it).
+// its tables not created yet (no fmgate ingest has run against it), or
+// created by an earlier version whose ingest has not added the columns
+// this one reads.
 func (s *Store) Unavailable(err error) string {
 	var pe *pgconn.PgError
 	var ce *pgconn.ConnectError
 	switch {
 	case errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000"):
 		return "the event store's tables are not in PostgreSQL yet: start `fmgate ingest` with this eventStore.dsn; it creates them"
+	case errors.As(err, &pe) && pe.Code == "42703":
+		return "the event store's tables in PostgreSQL are older than this gateway: start this version's `fmgate ingest` with this eventStore.dsn; it adds the columns"
 	case errors.As(err, &ce), isNetError(err):
 		return "PostgreSQL (eventStore.dsn) cannot be reached; the cost views answer again once it is back, and spans wait in NATS meanwhile"
 	}
@@ -459,6 +473,9 @@ func spanRows(batch []events.Event, smp batchSampling) *copyData {
 			c.bytea(rec)
 		}
 		c.boolean(e.MustPersist)
+		c.int8(int64(e.Resource.TokensCacheRead))
+		c.int8(int64(e.Resource.TokensCacheWrite))
+		c.float8(finiteCost(e.Resource.CacheSavedUSD))
 	}
 	return c
 }

@@ -29,7 +29,13 @@ func (w writer) Write(ctx context.Context, batch []events.Event) error {
 
 func openTest(t *testing.T) *Store {
 	t.Helper()
-	s, err := Open(t.Context(), pgtest.DSN(), Options{Schema: pgtest.Schema(t), MaxConns: 4})
+	return openTestSchema(t, pgtest.Schema(t))
+}
+
+// openTestSchema opens a store on a test schema.
+func openTestSchema(t *testing.T, schema string) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), pgtest.DSN(), Options{Schema: schema, MaxConns: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +153,66 @@ func TestUserRollupFilledFromStoredTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	check()
+}
+
+// TestOpenAddsCacheColumns opens a store written before spans and the
+// roll-up kept the prompt cache's figures: its rows are kept, and spans
+// written from then on, new or redelivered with new ones, add their cache
+// figures to the same roll-up rows.
+func TestOpenAddsCacheColumns(t *testing.T) {
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	s, err := Open(ctx, pgtest.DSN(), Options{Schema: schema, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := storetest.Dataset(8, 40)
+	if _, err := s.Write(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE spans DROP COLUMN tokens_cache_read, DROP COLUMN tokens_cache_write, DROP COLUMN cache_saved;
+		ALTER TABLE rollup DROP COLUMN cache_read, DROP COLUMN cache_write, DROP COLUMN cache_saved`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = Open(ctx, pgtest.DSN(), Options{Schema: schema, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	q := eventstore.Query{By: eventstore.ByModel, From: storetest.T0.Add(-2 * time.Hour), To: storetest.T0.Add(4 * time.Hour)}
+	before, err := s.Cost(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Stats(ctx); err != nil || st.Spans != int64(len(old)) || before.Total.Spans != int64(len(old)) || before.Total.CacheReadTokens != 0 {
+		t.Fatalf("after reopening: %+v (%v), total %+v; want the %d spans stored, no cache figures", st, err, before.Total, len(old))
+	}
+	// New spans with cache figures, in a batch of their own and in one
+	// redelivered with some of the old ones (the staging path).
+	cached := storetest.PromptCache(storetest.Dataset(9, 40))
+	if _, err := s.Write(ctx, cached[:len(cached)/2]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(ctx, append(slices.Clone(old[:20]), cached[len(cached)/2:]...)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Cost(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read, write int64
+	var saved float64
+	for _, e := range cached {
+		read += int64(e.Resource.TokensCacheRead)
+		write += int64(e.Resource.TokensCacheWrite)
+		saved += e.Resource.CacheSavedUSD
+	}
+	tot := got.Total
+	if read == 0 || tot.Spans != int64(len(old)+len(cached)) || tot.CacheReadTokens != read || tot.CacheWriteTokens != write ||
+		math.Abs(tot.CacheSavedUSD-saved) > 1e-9 || tot.CacheReadRatio != float64(read)/float64(tot.TokensIn) {
+		t.Fatalf("total %+v; want %d spans, %d read, %d written, $%v saved", tot, len(old)+len(cached), read, write, saved)
+	}
 }
 
 // A batch holding spans stored already and new ones (a redelivery that
@@ -297,6 +363,18 @@ func TestUnavailableIsA503(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer down.Close()
+	// Tables an earlier version's ingest created, without the prompt
+	// cache's columns.
+	schema := pgtest.Schema(t)
+	if _, err := openTestSchema(t, schema).pool.Exec(ctx, `ALTER TABLE spans DROP COLUMN tokens_cache_read, DROP COLUMN tokens_cache_write, DROP COLUMN cache_saved;
+		ALTER TABLE rollup DROP COLUMN cache_read, DROP COLUMN cache_write, DROP COLUMN cache_saved`); err != nil {
+		t.Fatal(err)
+	}
+	older, err := Open(ctx, pgtest.DSN(), Options{Schema: schema, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer older.Close()
 	for _, tt := range []struct {
 		name string
 		s    *Store
@@ -304,6 +382,7 @@ func TestUnavailableIsA503(t *testing.T) {
 	}{
 		{"no tables yet", empty, "start `fmgate ingest`"},
 		{"postgres down", down, "cannot be reached"},
+		{"tables of an earlier version", older, "start this version's `fmgate ingest`"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()

@@ -114,6 +114,19 @@ var schema = []string{
 const addPrevKey = `ALTER TABLE turns ADD COLUMN IF NOT EXISTS prev_ts bigint,
 	ADD COLUMN IF NOT EXISTS prev_feature text COLLATE "C", ADD COLUMN IF NOT EXISTS prev_user text COLLATE "C"`
 
+// addCacheCols gives spans and rollup the prompt cache's figures: a span's
+// input tokens read from and written to the vendor's cache and the money
+// it saved, and their sums. Turns and the user roll-up do not keep them
+// (see eventstore.CostRow). A row stored before has none: 0. Run only when
+// the columns are missing, since ALTER TABLE waits for every query reading
+// the table.
+const addCacheCols = `ALTER TABLE spans ADD COLUMN IF NOT EXISTS tokens_cache_read bigint NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS tokens_cache_write bigint NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS cache_saved double precision NOT NULL DEFAULT 0;
+ALTER TABLE rollup ADD COLUMN IF NOT EXISTS cache_read bigint NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS cache_write bigint NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS cache_saved double precision NOT NULL DEFAULT 0`
+
 // userRollupTable sums turns per (feature, user) by the hour (lvl 1) and
 // the day (lvl 2) of their start, feature first so that one feature's
 // buckets are contiguous: a feature's costliest users read one row per user
@@ -148,7 +161,8 @@ const userSums = "spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, 
 // spanCols are the columns of spans, in spanRow's order.
 var spanCols = []string{"ts_start", "trace_id", "span_id", "name", "user_id_hash", "session_id",
 	"feature", "surface", "locale", "user_tier", "graph_version", "model_id", "prompt_version", "tool_id",
-	"status", "fallback_used", "tokens_in", "tokens_out", "cost", "duration_ms", "eval_score", "rec", "must_persist"}
+	"status", "fallback_used", "tokens_in", "tokens_out", "cost", "duration_ms", "eval_score", "rec", "must_persist",
+	"tokens_cache_read", "tokens_cache_write", "cache_saved"}
 
 // createStage makes the connection's staging tables, whose rows go at
 // commit: stage for spans that may be stored already, stage_rollup and
@@ -166,10 +180,11 @@ CREATE TEMP TABLE IF NOT EXISTS stage_turns (
 	sampled_out boolean NOT NULL
 ) ON COMMIT DELETE ROWS`
 
-// rollupCols are the columns of rollup, in batchDeltas' order.
+// rollupCols are the columns of rollup, in batchDeltas' order and in the
+// order upsertCTEs inserts them.
 var rollupCols = []string{"lvl", "bucket", "feature", "surface", "locale", "user_tier", "graph_version", "model_id",
 	"prompt_version", "tool_id", "spans", "turns", "tokens_in", "tokens_out", "cost", "errors", "fallbacks", "latency_ms",
-	"first_ts", "last_ts"}
+	"first_ts", "last_ts", "cache_read", "cache_write", "cache_saved"}
 
 // turnCols are the columns of stage_turns, in batchDeltas' order.
 var turnCols = []string{"trace_id", "ts_start", "last_ts", "user_id_hash", "session_id", "feature", "surface", "locale",
@@ -192,13 +207,14 @@ var dimCols = "feature, surface, locale, user_tier, graph_version, model_id, pro
 var mergeSQL = `WITH ins AS (
 	INSERT INTO spans SELECT * FROM stage ORDER BY ts_start, trace_id, span_id ON CONFLICT DO NOTHING
 	RETURNING ts_start, trace_id, span_id, name, user_id_hash, session_id, ` + dimCols + `,
-		status, fallback_used, tokens_in, tokens_out, cost, duration_ms, eval_score
+		status, fallback_used, tokens_in, tokens_out, cost, duration_ms, eval_score,
+		tokens_cache_read, tokens_cache_write, cache_saved
 ), x AS (
 	SELECT *, (name = 'turn')::int AS is_turn, (status = 'failed')::int AS is_err,
 		(status = 'fallback' OR fallback_used <> '')::int AS is_fb FROM ins
 ), ` + upsertCTEs(`SELECT l.lvl, x.ts_start - ((x.ts_start % l.w) + l.w) % l.w, `+prefixed("x.", dimCols)+`,
 		count(*), sum(is_turn), sum(tokens_in), sum(tokens_out), sum(cost), sum(is_err), sum(is_fb), sum(duration_ms),
-		min(ts_start), max(ts_start)
+		min(ts_start), max(ts_start), sum(tokens_cache_read), sum(tokens_cache_write), sum(cache_saved)
 	FROM x CROSS JOIN (VALUES (1, `+strconv.Itoa(minuteMS)+`::bigint), (2, `+strconv.Itoa(hourMS)+`::bigint)) AS l(lvl, w)
 	GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10`, `SELECT trace_id, min(ts_start) AS ts_start, max(ts_start) AS last_ts, max(user_id_hash) AS user_id_hash,
 		max(session_id) AS session_id, max(feature) AS feature, max(surface) AS surface,
@@ -214,7 +230,7 @@ SELECT count(*) FROM ins` // data-modifying WITH clauses always run to completio
 // deltaSQL adds the sums of a batch whose spans were all new, made by
 // batchDeltas and copied into stage_rollup and stage_turns, to the
 // roll-ups and turns.
-var deltaSQL = `WITH ` + upsertCTEs(`SELECT * FROM stage_rollup ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10`, `SELECT * FROM stage_turns`) + `
+var deltaSQL = `WITH ` + upsertCTEs(`SELECT `+strings.Join(rollupCols, ", ")+` FROM stage_rollup ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10`, `SELECT * FROM stage_turns`) + `
 SELECT 0`
 
 // upsertCTEs are the WITH clauses r, bt, t and u adding rollupRows (rows
@@ -229,14 +245,16 @@ SELECT 0`
 // each correct exactly what they changed.
 func upsertCTEs(rollupRows, btRows string) string {
 	return `r AS (
-	INSERT INTO rollup AS o (lvl, bucket, ` + dimCols + `, spans, turns, tokens_in, tokens_out, cost, errors, fallbacks, latency_ms, first_ts, last_ts)
+	INSERT INTO rollup AS o (` + strings.Join(rollupCols, ", ") + `)
 	` + rollupRows + `
 	ON CONFLICT (lvl, bucket, ` + dimCols + `) DO UPDATE SET
 		spans = o.spans + excluded.spans, turns = o.turns + excluded.turns,
 		tokens_in = o.tokens_in + excluded.tokens_in, tokens_out = o.tokens_out + excluded.tokens_out,
 		cost = o.cost + excluded.cost, errors = o.errors + excluded.errors,
 		fallbacks = o.fallbacks + excluded.fallbacks, latency_ms = o.latency_ms + excluded.latency_ms,
-		first_ts = least(o.first_ts, excluded.first_ts), last_ts = greatest(o.last_ts, excluded.last_ts)
+		first_ts = least(o.first_ts, excluded.first_ts), last_ts = greatest(o.last_ts, excluded.last_ts),
+		cache_read = o.cache_read + excluded.cache_read, cache_write = o.cache_write + excluded.cache_write,
+		cache_saved = o.cache_saved + excluded.cache_saved
 ), bt AS (
 	` + btRows + `
 ), t AS (

@@ -58,6 +58,14 @@ const spanSums = `count(*), sum((s.name = 'turn')::int), sum(s.tokens_in), sum(s
 // rollupSums re-sums roll-up rows.
 const rollupSums = `sum(spans), sum(turns), sum(tokens_in), sum(tokens_out), sum(cost), sum(errors), sum(fallbacks), sum(latency_ms)`
 
+// The prompt cache's sums (tokens read, tokens written, money saved), over
+// span rows and over roll-up rows, which only those keep: scanRows reads
+// them when a query selects them after the eight sums.
+const (
+	spanCacheSums   = `sum(s.tokens_cache_read), sum(s.tokens_cache_write), sum(s.cache_saved)`
+	rollupCacheSums = `sum(cache_read), sum(cache_write), sum(cache_saved)`
+)
+
 // Cost answers q as the SQLite store does: groupings by attribution or
 // version from the roll-ups (whole hours, then whole minutes, then the
 // spans of the partial minutes at the edges); ByUser and ByTurn from the
@@ -91,6 +99,15 @@ func (s *Store) Cost(ctx context.Context, q eventstore.Query) (eventstore.CostRe
 	if err != nil {
 		return eventstore.CostReport{}, fmt.Errorf("pgstore: cost: %w", err)
 	}
+	if q.By == eventstore.ByUser || q.By == eventstore.ByTurn {
+		// Turn rows do not keep the prompt cache's figures: a view by user
+		// or turn leaves them out whichever path answered it, as the SQLite
+		// store does.
+		dropCache(&total)
+		for i := range rows {
+			dropCache(&rows[i])
+		}
+	}
 	if len(rows) > q.Limit {
 		rows = rows[:q.Limit]
 	}
@@ -121,6 +138,9 @@ func totalOf(rows []eventstore.CostRow) eventstore.CostRow {
 		t.TokensOut += r.TokensOut
 		t.Errors += r.Errors
 		t.Fallbacks += r.Fallbacks
+		t.CacheReadTokens += r.CacheReadTokens
+		t.CacheWriteTokens += r.CacheWriteTokens
+		t.CacheSavedUSD += r.CacheSavedUSD
 		latency += r.AvgLatencyMS * float64(r.Spans)
 	}
 	finish(&t, latency)
@@ -134,15 +154,41 @@ func finish(r *eventstore.CostRow, latency float64) {
 	if r.Turns > 0 {
 		r.CostPerTurn = r.CostUSD / float64(r.Turns)
 	}
+	r.CacheReadRatio = eventstore.CacheReadRatio(r.CacheReadTokens, r.TokensIn)
 }
 
-// scanRows reads rows of a key and the eight sums.
+func dropCache(r *eventstore.CostRow) {
+	r.CacheReadTokens, r.CacheWriteTokens, r.CacheSavedUSD, r.CacheReadRatio = 0, 0, 0, 0
+}
+
+// cacheSums are the prompt cache's sums scanned (NULL over no rows: zero).
+type cacheSums struct {
+	read, write *int64
+	saved       *float64
+}
+
+// set puts the sums in r; finish then derives the ratio.
+func (c *cacheSums) set(r *eventstore.CostRow) {
+	if c.read != nil {
+		r.CacheReadTokens = *c.read
+	}
+	if c.write != nil {
+		r.CacheWriteTokens = *c.write
+	}
+	if c.saved != nil {
+		r.CacheSavedUSD = *c.saved
+	}
+}
+
+// scanRows reads rows of a key and the eight sums, and the prompt cache's
+// three sums when the query selects them after (spanCacheSums).
 func (s *Store) scanRows(ctx context.Context, sql string, args ...any) ([]eventstore.CostRow, error) {
 	rs, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rs.Close()
+	withCache := len(rs.FieldDescriptions()) == 12
 	var out []eventstore.CostRow
 	for rs.Next() {
 		var (
@@ -150,10 +196,16 @@ func (s *Store) scanRows(ctx context.Context, sql string, args ...any) ([]events
 			n       [7]*int64
 			cost    *float64
 			latency *int64
+			cache   cacheSums
 		)
-		if err := rs.Scan(&r.Key, &n[0], &n[1], &n[2], &n[3], &cost, &n[4], &n[5], &latency); err != nil {
+		dest := []any{&r.Key, &n[0], &n[1], &n[2], &n[3], &cost, &n[4], &n[5], &latency}
+		if withCache {
+			dest = append(dest, &cache.read, &cache.write, &cache.saved)
+		}
+		if err := rs.Scan(dest...); err != nil {
 			return nil, err
 		}
+		cache.set(&r)
 		fill(&r, n, cost, latency)
 		if r.Spans > 0 {
 			out = append(out, r)
@@ -228,9 +280,11 @@ func (s *Store) rangeSums(ctx context.Context, q eventstore.Query, key func(ts s
 		dimFilters(&w, "", &q)
 		args = w.args
 		if rollup {
-			parts = append(parts, `SELECT `+key("bucket")+` AS k, `+rollupSums+`, min(first_ts), max(last_ts) FROM rollup WHERE `+w.String()+` GROUP BY 1`)
+			parts = append(parts, `SELECT `+key("bucket")+` AS k, `+rollupSums+`, min(first_ts), max(last_ts), `+rollupCacheSums+`
+				FROM rollup WHERE `+w.String()+` GROUP BY 1`)
 		} else {
-			parts = append(parts, `SELECT `+key("ts_start")+` AS k, `+spanSums+`, min(ts_start), max(ts_start) FROM spans s WHERE `+w.String()+` GROUP BY 1`)
+			parts = append(parts, `SELECT `+key("ts_start")+` AS k, `+spanSums+`, min(ts_start), max(ts_start), `+spanCacheSums+`
+				FROM spans s WHERE `+w.String()+` GROUP BY 1`)
 		}
 	}
 	// [mLo, mHi) whole minutes; [hLo, hHi) whole hours inside them.
@@ -251,8 +305,9 @@ func (s *Store) rangeSums(ctx context.Context, q eventstore.Query, key func(ts s
 			w.add("((ts_start >= ? AND ts_start < ?) OR (ts_start >= ? AND ts_start < ?))", from, mLo, mHi, to)
 		})
 	}
-	sql := `SELECT k, sum(c0), sum(c1), sum(c2), sum(c3), sum(c4), sum(c5), sum(c6), sum(c7), min(f), max(l) FROM (` +
-		strings.Join(parts, " UNION ALL ") + `) AS u(k, c0, c1, c2, c3, c4, c5, c6, c7, f, l) GROUP BY k`
+	sql := `SELECT k, sum(c0), sum(c1), sum(c2), sum(c3), sum(c4), sum(c5), sum(c6), sum(c7), min(f), max(l),
+		sum(cr), sum(cw), sum(cs) FROM (` + strings.Join(parts, " UNION ALL ") + `) AS u(k, c0, c1, c2, c3, c4, c5, c6, c7, f, l, cr, cw, cs)
+		GROUP BY k`
 	rs, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -266,10 +321,13 @@ func (s *Store) rangeSums(ctx context.Context, q eventstore.Query, key func(ts s
 			cost        *float64
 			latency     *int64
 			first, last *int64
+			cache       cacheSums
 		)
-		if err := rs.Scan(&g.row.Key, &n[0], &n[1], &n[2], &n[3], &cost, &n[4], &n[5], &latency, &first, &last); err != nil {
+		if err := rs.Scan(&g.row.Key, &n[0], &n[1], &n[2], &n[3], &cost, &n[4], &n[5], &latency, &first, &last,
+			&cache.read, &cache.write, &cache.saved); err != nil {
 			return nil, err
 		}
+		cache.set(&g.row)
 		fill(&g.row, n, cost, latency)
 		if first != nil {
 			g.first, g.last = *first, *last
@@ -331,7 +389,7 @@ func (s *Store) fromTurnSpans(ctx context.Context, q eventstore.Query) ([]events
 	}
 	dimFilters(&w, "s.", &q)
 	w.eq("s.user_id_hash", q.User)
-	rows, err := s.scanRows(ctx, `SELECT s.`+groupCol[q.By]+`, `+spanSums+`
+	rows, err := s.scanRows(ctx, `SELECT s.`+groupCol[q.By]+`, `+spanSums+`, `+spanCacheSums+`
 		FROM turns t JOIN spans s ON s.trace_id = t.trace_id AND s.ts_start >= t.ts_start AND s.ts_start <= t.last_ts
 		WHERE `+w.String()+` GROUP BY 1`, w.args...)
 	if err != nil {
@@ -391,7 +449,8 @@ func (s *Store) traceSpans(ctx context.Context, trace string, wholeOnly bool, fn
 		cond = " AND s.rec IS NOT NULL"
 	}
 	rs, err := s.pool.Query(ctx, `SELECT s.ts_start, s.rec, s.name, s.user_id_hash, s.session_id, `+prefixed("s.", dimCols)+`,
-		s.status, s.fallback_used, s.tokens_in, s.tokens_out, s.cost, s.duration_ms, s.eval_score
+		s.status, s.fallback_used, s.tokens_in, s.tokens_out, s.cost, s.duration_ms, s.eval_score,
+		s.tokens_cache_read, s.tokens_cache_write, s.cache_saved
 		FROM spans s JOIN turns t ON t.trace_id = s.trace_id
 		WHERE t.trace_id = $1 AND s.trace_id = $1 AND s.ts_start >= t.ts_start AND s.ts_start <= t.last_ts`+cond+`
 		ORDER BY s.ts_start, s.span_id`, trace)
@@ -407,7 +466,7 @@ func (s *Store) traceSpans(ctx context.Context, trace string, wholeOnly bool, fn
 	for rs.Next() {
 		if err := rs.Scan(&ts, &rec, &c.name, &c.user, &c.session, &c.feature, &c.surface, &c.locale, &c.tier,
 			&c.graph, &c.model, &c.prompt, &c.tool, &c.status, &c.fallback, &c.tokensIn, &c.tokensOut, &c.cost,
-			&c.duration, &c.eval); err != nil {
+			&c.duration, &c.eval, &c.cacheRead, &c.cacheWrite, &c.cacheSaved); err != nil {
 			return err
 		}
 		var e events.Event
@@ -428,6 +487,8 @@ type spanColumns struct {
 	tokensIn, tokensOut, duration                       int64
 	cost                                                float64
 	eval                                                *float64
+	cacheRead, cacheWrite                               int64
+	cacheSaved                                          float64
 }
 
 // event fills e with what the columns say of a span stored without its
@@ -440,6 +501,7 @@ func (c *spanColumns) event(trace string, ts int64, e *events.Event) {
 	e.Node.GraphVersion = c.graph
 	e.Artifact.ModelID, e.Artifact.PromptVersion, e.Artifact.ToolID = c.model, c.prompt, c.tool
 	e.Resource.TokensIn, e.Resource.TokensOut, e.Resource.CostUSD = int(c.tokensIn), int(c.tokensOut), c.cost
+	e.Resource.TokensCacheRead, e.Resource.TokensCacheWrite, e.Resource.CacheSavedUSD = int(c.cacheRead), int(c.cacheWrite), c.cacheSaved
 	e.Outcome.Status, e.Outcome.FallbackUsed, e.Outcome.EvalScore = events.Status(c.status), c.fallback, c.eval
 	e.Attribution = events.Attribution{Feature: c.feature, Surface: c.surface, Locale: c.locale, UserTier: c.tier}
 }

@@ -173,12 +173,40 @@ func Sample(data []events.Event, every int, slow time.Duration) []events.Event {
 	return out
 }
 
+// PromptCache returns a copy of data in which model attempts read and
+// wrote the vendor's prompt cache, as their input tokens decide (so that
+// the rest of the dataset stays as it was): three in four read part of
+// their input, some of those and others wrote part of it, and a quarter
+// did neither. The money saved is at $3 per million plain input tokens,
+// a tenth of that for reads and 1.25 times it for writes, so that a span
+// that only wrote saved a negative amount.
+func PromptCache(data []events.Event) []events.Event {
+	const plain, read, write = 3e-6, 0.3e-6, 3.75e-6
+	out := slices.Clone(data)
+	for i := range out {
+		r := &out[i].Resource
+		if out[i].Name != "model_attempt" || r.TokensIn == 0 {
+			continue
+		}
+		switch r.TokensIn % 4 {
+		case 0:
+			r.TokensCacheRead = r.TokensIn * 3 / 4
+		case 1:
+			r.TokensCacheRead, r.TokensCacheWrite = r.TokensIn/2, r.TokensIn/4
+		case 2:
+			r.TokensCacheWrite = r.TokensIn / 2
+		}
+		r.CacheSavedUSD = float64(r.TokensCacheRead)*(plain-read) - float64(r.TokensCacheWrite)*(write-plain)
+	}
+	return out
+}
+
 // Run runs the suite; open returns an empty store. The same spans are
 // written to two stores, whole and as a gateway sampling traces emits them
 // (Sample): every view of both must give the figures of the whole spans,
 // while the sampled store keeps fewer spans whole.
 func Run(t *testing.T, open func(t *testing.T) Backend) {
-	data := Dataset(7, 240)
+	data := PromptCache(Dataset(7, 240))
 	sampled := Sample(data, 20, 3*time.Second)
 	whole, thin := open(t), open(t)
 	load(t, whole, data)
@@ -289,6 +317,7 @@ func run(t *testing.T, s Backend, data []events.Event) {
 			compareReports(t, got, want)
 		})
 	}
+	t.Run("PromptCache", func(t *testing.T) { promptCache(ctx, t, s, ref, from, to, wide) })
 	t.Run("TopUsers", func(t *testing.T) {
 		got, err := s.TopUsers(ctx, from, to, 3)
 		if err != nil {
@@ -469,6 +498,65 @@ func run(t *testing.T, s Backend, data []events.Event) {
 	t.Run("TurnMovesToAnEarlierHour", func(t *testing.T) { turnMoves(ctx, t, s) })
 }
 
+// promptCache checks the prompt cache's figures of the cost views that
+// group by model and by prompt version, and of the total: the tokens read
+// and written and the money saved are the spans' sums, and the read ratio
+// is the tokens read over the input tokens. The ranges cover whole days,
+// hours and minutes of the roll-ups and partial minutes read from the
+// spans.
+func promptCache(ctx context.Context, t *testing.T, s Backend, ref *reference, from, to time.Time, wide [2]time.Time) {
+	for _, q := range []eventstore.Query{
+		{By: eventstore.ByModel, From: wide[0], To: wide[1]},
+		{By: eventstore.ByModel, From: from, To: to},
+		{By: eventstore.ByPrompt, From: wide[0], To: wide[1]},
+		{By: eventstore.ByPrompt, From: from, To: to, ModelID: "sonnet-v1"},
+		{By: eventstore.ByTotal, From: from, To: to},
+	} {
+		t.Run(q.By+describe(q), func(t *testing.T) {
+			got, err := s.Cost(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ref.cost(q)
+			compareReports(t, got, want)
+			// The dataset must exercise the figures: reads and writes in
+			// every model and prompt version of the spans.
+			if q.By == eventstore.ByTotal {
+				return
+			}
+			for _, r := range got.Rows {
+				if r.Key == "" {
+					continue
+				}
+				if r.CacheReadTokens == 0 || r.CacheWriteTokens == 0 || r.CacheReadRatio <= 0 || r.CacheReadRatio >= 1 {
+					t.Errorf("%s: %d read, %d written, ratio %v; the dataset reads and writes the cache in every group",
+						r.Key, r.CacheReadTokens, r.CacheWriteTokens, r.CacheReadRatio)
+				}
+				if want := float64(r.CacheReadTokens) / float64(r.TokensIn); r.CacheReadRatio != want {
+					t.Errorf("%s: read ratio %v, want %d / %d = %v", r.Key, r.CacheReadRatio, r.CacheReadTokens, r.TokensIn, want)
+				}
+			}
+		})
+	}
+	// Per user and per turn, the views leave them out, whichever path
+	// answers (the turns, or the spans of the turns selected).
+	for _, q := range []eventstore.Query{
+		{By: eventstore.ByUser, From: wide[0], To: wide[1]},
+		{By: eventstore.ByUser, From: wide[0], To: wide[1], ModelID: "sonnet-v1"},
+		{By: eventstore.ByTurn, From: wide[0], To: wide[1], ModelID: "sonnet-v1", PromptVersion: "p1", Limit: 5},
+	} {
+		got, err := s.Cost(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range append(got.Rows, got.Total) {
+			if r.CacheReadTokens != 0 || r.CacheWriteTokens != 0 || r.CacheSavedUSD != 0 || r.CacheReadRatio != 0 {
+				t.Errorf("%s%s row %q carries cache figures: %+v", q.By, describe(q), r.Key, r)
+			}
+		}
+	}
+}
+
 // turnMoves checks a feature's users when a turn's root, delivered after
 // one of its spans, moves the turn's start into the previous hour: the
 // turn counts, whole, in the hour it now starts in, and no longer in the
@@ -538,7 +626,9 @@ func compareRow(t *testing.T, what string, got, want eventstore.CostRow) {
 	t.Helper()
 	if got.Key != want.Key || got.Turns != want.Turns || got.Spans != want.Spans || got.TokensIn != want.TokensIn ||
 		got.TokensOut != want.TokensOut || got.Errors != want.Errors || got.Fallbacks != want.Fallbacks ||
-		!near(got.CostUSD, want.CostUSD) || !near(got.AvgLatencyMS, want.AvgLatencyMS) || !near(got.CostPerTurn, want.CostPerTurn) {
+		!near(got.CostUSD, want.CostUSD) || !near(got.AvgLatencyMS, want.AvgLatencyMS) || !near(got.CostPerTurn, want.CostPerTurn) ||
+		got.CacheReadTokens != want.CacheReadTokens || got.CacheWriteTokens != want.CacheWriteTokens ||
+		!near(got.CacheSavedUSD, want.CacheSavedUSD) || !near(got.CacheReadRatio, want.CacheReadRatio) {
 		t.Errorf("%s:\n got %+v\nwant %+v", what, got, want)
 	}
 	if want.Turn != nil {
@@ -633,6 +723,9 @@ func (s *sum) add(e *events.Event) {
 	s.row.TokensIn += int64(e.Resource.TokensIn)
 	s.row.TokensOut += int64(e.Resource.TokensOut)
 	s.row.CostUSD += e.Resource.CostUSD
+	s.row.CacheReadTokens += int64(e.Resource.TokensCacheRead)
+	s.row.CacheWriteTokens += int64(e.Resource.TokensCacheWrite)
+	s.row.CacheSavedUSD += e.Resource.CacheSavedUSD
 	if e.Outcome.Status == events.StatusFailed {
 		s.row.Errors++
 	}
@@ -651,7 +744,16 @@ func (s *sum) done(key string) eventstore.CostRow {
 	if r.Turns > 0 {
 		r.CostPerTurn = r.CostUSD / float64(r.Turns)
 	}
+	if r.TokensIn > 0 {
+		r.CacheReadRatio = float64(r.CacheReadTokens) / float64(r.TokensIn)
+	}
 	return r
+}
+
+// noCache zeroes the prompt cache's figures, which per-user and per-turn
+// views leave out.
+func noCache(r *eventstore.CostRow) {
+	r.CacheReadTokens, r.CacheWriteTokens, r.CacheSavedUSD, r.CacheReadRatio = 0, 0, 0, 0
 }
 
 func spanKey(e *events.Event, by string) string {
@@ -772,7 +874,14 @@ func (r *reference) cost(q eventstore.Query) eventstore.CostReport {
 				GraphVersion: t.graph, Locale: t.locale, Start: t.start.UTC(), DurationMS: t.duration, EvalScore: t.eval}
 		}
 	}
-	return eventstore.CostReport{Total: total.done(""), Rows: rows}
+	tot := total.done("")
+	if q.By == eventstore.ByUser || q.By == eventstore.ByTurn {
+		noCache(&tot)
+		for i := range rows {
+			noCache(&rows[i])
+		}
+	}
+	return eventstore.CostReport{Total: tot, Rows: rows}
 }
 
 func (r *reference) series(t *testing.T, q eventstore.Query, step time.Duration) eventstore.SeriesReport {

@@ -6,6 +6,7 @@
 export function noKey(by) {
   switch (by) {
     case "model":
+    case "prompt":
       return "non-model work";
     case "locale":
       return "unknown (refused before detection)";
@@ -20,6 +21,8 @@ export function keyTitle(by, key) {
   switch (by) {
     case "model":
       return "spans without a model: compute time, session and cache writes, cache and FAQ lookups";
+    case "prompt":
+      return "spans without a prompt version: compute time, session and cache writes, cache and FAQ lookups";
     case "locale":
       return "without a locale: turns refused before their language was known (a request with neither a message nor a locale, a malformed frame) and work outside any turn, such as canary changes";
     default:

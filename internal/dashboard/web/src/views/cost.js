@@ -1,7 +1,9 @@
-// Cost: the total, cost per turn, per feature, per user segment and per
-// locale for the range and versions chosen; the cost over time; a
-// drill-down feature → users → turns → one turn's span waterfall; and the
-// anomaly lists (top users, turns beyond 5σ, features getting dearer).
+// Cost: the total, cost per turn, per feature, per user segment, per
+// locale, per model and per prompt version for the range and versions
+// chosen, with what the vendors' prompt caches read, wrote and saved; the
+// cost over time; a drill-down feature → users → turns → one turn's span
+// waterfall; and the anomaly lists (top users, turns beyond 5σ, features
+// getting dearer).
 
 import { get, message } from "../api.js";
 import { h, panel, table, tile, bar, MAX_ROWS } from "../dom.js";
@@ -29,6 +31,27 @@ export function userCeiling(spanMs) {
   return { ceiling, meaningful: spanMs >= MIN_CEILING_RANGE_MS, how };
 }
 
+/** Whether a cost row's spans read, wrote or saved anything through a prompt cache. */
+export function hasCache(r) {
+  return !!(r && (r.cacheReadTokens || r.cacheWriteTokens || r.cacheSavedUsd));
+}
+
+/**
+ * The prompt cache's columns of a cost table: tokens read and written, the
+ * share of input tokens read, the money saved (negative when writes cost
+ * more than reads saved). None when no row has any: a deployment without
+ * prompt caching sees no empty columns.
+ */
+export function cacheCols(rows) {
+  if (!rows.some(hasCache)) return [];
+  return [
+    { label: "cache read", num: true, cell: (x) => int(x.cacheReadTokens) },
+    { label: "cache write", num: true, cell: (x) => int(x.cacheWriteTokens) },
+    { label: "read %", num: true, cell: (x) => pct(x.cacheReadRatio), title: (x) => `${int(x.cacheReadTokens)} of ${int(x.tokensIn)} input tokens read from the prompt cache` },
+    { label: "saved", num: true, cell: (x) => usd(x.cacheSavedUsd) },
+  ];
+}
+
 export default {
   id: "cost",
   title: "Cost",
@@ -44,11 +67,14 @@ export default {
     const seriesBox = h("div", { class: "chart" });
     let chart = null;
     const drill = panel("Per feature, drill-down", { testid: "drill", wide: true, note: "(click a row to go one level down: feature → users → turns → spans)" });
+    // Per model and per prompt version, with the prompt cache's columns:
+    // each the page's width, for theirs.
     const breakdowns = [
       ["tier", "Per user segment (tier)", "by-tier"],
       ["locale", "Per locale", "by-locale"],
-      ["model", "Per model", "by-model"],
-    ].map(([by, title, testid]) => ({ by, p: panel(title, { testid }) }));
+      ["model", "Per model", "by-model", true],
+      ["prompt", "Per prompt version", "by-prompt", true],
+    ].map(([by, title, testid, cache = false]) => ({ by, cache, p: panel(title, { testid, wide: cache }) }));
     const topUsers = panel("Top 100 users by cost", { testid: "top-users" });
     const anomalies = panel("Turns beyond 5σ of the median cost", { testid: "anomalies" });
     const rising = panel("Features getting dearer per turn", { testid: "rising" });
@@ -57,7 +83,8 @@ export default {
       tiles.el,
       series.el,
       drill.el,
-      h("div", { class: "panels" }, breakdowns.map((b) => b.p.el)),
+      h("div", { class: "panels" }, breakdowns.filter((b) => !b.cache).map((b) => b.p.el)),
+      ...breakdowns.filter((b) => b.cache).map((b) => b.p.el),
       h("div", { class: "section-head" }, h("h2", null, "Anomalies")),
       h("div", { class: "panels" }, topUsers.el, anomalies.el, rising.el),
     );
@@ -81,6 +108,10 @@ export default {
           tile("Cost per turn", usdTurn(t.costPerTurn), { testid: "cost-per-turn", raw: t.costPerTurn }),
           tile("Tokens", `${int(t.tokensIn)} in`, { testid: "cost-tokens", raw: (t.tokensIn || 0) + (t.tokensOut || 0), sub: `${int(t.tokensOut)} out` }),
           tile("Spans", int(t.spans), { testid: "cost-spans", raw: t.spans, sub: `${int(t.errors)} failed spans · ${int(t.fallbacks)} fallback turns` }),
+          hasCache(t)
+            ? tile("Prompt cache", `${pct(t.cacheReadRatio)} read`, { testid: "cost-cache", raw: t.cacheReadRatio,
+              sub: `${int(t.cacheReadTokens)} read · ${int(t.cacheWriteTokens)} written · ${usd(t.cacheSavedUsd)} saved` })
+            : null,
         ));
       } catch (e) {
         if (e.name === "AbortError") throw e;
@@ -114,13 +145,15 @@ export default {
         const label = (x) => (!x.key ? noKey(b.by) : b.by === "model" ? cat.nameOf(x.key) : x.key);
         const cols = costCols(b.by, label);
         cols[0].title = (x) => keyTitle(b.by, x.key);
+        const rows = r.rows || [];
         b.p.show(table({
           testid: b.p.el.dataset.testid + "-table",
           columns: [
             ...cols,
             { label: "share", num: true, cell: (x) => pct(total ? x.costUsd / total : 0, 0) },
+            ...(b.cache ? cacheCols(rows) : []),
           ],
-          rows: r.rows || [],
+          rows,
         }));
       } catch (e) {
         if (e.name === "AbortError") throw e;
@@ -199,10 +232,11 @@ export default {
           const r = await get("/admin/cost", { by: "feature", limit: MAX_ROWS + 1, ...q }, signal);
           if (stale()) return;
           const total = r.total?.costUsd || 0;
+          const rows = r.rows || [];
           drill.show(crumbs(s), table({
             testid: "drill-features",
-            columns: [...costCols("feature", (x) => x.key || noKey("feature")), { label: "share", cell: (x) => bar(total ? x.costUsd / total : 0) }],
-            rows: r.rows || [],
+            columns: [...costCols("feature", (x) => x.key || noKey("feature")), { label: "share", cell: (x) => bar(total ? x.costUsd / total : 0) }, ...cacheCols(rows)],
+            rows,
             onRow: (x) => drillTo({ feature: x.key || "(none)" }),
             rowLabel: (x) => `Show the users of feature ${x.key}`,
           }));
