@@ -304,3 +304,83 @@ func streamIn(t *testing.T, base, user, session, message, locale string, stopAft
 	}
 	return got.String()
 }
+
+// TestPromptCachingWorkedExample is the README's worked example: the ten
+// turns of one MangaAssist conversation (catalog search on, every answer
+// Sonnet's) with models[].promptCaching auto and off, priced from the cost
+// view (/admin/cost?by=model). With caching, the system prompt is written
+// on the first turn and read on each later one; the bill with caching plus
+// what the cost view says the cache saved is the bill without it. Run it
+// with -v to print the table.
+func TestPromptCachingWorkedExample(t *testing.T) {
+	type bill struct {
+		cost, saved      float64
+		in, read, writes int64
+	}
+	run := func(caching string) bill {
+		cfg := config.Default()
+		for name, st := range cfg.Sim.Models {
+			st.TTFTMs, st.TokensPerSecond = 20, 3000 // the price does not depend on the pace
+			cfg.Sim.Models[name] = st
+		}
+		cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 20*time.Second, 15*time.Second
+		for i := range cfg.Models {
+			cfg.Models[i].PromptCaching = caching
+		}
+		sc := newScenario(t, cfg)
+		for i, turn := range mangaConversation {
+			a := sc.chatSession("reader", "worked-example", turn.message, turn.locale)
+			if a.Status != http.StatusOK || a.Tier != "sonnet" {
+				t.Fatalf("%s, turn %d: %d from %q (%s)", caching, i+1, a.Status, a.Tier, a.Error.Code)
+			}
+		}
+		var rep struct {
+			Rows []struct {
+				Key              string  `json:"key"`
+				Turns            int     `json:"turns"`
+				CostUSD          float64 `json:"costUsd"`
+				TokensIn         int64   `json:"tokensIn"`
+				CacheReadTokens  int64   `json:"cacheReadTokens"`
+				CacheWriteTokens int64   `json:"cacheWriteTokens"`
+				CacheSavedUSD    float64 `json:"cacheSavedUsd"`
+			} `json:"rows"`
+		}
+		sonnet := cfg.Models[0].ModelID
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			getJSON(t, sc.srv, "/admin/cost?by=model", &rep)
+			for _, r := range rep.Rows {
+				if r.Key == sonnet && r.Turns == len(mangaConversation) {
+					return bill{cost: r.CostUSD, saved: r.CacheSavedUSD, in: r.TokensIn, read: r.CacheReadTokens, writes: r.CacheWriteTokens}
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the cost view shows no Sonnet row with the %d turns: %+v", caching, len(mangaConversation), rep.Rows)
+			}
+		}
+	}
+	on, off := run(config.PromptCachingAuto), run(config.PromptCachingOff)
+	t.Logf("ten turns on Sonnet   | input tokens | read from cache | written | model cost | saved")
+	t.Logf("promptCaching: auto   | %12d | %15d | %7d | $%.5f  | $%.5f", on.in, on.read, on.writes, on.cost, on.saved)
+	t.Logf("promptCaching: off    | %12d | %15d | %7d | $%.5f  | $%.5f", off.in, off.read, off.writes, off.cost, off.saved)
+
+	// The same conversation: its answers may differ by a few tokens.
+	if rel := math.Abs(float64(on.in-off.in)) / float64(off.in); rel > 0.01 {
+		t.Fatalf("the two conversations sent %d and %d input tokens; they must be the same conversation", on.in, off.in)
+	}
+	if off.read != 0 || off.writes != 0 || off.saved != 0 {
+		t.Errorf("with promptCaching off the cache was used: %+v", off)
+	}
+	// The prefix ends at fmgate's mark after its prompt: the prompt's
+	// tokens but one that runs on into the retrieved context.
+	system := int64(sim.InputTokens(&provider.Request{System: config.Default().Prompt.System})) - 1
+	if on.read < 9*system {
+		t.Errorf("with caching, %d tokens read from the cache; want the %d-token system prompt on each of turns 2 to 10", on.read, system)
+	}
+	if on.cost >= off.cost {
+		t.Fatalf("caching cost $%.5f, without $%.5f; want it cheaper", on.cost, off.cost)
+	}
+	// What the cache saved, added back, is the bill without it.
+	if rel := math.Abs(on.cost+on.saved-off.cost) / off.cost; rel > 0.01 {
+		t.Errorf("with caching $%.5f + $%.5f saved = $%.5f; without, $%.5f (%.2f%% apart)", on.cost, on.saved, on.cost+on.saved, off.cost, rel*100)
+	}
+}

@@ -81,8 +81,10 @@ type answer struct {
 	CostUSD    float64 `json:"costUsd"`
 	TraceID    string  `json:"traceId"`
 	Usage      struct {
-		Input  int `json:"input"`
-		Output int `json:"output"`
+		Input      int `json:"input"`
+		Output     int `json:"output"`
+		CacheRead  int `json:"cacheRead"`
+		CacheWrite int `json:"cacheWrite"`
 	} `json:"usage"`
 	Error struct {
 		Code    string `json:"code"`
