@@ -144,6 +144,13 @@ type Model struct {
 	Provider string `yaml:"provider"`
 	// ModelID is the provider's model identifier.
 	ModelID string `yaml:"modelId"`
+	// Aliases are other names apps send for this tier, such as the
+	// vendors' own model ids (claude-3-5-sonnet-latest,
+	// anthropic.claude-3-5-sonnet-20240620-v1:0): a request naming one
+	// starts at this tier on every front door. A Bedrock inference profile
+	// (us.…, eu.…) or model ARN matches the id inside it. The MangaAssist
+	// profile ships the common Claude Sonnet and Haiku ids.
+	Aliases []string `yaml:"aliases"`
 	// Region is the AWS region of a bedrock model (required for bedrock).
 	Region string `yaml:"region"`
 	// Endpoint overrides the vendor's base URL: Bedrock's BaseEndpoint,
@@ -320,6 +327,26 @@ type Batch struct {
 //go:embed mangaassist-system.txt
 var mangaAssistSystem string
 
+// The Claude ids apps already send, on Anthropic's API and on Bedrock,
+// mapped to the MangaAssist tier of the same family (models[].aliases).
+var (
+	sonnetAliases = []string{
+		"claude-3-sonnet-20240229",
+		"claude-3-5-sonnet-20240620", "claude-3-5-sonnet-20241022", "claude-3-5-sonnet-latest",
+		"claude-3-7-sonnet-20250219", "claude-3-7-sonnet-latest",
+		"claude-sonnet-4-20250514", "claude-sonnet-4-0", "claude-sonnet-4-5-20250929", "claude-sonnet-4-5",
+		"anthropic.claude-3-5-sonnet-20240620-v1:0", "anthropic.claude-3-5-sonnet-20241022-v2:0",
+		"anthropic.claude-3-7-sonnet-20250219-v1:0", "anthropic.claude-sonnet-4-20250514-v1:0",
+		"anthropic.claude-sonnet-4-5-20250929-v1:0",
+	}
+	haikuAliases = []string{
+		"claude-3-haiku-20240307",
+		"claude-3-5-haiku-20241022", "claude-3-5-haiku-latest",
+		"claude-haiku-4-5-20251001", "claude-haiku-4-5",
+		"anthropic.claude-3-5-haiku-20241022-v1:0", "anthropic.claude-haiku-4-5-20251001-v1:0",
+	}
+)
+
 // Default returns the MangaAssist profile.
 func Default() Config {
 	return Config{
@@ -338,9 +365,9 @@ func Default() Config {
 			System:         mangaAssistSystem,
 		},
 		Models: []Model{
-			{Name: "sonnet", Provider: "sim", ModelID: "anthropic.claude-3-sonnet-20240229-v1:0",
+			{Name: "sonnet", Provider: "sim", ModelID: "anthropic.claude-3-sonnet-20240229-v1:0", Aliases: sonnetAliases,
 				InputPerMTok: 3, OutputPerMTok: 15, ContextWindow: 200_000, MaxOutputTokens: 1024, Confidence: 1.0},
-			{Name: "haiku", Provider: "sim", ModelID: "anthropic.claude-3-haiku-20240307-v1:0",
+			{Name: "haiku", Provider: "sim", ModelID: "anthropic.claude-3-haiku-20240307-v1:0", Aliases: haikuAliases,
 				InputPerMTok: 0.25, OutputPerMTok: 1.25, ContextWindow: 200_000, MaxOutputTokens: 1024, Confidence: 0.7},
 		},
 		Deadline: Deadline{
@@ -495,6 +522,19 @@ func (c Config) Validate() error {
 		v.add("models", "must list at least one model")
 	}
 	seen := map[string]bool{}
+	// names maps every name a request may use for a tier (its name, its
+	// model id, its aliases) to the tier, so that no name means two tiers.
+	names := map[string]string{}
+	for _, m := range c.Models {
+		if m.Name != "" {
+			names[m.Name] = m.Name
+		}
+	}
+	for _, m := range c.Models {
+		if m.ModelID != "" && names[m.ModelID] == "" {
+			names[m.ModelID] = m.Name
+		}
+	}
 	for i, m := range c.Models {
 		p := fmt.Sprintf("models[%d]", i)
 		switch {
@@ -504,6 +544,16 @@ func (c Config) Validate() error {
 			v.add(p+".name", fmt.Sprintf("duplicate model %q", m.Name))
 		}
 		seen[m.Name] = true
+		for j, a := range m.Aliases {
+			ap := fmt.Sprintf("%s.aliases[%d]", p, j)
+			switch {
+			case strings.TrimSpace(a) == "" || len(a) > maxAliasBytes:
+				v.add(ap, fmt.Sprintf("must be a name of 1 to %d bytes", maxAliasBytes))
+			case names[a] != "" && names[a] != m.Name:
+				v.add(ap, fmt.Sprintf("%q already names model %q", a, names[a]))
+			}
+			names[a] = m.Name
+		}
 		m.validateProvider(&v, p)
 		if m.InputPerMTok < 0 || m.OutputPerMTok < 0 || m.CachedInputPerMTok < 0 || m.CacheWritePerMTok < 0 || m.CacheWrite1hPerMTok < 0 {
 			v.add(p, "prices must be >= 0")
@@ -630,6 +680,9 @@ func (m Model) Price() budget.Price {
 // does; Anthropic, Bedrock and the simulator do not.
 func (m Model) CacheReadsInQuota() bool { return m.Provider == "openai" }
 
+// maxAliasBytes bounds a model alias (Bedrock ARNs run to about 150 bytes).
+const maxAliasBytes = 256
+
 // Providers fmgate can call.
 
 var providers = []string{"sim", "bedrock", "anthropic", "openai"}
@@ -697,6 +750,48 @@ func ParsePriority(s string) (int, bool) {
 		return int(s[1] - '0'), true
 	}
 	return 0, false
+}
+
+// ResolveModel returns the tier a request's model name means: a tier's
+// name, model id or alias. A Bedrock model ARN or inference profile
+// (us.anthropic.…, eu.…, apac.…, global.…) means the tier whose id or alias
+// is the model id inside it.
+func (c Config) ResolveModel(name string) (Model, bool) {
+	if name == "" {
+		return Model{}, false
+	}
+	for _, n := range bedrockForms(name) {
+		for _, m := range c.Models {
+			if m.Name == n || m.ModelID == n || slices.Contains(m.Aliases, n) {
+				return m, true
+			}
+		}
+	}
+	return Model{}, false
+}
+
+// inferenceGeos are the prefixes of Bedrock's cross-region inference
+// profiles.
+var inferenceGeos = []string{"us.", "us-gov.", "eu.", "apac.", "global.", "ca.", "jp.", "au."}
+
+// bedrockForms is name, then the model id inside it when it is a Bedrock
+// ARN (…:foundation-model/ID, …:inference-profile/ID) or an inference
+// profile id (us.ID).
+func bedrockForms(name string) []string {
+	forms := []string{name}
+	if strings.HasPrefix(name, "arn:") {
+		if i := strings.LastIndexByte(name, '/'); i >= 0 && i+1 < len(name) {
+			name = name[i+1:]
+			forms = append(forms, name)
+		}
+	}
+	for _, g := range inferenceGeos {
+		if rest, ok := strings.CutPrefix(name, g); ok && strings.Contains(rest, ".") {
+			forms = append(forms, rest)
+			break
+		}
+	}
+	return forms
 }
 
 // Model returns the named model tier.

@@ -242,3 +242,45 @@ func TestSyntaxErrorsNameTheLine(t *testing.T) {
 		})
 	}
 }
+
+// A request's model name means a tier by its name, its model id or one of
+// its aliases; a Bedrock inference profile or ARN by the id inside it.
+func TestResolveModel(t *testing.T) {
+	c := Default()
+	tests := []struct{ give, want string }{
+		{"sonnet", "sonnet"},
+		{"anthropic.claude-3-haiku-20240307-v1:0", "haiku"},
+		{"claude-3-5-sonnet-latest", "sonnet"},
+		{"claude-3-5-haiku-latest", "haiku"},
+		{"anthropic.claude-3-5-sonnet-20240620-v1:0", "sonnet"},
+		{"us.anthropic.claude-3-5-haiku-20241022-v1:0", "haiku"},
+		{"eu.anthropic.claude-3-sonnet-20240229-v1:0", "sonnet"},
+		{"arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-3-haiku-20240307-v1:0", "haiku"},
+		{"arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-sonnet-4-20250514-v1:0", "sonnet"},
+		{"claude-nowhere", ""},
+		{"us.", ""},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		m, ok := c.ResolveModel(tt.give)
+		if ok != (tt.want != "") || m.Name != tt.want {
+			t.Errorf("ResolveModel(%q) = %q, %v; want %q", tt.give, m.Name, ok, tt.want)
+		}
+	}
+}
+
+// An alias that another tier already answers to is refused by name.
+func TestAliasesMustNameOneTier(t *testing.T) {
+	c := Default()
+	c.Models[1].Aliases = append(c.Models[1].Aliases, "claude-3-5-sonnet-latest", "sonnet", "")
+	err := c.Validate()
+	for _, want := range []string{
+		`models[1].aliases[7]: "claude-3-5-sonnet-latest" already names model "sonnet"`,
+		`models[1].aliases[8]: "sonnet" already names model "sonnet"`,
+		`models[1].aliases[9]: must be a name of 1 to 256 bytes`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v; want it to say %s", err, want)
+		}
+	}
+}

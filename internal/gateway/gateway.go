@@ -266,14 +266,7 @@ func tierNames(models []config.Model) []string {
 }
 
 // ResolveModel returns the tier that name (a tier or its modelId) starts at.
-func (g *Gateway) ResolveModel(name string) (config.Model, bool) {
-	for _, m := range g.cfg.Models {
-		if m.Name == name || m.ModelID == name {
-			return m, true
-		}
-	}
-	return config.Model{}, false
-}
+func (g *Gateway) ResolveModel(name string) (config.Model, bool) { return g.cfg.ResolveModel(name) }
 
 // Models is the configured model tiers in cascade order.
 func (g *Gateway) Models() []config.Model { return g.cfg.Models }

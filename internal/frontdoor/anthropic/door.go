@@ -80,12 +80,9 @@ func (d *door) serveMessages(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, werr)
 		return
 	}
-	m, ok := d.g.ResolveModel(req.Model)
-	if !ok {
-		WriteError(w, &Error{Status: http.StatusNotFound, Type: ErrNotFound,
-			Message: "model: " + req.Model + " is not a model tier of this gateway (use a tier name or its modelId)"})
-		return
-	}
+	// A name that no tier answers to starts at the first tier, as on every
+	// door: the answer's model and x-fmgate-tier say what served it.
+	m, _ := d.g.ResolveModel(req.Model)
 	t := d.turn(r, req, m)
 	traced(w.Header(), t)
 	key := r.Header.Get("x-api-key")

@@ -134,8 +134,9 @@ func TestJavaScriptSDK(t *testing.T) {
 		t.Fatalf("node: %v\n%s", err, stderr.String())
 	}
 	var got struct {
-		JSONEN, JSONJA, StreamEN, StreamJA, FirstLimited, DegradedJSON, DegradedStream  jsAnswer
-		WrongKey, WrongToken, Unsupported, UnknownModel, RateLimited, RateLimitedStream jsFailure
+		JSONEN, JSONJA, StreamEN, StreamJA, FirstLimited, DegradedJSON, DegradedStream jsAnswer
+		ClaudeID, UnknownModel                                                         jsAnswer
+		WrongKey, WrongToken, Unsupported, RateLimited, RateLimitedStream              jsFailure
 	}
 	if err := json.Unmarshal(outb, &got); err != nil {
 		t.Fatalf("script output %s: %v", outb, err)
@@ -154,6 +155,8 @@ func TestJavaScriptSDK(t *testing.T) {
 		{"stream en (x-api-key)", got.StreamEN, false, true, "sonnet", "false"},
 		{"stream ja (bearer)", got.StreamJA, true, true, "sonnet", "false"},
 		{"rate-limited gateway's first turn", got.FirstLimited, false, false, "sonnet", "false"},
+		{"an alias of sonnet (claude-3-5-sonnet-latest)", got.ClaudeID, false, false, "sonnet", "false"},
+		{"a model no tier answers to, from the first tier", got.UnknownModel, false, false, "sonnet", "false"},
 		{"degraded json", got.DegradedJSON, false, false, "haiku", "true"},
 		{"degraded stream", got.DegradedStream, true, true, "haiku", "true"},
 	}
@@ -193,7 +196,6 @@ func TestJavaScriptSDK(t *testing.T) {
 		{"wrong key (x-api-key)", got.WrongKey, "AuthenticationError", "authentication_error", false},
 		{"wrong key (bearer)", got.WrongToken, "AuthenticationError", "authentication_error", false},
 		{"tools", got.Unsupported, "BadRequestError", "invalid_request_error", false},
-		{"unknown model", got.UnknownModel, "NotFoundError", "not_found_error", false},
 		{"rate limited", got.RateLimited, "RateLimitError", "rate_limit_error", true},
 		{"rate limited stream", got.RateLimitedStream, "RateLimitError", "rate_limit_error", true},
 	}
@@ -393,7 +395,6 @@ func TestRefusalsInAnthropicsShape(t *testing.T) {
 		{"image", `{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, key, 400, "invalid_request_error", "image"},
 		{"prefill", `{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure"}]}`, key, 400, "invalid_request_error", "last message"},
 		{"not json", `{"model":`, key, 400, "invalid_request_error", "JSON"},
-		{"unknown model", `{"model":"claude-nowhere","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, key, 404, "not_found_error", "claude-nowhere"},
 		{"no key", `{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, nil, 401, "authentication_error", ""},
 		{"wrong key", `{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, map[string]string{"x-api-key": "sk-x"}, 401, "authentication_error", ""},
 	}

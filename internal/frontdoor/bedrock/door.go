@@ -130,17 +130,16 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteException(w, Validation(err.Error()))
 		return
 	}
-	if _, ok := d.g.ResolveModel(req.ModelID); !ok {
-		WriteException(w, Validation(fmt.Sprintf("The provided model identifier is invalid: %q names no model tier of this gateway.", truncate(req.ModelID, 80))))
-		return
-	}
+	// A model id that no tier answers to starts at the first tier, as on
+	// every door: x-fmgate-tier says what served it.
+	tier, _ := d.g.ResolveModel(req.ModelID)
 	last := len(req.Messages) - 1
 	t.SessionID = "bedrock:" + t.RequestID
 	t.Message = req.Messages[last].Content
 	t.MessageCache = req.Messages[last].Cache
 	t.History = req.Messages[:last]
 	t.ClientSystem, t.ClientSystemCache = req.System, req.SystemCache
-	t.StartTier = req.ModelID
+	t.StartTier = tier.Name
 	t.MaxOutput = req.MaxTokens
 	t.Temperature = req.Temperature
 	t.StopSequences = req.StopSequences

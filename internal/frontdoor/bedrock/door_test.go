@@ -125,6 +125,12 @@ func TestGoSDKConverse(t *testing.T) {
 	}{
 		{"en by model id", sonnetModelID, "Recommend a fantasy manga", false},
 		{"ja by tier name", "sonnet", "おすすめの漫画を教えて", true},
+		// The ids apps already send: an alias, an inference profile of
+		// one, its ARN, and a model no tier answers to (the first tier).
+		{"en by an alias", "anthropic.claude-3-5-sonnet-20240620-v1:0", "Recommend a fantasy manga", false},
+		{"en by an inference profile", "us.anthropic.claude-3-5-sonnet-20241022-v2:0", "Recommend a fantasy manga", false},
+		{"en by an inference profile ARN", "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-3-5-sonnet-20241022-v2:0", "Recommend a fantasy manga", false},
+		{"en by an unknown model", "amazon.titan-text-express-v1", "Recommend a fantasy manga", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -330,7 +336,6 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 			InferenceConfig: &types.InferenceConfiguration{TopP: aws.Float32(0.5)}}, "topP"},
 		{"guardrail", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("hi"),
 			GuardrailConfig: &types.GuardrailConfiguration{GuardrailIdentifier: aws.String("g"), GuardrailVersion: aws.String("1")}}, "guardrailConfig"},
-		{"unknown model", &bedrockruntime.ConverseInput{ModelId: aws.String("amazon.titan-text-express-v1"), Messages: userMessage("hi")}, "model identifier"},
 		{"ends with the assistant", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: []types.Message{
 			{Role: types.ConversationRoleUser, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: "hi"}}},
 			{Role: types.ConversationRoleAssistant, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: "hello"}}},

@@ -110,8 +110,8 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 		StopSequences:  c.Stop,
 		PromptCacheKey: c.PromptCacheKey,
 	}
-	if _, ok := d.g.ResolveModel(c.Model); ok {
-		t.StartTier = c.Model
+	if m, ok := d.g.ResolveModel(c.Model); ok {
+		t.StartTier = m.Name
 	}
 	key, _ := gateway.Bearer(r)
 	if err := d.g.Authenticate(r, key, c.User, t); err != nil {

@@ -358,6 +358,9 @@ func TestModelsListsTheTiers(t *testing.T) {
 	if _, err := g.client(testKey).Models.Get(context.Background(), "gpt-unknown"); err == nil {
 		t.Fatal("an unknown model was found")
 	}
+	if m, err := g.client(testKey).Models.Get(context.Background(), "claude-3-5-haiku-latest"); err != nil || m.ID != "haiku" {
+		t.Fatalf("an alias of haiku: %+v, %v; want the haiku tier", m, err)
+	}
 	if _, err := g.client("sk-wrong").Models.List(context.Background()); err == nil {
 		t.Fatal("a wrong key listed the models")
 	}

@@ -7,15 +7,15 @@
 const Anthropic = require('@anthropic-ai/sdk');
 
 const { BASE_URL, LIMITED_URL, DEGRADED_URL, KEY } = process.env;
-const ask = (text) => ({
-  model: 'sonnet',
+const ask = (text, model = 'sonnet') => ({
+  model,
   max_tokens: 256,
   system: 'Answer briefly.',
   messages: [{ role: 'user', content: text }],
 });
 
-async function json(client, text) {
-  const { data, response } = await client.messages.create(ask(text)).withResponse();
+async function json(client, text, model) {
+  const { data, response } = await client.messages.create(ask(text, model)).withResponse();
   return {
     text: data.content.map((b) => b.text).join(''),
     model: data.model,
@@ -73,7 +73,8 @@ async function main() {
   out.wrongKey = await failure(() => new Anthropic({ baseURL: BASE_URL, apiKey: 'sk-wrong', maxRetries: 0 }).messages.create(ask('hi')));
   out.wrongToken = await failure(() => new Anthropic({ baseURL: BASE_URL, authToken: 'sk-wrong', maxRetries: 0 }).messages.create(ask('hi')));
   out.unsupported = await failure(() => byKey.messages.create({ ...ask('hi'), tools: [{ name: 'lookup', input_schema: { type: 'object' } }] }));
-  out.unknownModel = await failure(() => byKey.messages.create({ ...ask('hi'), model: 'claude-nowhere' }));
+  out.claudeID = await json(byKey, 'Can you recommend a fantasy manga?', 'claude-3-5-sonnet-latest');
+  out.unknownModel = await json(byKey, 'Can you recommend a fantasy manga?', 'claude-nowhere');
 
   const limited = new Anthropic({ baseURL: LIMITED_URL, apiKey: KEY, maxRetries: 0 });
   out.firstLimited = await json(limited, 'Recommend a manga');
