@@ -19,6 +19,7 @@ import (
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/server"
+	"github.com/fmgate/fmgate/internal/tlscert"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -72,12 +73,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		IdleTimeout:       120 * time.Second,
 		Protocols:         plainAndH2C(),
 	}
-	fmt.Fprintf(stdout, "fmgate %s serving %s on http://%s (models: %s)\n", buildVersion(), cfg.Profile, ln.Addr(), modelList(cfg))
+	scheme, serveOn := "http", srv.Serve
+	if t := cfg.Server.TLS; t.Enabled() {
+		if err := serveTLS(srv, t, log); err != nil {
+			ln.Close()
+			return err
+		}
+		scheme = "https"
+		serveOn = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+	}
+	fmt.Fprintf(stdout, "fmgate %s serving %s on %s://%s (models: %s)\n", buildVersion(), cfg.Profile, scheme, ln.Addr(), modelList(cfg))
 	if generated {
 		fmt.Fprintf(stdout, "admin token (generated for this run; set FMGATE_ADMIN_TOKEN to choose one): %s\n", token)
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- serveOn(ln) }()
 	go reloadOnHangup(ctx, app, log)
 
 	select {
@@ -100,6 +110,29 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Warn("shutdown", "err", err)
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// serveTLS sets srv up to serve TLS from t's files (read again when they
+// change) with HTTP/2 and HTTP/1.1, and with a client CA, to guard /admin/
+// and /dashboard with client certificates.
+func serveTLS(srv *http.Server, t config.TLS, log *slog.Logger) error {
+	files := tlscert.Files{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile}
+	certs, err := tlscert.New(files, log)
+	if err != nil {
+		return err
+	}
+	tc, err := tlscert.ServerConfig(files, certs)
+	if err != nil {
+		return err
+	}
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	srv.Protocols, srv.TLSConfig = &p, tc
+	if t.ClientCAFile != "" {
+		srv.Handler = tlscert.RequireClientCert(srv.Handler, "/admin/", "/dashboard")
+	}
 	return nil
 }
 

@@ -6,6 +6,8 @@ package config
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -104,7 +106,55 @@ type Server struct {
 	// (auth.trustUserHeader with no auth.keys) only loopback names, i.e.
 	// localhost, *.localhost, 127.0.0.1 and ::1; otherwise any host.
 	AllowedHosts []string `yaml:"allowedHosts"`
+	// TLS serves HTTPS (and HTTP/2) on Addr instead of plain HTTP.
+	TLS TLS `yaml:"tls"`
 }
+
+// TLS is the listener's certificate. The files are read again when they
+// change, so a renewed certificate applies from the next connection.
+type TLS struct {
+	// CertFile and KeyFile are the PEM certificate chain and its private
+	// key. Both or neither; default neither (plain HTTP, for a gateway
+	// behind a TLS-terminating proxy or on loopback).
+	CertFile string `yaml:"certFile"`
+	KeyFile  string `yaml:"keyFile"`
+	// ClientCAFile, when set, requires on /admin/ and /dashboard a client
+	// certificate signed by one of its PEM certificates, besides the
+	// admin token. Default "": the admin token alone.
+	ClientCAFile string `yaml:"clientCAFile"`
+}
+
+// validate checks that the files are given together and load.
+func (t TLS) validate(v *validator) {
+	switch {
+	case t.CertFile == "" && t.KeyFile == "":
+		if t.ClientCAFile != "" {
+			v.add("server.tls.clientCAFile", "needs server.tls.certFile and keyFile: client certificates come over TLS")
+		}
+		return
+	case t.CertFile == "":
+		v.add("server.tls.certFile", "must be set with server.tls.keyFile")
+		return
+	case t.KeyFile == "":
+		v.add("server.tls.keyFile", "must be set with server.tls.certFile")
+		return
+	}
+	if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+		v.add("server.tls", fmt.Sprintf("certificate %s with key %s: %v", t.CertFile, t.KeyFile, err))
+	}
+	if t.ClientCAFile != "" {
+		pem, err := os.ReadFile(t.ClientCAFile)
+		switch {
+		case err != nil:
+			v.add("server.tls.clientCAFile", err.Error())
+		case !x509.NewCertPool().AppendCertsFromPEM(pem):
+			v.add("server.tls.clientCAFile", t.ClientCAFile+" holds no PEM certificate")
+		}
+	}
+}
+
+// Enabled reports whether the listener serves TLS.
+func (t TLS) Enabled() bool { return t.CertFile != "" }
 
 // HostPatterns is the effective server.allowedHosts: the field when set,
 // else the loopback names in the demo profile, else nil for any host.
@@ -496,6 +546,7 @@ func (c Config) Validate() error {
 			v.add(field, fmt.Sprintf("%q is not a host name or pattern (e.g. gw.example.com, *.example.com)", h))
 		}
 	}
+	c.Server.TLS.validate(&v)
 	if len(c.Locales) == 0 {
 		v.add("locales", "must list at least one locale")
 	}

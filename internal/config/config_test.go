@@ -284,3 +284,30 @@ func TestAliasesMustNameOneTier(t *testing.T) {
 		}
 	}
 }
+
+// server.tls names what is missing or does not load.
+func TestTLSValidation(t *testing.T) {
+	dir := t.TempDir()
+	junk := filepath.Join(dir, "junk.pem")
+	if err := os.WriteFile(junk, []byte("not PEM"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		give TLS
+		want string
+	}{
+		{"key without certificate", TLS{KeyFile: junk}, "server.tls.certFile: must be set with server.tls.keyFile"},
+		{"certificate without key", TLS{CertFile: junk}, "server.tls.keyFile: must be set with server.tls.certFile"},
+		{"client CA without TLS", TLS{ClientCAFile: junk}, "server.tls.clientCAFile: needs server.tls.certFile and keyFile"},
+		{"a pair that does not load", TLS{CertFile: junk, KeyFile: junk}, "server.tls: certificate " + junk},
+		{"a client CA that is not PEM", TLS{CertFile: junk, KeyFile: junk, ClientCAFile: junk}, "server.tls.clientCAFile: " + junk + " holds no PEM certificate"},
+	}
+	for _, tt := range tests {
+		c := Default()
+		c.Server.TLS = tt.give
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: Validate() = %v; want it to say %s", tt.name, err, tt.want)
+		}
+	}
+}
