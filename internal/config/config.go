@@ -212,6 +212,11 @@ type Model struct {
 	// Keys never go in the config file. Bedrock uses the AWS SDK's default
 	// credential chain instead.
 	APIKeyEnv string `yaml:"apiKeyEnv"`
+	// CAFile holds PEM certificates trusted for the tier's endpoint
+	// besides the system's: a private endpoint's own CA, or a
+	// TLS-inspecting proxy's. The proxy itself comes from HTTPS_PROXY and
+	// NO_PROXY, as for any Go program. Default "": the system's roots.
+	CAFile string `yaml:"caFile"`
 	// Price per million tokens.
 	InputPerMTok  float64 `yaml:"inputPerMTok"`
 	OutputPerMTok float64 `yaml:"outputPerMTok"`
@@ -606,6 +611,11 @@ func (c Config) Validate() error {
 			names[a] = m.Name
 		}
 		m.validateProvider(&v, p)
+		if m.CAFile != "" {
+			if _, err := m.RootCAs(); err != nil {
+				v.add(p+".caFile", err.Error())
+			}
+		}
 		if m.InputPerMTok < 0 || m.OutputPerMTok < 0 || m.CachedInputPerMTok < 0 || m.CacheWritePerMTok < 0 || m.CacheWrite1hPerMTok < 0 {
 			v.add(p, "prices must be >= 0")
 		}
@@ -724,6 +734,26 @@ func (m Model) Price() budget.Price {
 		p.CacheWrite1hPerMTok = m.InputPerMTok * write1h
 	}
 	return p
+}
+
+// RootCAs is the certificates the tier's endpoint is verified with: the
+// system's and those in CAFile; nil (the system's) without a CAFile.
+func (m Model) RootCAs() (*x509.CertPool, error) {
+	if m.CAFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(m.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", m.CAFile)
+	}
+	return pool, nil
 }
 
 // CacheReadsInQuota reports whether the model's vendor counts the input

@@ -19,6 +19,8 @@ package bedrock
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -68,6 +70,8 @@ type Options struct {
 	ResponseHeaderTimeout time.Duration
 	// Now defaults to time.Now.
 	Now func() time.Time
+	// RootCAs verifies the endpoint (models[].caFile); nil: the system's.
+	RootCAs *x509.CertPool
 }
 
 // Provider calls one Bedrock model. It is safe for concurrent use.
@@ -172,6 +176,12 @@ func httpClient(opts Options) *awshttp.BuildableClient {
 			t.TLSHandshakeTimeout = connect
 			t.MaxIdleConnsPerHost = 64
 			t.ForceAttemptHTTP2 = true
+			if opts.RootCAs != nil {
+				if t.TLSClientConfig == nil {
+					t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+				}
+				t.TLSClientConfig.RootCAs = opts.RootCAs
+			}
 		})
 }
 
