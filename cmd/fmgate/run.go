@@ -90,6 +90,7 @@ func validate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		lines = p.List
 	}
 	lines = append(lines, credentialProblems(ctx, cfg)...)
+	lines = append(lines, sinkProblems(ctx, cfg)...)
 	if len(lines) > 0 {
 		for _, line := range lines {
 			fmt.Fprintln(stdout, line)

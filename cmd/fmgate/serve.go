@@ -83,6 +83,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		serveOn = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
 	}
 	fmt.Fprintf(stdout, "fmgate %s serving %s on %s://%s (models: %s)\n", buildVersion(), cfg.Profile, scheme, ln.Addr(), modelList(cfg))
+	fmt.Fprintln(stdout, stateLine(cfg))
+	for _, p := range sinkProblems(ctx, cfg) {
+		log.Warn(p) // the collector may come up later: a warning, not a refusal
+	}
 	if generated {
 		fmt.Fprintf(stdout, "admin token (generated for this run; set FMGATE_ADMIN_TOKEN to choose one): %s\n", token)
 	}

@@ -62,6 +62,9 @@ judge: {sampleRate: 0}
 		t.Fatalf("no banner: %v", <-done)
 	}
 	banner := lines.Text()
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "mode: embedded") {
+		t.Fatalf("the banner's second line %q does not say the mode", lines.Text())
+	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
 	i := strings.Index(banner, "https://")
 	if i < 0 {

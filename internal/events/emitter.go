@@ -632,7 +632,10 @@ func (e *Emitter) shutdown(ctx context.Context, ack bool) error {
 				}
 				errs = append(errs, e.wal.close(e.minAck()))
 			} else {
+				// As a crash leaves it: nothing acknowledged, and, like a
+				// dead process, no lock held.
 				errs = append(errs, e.wal.sync(), e.wal.f.Close())
+				e.wal.unlock()
 			}
 		}
 		for _, r := range e.sinks {

@@ -697,3 +697,27 @@ func TestCloseWritesAWaitingBatch(t *testing.T) {
 		t.Fatalf("%d events written, want 3", n)
 	}
 }
+
+// Two emitters never share a write-ahead log: the second is refused with
+// what to do, and once the first is closed the log opens again.
+func TestWALRefusesASecondWriter(t *testing.T) {
+	cfg := testConfig(t)
+	first, err := New(context.Background(), cfg, []Sink{newMemSink("store", true)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(context.Background(), cfg, []Sink{newMemSink("store", true)}, nil)
+	if err == nil || !strings.Contains(err.Error(), "in use by another fmgate") || !strings.Contains(err.Error(), "events.wal.dir") {
+		t.Fatalf("a second emitter on %s: %v; want it refused, naming events.wal.dir", cfg.WAL.Dir, err)
+	}
+	if err := first.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	again, err := New(context.Background(), cfg, []Sink{newMemSink("store", true)}, nil)
+	if err != nil {
+		t.Fatalf("after the first closed: %v", err)
+	}
+	if err := again.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -55,16 +55,27 @@ type wal struct {
 	acks      map[string]uint64
 	acksDirty bool
 	buf       []byte
+
+	lock *os.File // held while the log is open (lockDir)
 }
 
 // openWAL reads every segment in dir, returns the records found (a torn
 // last line from a crash is skipped), deletes segments without a single
 // whole record, and starts a fresh active segment.
-func openWAL(dir string, segBytes int64) (*wal, []walRecord, error) {
+func openWAL(dir string, segBytes int64) (w *wal, recs []walRecord, err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, nil, fmt.Errorf("events: wal: %w", err)
 	}
-	w := &wal{dir: dir, segBytes: segBytes, next: 1, acks: map[string]uint64{}}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil && lock != nil {
+			lock.Close()
+		}
+	}()
+	w = &wal{dir: dir, segBytes: segBytes, next: 1, acks: map[string]uint64{}, lock: lock}
 	if b, err := os.ReadFile(filepath.Join(dir, acksFile)); err == nil {
 		if err := json.Unmarshal(b, &w.acks); err != nil {
 			return nil, nil, fmt.Errorf("events: wal: %s: %w", acksFile, err)
@@ -80,7 +91,6 @@ func openWAL(dir string, segBytes int64) (*wal, []walRecord, error) {
 		return nil, nil, fmt.Errorf("events: wal: %w", err)
 	}
 	slices.Sort(names) // zero-padded sequence numbers sort numerically
-	var recs []walRecord
 	for _, name := range names {
 		seg, rs, err := readSegment(name)
 		if err != nil {
@@ -257,6 +267,7 @@ func (w *wal) writeAcks() error {
 // close syncs and closes the active segment, deleting it when everything in
 // it is acknowledged so a clean shutdown leaves an empty log.
 func (w *wal) close(minAck uint64) error {
+	defer w.unlock()
 	err := w.sync()
 	if cerr := w.f.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("events: wal: %w", cerr)
@@ -267,6 +278,14 @@ func (w *wal) close(minAck uint64) error {
 		return err
 	}
 	return w.compact(minAck)
+}
+
+// unlock releases the log's directory for another process.
+func (w *wal) unlock() {
+	if w.lock != nil {
+		_ = w.lock.Close()
+		w.lock = nil
+	}
 }
 
 // segmentCount is the number of segment files the log holds.

@@ -292,7 +292,7 @@ func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer,
 	}
 	em, err := events.New(ctx, cfg.Events, sinkList, s.log)
 	if err != nil {
-		return nil, fmt.Errorf("events: %w", err)
+		return nil, err // it says "events: …" itself
 	}
 	s.Events = em
 	s.Metrics.RegisterDropped(func() map[string]uint64 {
