@@ -191,7 +191,15 @@ type ExceededError struct {
 	// ResetAt is when the budget starts afresh, in the configured zone; zero
 	// when it never resets by itself (per request, per session).
 	ResetAt time.Time
+	// Held is set when what is left of the daily budget is held by the
+	// user's turns in flight rather than spent: it frees up as they end,
+	// within HeldRetry.
+	Held bool
 }
+
+// HeldRetry is when to try again a turn refused because the user's turns
+// in flight hold the rest of the daily budget.
+const HeldRetry = 2 * time.Second
 
 func (e *ExceededError) Error() string {
 	s := fmt.Sprintf("budget: %s exceeded (%g of %g)", e.Budget, e.Used, e.Limit)
@@ -226,6 +234,12 @@ func (e *ExceededError) Message(locale string) string {
 		}
 		return fmt.Sprintf("This conversation has reached its limit (%s tokens). Please start a new conversation.", thousands(e.Limit))
 	case BudgetDailyCost:
+		if e.Held {
+			if ja {
+				return "処理中の他のリクエストが本日のご利用上限の残りを使用中です。少し待ってからもう一度お試しください。"
+			}
+			return "Your requests in progress are using the rest of today's usage limit. Please try again in a moment."
+		}
 		if ja {
 			return fmt.Sprintf("本日のご利用上限（$%.2f）に達しました。%s にリセットされます。", e.Limit, reset)
 		}
@@ -258,6 +272,24 @@ type Request struct {
 	// its prompt cache (CacheHints.Expect): the cost estimate prices them
 	// as cache reads.
 	ExpectCached int
+	// TurnID, when set, names the turn's hold on the daily cost budget
+	// (see Counters): its estimated cost is held until Record settles it or
+	// Release ends it.
+	TurnID string
+}
+
+// HoldTTL is how long a turn's hold on the daily cost budget lasts when
+// neither Record nor Release ends it (its instance died mid-turn): longer
+// than any turn, short enough that a user is not held back for long.
+const HoldTTL = 10 * time.Minute
+
+// Hold is a turn's hold on its user's daily cost budget; the zero Hold
+// holds nothing.
+type Hold struct {
+	ID string
+	// Day is the day the hold was taken on: the turn is charged to it even
+	// when it ends after midnight.
+	Day string
 }
 
 // Plan is an admitted request.
@@ -282,6 +314,9 @@ type Plan struct {
 	CostUSD float64
 	// Counts is Estimate.Counts, for Estimator.Observe once usage is known.
 	Counts ScriptCounts
+	// Hold is the turn's hold on the daily cost budget (Request.TurnID),
+	// for Record or Release; zero when nothing was held.
+	Hold Hold
 	// CountersErr is set when the session and daily counters could not be
 	// read: the request is admitted without those two checks (degrade, don't
 	// fail) and the caller should report it.
@@ -405,8 +440,26 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 	}
 	cached := min(max(req.ExpectCached, 0), est.Total)
 	cost := price.Cost(provider.Usage{InputTokens: est.Total - cached, CachedInputTokens: cached, OutputTokens: maxOut})
-	if lim := b.cfg.DailyCostUSD; err == nil && lim > 0 && tot.DayCostUSD+cost > lim {
-		return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next}
+	if lim := b.cfg.DailyCostUSD; err == nil && lim > 0 {
+		if tot.DayCostUSD+cost > lim {
+			return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next}
+		}
+		if req.TurnID != "" {
+			// The day's spend read above may already be spoken for by
+			// turns in flight: hold this turn's estimate against it, so
+			// that concurrent turns cannot together spend past the limit.
+			hctx, cancel := b.storeCtx(ctx)
+			held, herr := b.counters.Hold(hctx, req.UserID, day, req.TurnID, toNano(cost), toNano(lim), HoldTTL)
+			cancel()
+			switch {
+			case herr != nil:
+				plan.CountersErr = fmt.Errorf("budget: hold: %w", herr)
+			case !held:
+				return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next, Held: true}
+			default:
+				plan.Hold = Hold{ID: req.TurnID, Day: day}
+			}
+		}
 	}
 	plan.Estimate = est
 	plan.InputTokens = est.Total
@@ -458,14 +511,32 @@ func shorten(history []Message, each []int, excess int) []Message {
 }
 
 // Record adds a finished request's billed usage to the session and daily
-// counters. The error (store unreachable or slow) is for the caller to
-// report; the request has already been served.
-func (b *Enforcer) Record(ctx context.Context, userID, sessionID string, in, out int, costUSD float64) error {
-	day, _ := b.day(b.now())
+// counters, on the day of its hold h (ending it), or today without one.
+// The error (store unreachable or slow) is for the caller to report; the
+// request has already been served.
+func (b *Enforcer) Record(ctx context.Context, userID, sessionID string, h Hold, in, out int, costUSD float64) error {
+	day := h.Day
+	if day == "" {
+		day, _ = b.day(b.now())
+	}
 	ctx, cancel := b.storeCtx(ctx)
 	defer cancel()
-	if err := b.counters.Add(ctx, userID, sessionID, day, in, out, costUSD); err != nil {
+	if err := b.counters.Add(ctx, userID, sessionID, day, h.ID, in, out, costUSD); err != nil {
 		return fmt.Errorf("budget: record: %w", err)
+	}
+	return nil
+}
+
+// Release ends a hold that no usage settles (the turn spent nothing on a
+// model: refused after the budget step, or answered by the cache).
+func (b *Enforcer) Release(ctx context.Context, userID string, h Hold) error {
+	if h.ID == "" {
+		return nil
+	}
+	ctx, cancel := b.storeCtx(ctx)
+	defer cancel()
+	if err := b.counters.Release(ctx, userID, h.Day, h.ID); err != nil {
+		return fmt.Errorf("budget: release: %w", err)
 	}
 	return nil
 }

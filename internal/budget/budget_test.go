@@ -133,22 +133,22 @@ func TestCheckRefusals(t *testing.T) {
 		},
 		{
 			name:   "session input",
-			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", 49_990, 0, 0) },
+			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", Hold{}, 49_990, 0, 0) },
 			user:   words(100), want: BudgetSessionInput,
 		},
 		{
 			name:   "session output spent",
-			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", 0, 25_000, 0) },
+			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", Hold{}, 0, 25_000, 0) },
 			user:   "hi", want: BudgetSessionOutput,
 		},
 		{
 			name:   "session output nearly spent shrinks max output",
-			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", 0, 24_900, 0) },
+			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", Hold{}, 0, 24_900, 0) },
 			user:   "hi", wantMax: 100,
 		},
 		{
 			name:   "daily cost",
-			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "other", 0, 0, 4.99) },
+			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "other", Hold{}, 0, 0, 4.99) },
 			user:   words(500), want: BudgetDailyCost,
 		},
 		{name: "within every budget", user: "hi", wantMax: 1024},
@@ -199,7 +199,7 @@ func TestDailyBudgetResetsAtLocalMidnight(t *testing.T) {
 	cfg.Timezone = "Asia/Tokyo"
 	clk := noon() // 21:00 in Tokyo
 	e := newEnforcer(t, cfg, clk, nil)
-	if err := e.Record(ctx, "u", "s", 1000, 1000, 5.00); err != nil {
+	if err := e.Record(ctx, "u", "s", Hold{}, 1000, 1000, 5.00); err != nil {
 		t.Fatal(err)
 	}
 	req := Request{UserID: "u", SessionID: "s2", Parts: Parts{User: "hi"}}
@@ -253,7 +253,17 @@ func (b brokenCounters) Load(ctx context.Context, _, _, _ string) (Totals, error
 	return Totals{}, errors.New("connection refused")
 }
 
-func (b brokenCounters) Add(ctx context.Context, _, _, _ string, _, _ int, _ float64) error {
+func (b brokenCounters) Add(ctx context.Context, _, _, _, _ string, _, _ int, _ float64) error {
+	_, err := b.Load(ctx, "", "", "")
+	return err
+}
+
+func (b brokenCounters) Hold(ctx context.Context, _, _, _ string, _, _ int64, _ time.Duration) (bool, error) {
+	_, err := b.Load(ctx, "", "", "")
+	return false, err
+}
+
+func (b brokenCounters) Release(ctx context.Context, _, _, _ string) error {
 	_, err := b.Load(ctx, "", "", "")
 	return err
 }
@@ -268,7 +278,7 @@ func TestStoreFailureAdmitsAndReports(t *testing.T) {
 		if err != nil || plan.CountersErr == nil || plan.MaxOutput != 1024 {
 			t.Fatalf("hang=%v: plan %+v, err %v; want admitted with CountersErr", hang, plan, err)
 		}
-		if err := e.Record(context.Background(), "u", "s", 1, 1, 0); err == nil {
+		if err := e.Record(context.Background(), "u", "s", Hold{}, 1, 1, 0); err == nil {
 			t.Fatalf("hang=%v: Record hid the store error", hang)
 		}
 		if d := time.Since(start); d > time.Second {
@@ -362,5 +372,51 @@ func TestContextRoom(t *testing.T) {
 		if got := enf.ContextRoom(tt.input, 0); got != tt.want {
 			t.Errorf("%s: ContextRoom(%d) = %d, want %d", tt.name, tt.input, got, tt.want)
 		}
+	}
+}
+
+// Check holds a turn's estimate against the daily budget: a second turn in
+// flight that would pass it is refused as held (to retry soon), and what
+// Record settles or Release ends frees the room again.
+func TestCheckHoldsTheDailyBudget(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	e := newEnforcer(t, cfg, noon(), nil)
+	req := Request{UserID: "u", SessionID: "s", MaxOutput: 1024, Parts: Parts{User: "hi"}}
+	one, err := e.Check(ctx, req, sonnet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DailyCostUSD = one.CostUSD * 1.5 // room for one turn's estimate, not two
+	e = newEnforcer(t, cfg, noon(), nil)
+
+	req.TurnID = "first"
+	first, err := e.Check(ctx, req, sonnet)
+	if err != nil || first.Hold.ID != "first" || first.Hold.Day == "" {
+		t.Fatalf("first turn: plan hold %+v, err %v; want it held", first.Hold, err)
+	}
+	req.TurnID = "second"
+	_, err = e.Check(ctx, req, sonnet)
+	var ex *ExceededError
+	if !errors.As(err, &ex) || ex.Budget != BudgetDailyCost || !ex.Held || !strings.Contains(ex.Message("en"), "in progress") {
+		t.Fatalf("second turn while the first is in flight: %v; want daily_cost refused as held", err)
+	}
+	// The first turn spent a tenth of its estimate: the second fits now.
+	if err := e.Record(ctx, "u", "s", first.Hold, 10, 10, one.CostUSD/10); err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.Check(ctx, req, sonnet)
+	if err != nil || second.Hold.ID != "second" {
+		t.Fatalf("after the first settled: hold %+v, err %v", second.Hold, err)
+	}
+	req.TurnID = "third"
+	if _, err := e.Check(ctx, req, sonnet); !errors.As(err, &ex) || !ex.Held {
+		t.Fatalf("third turn while the second is in flight: %v; want refused as held", err)
+	}
+	if err := e.Release(ctx, "u", second.Hold); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Check(ctx, req, sonnet); err != nil {
+		t.Fatalf("after the second was released: %v", err)
 	}
 }

@@ -17,9 +17,24 @@ type Totals struct {
 // ("2006-01-02") in the enforcer's zone; a new day starts from zero.
 // Sessions are keyed by user and session, so one user cannot spend another's
 // session budget by reusing its id.
+//
+// The daily cost is also held for turns in flight, so that concurrent
+// turns cannot together spend past the budget: Hold reserves a turn's
+// estimated cost when the day's spend and the holds in force leave room for
+// it, Add with the hold's id settles it at the real cost, and Release ends
+// it without one. A hold lapses after its TTL (an instance that died
+// mid-turn releases nothing).
 type Counters interface {
 	Load(ctx context.Context, userID, sessionID, day string) (Totals, error)
-	Add(ctx context.Context, userID, sessionID, day string, in, out int, costUSD float64) error
+	// Hold holds nanoUSD of userID's day for turn id when the day's spend
+	// plus the holds in force plus nanoUSD is at most limitNano; false,
+	// holding nothing, when it is not.
+	Hold(ctx context.Context, userID, day, id string, nanoUSD, limitNano int64, ttl time.Duration) (bool, error)
+	// Add adds a turn's usage; with a hold id it ends that hold in the
+	// same step.
+	Add(ctx context.Context, userID, sessionID, day, hold string, in, out int, costUSD float64) error
+	// Release ends hold id without a cost.
+	Release(ctx context.Context, userID, day, hold string) error
 }
 
 // nanoUSD is the unit costs are summed in: integers, so that many tiny
@@ -52,6 +67,12 @@ type sessionCount struct {
 type dayCount struct {
 	nano    int64
 	expires time.Time
+	holds   map[string]hold
+}
+
+type hold struct {
+	nano  int64
+	until time.Time
 }
 
 // NewMemoryCounters returns in-process counters; now is the clock (time.Now
@@ -78,8 +99,53 @@ func (m *MemoryCounters) Load(ctx context.Context, userID, sessionID, day string
 	return t, nil
 }
 
+// dayLocked is userID's count for day, created when missing or expired.
+func (m *MemoryCounters) dayLocked(now time.Time, userID, day string) *dayCount {
+	dk := [2]string{userID, day}
+	d, ok := m.days[dk]
+	if !ok || !now.Before(d.expires) {
+		d = &dayCount{expires: now.Add(dayTTL)}
+		m.days[dk] = d
+	}
+	return d
+}
+
+// Hold implements Counters.
+func (m *MemoryCounters) Hold(ctx context.Context, userID, day, id string, nanoUSD, limitNano int64, ttl time.Duration) (bool, error) {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := m.dayLocked(now, userID, day)
+	held := d.nano
+	for k, h := range d.holds {
+		if !now.Before(h.until) {
+			delete(d.holds, k)
+			continue
+		}
+		held += h.nano
+	}
+	if held+nanoUSD > limitNano {
+		return false, nil
+	}
+	if d.holds == nil {
+		d.holds = map[string]hold{}
+	}
+	d.holds[id] = hold{nano: nanoUSD, until: now.Add(ttl)}
+	return true, nil
+}
+
+// Release implements Counters.
+func (m *MemoryCounters) Release(ctx context.Context, userID, day, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d, ok := m.days[[2]string{userID, day}]; ok {
+		delete(d.holds, id)
+	}
+	return nil
+}
+
 // Add implements Counters.
-func (m *MemoryCounters) Add(ctx context.Context, userID, sessionID, day string, in, out int, costUSD float64) error {
+func (m *MemoryCounters) Add(ctx context.Context, userID, sessionID, day, hold string, in, out int, costUSD float64) error {
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -95,13 +161,9 @@ func (m *MemoryCounters) Add(ctx context.Context, userID, sessionID, day string,
 	s.in += in
 	s.out += out
 	s.expires = now.Add(m.ttl)
-	dk := [2]string{userID, day}
-	d, ok := m.days[dk]
-	if !ok || !now.Before(d.expires) {
-		d = &dayCount{expires: now.Add(dayTTL)}
-		m.days[dk] = d
-	}
+	d := m.dayLocked(now, userID, day)
 	d.nano += toNano(costUSD)
+	delete(d.holds, hold)
 	return nil
 }
 

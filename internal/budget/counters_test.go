@@ -2,6 +2,7 @@ package budget
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func runCountersConformance(t *testing.T, newCounters func(t *testing.T) Counter
 		t.Run(tt.name, func(t *testing.T) {
 			c := newCounters(t)
 			for _, a := range tt.adds {
-				if err := c.Add(ctx, a.user, a.session, a.day, a.in, a.out, a.cost); err != nil {
+				if err := c.Add(ctx, a.user, a.session, a.day, "", a.in, a.out, a.cost); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -85,12 +86,79 @@ func runCountersConformance(t *testing.T, newCounters func(t *testing.T) Counter
 		c := newCounters(t)
 		var wg sync.WaitGroup
 		for range 50 {
-			wg.Go(func() { _ = c.Add(ctx, "u", "s", "d", 10, 1, 0.01) })
+			wg.Go(func() { _ = c.Add(ctx, "u", "s", "d", "", 10, 1, 0.01) })
 		}
 		wg.Wait()
 		got, _ := c.Load(ctx, "u", "s", "d")
 		if got.SessionInput != 500 || got.SessionOutput != 50 || got.DayCostUSD != 0.5 {
 			t.Fatalf("Load = %+v", got)
+		}
+	})
+	t.Run("holds keep concurrent turns within the limit", func(t *testing.T) {
+		c := newCounters(t)
+		const limit, each = 1_000, 300 // nano-USD
+		if err := c.Add(ctx, "u", "s", "d", "", 1, 1, 100e-9); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		held := 0
+		for i := range 20 {
+			wg.Go(func() {
+				ok, err := c.Hold(ctx, "u", "d", fmt.Sprint("turn-", i), each, limit, time.Hour)
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					mu.Lock()
+					held++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if held != 3 { // 100 spent + 3 × 300 = 1,000
+			t.Fatalf("%d of 20 concurrent holds of %d under %d with 100 spent; want 3", held, each, limit)
+		}
+		if got, _ := c.Load(ctx, "u", "s", "d"); got.DayCostUSD != 100e-9 {
+			t.Fatalf("holds counted as spent: %+v", got)
+		}
+	})
+	t.Run("a hold ends when settled or released, and lapses", func(t *testing.T) {
+		c := newCounters(t)
+		hold := func(id string, nano int64, ttl time.Duration) bool {
+			t.Helper()
+			ok, err := c.Hold(ctx, "u", "d", id, nano, 1_000, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		}
+		if !hold("a", 600, time.Hour) || hold("b", 600, time.Hour) {
+			t.Fatal("want the first hold of 600 under 1,000 taken and the second refused")
+		}
+		// Settled at a real cost of 200: 800 left.
+		if err := c.Add(ctx, "u", "s", "d", "a", 10, 10, 200e-9); err != nil {
+			t.Fatal(err)
+		}
+		if !hold("b", 600, time.Hour) {
+			t.Fatal("the settled hold still counts")
+		}
+		if err := c.Release(ctx, "u", "d", "b"); err != nil {
+			t.Fatal(err)
+		}
+		if !hold("c", 800, 50*time.Millisecond) {
+			t.Fatal("the released hold still counts")
+		}
+		if hold("d", 800, time.Hour) {
+			t.Fatal("a hold in force was not counted")
+		}
+		time.Sleep(100 * time.Millisecond)
+		if !hold("d", 800, time.Hour) {
+			t.Fatal("a lapsed hold still counts")
+		}
+		if other, _ := c.Hold(ctx, "other", "d", "x", 1_000, 1_000, time.Hour); !other {
+			t.Fatal("holds are per user")
 		}
 	})
 }
@@ -110,7 +178,7 @@ func TestMemoryCountersForgetIdleSessions(t *testing.T) {
 	ctx := context.Background()
 	clk := &fakeClock{t: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
 	c := NewMemoryCounters(time.Hour, clk.Now)
-	_ = c.Add(ctx, "u", "s", "2026-01-01", 100, 10, 1)
+	_ = c.Add(ctx, "u", "s", "2026-01-01", "", 100, 10, 1)
 	clk.Advance(59 * time.Minute)
 	if got, _ := c.Load(ctx, "u", "s", "2026-01-01"); got.SessionInput != 100 {
 		t.Fatalf("session forgotten early: %+v", got)
@@ -121,7 +189,7 @@ func TestMemoryCountersForgetIdleSessions(t *testing.T) {
 		t.Fatalf("after the session TTL: %+v, want session gone and day kept", got)
 	}
 	clk.Advance(dayTTL)
-	_ = c.Add(ctx, "x", "y", "2026-01-03", 1, 1, 0) // sweeps
+	_ = c.Add(ctx, "x", "y", "2026-01-03", "", 1, 1, 0) // sweeps
 	if len(c.days) != 1 || len(c.sessions) != 1 {
 		t.Fatalf("expired entries kept: %d days, %d sessions", len(c.days), len(c.sessions))
 	}
@@ -131,7 +199,7 @@ func TestRedisCountersExpire(t *testing.T) {
 	ctx := context.Background()
 	c, prefix := redistest.Client(t)
 	rc := NewRedisCounters(c, prefix, time.Hour)
-	if err := rc.Add(ctx, "u", "s", "2026-01-01", 1, 1, 0.1); err != nil {
+	if err := rc.Add(ctx, "u", "s", "2026-01-01", "", 1, 1, 0.1); err != nil {
 		t.Fatal(err)
 	}
 	sk, dk := rc.keys("u", "s", "2026-01-01")

@@ -44,6 +44,7 @@ func (l *ledger) has(what string) bool {
 type ledgerBudget struct{ l *ledger }
 
 func (ledgerBudget) Check(context.Context, *Turn, string) error { return nil }
+func (ledgerBudget) Release(context.Context, *Turn)             {}
 func (b ledgerBudget) Record(ctx context.Context, _ *Turn, res *Result) error {
 	if res.Usage.OutputTokens == 0 {
 		return b.l.note(ctx, "budget: no output")

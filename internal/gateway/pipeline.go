@@ -50,6 +50,9 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 		return nil, err
 	}
 	// 4. Budget: estimate tokens, enforce budgets, truncate history.
+	// What the budget step holds is ended on every way out that Record
+	// does not settle.
+	defer g.releaseBudget(ctx, t)
 	if err := g.step(ctx, "budget", func(ctx context.Context) error { return g.budget.Check(ctx, t, g.primary()) }); err != nil {
 		return nil, err
 	}
@@ -101,6 +104,17 @@ const settleTimeout = 5 * time.Second
 // settleTimeout.
 func owed(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+}
+
+// releaseBudget ends the budget step's hold when nothing settled it; it is
+// owed like the record, whatever the client did.
+func (g *Gateway) releaseBudget(ctx context.Context, t *Turn) {
+	if t.BudgetHold == nil {
+		return
+	}
+	ctx, cancel := owed(ctx)
+	defer cancel()
+	g.budget.Release(ctx, t)
 }
 
 // charge records against the budgets the usage of an answer that failed

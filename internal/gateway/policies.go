@@ -21,6 +21,10 @@ type Admitter interface {
 type Budgeter interface {
 	Check(ctx context.Context, t *Turn, model string) error
 	Record(ctx context.Context, t *Turn, res *Result) error
+	// Release ends what Check held for a turn that Record did not settle
+	// (refused or failed before a model spent anything, or answered below
+	// the models); it does nothing after Record.
+	Release(ctx context.Context, t *Turn)
 }
 
 // Retriever finds reference context for a turn (between budget and plan):
@@ -113,6 +117,7 @@ type passBudgeter struct{}
 
 func (passBudgeter) Check(context.Context, *Turn, string) error   { return nil }
 func (passBudgeter) Record(context.Context, *Turn, *Result) error { return nil }
+func (passBudgeter) Release(context.Context, *Turn)               {}
 
 type passPlanner struct{}
 

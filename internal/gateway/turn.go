@@ -93,6 +93,9 @@ type Turn struct {
 	// Calibration is opaque to the pipeline: the budget policy keeps what it
 	// needs here to calibrate its estimate once the provider reports usage.
 	Calibration any
+	// BudgetHold is opaque to the pipeline too: the budget policy's hold on
+	// the turn's cost, which Record settles and Release ends.
+	BudgetHold any
 
 	// stallGrace extends the first-byte budget once, for a client taking
 	// its answer whole whose model stalled mid-answer (see invokeRoute).

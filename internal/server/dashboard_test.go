@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/fmgate/fmgate/internal/browsertest"
+	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/eventstore"
 )
@@ -750,6 +751,9 @@ func TestDashboardWaterfallOfUnsampledTurn(t *testing.T) {
 	cfg := quickConfig()
 	cfg.Events.Sampling.Enabled = true
 	cfg.Events.Sampling.Rate = 0 // a quick turn that succeeds is then never sampled
+	for i := range cfg.Models {
+		cfg.Models[i].PromptCaching = config.PromptCachingOff // the cost view without a prompt cache
+	}
 	sc := newScenario(t, cfg)
 	if a := sc.chat("wf-user", "Recommend a fantasy manga like Frieren", "en"); a.Status != http.StatusOK {
 		t.Fatalf("turn: status %d", a.Status)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +15,8 @@ import (
 
 	"github.com/fmgate/fmgate/internal/browsertest"
 	"github.com/fmgate/fmgate/internal/live"
+	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/ratelimit"
 	"github.com/fmgate/fmgate/internal/redistest"
 )
 
@@ -151,5 +155,73 @@ func TestInstanceIDMayNotNameTheRegistry(t *testing.T) {
 	_, err := New(context.Background(), quickConfig(), Options{InstanceID: "#instances", Catalog: sharedCatalog(t)})
 	if err == nil || !strings.Contains(err.Error(), "may not start with #") {
 		t.Fatalf("New with instance id #instances: %v; want the id refused", err)
+	}
+}
+
+// TestDailyBudgetHoldsAcrossTheFleet floods one user's daily budget from
+// three instances sharing Redis, many turns at once, streamed and JSON:
+// each turn holds its estimated cost before its model is called, so the
+// user's spend never passes the budget by more than one turn's estimate,
+// however many turns were in flight when it ran out.
+func TestDailyBudgetHoldsAcrossTheFleet(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Fleet.Redis = redistest.Addr()
+	cfg.Fleet.KeyPrefix = fleetConfig(t)
+	cfg.Budget.DailyCostUSD = 0.05
+	cfg.RateLimit.User = ratelimit.UserRules{} // the budget, not the rate limit, is what stops this user
+	for name, st := range cfg.Sim.Models {
+		st.TTFTMs = 300 // many turns in flight at once
+		cfg.Sim.Models[name] = st
+	}
+	var fleet []*scenario
+	for range 3 {
+		fleet = append(fleet, newScenario(t, cfg))
+	}
+
+	const turns = 60
+	var mu sync.Mutex
+	spent, served, refused := 0.0, 0, 0
+	var wg sync.WaitGroup
+	for i := range turns {
+		sc := fleet[i%3]
+		wg.Go(func() {
+			session := fmt.Sprintf("flood-%d", i)
+			var status int
+			var cost float64
+			if i%2 == 0 {
+				a := sc.chatSession("flood-user", session, "Recommend a fantasy manga", "en")
+				status, cost = a.Status, a.CostUSD
+			} else {
+				body := streamIn(t, sc.srv.URL, "flood-user", session, "Recommend a fantasy manga", "en", 0)
+				status = http.StatusPaymentRequired
+				if i := strings.Index(body, `"costUsd":`); i >= 0 && strings.Contains(body, `"type":"done"`) {
+					status = http.StatusOK
+					_, _ = fmt.Sscanf(body[i+len(`"costUsd":`):], "%g", &cost)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			spent += cost
+			switch status {
+			case http.StatusOK:
+				served++
+			case http.StatusPaymentRequired:
+				refused++
+			default:
+				t.Errorf("turn %d: status %d", i, status)
+			}
+		})
+	}
+	wg.Wait()
+	// One turn's estimate: its whole input and every output token it may
+	// be granted, at Sonnet's price.
+	m := cfg.Models[0]
+	oneTurn := m.Price().Cost(provider.Usage{InputTokens: cfg.Budget.RequestInput, OutputTokens: cfg.Budget.RequestOutput})
+	t.Logf("%d served, %d refused; spent $%.5f of a $%.2f budget (one turn's estimate at most $%.5f)", served, refused, spent, cfg.Budget.DailyCostUSD, oneTurn)
+	if served == 0 || refused == 0 {
+		t.Fatalf("%d served, %d refused: the flood must both spend the budget and be stopped by it", served, refused)
+	}
+	if spent > cfg.Budget.DailyCostUSD+oneTurn {
+		t.Fatalf("spent $%.5f against a $%.2f budget: more than one turn ($%.5f) over", spent, cfg.Budget.DailyCostUSD, oneTurn)
 	}
 }

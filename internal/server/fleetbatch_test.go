@@ -106,6 +106,27 @@ func TestFleetTurnTakesTwoRoundTrips(t *testing.T) {
 	}
 }
 
+// TestFleetDailyBudgetHoldTakesARoundTrip: with a daily cost budget, the
+// budget step holds the turn's estimate in Redis in a round trip of its
+// own, settled with the record: three round trips a turn.
+func TestFleetDailyBudgetHoldTakesARoundTrip(t *testing.T) {
+	s, rt := fleetTurns(t, func(cfg *config.Config) { cfg.Budget.DailyCostUSD = 1000 })
+	ctx := context.Background()
+	if _, err := s.Gateway.Run(ctx, fleetTurn(0, "u"), discard{}); err != nil {
+		t.Fatal(err)
+	}
+	rt.n.Store(0)
+	const turns = 10
+	for i := 1; i <= turns; i++ {
+		if _, err := s.Gateway.Run(ctx, fleetTurn(i, "u"), discard{}); err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+	}
+	if got := rt.n.Load(); got != 3*turns {
+		t.Errorf("%d turns made %d round trips; want 3 each", turns, got)
+	}
+}
+
 // TestFleetRefusedTurnReleasesReservation: a turn refused by the rate
 // limit after its quota was reserved ahead leaves the ledger as it found it.
 func TestFleetRefusedTurnReleasesReservation(t *testing.T) {

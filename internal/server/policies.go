@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -59,10 +61,14 @@ func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) erro
 		UserID: t.UserID, SessionID: t.SessionID, Model: model, MaxOutput: t.MaxOutput,
 		Parts:        budget.Parts{System: t.System, History: t.History, User: t.Message},
 		ExpectCached: b.hints.Expect(model, t.System),
+		TurnID:       holdID(),
 	}, b.prices[model])
 	if ex, ok := errors.AsType[*budget.ExceededError](err); ok {
 		e := &gateway.Error{Status: http.StatusPaymentRequired, Code: gateway.CodeBudgetExceeded, Message: ex.Message(t.Locale), Err: err}
-		if !ex.ResetAt.IsZero() {
+		switch {
+		case ex.Held:
+			e.RetryAfter = budget.HeldRetry // the turns in flight end soon, and give back what they did not spend
+		case !ex.ResetAt.IsZero():
 			e.RetryAfter = time.Until(ex.ResetAt)
 		}
 		return e
@@ -74,7 +80,28 @@ func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) erro
 	t.MaxOutput = plan.MaxOutput
 	t.EstimatedInput = plan.InputTokens
 	t.Calibration = plan.Counts
+	if plan.Hold.ID != "" {
+		t.BudgetHold = plan.Hold
+	}
 	return nil
+}
+
+// holdID names a turn's hold on its user's daily budget: random, since a
+// client's request ids may repeat and two turns must never share a hold.
+func holdID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Release implements gateway.Budgeter: it ends the hold Check took for a
+// turn that no model's usage settled. A failure leaves the hold to lapse
+// (budget.HoldTTL).
+func (b budgeter) Release(ctx context.Context, t *gateway.Turn) {
+	if h, ok := t.BudgetHold.(budget.Hold); ok {
+		_ = b.enf.Release(ctx, t.UserID, h)
+		t.BudgetHold = nil
+	}
 }
 
 func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Result) error {
@@ -88,7 +115,11 @@ func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Resu
 	if !res.Continued {
 		b.hints.Observe(res.Tier, t.System, res.Usage)
 	}
-	err := b.enf.Record(ctx, t.UserID, t.SessionID, res.Usage.Input(), res.Usage.OutputTokens, res.CostUSD)
+	hold, _ := t.BudgetHold.(budget.Hold)
+	err := b.enf.Record(ctx, t.UserID, t.SessionID, hold, res.Usage.Input(), res.Usage.OutputTokens, res.CostUSD)
+	if err == nil {
+		t.BudgetHold = nil // settled
+	}
 	if errors.Is(err, redishealth.ErrDown) {
 		return nil // counters fail open while Redis is down; the outage was logged once
 	}

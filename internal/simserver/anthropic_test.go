@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -78,7 +79,8 @@ func TestAnthropicStreamStartsWithInputClasses(t *testing.T) {
 		wantStart anthropic.Usage
 		wantDelta bool
 	}{
-		{"first call writes", 0, anthropic.Usage{CacheCreationInputTokens: systemPrefix, InputTokens: total - systemPrefix}, true},
+		{"first call writes", 0, anthropic.Usage{CacheCreationInputTokens: systemPrefix, InputTokens: total - systemPrefix,
+			CacheCreation: &anthropic.CacheCreation{Ephemeral5m: systemPrefix}}, true},
 		{"second call reads", 0, anthropic.Usage{CacheReadInputTokens: systemPrefix, InputTokens: total - systemPrefix}, true},
 		{"cut mid-answer", 3, anthropic.Usage{CacheReadInputTokens: systemPrefix, InputTokens: total - systemPrefix}, false},
 	}
@@ -92,7 +94,7 @@ func TestAnthropicStreamStartsWithInputClasses(t *testing.T) {
 				t.Fatal(err)
 			}
 			start, delta := streamUsage(t, s, preq)
-			if start != tt.wantStart {
+			if !reflect.DeepEqual(start, tt.wantStart) {
 				t.Errorf("message_start usage %+v, want %+v", start, tt.wantStart)
 			}
 			if !tt.wantDelta {
@@ -100,7 +102,7 @@ func TestAnthropicStreamStartsWithInputClasses(t *testing.T) {
 			}
 			want := tt.wantStart
 			want.OutputTokens = delta.OutputTokens
-			if delta != want || delta.OutputTokens == 0 {
+			if !reflect.DeepEqual(delta, want) || delta.OutputTokens == 0 {
 				t.Errorf("message_delta usage %+v, want the input classes %+v and the output", delta, want)
 			}
 		})
