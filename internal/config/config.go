@@ -611,7 +611,10 @@ func (c Config) Validate() error {
 			names[a] = m.Name
 		}
 		m.validateProvider(&v, p)
-		if m.CAFile != "" {
+		switch {
+		case m.CAFile != "" && m.Provider == "sim":
+			v.add(p+".caFile", "the simulator is called in process: it has no endpoint to trust")
+		case m.CAFile != "":
 			if _, err := m.RootCAs(); err != nil {
 				v.add(p+".caFile", err.Error())
 			}

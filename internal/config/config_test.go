@@ -303,6 +303,15 @@ func TestTLSValidation(t *testing.T) {
 		{"a pair that does not load", TLS{CertFile: junk, KeyFile: junk}, "server.tls: certificate " + junk},
 		{"a client CA that is not PEM", TLS{CertFile: junk, KeyFile: junk, ClientCAFile: junk}, "server.tls.clientCAFile: " + junk + " holds no PEM certificate"},
 	}
+	c := Default()
+	c.Models[0].CAFile = junk
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "models[0].caFile: the simulator is called in process") {
+		t.Errorf("a caFile on a simulated tier: %v", err)
+	}
+	c.Models[0].Provider, c.Models[0].Endpoint = "openai", "https://llm.internal/v1"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "models[0].caFile: "+junk+" holds no PEM certificate") {
+		t.Errorf("a caFile that is not PEM: %v", err)
+	}
 	for _, tt := range tests {
 		c := Default()
 		c.Server.TLS = tt.give
