@@ -48,9 +48,10 @@ const (
 // request through g's pipeline as a stateless turn and answers in the
 // Messages API's JSON or SSE event sequence.
 //
-//   - model names a tier or its modelId (404 not_found_error otherwise);
-//     the turn starts at that tier and falls down the cascade below it.
-//     The answer's model field, and x-fmgate-tier, name who answered.
+//   - model names where the turn starts: a tier, its modelId or an alias
+//     (config.Config.ResolveModel); any other name starts at the first
+//     tier. The turn falls down the cascade below it; the answer's model
+//     field, and x-fmgate-tier, name who answered.
 //   - The key comes from x-api-key, or Authorization: Bearer; the
 //     anthropic-version and anthropic-beta headers are tolerated.
 //   - system is appended to fmgate's own system prompt.
@@ -144,18 +145,40 @@ func (d *door) turn(r *http.Request, req *Request, m config.Model) *gateway.Turn
 }
 
 func (d *door) stream(w http.ResponseWriter, r *http.Request, t *gateway.Turn) {
-	snd := &sender{ev: NewEvents(w), id: t.RequestID}
-	headers := t.OnTraceparent
-	t.OnTraceparent = func(tp string) {
-		headers(tp)
-		snd.traceID = traceIDOf(tp) // before the first event: the turn's span starts first
-	}
-	so := d.g.NewStreamOutput(r.Context(), snd, t.RequestID)
-	_, err := d.g.Run(r.Context(), t, &streamOutput{StreamOutput: so, snd: snd})
-	so.Close() // the sender goroutine is done: w is ours again
-	if err != nil && !snd.began() {
+	if err := Stream(r.Context(), d.g, NewEvents(w), t); err != nil {
 		writeGatewayError(w, err)
 	}
+}
+
+// Runner runs turns into a stream.
+type Runner interface {
+	Run(ctx context.Context, t *gateway.Turn, out gateway.Output) (*gateway.Result, error)
+	NewStreamOutput(ctx context.Context, s stream.Sender, requestID string) *gateway.StreamOutput
+}
+
+// Stream runs t through g and answers with the Messages API's event
+// sequence, written by ev: message_start and the text block once the
+// answer begins, the text deltas, pings while the model is silent, then
+// the block's end, message_delta with the stop reason and the usage, and
+// message_stop; a failure after the answer began ends it with an error
+// event. A turn refused or failed before anything was sent returns its
+// error, for the caller to answer in its own shape; otherwise nil.
+func Stream(ctx context.Context, g Runner, ev *Events, t *gateway.Turn) error {
+	snd := &sender{ev: ev, id: t.RequestID}
+	headers := t.OnTraceparent
+	t.OnTraceparent = func(tp string) {
+		if headers != nil {
+			headers(tp)
+		}
+		snd.traceID = traceIDOf(tp) // before the first event: the turn's span starts first
+	}
+	so := g.NewStreamOutput(ctx, snd, t.RequestID)
+	_, err := g.Run(ctx, t, &streamOutput{StreamOutput: so, snd: snd})
+	so.Close() // the sender goroutine is done: the writer is the caller's again
+	if err != nil && !snd.began() {
+		return err
+	}
+	return nil
 }
 
 // streamOutput is the chunk aggregator, telling the sender which tier

@@ -118,6 +118,62 @@ var supported = []string{"model", "messages", "max_tokens", "system", "stop_sequ
 // shape: 413 request_too_large, or 400 invalid_request_error naming the
 // field and what to do about it.
 func DecodeRequest(body io.Reader, maxBytes int64) (*Request, *Error) {
+	fields, werr := readFields(body, maxBytes, supported)
+	if werr != nil {
+		return nil, werr
+	}
+	r := &Request{}
+	if err := decodeString(fields, "model", &r.Model); err != nil {
+		return nil, err
+	}
+	if r.Model == "" {
+		return nil, invalid("model: Field required")
+	}
+	if err := r.decode(fields); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// BedrockVersion is the anthropic_version of a Messages body sent to
+// Bedrock's InvokeModel.
+const BedrockVersion = "bedrock-2023-05-31"
+
+// invokeFields are the fields of a Messages body on Bedrock's InvokeModel:
+// the model is in the path and streaming is the route's, not the body's.
+var invokeFields = []string{"anthropic_version", "messages", "max_tokens", "system", "stop_sequences", "temperature", "metadata"}
+
+// DecodeInvokeBody reads and validates the Messages body of a Bedrock
+// InvokeModel call (anthropic_version bedrock-2023-05-31, no model): the
+// same fields as DecodeRequest, refused the same way.
+func DecodeInvokeBody(body io.Reader, maxBytes int64) (*Request, *Error) {
+	fields, werr := readFields(body, maxBytes, nil)
+	if werr != nil {
+		return nil, werr
+	}
+	if _, ok := fields["anthropic_version"]; !ok {
+		return nil, invalid("InvokeModel here takes Anthropic Claude's Messages body (anthropic_version %q, messages, max_tokens, …); other model families' bodies (Titan, Llama, Mistral, …) are not served", BedrockVersion)
+	}
+	if werr := checkKeys(fields, invokeFields); werr != nil {
+		return nil, werr
+	}
+	var version string
+	if err := decodeString(fields, "anthropic_version", &version); err != nil {
+		return nil, err
+	}
+	if version != BedrockVersion {
+		return nil, invalid("anthropic_version: must be %q (got %q)", BedrockVersion, version)
+	}
+	r := &Request{}
+	if err := r.decode(fields); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// readFields reads a JSON object of at most maxBytes (DefaultMaxBodyBytes
+// when <= 0) whose keys are all in allowed (any key when allowed is nil).
+func readFields(body io.Reader, maxBytes int64, allowed []string) (map[string]json.RawMessage, *Error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBodyBytes
 	}
@@ -136,73 +192,81 @@ func DecodeRequest(body io.Reader, maxBytes int64) (*Request, *Error) {
 	if fields == nil {
 		return nil, invalid("the request body must be a JSON object")
 	}
-	for _, k := range sortedKeys(fields) {
-		if !slices.Contains(supported, k) {
-			return nil, invalid("%s: not supported by this server (it serves text conversations: %s)", k, strings.Join(supported, ", "))
+	if allowed != nil {
+		if werr := checkKeys(fields, allowed); werr != nil {
+			return nil, werr
 		}
 	}
-	r := &Request{}
-	if err := decodeString(fields, "model", &r.Model); err != nil {
-		return nil, err
+	return fields, nil
+}
+
+// checkKeys refuses the first key of fields, in order, not in allowed.
+func checkKeys(fields map[string]json.RawMessage, allowed []string) *Error {
+	for _, k := range sortedKeys(fields) {
+		if !slices.Contains(allowed, k) {
+			return invalid("%s: not supported by this server (it serves text conversations: %s)", k, strings.Join(allowed, ", "))
+		}
 	}
-	if r.Model == "" {
-		return nil, invalid("model: Field required")
-	}
+	return nil
+}
+
+// decode fills r from the fields every Messages body shares.
+func (r *Request) decode(fields map[string]json.RawMessage) *Error {
 	mt, ok := fields["max_tokens"]
 	if !ok || isNull(mt) {
-		return nil, invalid("max_tokens: Field required")
+		return invalid("max_tokens: Field required")
 	}
 	if err := json.Unmarshal(mt, &r.MaxTokens); err != nil || r.MaxTokens < 1 {
-		return nil, invalid("max_tokens: must be a positive integer")
+		return invalid("max_tokens: must be a positive integer")
 	}
 	if v, ok := fields["stream"]; ok && !isNull(v) {
 		if err := json.Unmarshal(v, &r.Stream); err != nil {
-			return nil, invalid("stream: must be true or false")
+			return invalid("stream: must be true or false")
 		}
 	}
 	if v, ok := fields["temperature"]; ok && !isNull(v) {
 		var t float64
 		if err := json.Unmarshal(v, &t); err != nil || math.IsNaN(t) || t < 0 || t > 1 {
-			return nil, invalid("temperature: must be a number between 0 and 1")
+			return invalid("temperature: must be a number between 0 and 1")
 		}
 		r.Temperature = &t
 	}
 	if v, ok := fields["stop_sequences"]; ok && !isNull(v) {
 		if err := json.Unmarshal(v, &r.StopSequences); err != nil {
-			return nil, invalid("stop_sequences: must be a list of strings")
+			return invalid("stop_sequences: must be a list of strings")
 		}
 		if len(r.StopSequences) > MaxStopSequences {
-			return nil, invalid("stop_sequences: at most %d are supported", MaxStopSequences)
+			return invalid("stop_sequences: at most %d are supported", MaxStopSequences)
 		}
 		for i, s := range r.StopSequences {
 			if s == "" || len(s) > MaxStopSequenceBytes || !utf8.ValidString(s) {
-				return nil, invalid("stop_sequences.%d: must be non-empty UTF-8 text of at most %d bytes", i, MaxStopSequenceBytes)
+				return invalid("stop_sequences.%d: must be non-empty UTF-8 text of at most %d bytes", i, MaxStopSequenceBytes)
 			}
 		}
 	}
 	if v, ok := fields["metadata"]; ok && !isNull(v) {
 		uid, err := decodeMetadata(v)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		r.UserID = uid
 	}
 	if v, ok := fields["system"]; ok && !isNull(v) {
 		sys, marks, err := decodeContent(v, "system")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		r.System, r.SystemCache = sys, marks
 	}
 	msgs, merr := decodeMessages(fields["messages"])
 	if merr != nil {
-		return nil, merr
+		return merr
 	}
 	r.Messages = msgs
 	if n := r.ProviderRequest("").CacheMarks(); n > provider.MaxCacheMarks {
-		return nil, invalid("A maximum of %d blocks with cache_control may be provided. Found %d.", provider.MaxCacheMarks, n)
+		return invalid("A maximum of %d blocks with cache_control may be provided. Found %d.", provider.MaxCacheMarks, n)
 	}
-	return r, nil
+	return nil
 }
 
 func decodeString(fields map[string]json.RawMessage, name string, dst *string) *Error {
@@ -521,15 +585,37 @@ func retrySeconds(d time.Duration) int {
 // ping any time after message_start, error to end a broken stream. Every
 // event is flushed.
 type Events struct {
-	w     http.ResponseWriter
-	rc    *http.ResponseController
-	began bool
-	buf   []byte
+	w           http.ResponseWriter
+	rc          *http.ResponseController
+	contentType string
+	frame       Framer
+	began       bool
+	buf         []byte
 }
 
-// NewEvents writes events to w. Headers go out with the first event.
+// Framer appends the wire form of the event named name, whose JSON is
+// data, to dst.
+type Framer func(dst []byte, name string, data []byte) ([]byte, error)
+
+// NewEvents writes events to w as server-sent events, the Messages API's
+// stream. Headers go out with the first event.
 func NewEvents(w http.ResponseWriter) *Events {
-	return &Events{w: w, rc: http.NewResponseController(w)}
+	return NewFramedEvents(w, "text/event-stream; charset=utf-8", sseFrame)
+}
+
+// NewFramedEvents writes the same events to w framed by frame, under
+// contentType: the Messages stream carried by another protocol (Bedrock's
+// InvokeModelWithResponseStream).
+func NewFramedEvents(w http.ResponseWriter, contentType string, frame Framer) *Events {
+	return &Events{w: w, rc: http.NewResponseController(w), contentType: contentType, frame: frame}
+}
+
+func sseFrame(dst []byte, name string, data []byte) ([]byte, error) {
+	dst = append(dst, "event: "...)
+	dst = append(dst, name...)
+	dst = append(dst, "\ndata: "...)
+	dst = append(dst, data...)
+	return append(dst, "\n\n"...), nil
 }
 
 // Began reports whether the 200 and the first event were sent.
@@ -541,7 +627,7 @@ func (e *Events) SetWriteDeadline(t time.Time) { _ = e.rc.SetWriteDeadline(t) }
 func (e *Events) send(name string, v any) error {
 	if !e.began {
 		h := e.w.Header()
-		h.Set("Content-Type", "text/event-stream; charset=utf-8")
+		h.Set("Content-Type", e.contentType)
 		h.Set("Cache-Control", "no-store")
 		h.Set("X-Accel-Buffering", "no")
 		e.w.WriteHeader(http.StatusOK)
@@ -551,11 +637,9 @@ func (e *Events) send(name string, v any) error {
 	if err != nil {
 		return err
 	}
-	e.buf = append(e.buf[:0], "event: "...)
-	e.buf = append(e.buf, name...)
-	e.buf = append(e.buf, "\ndata: "...)
-	e.buf = append(e.buf, data...)
-	e.buf = append(e.buf, "\n\n"...)
+	if e.buf, err = e.frame(e.buf[:0], name, data); err != nil {
+		return err
+	}
 	if _, err := e.w.Write(e.buf); err != nil {
 		return err
 	}

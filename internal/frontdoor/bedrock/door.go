@@ -125,6 +125,10 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteException(w, ex)
 		return
 	}
+	if op == OpInvoke || op == OpInvokeStream {
+		d.invoke(w, r, t, modelID, body, op == OpInvokeStream, start)
+		return
+	}
 	req, err := Decode(modelID, body)
 	if err != nil {
 		WriteException(w, Validation(err.Error()))

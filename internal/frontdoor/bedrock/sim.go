@@ -33,6 +33,10 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 			WriteException(w, Exception{Status: http.StatusNotFound, Type: ResourceNotFoundException, Message: err.Error()})
 			return
 		}
+		if op != OpConverse && op != OpConverseStream {
+			WriteException(w, Validation("The simulator serves converse and converse-stream on its Bedrock wire."))
+			return
+		}
 		name, ok := resolve(modelID)
 		if !ok {
 			WriteException(w, Exception{Status: http.StatusNotFound, Type: ResourceNotFoundException,

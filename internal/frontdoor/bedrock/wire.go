@@ -45,6 +45,10 @@ const (
 const (
 	OpConverse       = "converse"
 	OpConverseStream = "converse-stream"
+	// InvokeModel and InvokeModelWithResponseStream, for Anthropic's
+	// Messages body.
+	OpInvoke       = "invoke"
+	OpInvokeStream = "invoke-with-response-stream"
 )
 
 // Stop reasons of the Converse API that fmgate produces or recognises.
@@ -80,15 +84,15 @@ type Request struct {
 func ParsePath(escaped string) (modelID, op string, err error) {
 	rest, ok := strings.CutPrefix(escaped, "/model/")
 	if !ok {
-		return "", "", errors.New("the path must be /model/{modelId}/converse or /model/{modelId}/converse-stream")
+		return "", "", errors.New("the path must be /model/{modelId}/ followed by converse, converse-stream, invoke or invoke-with-response-stream")
 	}
 	i := strings.LastIndexByte(rest, '/')
 	if i <= 0 {
-		return "", "", errors.New("the path must be /model/{modelId}/converse or /model/{modelId}/converse-stream")
+		return "", "", errors.New("the path must be /model/{modelId}/ followed by converse, converse-stream, invoke or invoke-with-response-stream")
 	}
 	op = rest[i+1:]
-	if op != OpConverse && op != OpConverseStream {
-		return "", "", fmt.Errorf("unknown operation %q: this endpoint serves converse and converse-stream", truncate(op, 40))
+	if op != OpConverse && op != OpConverseStream && op != OpInvoke && op != OpInvokeStream {
+		return "", "", fmt.Errorf("unknown operation %q: this endpoint serves converse, converse-stream, invoke and invoke-with-response-stream", truncate(op, 40))
 	}
 	id, err := url.PathUnescape(rest[:i])
 	if err != nil {
