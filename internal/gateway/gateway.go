@@ -61,6 +61,7 @@ type Gateway struct {
 	conns    map[*wsConn]struct{}
 	admin    http.Handler // extra admin routes (e.g. the simulator's)
 	throttle func(scope string)
+	estimate func(*provider.Request) int
 }
 
 // Deps are what a Gateway is built from. Nil policies are pass-throughs.
@@ -72,6 +73,10 @@ type Deps struct {
 	// UserHasher hashes user ids for logs and events; it should be the
 	// tracer's, so both join. Nil draws a per-process key.
 	UserHasher UserHasher
+
+	// EstimateTokens counts a request's input tokens when its tier's vendor
+	// cannot (CountTokens); nil counts a token per four bytes.
+	EstimateTokens func(*provider.Request) int
 
 	Admitter Admitter
 	Budgeter Budgeter
@@ -116,6 +121,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		cfg:       cfg,
 		tiers:     tierNames(cfg.Models),
 		providers: d.Providers,
+		estimate:  d.EstimateTokens,
 		sessions:  d.Sessions,
 		log:       d.Log,
 		now:       d.Now,

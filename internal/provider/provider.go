@@ -80,6 +80,13 @@ type Request struct {
 	CacheKey string
 }
 
+// TokenCounter is a provider whose vendor counts a request's input tokens
+// without running it (Anthropic's count_tokens, Bedrock's CountTokens): the
+// count the vendor would bill that input at.
+type TokenCounter interface {
+	CountTokens(ctx context.Context, req *Request) (int, error)
+}
+
 // Usage is what the provider reports it billed for the call.
 //
 // The input classes are disjoint, as Anthropic and Bedrock report them:

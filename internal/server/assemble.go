@@ -25,6 +25,7 @@ import (
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/jobstore"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/queue"
 	"github.com/fmgate/fmgate/internal/quota"
 	"github.com/fmgate/fmgate/internal/ratelimit"
@@ -218,10 +219,13 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		Tracer:     tracer,
 		Sessions:   sessions,
 		UserHasher: s.hasher,
-		Prompts:    prompts,
-		Admitter:   admitter{l: limiter, obs: s.Metrics},
-		Budgeter:   budgeter{enf: enf, prices: prices(cfg), hints: hints},
-		Planner:    planner{breakers: s.Breakers, ledger: ledger, queue: q},
+		// A vendor that cannot count tokens is estimated with the same
+		// tokenizer as a cut stream's usage (estimateTokens).
+		EstimateTokens: sim.InputTokens,
+		Prompts:        prompts,
+		Admitter:       admitter{l: limiter, obs: s.Metrics},
+		Budgeter:       budgeter{enf: enf, prices: prices(cfg), hints: hints},
+		Planner:        planner{breakers: s.Breakers, ledger: ledger, queue: q},
 		Reserver: reserver{ledger: ledger, breakers: s.Breakers, queue: q, maxOut: maxOut,
 			readsFree: readsFree, hints: hints, obs: s.Metrics},
 		Invoker:  invoker{retrier: retrier, breakers: s.Breakers, obs: s.Metrics},

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +21,14 @@ import (
 type counting struct {
 	provider.Provider
 	calls, throttled atomic.Int64
+}
+
+// CountTokens passes on to the provider's own count, where it has one.
+func (c *counting) CountTokens(ctx context.Context, req *provider.Request) (int, error) {
+	if tc, ok := c.Provider.(provider.TokenCounter); ok {
+		return tc.CountTokens(ctx, req)
+	}
+	return 0, errors.ErrUnsupported
 }
 
 func (c *counting) Stream(ctx context.Context, req *provider.Request, emit func(string) error) (*provider.Response, error) {

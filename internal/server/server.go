@@ -186,7 +186,9 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("/v1/chat/completions", oai)
 	mux.Handle("/v1/models", oai)
 	mux.Handle("/v1/models/", oai)
-	mux.Handle("POST /v1/messages", anthropicdoor.New(s.Gateway, anthropicdoor.Options{}))
+	anth := anthropicdoor.New(s.Gateway, anthropicdoor.Options{})
+	mux.Handle("POST /v1/messages", anth)
+	mux.Handle("POST /v1/messages/count_tokens", anth)
 	mux.Handle("POST /model/", bedrockdoor.New(s.Gateway, bedrockdoor.Options{}))
 	mux.Handle("/debug/pprof/", requireAdmin(auth, pprofHandler()))
 	mux.Handle("/metrics", gateway.MethodNotAllowed("GET", "HEAD"))
@@ -258,7 +260,8 @@ func unknownAPI(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusNotFound)
 	msg := fmt.Sprintf("fmgate does not serve %s %s. It serves POST /v1/chat/completions and GET /v1/models (OpenAI), "+
-		"POST /v1/messages (Anthropic), POST /model/{model}/converse and /converse-stream (Bedrock), "+
+		"POST /v1/messages and /v1/messages/count_tokens (Anthropic), POST /model/{model}/converse, /converse-stream, /invoke, "+
+		"/invoke-with-response-stream and /count-tokens (Bedrock), "+
 		"and its own POST /v1/chat, GET /ws and /v1/batch.", r.Method, r.URL.Path)
 	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error",
 		"error": map[string]string{"type": "not_found_error", "code": "not_found", "message": msg}})

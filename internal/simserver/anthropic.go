@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/fmgate/fmgate/internal/frontdoor/anthropic"
@@ -43,6 +44,32 @@ func anthropicMessages(s *sim.Sim) http.HandlerFunc {
 			return
 		}
 		a.json(w, r)
+	}
+}
+
+// anthropicCountTokens serves count_tokens (POST /v1/messages/count_tokens)
+// from s: the input tokens the simulator would bill the request. A model in
+// an outage answers 500 api_error, as its Messages route does.
+func anthropicCountTokens(s *sim.Sim) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req, werr := anthropic.DecodeCountTokens(r.Body, 0)
+		if werr != nil {
+			anthropic.WriteError(w, werr)
+			return
+		}
+		name, ok := Resolve(s, req.Model)
+		if !ok {
+			anthropic.WriteError(w, &anthropic.Error{Status: http.StatusNotFound, Type: anthropic.ErrNotFound,
+				Message: "model: " + req.Model})
+			return
+		}
+		n, err := s.CountTokens(r.Context(), req.ProviderRequest(name))
+		if err != nil {
+			anthropic.WriteError(w, &anthropic.Error{Status: http.StatusInternalServerError, Type: anthropic.ErrAPI, Message: err.Error()})
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, "{\"input_tokens\":%d}\n", n)
 	}
 }
 

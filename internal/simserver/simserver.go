@@ -31,6 +31,7 @@ func Handler(s *sim.Sim) http.Handler {
 	resolve := func(model string) (string, bool) { return Resolve(s, model) }
 	mux.Handle("POST /v1/chat/completions", openai.Sim(s, resolve, nil))
 	mux.Handle("POST /v1/messages", anthropicMessages(s))
+	mux.Handle("POST /v1/messages/count_tokens", anthropicCountTokens(s))
 	mux.Handle("POST /model/", bedrock.Sim(s, func(model string) (string, bool) { return Resolve(s, model) }))
 	return mux
 }

@@ -24,6 +24,7 @@ type Pipeline interface {
 	NewStreamOutput(ctx context.Context, s stream.Sender, requestID string) *gateway.StreamOutput
 	Authenticate(r *http.Request, key, bodyUser string, t *gateway.Turn) error
 	ResolveModel(name string) (config.Model, bool)
+	CountTokens(ctx context.Context, t *gateway.Turn) (n int, estimated bool)
 }
 
 // Options tune the door. The zero value is the default.
@@ -67,6 +68,7 @@ func New(g Pipeline, opts Options) http.Handler {
 	d := &door{g: g, maxBody: opts.MaxBodyBytes}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", d.serveMessages)
+	mux.HandleFunc("POST /v1/messages/count_tokens", d.countTokens)
 	return mux
 }
 
@@ -113,6 +115,37 @@ func (d *door) serveMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	msg.Usage = UsageOf(res.Usage)
 	WriteMessage(w, msg)
+}
+
+// HeaderTokenCount says who counted a count_tokens answer: "vendor" (the
+// tier's own count) or "estimate" (fmgate's, for a vendor that cannot
+// count, or did not answer).
+const HeaderTokenCount = "x-fmgate-token-count"
+
+// countTokens answers count_tokens: the input tokens of a Messages request
+// as the tier its model names would be sent it, fmgate's system prompt
+// included (see gateway.Gateway.CountTokens).
+func (d *door) countTokens(w http.ResponseWriter, r *http.Request) {
+	req, werr := DecodeCountTokens(r.Body, d.maxBody)
+	if werr != nil {
+		WriteError(w, werr)
+		return
+	}
+	m, _ := d.g.ResolveModel(req.Model)
+	t := d.turn(r, req, m)
+	key := r.Header.Get("x-api-key")
+	if key == "" {
+		key, _ = gateway.Bearer(r)
+	}
+	if err := d.g.Authenticate(r, key, "", t); err != nil {
+		writeGatewayError(w, err)
+		return
+	}
+	n, estimated := d.g.CountTokens(r.Context(), t)
+	w.Header().Set(HeaderTokenCount, map[bool]string{true: "estimate", false: "vendor"}[estimated])
+	writeJSON(w, http.StatusOK, struct {
+		InputTokens int `json:"input_tokens"`
+	}{n})
 }
 
 // turn is the pipeline's turn for req: the last user message, the

@@ -135,6 +135,30 @@ func DecodeRequest(body io.Reader, maxBytes int64) (*Request, *Error) {
 	return r, nil
 }
 
+// countFields are the fields of a count_tokens body fmgate counts.
+var countFields = []string{"model", "messages", "system"}
+
+// DecodeCountTokens reads a count_tokens body: model, messages and system,
+// refused as DecodeRequest refuses them (tools, thinking… by name).
+func DecodeCountTokens(body io.Reader, maxBytes int64) (*Request, *Error) {
+	fields, werr := readFields(body, maxBytes, countFields)
+	if werr != nil {
+		return nil, werr
+	}
+	r := &Request{}
+	if err := decodeString(fields, "model", &r.Model); err != nil {
+		return nil, err
+	}
+	if r.Model == "" {
+		return nil, invalid("model: Field required")
+	}
+	fields["max_tokens"] = json.RawMessage("1") // counting asks for no answer
+	if err := r.decode(fields); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
 // BedrockVersion is the anthropic_version of a Messages body sent to
 // Bedrock's InvokeModel.
 const BedrockVersion = "bedrock-2023-05-31"

@@ -27,6 +27,7 @@ type Pipeline interface {
 	AuthenticateSigned(r *http.Request, key string, t *gateway.Turn) error
 	Caller(key string) (config.Caller, bool)
 	ResolveModel(name string) (config.Model, bool)
+	CountTokens(ctx context.Context, t *gateway.Turn) (n int, estimated bool)
 }
 
 // Options tune the door. Zero values are the defaults.
@@ -125,8 +126,12 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteException(w, ex)
 		return
 	}
-	if op == OpInvoke || op == OpInvokeStream {
+	switch op {
+	case OpInvoke, OpInvokeStream:
 		d.invoke(w, r, t, modelID, body, op == OpInvokeStream, start)
+		return
+	case OpCountTokens:
+		d.countTokens(w, r, t, modelID, body)
 		return
 	}
 	req, err := Decode(modelID, body)

@@ -44,6 +44,10 @@ func (fakePipeline) AuthenticateSigned(*http.Request, string, *gateway.Turn) err
 
 func (fakePipeline) Caller(string) (config.Caller, bool) { return config.Caller{}, false }
 
+func (fakePipeline) CountTokens(_ context.Context, t *gateway.Turn) (int, bool) {
+	return len(t.Message), true
+}
+
 func (fakePipeline) ResolveModel(name string) (config.Model, bool) {
 	return config.Model{Name: "sonnet"}, name == "sonnet"
 }

@@ -187,3 +187,54 @@ func (f *invokeFramer) encode(dst []byte, m eventstream.Message) ([]byte, error)
 	}
 	return b.Bytes(), nil
 }
+
+// HeaderTokenCount says who counted a CountTokens answer: "vendor" (the
+// tier's own count) or "estimate" (fmgate's).
+const HeaderTokenCount = "X-Fmgate-Token-Count"
+
+// countTokens serves CountTokens: the input tokens of a Converse input, or
+// of an InvokeModel input's Messages body, as the tier the path's model
+// names would be sent it, fmgate's system prompt included.
+func (d *door) countTokens(w http.ResponseWriter, r *http.Request, t *gateway.Turn, modelID string, body []byte) {
+	var in struct {
+		Input struct {
+			Converse    json.RawMessage `json:"converse"`
+			InvokeModel *struct {
+				Body []byte `json:"body"`
+			} `json:"invokeModel"`
+		} `json:"input"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		WriteException(w, Validation("the body must be {\"input\":{\"converse\":{…}}} or {\"input\":{\"invokeModel\":{\"body\":…}}}: "+jsonProblem(err)))
+		return
+	}
+	var msgs []provider.Message
+	switch {
+	case len(in.Input.Converse) > 0 && in.Input.InvokeModel == nil:
+		req, err := Decode(modelID, in.Input.Converse)
+		if err != nil {
+			WriteException(w, Validation(err.Error()))
+			return
+		}
+		msgs, t.ClientSystem, t.ClientSystemCache = req.Messages, req.System, req.SystemCache
+	case in.Input.InvokeModel != nil && len(in.Input.Converse) == 0:
+		req, werr := anthropic.DecodeInvokeBody(bytes.NewReader(in.Input.InvokeModel.Body), d.maxBody)
+		if werr != nil {
+			WriteException(w, Validation(werr.Message))
+			return
+		}
+		msgs, t.ClientSystem, t.ClientSystemCache = req.Messages, req.System, req.SystemCache
+	default:
+		WriteException(w, Validation("input must hold exactly one of converse and invokeModel"))
+		return
+	}
+	tier, _ := d.g.ResolveModel(modelID)
+	last := len(msgs) - 1
+	t.Message, t.MessageCache, t.History = msgs[last].Content, msgs[last].Cache, msgs[:last]
+	t.StartTier = tier.Name
+	n, estimated := d.g.CountTokens(r.Context(), t)
+	w.Header().Set(HeaderTokenCount, map[bool]string{true: "estimate", false: "vendor"}[estimated])
+	writeJSON(w, http.StatusOK, struct {
+		InputTokens int `json:"inputTokens"`
+	}{n})
+}

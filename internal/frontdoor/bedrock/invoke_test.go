@@ -148,3 +148,33 @@ func TestInvokeModelRefusesOtherBodies(t *testing.T) {
 		})
 	}
 }
+
+// TestGoSDKCountTokens: the SDK's CountTokens, for a Converse input and
+// for the same conversation as an InvokeModel body, counts the same input
+// tokens, fmgate's system prompt included, by the tier's own count.
+func TestGoSDKCountTokens(t *testing.T) {
+	_, srv := startGateway(t, gatewayConfig(t))
+	c := client(srv.URL, testKeyID, testSecret)
+	ctx := context.Background()
+	conv, err := c.CountTokens(ctx, &bedrockruntime.CountTokensInput{ModelId: aws.String("sonnet"),
+		Input: &types.CountTokensInputMemberConverse{Value: types.ConverseTokensRequest{
+			System:   []types.SystemContentBlock{&types.SystemContentBlockMemberText{Value: "Answer briefly."}},
+			Messages: userMessage("Recommend a fantasy manga"),
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := c.CountTokens(ctx, &bedrockruntime.CountTokensInput{ModelId: aws.String("sonnet"),
+		Input: &types.CountTokensInputMemberInvokeModel{Value: types.InvokeModelTokensRequest{Body: []byte(invokeBody)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := aws.ToInt32(conv.InputTokens)
+	if n < 1000 || aws.ToInt32(inv.InputTokens) != n {
+		t.Fatalf("converse %d, invokeModel %d input tokens; want the same count, fmgate's system prompt (over 1,000 tokens) included",
+			n, aws.ToInt32(inv.InputTokens))
+	}
+	if got := header(conv.ResultMetadata, "X-Fmgate-Token-Count"); got != "vendor" {
+		t.Errorf("x-fmgate-token-count %q, want vendor", got)
+	}
+}

@@ -1,6 +1,7 @@
 package bedrock
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -33,8 +34,8 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 			WriteException(w, Exception{Status: http.StatusNotFound, Type: ResourceNotFoundException, Message: err.Error()})
 			return
 		}
-		if op != OpConverse && op != OpConverseStream {
-			WriteException(w, Validation("The simulator serves converse and converse-stream on its Bedrock wire."))
+		if op != OpConverse && op != OpConverseStream && op != OpCountTokens {
+			WriteException(w, Validation("The simulator serves converse, converse-stream and count-tokens (of a Converse input) on its Bedrock wire."))
 			return
 		}
 		name, ok := resolve(modelID)
@@ -48,6 +49,18 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 			WriteException(w, Validation("the request body could not be read, or exceeds 1 MiB"))
 			return
 		}
+		if op == OpCountTokens {
+			var in struct {
+				Input struct {
+					Converse json.RawMessage `json:"converse"`
+				} `json:"input"`
+			}
+			if err := json.Unmarshal(body, &in); err != nil || len(in.Input.Converse) == 0 {
+				WriteException(w, Validation("The simulator counts the tokens of a Converse input: {\"input\":{\"converse\":{…}}}."))
+				return
+			}
+			body = in.Input.Converse
+		}
 		req, err := Decode(modelID, body)
 		if err != nil {
 			WriteException(w, Validation(err.Error()))
@@ -55,6 +68,15 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 		}
 		preq := &provider.Request{Model: name, System: req.System, SystemCache: req.SystemCache, Messages: req.Messages,
 			MaxTokens: req.MaxTokens, Temperature: req.Temperature, StopSequences: req.StopSequences}
+		if op == OpCountTokens {
+			n, err := s.CountTokens(r.Context(), preq)
+			if err != nil {
+				WriteException(w, simException(err))
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]int{"inputTokens": n})
+			return
+		}
 		st, _ := s.Settings(name)
 		start := time.Now()
 		if op == OpConverse {

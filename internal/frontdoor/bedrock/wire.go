@@ -49,6 +49,8 @@ const (
 	// Messages body.
 	OpInvoke       = "invoke"
 	OpInvokeStream = "invoke-with-response-stream"
+	// CountTokens, for a Converse or an InvokeModel input.
+	OpCountTokens = "count-tokens"
 )
 
 // Stop reasons of the Converse API that fmgate produces or recognises.
@@ -84,15 +86,17 @@ type Request struct {
 func ParsePath(escaped string) (modelID, op string, err error) {
 	rest, ok := strings.CutPrefix(escaped, "/model/")
 	if !ok {
-		return "", "", errors.New("the path must be /model/{modelId}/ followed by converse, converse-stream, invoke or invoke-with-response-stream")
+		return "", "", errors.New("the path must be /model/{modelId}/ followed by converse, converse-stream, invoke, invoke-with-response-stream or count-tokens")
 	}
 	i := strings.LastIndexByte(rest, '/')
 	if i <= 0 {
-		return "", "", errors.New("the path must be /model/{modelId}/ followed by converse, converse-stream, invoke or invoke-with-response-stream")
+		return "", "", errors.New("the path must be /model/{modelId}/ followed by converse, converse-stream, invoke, invoke-with-response-stream or count-tokens")
 	}
 	op = rest[i+1:]
-	if op != OpConverse && op != OpConverseStream && op != OpInvoke && op != OpInvokeStream {
-		return "", "", fmt.Errorf("unknown operation %q: this endpoint serves converse, converse-stream, invoke and invoke-with-response-stream", truncate(op, 40))
+	switch op {
+	case OpConverse, OpConverseStream, OpInvoke, OpInvokeStream, OpCountTokens:
+	default:
+		return "", "", fmt.Errorf("unknown operation %q: this endpoint serves converse, converse-stream, invoke, invoke-with-response-stream and count-tokens", truncate(op, 40))
 	}
 	id, err := url.PathUnescape(rest[:i])
 	if err != nil {

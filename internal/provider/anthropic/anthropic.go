@@ -115,6 +115,21 @@ func NewHTTPClient() *http.Client {
 	return &http.Client{Transport: t}
 }
 
+// CountTokens implements provider.TokenCounter with Anthropic's
+// count_tokens.
+func (p *Provider) CountTokens(ctx context.Context, req *provider.Request) (int, error) {
+	params := p.params(req)
+	cp := sdk.MessageCountTokensParams{Model: params.Model, Messages: params.Messages}
+	if len(params.System) > 0 {
+		cp.System = sdk.MessageCountTokensParamsSystemUnion{OfTextBlockArray: params.System}
+	}
+	n, err := p.client.Messages.CountTokens(ctx, cp)
+	if err != nil {
+		return 0, p.normalise(ctx, err)
+	}
+	return int(n.InputTokens), nil
+}
+
 func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 	msgs := make([]sdk.MessageParam, 0, len(req.Messages))
 	for _, m := range req.Messages {

@@ -382,6 +382,19 @@ func usageOf(u *types.TokenUsage) provider.Usage {
 	return out
 }
 
+// CountTokens implements provider.TokenCounter with Bedrock's CountTokens,
+// for the Converse form of req.
+func (p *Provider) CountTokens(ctx context.Context, req *provider.Request) (int, error) {
+	var in types.ConverseTokensRequest
+	in.System, in.Messages, _ = p.input(req)
+	out, err := p.client.CountTokens(ctx, &bedrockruntime.CountTokensInput{ModelId: aws.String(p.modelID),
+		Input: &types.CountTokensInputMemberConverse{Value: in}}, traced(ctx))
+	if err != nil {
+		return 0, p.normalise(ctx, err)
+	}
+	return int(aws.ToInt32(out.InputTokens)), nil
+}
+
 // estimate is the usage of a stream that ended before Bedrock reported it:
 // the input and the text received counted by an estimator calibrated on
 // Bedrock's own reports (learn), the input split by the cache reads the

@@ -218,6 +218,19 @@ func (s *Sim) draw(st Settings) plan {
 	return p
 }
 
+// CountTokens implements provider.TokenCounter: the simulator's own count
+// of req's input, the one it bills. A model in an outage counts nothing.
+func (s *Sim) CountTokens(ctx context.Context, req *provider.Request) (int, error) {
+	st, ok := s.Settings(req.Model)
+	switch {
+	case !ok:
+		return 0, &provider.Error{Kind: provider.KindNotFound, Model: req.Model, Err: fmt.Errorf("sim: no model %q", req.Model)}
+	case st.Outage:
+		return 0, &provider.Error{Kind: provider.KindUnavailable, Model: req.Model, Status: 503, Err: errors.New("simulated outage")}
+	}
+	return InputTokens(req), ctx.Err()
+}
+
 // Stream answers req token by token at the model's pace. Each delta is
 // valid UTF-8 (a character split across two tokens is sent whole). Every
 // failure is a *provider.Error with Kind and Model set, except an error
