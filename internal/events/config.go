@@ -110,6 +110,11 @@ type OTLPConfig struct {
 	Endpoint string `yaml:"endpoint"`
 	// Insecure uses plain HTTP for a host:port endpoint. Default false.
 	Insecure bool `yaml:"insecure"`
+	// Providers names each model tier's vendor as OpenTelemetry's GenAI
+	// conventions do (gen_ai.provider.name: anthropic, aws.bedrock,
+	// openai), for the model attempts' spans. Set by the server from the
+	// models, not read from the file.
+	Providers map[string]string `yaml:"-"`
 }
 
 // NATSConfig configures publishing to NATS JetStream.

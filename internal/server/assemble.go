@@ -258,11 +258,24 @@ func (s *Server) sessions(cfg config.Config, rdb *redis.Client, now func() time.
 	return session.Guarded{Store: rs, Breaker: b}
 }
 
+// genAIProviders names each tier's vendor as OpenTelemetry's GenAI
+// conventions do (gen_ai.provider.name).
+func genAIProviders(models []config.Model) map[string]string {
+	names := map[string]string{"anthropic": "anthropic", "bedrock": "aws.bedrock", "openai": "openai", "sim": "fmgate.sim"}
+	out := make(map[string]string, len(models))
+	for _, m := range models {
+		out[m.Name] = names[m.Provider]
+	}
+	return out
+}
+
 // events opens the sinks, the embedded event store and the emitter, and
 // returns the tracer the pipeline emits spans through.
 func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer, error) {
 	ctx := context.Background()
-	sinkList, err := sinks.FromConfig(ctx, cfg.Events.Sinks, s.log)
+	sinkCfg := cfg.Events.Sinks
+	sinkCfg.OTLP.Providers = genAIProviders(cfg.Models)
+	sinkList, err := sinks.FromConfig(ctx, sinkCfg, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}

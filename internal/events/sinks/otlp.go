@@ -23,10 +23,11 @@ import (
 // and timestamps, handed straight to the SDK's exporter: the spans are
 // already finished, so there is nothing for a live SDK tracer to do.
 type OTLP struct {
-	exp   sdktrace.SpanExporter
-	res   *resource.Resource
-	scope instrumentation.Scope
-	buf   []sdktrace.ReadOnlySpan
+	exp       sdktrace.SpanExporter
+	res       *resource.Resource
+	scope     instrumentation.Scope
+	providers map[string]string // model tier → gen_ai.provider.name
+	buf       []sdktrace.ReadOnlySpan
 }
 
 // NewOTLP builds the exporter for cfg.Endpoint (host:port or a full URL).
@@ -48,8 +49,9 @@ func NewOTLP(ctx context.Context, cfg events.OTLPConfig) (*OTLP, error) {
 		return nil, fmt.Errorf("sinks: otlp: %w", err)
 	}
 	return &OTLP{
-		exp: exp,
-		res: resource.NewSchemaless(attribute.String("service.name", "fmgate")),
+		exp:       exp,
+		providers: cfg.Providers,
+		res:       resource.NewSchemaless(attribute.String("service.name", "fmgate")),
 		scope: instrumentation.Scope{
 			Name:    "github.com/fmgate/fmgate/internal/events",
 			Version: fmt.Sprintf("schema-v%d", events.SchemaVersion),
@@ -111,7 +113,43 @@ func (o *OTLP) snapshot(e *events.Event) (sdktrace.ReadOnlySpan, bool) {
 	} else {
 		stub.Status = sdktrace.Status{Code: codes.Ok}
 	}
+	if e.Artifact.ArtifactKind == events.KindLLMCall && e.Artifact.ModelID != "" {
+		// A model call, as OpenTelemetry's GenAI conventions name one, so
+		// that LLM observability tools show it as such.
+		stub.Name = GenAIOperation + " " + e.Artifact.ModelID
+		stub.SpanKind = trace.SpanKindClient
+		stub.Attributes = append(stub.Attributes, GenAIAttributes(e, o.providers[e.Node.NodeID])...)
+	}
 	return stub.Snapshot(), true
+}
+
+// GenAIOperation is gen_ai.operation.name of a model attempt.
+const GenAIOperation = "chat"
+
+// GenAIAttributes are the OpenTelemetry GenAI semantic conventions'
+// attributes of a model attempt's event; provider is gen_ai.provider.name
+// (left out when unknown). The input tokens count every input token,
+// those read from and written to the prompt cache included, which the
+// cache attributes give apart.
+func GenAIAttributes(e *events.Event, provider string) []attribute.KeyValue {
+	kv := []attribute.KeyValue{
+		attribute.String("gen_ai.operation.name", GenAIOperation),
+		attribute.String("gen_ai.request.model", e.Artifact.ModelID),
+		attribute.String("gen_ai.response.model", e.Artifact.ModelID),
+		attribute.Int("gen_ai.usage.input_tokens", e.Resource.TokensIn),
+		attribute.Int("gen_ai.usage.output_tokens", e.Resource.TokensOut),
+	}
+	if provider != "" {
+		kv = append(kv, attribute.String("gen_ai.provider.name", provider))
+	}
+	if r := e.Resource; r.TokensCacheRead != 0 || r.TokensCacheWrite != 0 {
+		kv = append(kv, attribute.Int("gen_ai.usage.cache_read.input_tokens", r.TokensCacheRead),
+			attribute.Int("gen_ai.usage.cache_creation.input_tokens", r.TokensCacheWrite))
+	}
+	if e.Outcome.Status == events.StatusFailed && e.Outcome.ErrorCode != "" {
+		kv = append(kv, attribute.String("error.type", e.Outcome.ErrorCode))
+	}
+	return kv
 }
 
 // Attributes maps the event's schema fields to span attributes named

@@ -19,6 +19,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fmgate/fmgate/internal/events"
@@ -344,5 +346,89 @@ func TestEmitterWithSinksEndToEnd(t *testing.T) {
 	}
 	if strings.Contains(string(b), "taro") {
 		t.Errorf("raw user id reached the file: %s", b)
+	}
+}
+
+// genAIReceiver keeps the attributes of the spans it receives, by name.
+type genAIReceiver struct {
+	mu    sync.Mutex
+	spans map[string]map[string]*commonpb.AnyValue
+	kinds map[string]tracepb.Span_SpanKind
+}
+
+func (r *genAIReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	var msg coltracepb.ExportTraceServiceRequest
+	if err := proto.Unmarshal(body, &msg); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	for _, rs := range msg.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			for _, sp := range ss.Spans {
+				attrs := map[string]*commonpb.AnyValue{}
+				for _, kv := range sp.Attributes {
+					attrs[kv.Key] = kv.Value
+				}
+				r.spans[sp.Name], r.kinds[sp.Name] = attrs, sp.Kind
+			}
+		}
+	}
+	r.mu.Unlock()
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	_, _ = w.Write(out)
+}
+
+// TestOTLPModelAttemptsFollowTheGenAIConventions: a collector receives a
+// model attempt as OpenTelemetry's GenAI conventions name one — a client
+// span "chat MODEL" with gen_ai.* attributes of the conventions' types —
+// beside its fmgate.* attributes; other spans keep their own names.
+func TestOTLPModelAttemptsFollowTheGenAIConventions(t *testing.T) {
+	rcv := &genAIReceiver{spans: map[string]map[string]*commonpb.AnyValue{}, kinds: map[string]tracepb.Span_SpanKind{}}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	s, err := NewOTLP(context.Background(), events.OTLPConfig{Endpoint: strings.TrimPrefix(srv.URL, "http://"), Insecure: true,
+		Providers: map[string]string{"sonnet": "aws.bedrock"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := batch(2, 0)
+	b[0].Name, b[0].Artifact = "turn", events.Artifact{ArtifactKind: events.KindInternal}
+	b[1].Node.NodeID = "sonnet"
+	b[1].Resource.TokensCacheRead, b[1].Resource.TokensCacheWrite = 3000, 200
+	if err := s.Write(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	attempt, ok := rcv.spans["chat claude-sonnet-4-6"]
+	if !ok || rcv.kinds["chat claude-sonnet-4-6"] != tracepb.Span_SPAN_KIND_CLIENT {
+		t.Fatalf("spans %v: want the attempt as a client span named \"chat claude-sonnet-4-6\"", rcv.kinds)
+	}
+	str := func(k string) string { return attempt[k].GetStringValue() }
+	num := func(k string) int64 {
+		if _, isInt := attempt[k].GetValue().(*commonpb.AnyValue_IntValue); !isInt {
+			t.Errorf("%s is %v, want an integer", k, attempt[k])
+		}
+		return attempt[k].GetIntValue()
+	}
+	if str("gen_ai.operation.name") != "chat" || str("gen_ai.provider.name") != "aws.bedrock" ||
+		str("gen_ai.request.model") != "claude-sonnet-4-6" || str("gen_ai.response.model") != "claude-sonnet-4-6" {
+		t.Errorf("gen_ai string attributes %v", attempt)
+	}
+	if num("gen_ai.usage.input_tokens") != 4218 || num("gen_ai.usage.output_tokens") != 312 ||
+		num("gen_ai.usage.cache_read.input_tokens") != 3000 || num("gen_ai.usage.cache_creation.input_tokens") != 200 {
+		t.Errorf("gen_ai usage attributes %v", attempt)
+	}
+	if attempt["fmgate.resource.cost_usd"] == nil {
+		t.Error("the fmgate.* attributes are gone")
+	}
+	if turn, ok := rcv.spans["turn"]; !ok || turn["gen_ai.operation.name"] != nil {
+		t.Errorf("the turn span: %v, want it named turn and without gen_ai attributes", turn)
 	}
 }
