@@ -18,6 +18,10 @@ import (
 // maxInFlightPerConn bounds concurrent turns on one WebSocket.
 const maxInFlightPerConn = 4
 
+// RouteConnect is the route of a WebSocket being opened: its rate limit
+// (rateLimit.routes.connect) is the connection rate, checked alone.
+const RouteConnect = "connect"
+
 // wsPingInterval is how often an idle connection is pinged to find dead peers.
 const wsPingInterval = 30 * time.Second
 
@@ -26,6 +30,12 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	if !g.Ready() {
 		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeShuttingDown,
 			Message: "The assistant is restarting. Please reconnect in a few seconds.", RetryAfter: 5 * time.Second})
+		return
+	}
+	// The connection rate (rateLimit.routes.connect) is checked before the
+	// upgrade: a refusal is a plain 429 with Retry-After.
+	if err := g.admit.Admit(r.Context(), &Turn{RequestID: "connect", Route: RouteConnect, Surface: "ws", Locale: g.cfg.Locales[0]}); err != nil {
+		writeError(w, err)
 		return
 	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.Server.OriginPatterns,

@@ -121,8 +121,12 @@ func (c Config) Validate() error {
 type Request struct {
 	UserID string
 	// Route is the entry route ("sendMessage", "connect"); "" skips route limits.
-	Route   string
-	Premium bool
+	Route string
+	// RouteOnly checks the route's scope alone: a connection being opened
+	// ("connect") is not a turn, and takes nothing from the global or the
+	// user's buckets.
+	RouteOnly bool
+	Premium   bool
 	// Cost is the number of tokens the turn takes from every bucket; 0 means 1.
 	Cost int
 }
@@ -189,11 +193,16 @@ func (l *Limiter) scopes(r Request, buf *[maxScopes]scope) []scope {
 			s = append(s, scope{name: name, bucket: Bucket{Key: key, Limit: rule.Scale(f)}, outage: rule.Outage})
 		}
 	}
-	add(ScopeGlobal, "global", l.cfg.Global, 1)
+	if !r.RouteOnly {
+		add(ScopeGlobal, "global", l.cfg.Global, 1)
+	}
 	if r.Route != "" {
 		if rule, ok := l.cfg.Routes[r.Route]; ok {
 			add(scopeRoutePrefix+r.Route, "route:"+r.Route, rule, 1)
 		}
+	}
+	if r.RouteOnly {
+		return s
 	}
 	f := 1.0
 	if r.Premium {

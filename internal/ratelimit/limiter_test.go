@@ -113,6 +113,30 @@ func TestLimiterUsersAreIndependent(t *testing.T) {
 	}
 }
 
+// A connection being opened (RouteOnly) is checked against its route's
+// limit alone: it takes nothing from the user's or the global buckets.
+func TestLimiterRouteOnlyChecksTheRouteAlone(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	cfg := DefaultConfig()
+	cfg.Routes["connect"] = Rule{Limit: Limit{Rate: 1, Per: time.Hour, Burst: 3}}
+	l := newLimiter(t, cfg, nil, clk)
+	for i := range 3 {
+		if res, _ := l.Check(ctx, Request{UserID: "u", Route: "connect", RouteOnly: true}); !res.Allowed {
+			t.Fatalf("connection %d within the route's burst: %+v", i+1, res)
+		}
+	}
+	if res, _ := l.Check(ctx, Request{UserID: "u", Route: "connect", RouteOnly: true}); res.Allowed || res.Limit != "route_connect" {
+		t.Fatalf("a fourth connection: %+v, want refused by route_connect", res)
+	}
+	// The user's per-second burst of 10 is whole.
+	for i := range 10 {
+		if res, _ := l.Check(ctx, Request{UserID: "u", Route: "sendMessage"}); !res.Allowed {
+			t.Fatalf("message %d after the connections: %+v", i+1, res)
+		}
+	}
+}
+
 func TestLimiterAdmittedHeaders(t *testing.T) {
 	clk := newFakeClock()
 	l := newLimiter(t, DefaultConfig(), nil, clk)
