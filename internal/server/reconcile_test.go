@@ -1,12 +1,9 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -137,37 +134,9 @@ func reconcileCosts(t *testing.T, cfg config.Config, billing map[string]*sim.Sim
 	}
 }
 
-// streamTurn asks for an SSE answer; with stopAfter > 0 it closes the
-// connection after that many frames. It returns what it read.
+// streamTurn asks for an SSE answer in user's own session; with stopAfter
+// > 0 it closes the connection after that many frames. It returns what it
+// read.
 func streamTurn(t *testing.T, base, user string, stopAfter int) string {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	body := `{"sessionId":"s-` + user + `","message":"Recommend a long fantasy manga series and explain why","locale":"en","stream":true}`
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-User-Id", user)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Error(err)
-		return ""
-	}
-	defer resp.Body.Close()
-	if stopAfter == 0 {
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
-	var got strings.Builder
-	r := bufio.NewReader(resp.Body)
-	frames := 0
-	for frames < stopAfter {
-		line, err := r.ReadString('\n')
-		got.WriteString(line)
-		if err != nil {
-			break
-		}
-		if line == "\n" {
-			frames++
-		}
-	}
-	return got.String()
+	return streamIn(t, base, user, "s-"+user, "Recommend a long fantasy manga series and explain why", "en", stopAfter)
 }

@@ -88,11 +88,7 @@ func (d *door) serveMessages(w http.ResponseWriter, r *http.Request) {
 	m, _ := d.g.ResolveModel(req.Model)
 	t := d.turn(r, req, m)
 	traced(w.Header(), t)
-	key := r.Header.Get("x-api-key")
-	if key == "" {
-		key, _ = gateway.Bearer(r)
-	}
-	if err := d.g.Authenticate(r, key, req.UserID, t); err != nil {
+	if err := d.authenticate(r, req.UserID, t); err != nil {
 		writeGatewayError(w, err)
 		return
 	}
@@ -117,6 +113,16 @@ func (d *door) serveMessages(w http.ResponseWriter, r *http.Request) {
 	WriteMessage(w, msg)
 }
 
+// authenticate fills t's caller from x-api-key, or Authorization: Bearer
+// (the SDKs send either), or in the demo profile from bodyUser.
+func (d *door) authenticate(r *http.Request, bodyUser string, t *gateway.Turn) error {
+	key := r.Header.Get("x-api-key")
+	if key == "" {
+		key, _ = gateway.Bearer(r)
+	}
+	return d.g.Authenticate(r, key, bodyUser, t)
+}
+
 // HeaderTokenCount says who counted a count_tokens answer: "vendor" (the
 // tier's own count) or "estimate" (fmgate's, for a vendor that cannot
 // count, or did not answer).
@@ -133,11 +139,7 @@ func (d *door) countTokens(w http.ResponseWriter, r *http.Request) {
 	}
 	m, _ := d.g.ResolveModel(req.Model)
 	t := d.turn(r, req, m)
-	key := r.Header.Get("x-api-key")
-	if key == "" {
-		key, _ = gateway.Bearer(r)
-	}
-	if err := d.g.Authenticate(r, key, "", t); err != nil {
+	if err := d.authenticate(r, "", t); err != nil {
 		writeGatewayError(w, err)
 		return
 	}

@@ -122,6 +122,11 @@ func DecodeRequest(body io.Reader, maxBytes int64) (*Request, *Error) {
 	if werr != nil {
 		return nil, werr
 	}
+	return decodeWithModel(fields)
+}
+
+// decodeWithModel decodes a body whose model is required.
+func decodeWithModel(fields map[string]json.RawMessage) (*Request, *Error) {
 	r := &Request{}
 	if err := decodeString(fields, "model", &r.Model); err != nil {
 		return nil, err
@@ -145,18 +150,8 @@ func DecodeCountTokens(body io.Reader, maxBytes int64) (*Request, *Error) {
 	if werr != nil {
 		return nil, werr
 	}
-	r := &Request{}
-	if err := decodeString(fields, "model", &r.Model); err != nil {
-		return nil, err
-	}
-	if r.Model == "" {
-		return nil, invalid("model: Field required")
-	}
 	fields["max_tokens"] = json.RawMessage("1") // counting asks for no answer
-	if err := r.decode(fields); err != nil {
-		return nil, err
-	}
-	return r, nil
+	return decodeWithModel(fields)
 }
 
 // BedrockVersion is the anthropic_version of a Messages body sent to
