@@ -13,6 +13,8 @@ package budget
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -272,10 +274,17 @@ type Request struct {
 	// its prompt cache (CacheHints.Expect): the cost estimate prices them
 	// as cache reads.
 	ExpectCached int
-	// TurnID, when set, names the turn's hold on the daily cost budget
-	// (see Counters): its estimated cost is held until Record settles it or
-	// Release ends it.
-	TurnID string
+	// Hold asks for the turn's estimated cost to be held against the daily
+	// cost budget (see Counters) until Record settles it or Release ends
+	// it: Plan.Hold names the hold.
+	Hold bool
+}
+
+// newHoldID names a hold: random, since two turns must never share one.
+func newHoldID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // HoldTTL is how long a turn's hold on the daily cost budget lasts when
@@ -444,12 +453,13 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 		if tot.DayCostUSD+cost > lim {
 			return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next}
 		}
-		if req.TurnID != "" {
+		if req.Hold {
 			// The day's spend read above may already be spoken for by
 			// turns in flight: hold this turn's estimate against it, so
 			// that concurrent turns cannot together spend past the limit.
 			hctx, cancel := b.storeCtx(ctx)
-			held, herr := b.counters.Hold(hctx, req.UserID, day, req.TurnID, toNano(cost), toNano(lim), HoldTTL)
+			id := newHoldID()
+			held, herr := b.counters.Hold(hctx, req.UserID, day, id, toNano(cost), toNano(lim), HoldTTL)
 			cancel()
 			switch {
 			case herr != nil:
@@ -457,7 +467,7 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 			case !held:
 				return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next, Held: true}
 			default:
-				plan.Hold = Hold{ID: req.TurnID, Day: day}
+				plan.Hold = Hold{ID: id, Day: day}
 			}
 		}
 	}

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -61,7 +59,7 @@ func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) erro
 		UserID: t.UserID, SessionID: t.SessionID, Model: model, MaxOutput: t.MaxOutput,
 		Parts:        budget.Parts{System: t.System, History: t.History, User: t.Message},
 		ExpectCached: b.hints.Expect(model, t.System),
-		TurnID:       holdID(),
+		Hold:         true,
 	}, b.prices[model])
 	if ex, ok := errors.AsType[*budget.ExceededError](err); ok {
 		e := &gateway.Error{Status: http.StatusPaymentRequired, Code: gateway.CodeBudgetExceeded, Message: ex.Message(t.Locale), Err: err}
@@ -84,14 +82,6 @@ func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) erro
 		t.BudgetHold = plan.Hold
 	}
 	return nil
-}
-
-// holdID names a turn's hold on its user's daily budget: random, since a
-// client's request ids may repeat and two turns must never share a hold.
-func holdID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // Release implements gateway.Budgeter: it ends the hold Check took for a
