@@ -121,6 +121,7 @@ var (
 	scopeLabel     = newLabel(throttleScopes)
 	spanLabel      = newLabel(spanNames)
 	directionLabel = newLabel([]string{directionIn, directionOut})
+	tokenTypeLabel = newLabel([]string{"input", "output"})
 	priorityLabel  = newLabel(priorities)
 	sinkLabel      = newLabel(sinkNames)
 )

@@ -40,6 +40,24 @@ const (
 
 // latencyBuckets are the turn-duration histogram's upper bounds in seconds,
 // dense around the 3 s "useful answer" objective.
+// genAIOperation is gen_ai.operation.name of a model call.
+const genAIOperation = "chat"
+
+// genAIProvider is model's gen_ai.provider.name, or "other".
+func genAIProvider(providers map[string]string, model string) string {
+	if p := providers[model]; p != "" {
+		return p
+	}
+	return LabelOther
+}
+
+// The GenAI conventions' recommended bucket boundaries: tokens by powers of
+// four, seconds by doubling from 10 ms.
+var (
+	genAITokenBuckets    = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864}
+	genAIDurationBuckets = []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92}
+)
+
 var latencyBuckets = []float64{0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10}
 
 // ttftBuckets are the time-to-first-token histogram's upper bounds in
@@ -64,6 +82,10 @@ type Options struct {
 	TTFTMaxAge time.Duration
 	// StateTimeout bounds the state callback at each scrape (default 500 ms).
 	StateTimeout time.Duration
+	// Providers names the vendor of each of Models as OpenTelemetry's GenAI
+	// conventions do (gen_ai.provider.name: anthropic, aws.bedrock, …), for
+	// the gen_ai_client_* histograms; a model without one is "other".
+	Providers map[string]string
 }
 
 // Validate reports the first invalid field as "field: problem".
@@ -116,8 +138,11 @@ type Metrics struct {
 	ttftDropped  *prometheus.CounterVec
 	throttles    *prometheus.CounterVec
 	retries      *prometheus.CounterVec
-	stateCollect *stateCollector
-	dropped      *droppedCollector
+	// OpenTelemetry's GenAI client metrics, in Prometheus's naming.
+	genAITokens   *prometheus.HistogramVec
+	genAIDuration *prometheus.HistogramVec
+	stateCollect  *stateCollector
+	dropped       *droppedCollector
 }
 
 // New returns Metrics with its own registry, or an error for invalid opts.
@@ -168,6 +193,16 @@ func New(opts Options) (*Metrics, error) {
 	m.ttftDropped = counter("fmgate_ttft_pending_dropped_total", "Stream spans dropped before their turn span arrived: evicted (too many waiting) or expired (waited too long).", "reason")
 	m.throttles = counter("fmgate_throttles_total", "Turns refused or held by a limiter, by scope.", "scope")
 	m.retries = counter("fmgate_retries_total", "Retries of a model call, by model and the error kind that caused them.", "model", "reason")
+	m.genAITokens = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gen_ai_client_token_usage",
+		Help:    "Tokens of each model call, input and output, as OpenTelemetry's GenAI conventions measure them (input counts cache reads and writes).",
+		Buckets: genAITokenBuckets,
+	}, []string{"gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_token_type"})
+	m.genAIDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gen_ai_client_operation_duration_seconds",
+		Help:    "Duration of each model call, as OpenTelemetry's GenAI conventions measure it; error_type is the provider error kind, empty on success.",
+		Buckets: genAIDurationBuckets,
+	}, []string{"gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "error_type"})
 	m.stateCollect = &stateCollector{m: m, timeout: opts.StateTimeout,
 		errors: counter("fmgate_state_errors_total", "Scrapes that exported no breaker, quota or queue gauges, by reason (error, timeout, busy, panic).", "reason")}
 	m.dropped = &droppedCollector{}
@@ -184,7 +219,7 @@ func New(opts Options) (*Metrics, error) {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.turnDuration, m.ttft, m.turns, m.errors, m.fallbacks, m.attempts,
-		m.tokens, m.cost, m.spans, m.ttftDropped, m.throttles, m.retries,
+		m.tokens, m.cost, m.spans, m.ttftDropped, m.throttles, m.retries, m.genAITokens, m.genAIDuration,
 		m.stateCollect, m.dropped, pendingGauge,
 	} {
 		if err := m.reg.Register(c); err != nil {
@@ -198,9 +233,19 @@ func New(opts Options) (*Metrics, error) {
 		errors:       newCells(m.errors.WithLabelValues, codeLabel),
 		fallbacks:    newCells(m.fallbacks.WithLabelValues, m.tiers),
 		attempts:     newCells(m.attempts.WithLabelValues, m.models, outcomeLabel),
-		tokens:       newCells(m.tokens.WithLabelValues, m.models, directionLabel),
-		cost:         newCells(m.cost.WithLabelValues, m.models, spanLabel),
-		spans:        newCells(m.spans.WithLabelValues, spanLabel),
+		genAITokens: newCells(func(v ...string) prometheus.Observer {
+			return m.genAITokens.WithLabelValues(genAIOperation, genAIProvider(opts.Providers, v[0]), v[0], v[1])
+		}, m.models, tokenTypeLabel),
+		genAIDuration: newCells(func(v ...string) prometheus.Observer {
+			errType := v[1]
+			if errType == outcomeOK {
+				errType = ""
+			}
+			return m.genAIDuration.WithLabelValues(genAIOperation, genAIProvider(opts.Providers, v[0]), v[0], errType)
+		}, m.models, outcomeLabel),
+		tokens: newCells(m.tokens.WithLabelValues, m.models, directionLabel),
+		cost:   newCells(m.cost.WithLabelValues, m.models, spanLabel),
+		spans:  newCells(m.spans.WithLabelValues, spanLabel),
 	}
 	m.preset()
 	m.handler = promhttp.InstrumentMetricHandler(m.reg, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
@@ -278,6 +323,7 @@ func (m *Metrics) modelName(v string) string { return m.models.vals[m.model(v)] 
 type spanCells struct {
 	turnDuration, ttft                                      *cells[prometheus.Observer]
 	turns, errors, fallbacks, attempts, tokens, cost, spans *cells[prometheus.Counter]
+	genAITokens, genAIDuration                              *cells[prometheus.Observer]
 }
 
 // Write derives the span metrics from batch. It never fails. The events
@@ -312,7 +358,15 @@ func (m *Metrics) observe(e *events.Event) {
 		if e.Outcome.ErrorCode != "" {
 			outcome = outcomeLabel.index(e.Outcome.ErrorCode)
 		}
-		m.c.attempts.at(m.model(e.Artifact.ModelID), outcome).Inc()
+		model := m.model(e.Artifact.ModelID)
+		m.c.attempts.at(model, outcome).Inc()
+		m.c.genAIDuration.at(model, outcome).Observe(float64(e.DurationMS) / 1000)
+		if e.Resource.TokensIn > 0 {
+			m.c.genAITokens.at(model, tokenInput).Observe(float64(e.Resource.TokensIn))
+		}
+		if e.Resource.TokensOut > 0 {
+			m.c.genAITokens.at(model, tokenOutput).Observe(float64(e.Resource.TokensOut))
+		}
 	}
 	r := &e.Resource
 	if r.TokensIn <= 0 && r.TokensOut <= 0 && !(r.CostUSD > 0) {
@@ -331,9 +385,11 @@ func (m *Metrics) observe(e *events.Event) {
 }
 
 var (
-	attemptOK = outcomeLabel.index(outcomeOK)
-	dirIn     = directionLabel.index(directionIn)
-	dirOut    = directionLabel.index(directionOut)
+	tokenInput  = tokenTypeLabel.index("input")
+	tokenOutput = tokenTypeLabel.index("output")
+	attemptOK   = outcomeLabel.index(outcomeOK)
+	dirIn       = directionLabel.index(directionIn)
+	dirOut      = directionLabel.index(directionOut)
 )
 
 // maxSpanCost rejects absurd (or infinite) costs so one bad span cannot

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -530,5 +531,37 @@ func TestLint(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}
+
+// A model attempt is also measured as OpenTelemetry's GenAI client metrics
+// name it: its tokens by type and its duration, by vendor and model, with
+// the error kind of a failed call.
+func TestGenAIClientMetrics(t *testing.T) {
+	sonnet := "claude-sonnet-4-6"
+	m, _ := newTest(t, Options{Providers: map[string]string{sonnet: "aws.bedrock"}})
+	write(t, m,
+		mk("model_attempt", model(sonnet), tokens(4218, 312), at(t0, 640*time.Millisecond)),
+		mk("model_attempt", model(sonnet), code("throttled"), at(t0, 30*time.Millisecond)),
+	)
+	fams := gather(t, m)
+	labels := func(kv ...string) []string {
+		return append([]string{"gen_ai_operation_name", "chat", "gen_ai_provider_name", "aws.bedrock", "gen_ai_request_model", sonnet}, kv...)
+	}
+	for _, tt := range []struct {
+		name string
+		kv   []string
+		want float64 // sample count
+		sum  float64
+	}{
+		{"gen_ai_client_token_usage", labels("gen_ai_token_type", "input"), 1, 4218},
+		{"gen_ai_client_token_usage", labels("gen_ai_token_type", "output"), 1, 312},
+		{"gen_ai_client_operation_duration_seconds", labels("error_type", ""), 1, 0.64},
+		{"gen_ai_client_operation_duration_seconds", labels("error_type", "throttled"), 1, 0.03},
+	} {
+		mt := series(fams, tt.name, tt.kv...)
+		if mt == nil || float64(mt.GetHistogram().GetSampleCount()) != tt.want || math.Abs(mt.GetHistogram().GetSampleSum()-tt.sum) > 1e-9 {
+			t.Errorf("%s%v: %v; want %v samples summing to %v", tt.name, tt.kv, mt, tt.want, tt.sum)
+		}
 	}
 }

@@ -28,13 +28,15 @@ type observer interface {
 // snapshot time.
 func (s *Server) observers(cfg config.Config) ([]events.Sink, error) {
 	names := make([]string, 0, 2*len(cfg.Models))
+	providers := genAIProviders(cfg.Models) // by tier name
 	for _, m := range cfg.Models {
 		names = append(names, m.Name)
 		if m.ModelID != "" && m.ModelID != m.Name {
 			names = append(names, m.ModelID)
+			providers[m.ModelID] = providers[m.Name]
 		}
 	}
-	m, err := metrics.New(metrics.Options{Models: names})
+	m, err := metrics.New(metrics.Options{Models: names, Providers: providers})
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
