@@ -32,10 +32,8 @@ func anthropicMessages(s *sim.Sim) http.HandlerFunc {
 			anthropic.WriteError(w, werr)
 			return
 		}
-		name, ok := Resolve(s, req.Model)
+		name, ok := resolveAnthropic(w, s, req.Model)
 		if !ok {
-			anthropic.WriteError(w, &anthropic.Error{Status: http.StatusNotFound, Type: anthropic.ErrNotFound,
-				Message: "model: " + req.Model})
 			return
 		}
 		a := anthropicAnswer{s: s, name: name, req: req, preq: req.ProviderRequest(name), id: anthropicMessageID()}
@@ -45,6 +43,16 @@ func anthropicMessages(s *sim.Sim) http.HandlerFunc {
 		}
 		a.json(w, r)
 	}
+}
+
+// resolveAnthropic is the simulated model model names, or, answered with
+// Anthropic's 404, false.
+func resolveAnthropic(w http.ResponseWriter, s *sim.Sim, model string) (string, bool) {
+	name, ok := Resolve(s, model)
+	if !ok {
+		anthropic.WriteError(w, &anthropic.Error{Status: http.StatusNotFound, Type: anthropic.ErrNotFound, Message: "model: " + model})
+	}
+	return name, ok
 }
 
 // anthropicCountTokens serves count_tokens (POST /v1/messages/count_tokens)
@@ -57,10 +65,8 @@ func anthropicCountTokens(s *sim.Sim) http.HandlerFunc {
 			anthropic.WriteError(w, werr)
 			return
 		}
-		name, ok := Resolve(s, req.Model)
+		name, ok := resolveAnthropic(w, s, req.Model)
 		if !ok {
-			anthropic.WriteError(w, &anthropic.Error{Status: http.StatusNotFound, Type: anthropic.ErrNotFound,
-				Message: "model: " + req.Model})
 			return
 		}
 		n, err := s.CountTokens(r.Context(), req.ProviderRequest(name))
