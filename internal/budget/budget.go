@@ -158,7 +158,7 @@ func (e *Estimator) Estimate(model string, p Parts) Estimate {
 	}
 	est.HistoryEach = make([]int, len(p.History))
 	for i, m := range p.History {
-		est.HistoryEach[i], f = msg(Count(m.Content), true)
+		est.HistoryEach[i], f = msg(Count(m.Content+m.ToolText()), true)
 		est.History += est.HistoryEach[i]
 		total += f
 	}
@@ -482,14 +482,15 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 
 // truncate drops the oldest history until excess tokens are gone, keeping
 // the latest exchange (the last two messages). It then also drops a leading
-// assistant message, since conversations must open with the user.
+// assistant message, since conversations must open with the user, and a
+// leading message of tool results, whose calls went with what was dropped.
 func truncate(history []Message, each []int, excess int) ([]Message, int) {
 	i := 0
 	for excess > 0 && len(history)-i > 2 {
 		excess -= each[i]
 		i++
 	}
-	for i > 0 && len(history)-i > 2 && history[i].Role == provider.RoleAssistant {
+	for i > 0 && len(history)-i > 2 && (history[i].Role == provider.RoleAssistant || len(history[i].ToolResults) > 0) {
 		i++
 	}
 	return history[i:], i

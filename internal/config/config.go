@@ -256,6 +256,31 @@ type Model struct {
 	// them once per five minutes; PromptCachingOff ("off") marks nothing.
 	// A client's own marks pass through either way.
 	PromptCaching string `yaml:"promptCaching"`
+	// Capabilities are what the tier can do beyond plain text:
+	// CapabilityTools (call the tools a request offers). A request that
+	// needs one skips the tiers without it rather than reach a model that
+	// would ignore it. Default: every capability fmgate can pass to the
+	// tier's provider, which is tools on every provider; list "text" alone
+	// for a model that can only write text (e.g. an OpenAI-compatible
+	// server without function calling).
+	Capabilities []string `yaml:"capabilities"`
+}
+
+// Capabilities a model tier may have (Model.Capabilities).
+const (
+	CapabilityText  = "text"
+	CapabilityTools = "tools"
+)
+
+// Can reports whether the tier has capability c.
+func (m Model) Can(c string) bool {
+	if c == CapabilityText {
+		return true
+	}
+	if len(m.Capabilities) == 0 {
+		return c == CapabilityTools
+	}
+	return slices.Contains(m.Capabilities, c)
 }
 
 // PromptCaching values (Model.PromptCaching).
@@ -621,6 +646,11 @@ func (c Config) Validate() error {
 		}
 		if m.InputPerMTok < 0 || m.OutputPerMTok < 0 || m.CachedInputPerMTok < 0 || m.CacheWritePerMTok < 0 || m.CacheWrite1hPerMTok < 0 {
 			v.add(p, "prices must be >= 0")
+		}
+		for _, c := range m.Capabilities {
+			if c != CapabilityText && c != CapabilityTools {
+				v.add(p+".capabilities", fmt.Sprintf("%q is not a capability (use %q or %q)", c, CapabilityText, CapabilityTools))
+			}
 		}
 		if pc := m.PromptCaching; pc != "" && pc != PromptCachingAuto && pc != PromptCachingOff {
 			v.add(p+".promptCaching", fmt.Sprintf("must be %q or %q (got %q)", PromptCachingAuto, PromptCachingOff, pc))

@@ -99,6 +99,9 @@ type Question struct {
 	// PromptVersion keeps answers produced under different prompts apart in
 	// the cache.
 	PromptVersion string
+	// NoCache keeps the answer cache out: the question's answer depends on
+	// more than its text (the tools a client offers).
+	NoCache bool
 }
 
 // Answer is what a non-model tier served.
@@ -225,7 +228,7 @@ func (r *Resolver) Answer(ctx context.Context, q Question, reason Reason) Answer
 	for _, step := range r.cfg.Plan(reason) {
 		switch step {
 		case StepCache:
-			if r.cache == nil {
+			if r.cache == nil || q.NoCache {
 				continue
 			}
 			done := r.trace(ctx, "cache")

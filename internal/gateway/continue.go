@@ -21,11 +21,12 @@ const continuationNote = "The assistant's last message was cut off by a technica
 // assistant message and streams the rest into the same output. At most one
 // continuation per turn; its first token must come within deadline.attempt
 // and its retries fit in deadline.firstByte. The result bills both parts.
-// Off, or when no tier is left or the failure was not the model's (the
+// Off, when the turn offers tools (a continued answer could not call
+// them), or when no tier is left or the failure was not the model's (the
 // client left or was too slow, the stream hit its maximum duration), the
 // cut answer ends with its error as before.
 func (g *Gateway) continueAnswer(ctx context.Context, t *Turn, route []string, res *Result, err error, out Output) (*Result, error) {
-	if err == nil || res == nil || res.Text == "" || !g.cfg.Stream.Continuation || !out.Started() || ctx.Err() != nil || !continuable(err) {
+	if err == nil || res == nil || res.Text == "" || len(t.Tools) > 0 || !g.cfg.Stream.Continuation || !out.Started() || ctx.Err() != nil || !continuable(err) {
 		return res, err
 	}
 	next := ""

@@ -248,19 +248,31 @@ func (g *Gateway) Ready() bool { return !g.draining.Load() }
 
 func (g *Gateway) primary() string { return g.cfg.Models[0].Name }
 
-// modelsFrom is the model tiers in cascade order, starting at start (a
-// tier name or its modelId) when it names one; all of them otherwise. The
-// slice is shared by every turn: read it, never write it (an append
-// reallocates, since it has no room to spare).
-func (g *Gateway) modelsFrom(start string) []string {
-	if start != "" {
+// tiersFor is the model tiers that may serve t, in cascade order: from its
+// start tier (a tier name or modelId; all tiers when empty or unknown),
+// less those that lack a capability t needs (tools). The slice may not be
+// appended to.
+func (g *Gateway) tiersFor(t *Turn) []string {
+	from := 0
+	if start := t.StartTier; start != "" {
 		for i, m := range g.cfg.Models {
 			if m.Name == start || m.ModelID == start {
-				return g.tiers[i:len(g.tiers):len(g.tiers)]
+				from = i
+				break
 			}
 		}
 	}
-	return g.tiers[:len(g.tiers):len(g.tiers)]
+	tiers := g.tiers[from:len(g.tiers):len(g.tiers)]
+	if len(t.Tools) == 0 {
+		return tiers
+	}
+	able := make([]string, 0, len(tiers))
+	for i, name := range tiers {
+		if g.cfg.Models[from+i].Can(config.CapabilityTools) {
+			able = append(able, name)
+		}
+	}
+	return able
 }
 
 func tierNames(models []config.Model) []string {

@@ -59,7 +59,7 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	// 4½. Retrieve: catalog context for the question, within its share of the deadline.
 	g.retrieveContext(ctx, t)
 	// 5. Plan the route of model tiers.
-	route := g.plan.Plan(ctx, t, g.modelsFrom(t.StartTier))
+	route := g.plan.Plan(ctx, t, g.tiersFor(t))
 
 	// 6–7. Reserve quota and invoke, tier by tier, until a model answers.
 	res, err = g.invokeRoute(ctx, t, route, out)
@@ -138,7 +138,7 @@ func (g *Gateway) validate(t *Turn) error {
 	g.decideLocale(t)
 	msg := strings.TrimSpace(t.Message)
 	switch {
-	case msg == "":
+	case msg == "" && len(t.ToolResults) == 0:
 		return invalid("message must not be empty")
 	case !utf8.ValidString(t.Message):
 		return invalid("message must be valid UTF-8 text")
@@ -334,6 +334,9 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 			a.sofar = r.Text
 		}
 		defer func() { endAttempt(span, a.m, attempt, err) }()
+		if err == nil && len(t.Tools) > 0 {
+			err = checkToolCalls(t, model, r)
+		}
 		if err != nil {
 			if cause := context.Cause(w); isWatchdog(cause) && ctx.Err() == nil {
 				err = cause
@@ -359,6 +362,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		ModelID:       a.resp.ModelID,
 		StopReason:    a.resp.StopReason,
 		StopSequence:  a.resp.StopSequence,
+		ToolCalls:     a.resp.ToolCalls,
 		Degraded:      model != g.primary() || t.ContextUnavailable,
 		Confidence:    a.m.Confidence,
 		Usage:         a.usage,
@@ -408,6 +412,11 @@ func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output
 	}
 	if errors.Is(cause, context.Canceled) && ctx.Err() != nil {
 		return nil, cause
+	}
+	if t.ToolChoice.Forced() {
+		// The client's code expects a tool call: prose would break it.
+		return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUpstream, RetryAfter: 5 * time.Second,
+			Message: "No model that can call tools is available right now. Please try again shortly.", Err: cause}
 	}
 	var res *Result
 	err := g.step(ctx, "fallback", func(ctx context.Context) (err error) {
@@ -478,13 +487,13 @@ func (g *Gateway) appendSession(ctx context.Context, t *Turn, res *Result) error
 func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 	msgs := make([]provider.Message, 0, len(t.History)+1)
 	msgs = append(msgs, t.History...)
-	msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: t.Message, Cache: t.MessageCache})
+	msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: t.Message, Cache: t.MessageCache, ToolResults: t.ToolResults})
 	maxOut := m.MaxOutputTokens
 	if t.MaxOutput > 0 && t.MaxOutput < maxOut {
 		maxOut = t.MaxOutput
 	}
 	req := &provider.Request{Model: m.Name, System: withContext(t.System, t.Context), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
-		Temperature: t.Temperature, StopSequences: t.StopSequences, CacheKey: t.PromptCacheKey}
+		Temperature: t.Temperature, StopSequences: t.StopSequences, CacheKey: t.PromptCacheKey, Tools: t.Tools, ToolChoice: t.ToolChoice}
 	markPrefixes(t, m, req)
 	return req
 }

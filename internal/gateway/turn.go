@@ -60,6 +60,15 @@ type Turn struct {
 	// Temperature and StopSequences pass through to the model.
 	Temperature   *float64
 	StopSequences []string
+	// Tools the client offers the model, and whether it must call one
+	// (vendor front doors). Only tiers that can call tools serve the
+	// turn; a turn that forces a call is never answered in prose by the
+	// tiers below the models.
+	Tools      []provider.Tool
+	ToolChoice provider.ToolChoice
+	// ToolResults answer the tool calls of History's last message; they
+	// travel in the user message, before Message, which may then be empty.
+	ToolResults []provider.ToolResult
 
 	// Caller, from the front door's authentication. Tenant is the API key's
 	// tenant, for fair queueing; empty means the user id.
@@ -125,6 +134,9 @@ type Result struct {
 	// ended the answer, when the vendor said which.
 	StopReason   string
 	StopSequence string
+	// ToolCalls are the tools the model called, after Text (StopReason
+	// provider.StopToolUse).
+	ToolCalls []provider.ToolCall
 	// Continued is set when the next tier finished an answer whose model
 	// failed mid-stream (stream.continuation); Parts are the tiers that wrote
 	// the text, in order. Usage and CostUSD then add up both parts.

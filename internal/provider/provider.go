@@ -28,6 +28,12 @@ type Message struct {
 	Content string
 	// Cache marks the ends of prompt prefixes within Content, in order.
 	Cache []CacheMark
+	// ToolCalls, on an assistant message, are the tools it called, after
+	// its text.
+	ToolCalls []ToolCall
+	// ToolResults, on a user message, answer the tool calls of the
+	// assistant message before it; they come before its text.
+	ToolResults []ToolResult
 }
 
 // CacheMark ends a prompt prefix the vendor may cache and read back on a
@@ -78,6 +84,9 @@ type Request struct {
 	// requests sharing a prefix to the same cache. The openai provider
 	// sends it; Anthropic and Bedrock cache by marks and have no such hint.
 	CacheKey string
+	// Tools the model may call, and whether it must.
+	Tools      []Tool
+	ToolChoice ToolChoice
 }
 
 // TokenCounter is a provider whose vendor counts a request's input tokens
@@ -132,6 +141,9 @@ type Response struct {
 	// StopSequence is the stop sequence that ended the answer, when the
 	// vendor says which (StopReason "stop_sequence").
 	StopSequence string
+	// ToolCalls are the tools the model called, after Text (StopReason
+	// StopToolUse). A streamed answer's tool calls arrive here whole.
+	ToolCalls []ToolCall
 	// ModelID is the provider's own model identifier that served the call.
 	ModelID string
 	// TTFT is the time from the call until the first token arrived.

@@ -57,7 +57,8 @@ type budgeter struct {
 func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) error {
 	plan, err := b.enf.Check(ctx, budget.Request{
 		UserID: t.UserID, SessionID: t.SessionID, Model: model, MaxOutput: t.MaxOutput,
-		Parts:        budget.Parts{System: t.System, History: t.History, User: t.Message},
+		Parts: budget.Parts{System: t.System + provider.ToolsText(t.Tools), History: t.History,
+			User: t.Message + (&provider.Message{ToolResults: t.ToolResults}).ToolText()},
 		ExpectCached: b.hints.Expect(model, t.System),
 		Hold:         true,
 	}, b.prices[model])
@@ -373,11 +374,11 @@ func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Res
 // plainAnswer reports whether res is the model's whole answer to the bare
 // question, as the cache keys it: not cut (by max tokens or by the
 // client's stop sequences), nor shaped by the client's own system prompt or
-// sampling. Another caller asking the same words would get any other as if
-// it were the answer.
+// sampling, nor given with tools to call. Another caller asking the same
+// words would get any other as if it were the answer.
 func plainAnswer(t *gateway.Turn, res *gateway.Result) bool {
 	return (res.StopReason == "" || res.StopReason == "end_turn") && t.ClientSystem == "" &&
-		len(t.StopSequences) == 0 && t.Temperature == nil
+		len(t.StopSequences) == 0 && t.Temperature == nil && len(t.Tools) == 0
 }
 
 func (c cascade) Simplify(req *provider.Request, model string) *provider.Request {
@@ -385,7 +386,7 @@ func (c cascade) Simplify(req *provider.Request, model string) *provider.Request
 }
 
 func (c cascade) question(t *gateway.Turn) fallback.Question {
-	return fallback.Question{Text: t.Message, Locale: t.Locale, PromptVersion: t.PromptVersion}
+	return fallback.Question{Text: t.Message, Locale: t.Locale, PromptVersion: t.PromptVersion, NoCache: len(t.Tools) > 0}
 }
 
 func localize(locale, en, ja string) string {

@@ -6,13 +6,15 @@
 // and Sim, the simulator's wire server that answers from sim.Sim directly and
 // fails the way OpenAI fails.
 //
-// Supported request fields: model, messages (system, developer, user and
-// assistant roles; string or text-part content), stream,
-// stream_options.include_usage, max_tokens / max_completion_tokens,
-// temperature, stop (a string or up to 4 strings) and user. Fields that
-// would change an OpenAI answer but that fmgate cannot honour (tools,
-// images, n>1, logprobs, response_format other than text, penalties, seed,
-// audio …) are refused with a 400 naming the field, never dropped.
+// Supported request fields: model, messages (system, developer, user,
+// assistant with tool_calls, and tool roles; string or text-part content;
+// a message name), stream, stream_options.include_usage, max_tokens /
+// max_completion_tokens, temperature, stop (a string or up to 4 strings),
+// tools (functions), tool_choice, parallel_tool_calls, prompt_cache_key and
+// user. Fields that would change an OpenAI answer but that fmgate cannot
+// honour (images, n>1, logprobs, response_format other than text,
+// penalties, seed, audio …) are refused with a 400 naming the field, never
+// dropped.
 package openai
 
 import (
@@ -63,6 +65,13 @@ type Chat struct {
 	User        string
 	// PromptCacheKey is prompt_cache_key, passed to the model.
 	PromptCacheKey string
+	// Tools are the functions offered, ToolChoice tool_choice and
+	// parallel_tool_calls.
+	Tools      []provider.Tool
+	ToolChoice provider.ToolChoice
+	// ToolResults are the role "tool" messages after the last assistant
+	// message: the last user message, with Message (often empty).
+	ToolResults []provider.ToolResult
 }
 
 // Messages returns the conversation as a provider sees it: History, then
@@ -70,7 +79,7 @@ type Chat struct {
 func (c *Chat) Messages() []provider.Message {
 	msgs := make([]provider.Message, 0, len(c.History)+1)
 	msgs = append(msgs, c.History...)
-	return append(msgs, provider.Message{Role: provider.RoleUser, Content: c.Message})
+	return append(msgs, provider.Message{Role: provider.RoleUser, Content: c.Message, ToolResults: c.ToolResults})
 }
 
 // chatRequest is the JSON body. Fields fmgate refuses whenever they carry
@@ -97,23 +106,24 @@ type chatRequest struct {
 	ResponseFormat   *responseFormat `json:"response_format"`
 	Modalities       []string        `json:"modalities"`
 
-	// Refused when set.
 	Tools             json.RawMessage `json:"tools"`
 	ToolChoice        json.RawMessage `json:"tool_choice"`
-	ParallelToolCalls json.RawMessage `json:"parallel_tool_calls"`
-	Functions         json.RawMessage `json:"functions"`
-	FunctionCall      json.RawMessage `json:"function_call"`
-	TopLogprobs       json.RawMessage `json:"top_logprobs"`
-	LogitBias         json.RawMessage `json:"logit_bias"`
-	Seed              json.RawMessage `json:"seed"`
-	Audio             json.RawMessage `json:"audio"`
-	Prediction        json.RawMessage `json:"prediction"`
-	WebSearchOptions  json.RawMessage `json:"web_search_options"`
-	Metadata          json.RawMessage `json:"metadata"`
-	ReasoningEffort   json.RawMessage `json:"reasoning_effort"`
-	Verbosity         json.RawMessage `json:"verbosity"`
-	ServiceTier       json.RawMessage `json:"service_tier"`
-	SafetyIdentifier  json.RawMessage `json:"safety_identifier"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+
+	// Refused when set.
+	Functions        json.RawMessage `json:"functions"`
+	FunctionCall     json.RawMessage `json:"function_call"`
+	TopLogprobs      json.RawMessage `json:"top_logprobs"`
+	LogitBias        json.RawMessage `json:"logit_bias"`
+	Seed             json.RawMessage `json:"seed"`
+	Audio            json.RawMessage `json:"audio"`
+	Prediction       json.RawMessage `json:"prediction"`
+	WebSearchOptions json.RawMessage `json:"web_search_options"`
+	Metadata         json.RawMessage `json:"metadata"`
+	ReasoningEffort  json.RawMessage `json:"reasoning_effort"`
+	Verbosity        json.RawMessage `json:"verbosity"`
+	ServiceTier      json.RawMessage `json:"service_tier"`
+	SafetyIdentifier json.RawMessage `json:"safety_identifier"`
 }
 
 type streamOptions struct {
@@ -225,6 +235,15 @@ func DecodeChat(data []byte) (Chat, *Error) {
 		}
 		c.PromptCacheKey = *k
 	}
+	if c.Tools, e = decodeTools(req.Tools); e != nil {
+		return c, e
+	}
+	if c.ToolChoice, e = decodeToolChoice(req.ToolChoice, c.Tools); e != nil {
+		return c, e
+	}
+	if p := req.ParallelToolCalls; p != nil {
+		c.ToolChoice.Sequential = !*p
+	}
 	if e := c.decodeMessages(req.Messages); e != nil {
 		return c, e
 	}
@@ -261,11 +280,8 @@ func (req *chatRequest) refusals() *Error {
 		param, what string
 		v           json.RawMessage
 	}{
-		{"tools", "tool calling is not available", req.Tools},
-		{"tool_choice", "tool calling is not available", req.ToolChoice},
-		{"parallel_tool_calls", "tool calling is not available", req.ParallelToolCalls},
-		{"functions", "function calling is not available", req.Functions},
-		{"function_call", "function calling is not available", req.FunctionCall},
+		{"functions", "use 'tools' instead of the deprecated 'functions'", req.Functions},
+		{"function_call", "use 'tool_choice' instead of the deprecated 'function_call'", req.FunctionCall},
 		{"top_logprobs", "log probabilities are not available", req.TopLogprobs},
 		{"logit_bias", "token biases are not available", req.LogitBias},
 		{"seed", "deterministic sampling is not available", req.Seed},
@@ -322,16 +338,31 @@ func (c *Chat) decodeMessages(msgs []chatMessage) *Error {
 	for i, m := range msgs {
 		param := fmt.Sprintf("messages[%d]", i)
 		for _, f := range []struct {
-			name string
-			v    json.RawMessage
-		}{{"name", m.Name}, {"tool_calls", m.ToolCalls}, {"tool_call_id", m.ToolCallID}, {"function_call", m.FunctionCall}, {"refusal", m.Refusal}, {"audio", m.Audio}} {
+			name, what string
+			v          json.RawMessage
+		}{
+			{"function_call", "use 'tool_calls' instead of the deprecated 'function_call'", m.FunctionCall},
+			{"audio", "only text messages are available", m.Audio},
+		} {
 			if isSet(f.v) {
-				return invalidRequest(param+"."+f.name, "fmgate does not support '%s.%s'; send plain text messages.", param, f.name)
+				return invalidRequest(param+"."+f.name, "fmgate does not support '%s.%s' (%s).", param, f.name, f.what)
 			}
 		}
-		text, e := decodeContent(m.Content, param)
-		if e != nil {
+		if isSet(m.ToolCalls) && m.Role != "assistant" {
+			return invalidRequest(param+".tool_calls", "Only assistant messages may carry 'tool_calls'.")
+		}
+		if isSet(m.ToolCallID) && m.Role != "tool" {
+			return invalidRequest(param+".tool_call_id", "Only tool messages may carry 'tool_call_id'.")
+		}
+		if e := checkName(m.Name, param); e != nil {
 			return e
+		}
+		var text string
+		var e *Error
+		if m.Role != "assistant" || isSet(m.Content) || !isSet(m.ToolCalls) {
+			if text, e = decodeContent(m.Content, param); e != nil {
+				return e
+			}
 		}
 		var role provider.Role
 		switch m.Role {
@@ -342,30 +373,70 @@ func (c *Chat) decodeMessages(msgs []chatMessage) *Error {
 			role = provider.RoleUser
 		case "assistant":
 			role = provider.RoleAssistant
-		case "tool", "function":
-			return invalidRequest(param+".role", "fmgate does not support '%s' messages; tool calling is not available.", m.Role)
+			if isSet(m.Refusal) && !isSet(m.Content) {
+				var refusal string
+				if err := json.Unmarshal(m.Refusal, &refusal); err != nil {
+					return invalidRequest(param+".refusal", "Invalid '%s.refusal': expected a string.", param)
+				}
+				text = refusal
+			}
+			calls, e := decodeToolCalls(m.ToolCalls, param)
+			if e != nil {
+				return e
+			}
+			if len(calls) > 0 {
+				conv = append(conv, provider.Message{Role: role, Content: text, ToolCalls: calls})
+				continue
+			}
+		case "tool":
+			r, e := decodeToolResult(m.ToolCallID, text, param)
+			if e != nil {
+				return e
+			}
+			if n := len(conv); n > 0 && conv[n-1].Role == provider.RoleUser && conv[n-1].Content == "" {
+				conv[n-1].ToolResults = append(conv[n-1].ToolResults, r)
+			} else {
+				conv = append(conv, provider.Message{Role: provider.RoleUser, ToolResults: []provider.ToolResult{r}})
+			}
+			continue
+		case "function":
+			return invalidRequest(param+".role", "fmgate does not support 'function' messages; send the result as a 'tool' message.")
 		case "":
 			return invalidRequest(param+".role", "Missing required parameter: '%s.role'.", param)
 		default:
 			return invalidRequest(param+".role", "Invalid '%s.role': %q is not one of system, developer, user, assistant.", param, truncate(m.Role, 40))
 		}
-		if n := len(conv); n > 0 && conv[n-1].Role == role {
-			conv[n-1].Content += "\n\n" + text
+		if n := len(conv); n > 0 && conv[n-1].Role == role && len(conv[n-1].ToolCalls) == 0 {
+			conv[n-1].Content = joinText(conv[n-1].Content, text)
 			continue
 		}
 		conv = append(conv, provider.Message{Role: role, Content: text})
 	}
 	c.System = strings.Join(system, "\n\n")
 	if len(conv) == 0 || conv[len(conv)-1].Role != provider.RoleUser {
-		return invalidRequest("messages", "The last message must come from the user: fmgate answers a user's message.")
+		return invalidRequest("messages", "The last message must come from the user or a tool: fmgate answers a user's message.")
+	}
+	if err := provider.CheckToolPairing(conv); err != nil {
+		return invalidRequest("messages", "Invalid 'messages': %v.", err)
 	}
 	last := conv[len(conv)-1]
-	if strings.TrimSpace(last.Content) == "" {
+	if strings.TrimSpace(last.Content) == "" && len(last.ToolResults) == 0 {
 		return invalidRequest("messages", "The last user message must not be empty.")
 	}
-	c.Message = last.Content
+	c.Message, c.ToolResults = last.Content, last.ToolResults
 	c.History = conv[:len(conv)-1]
 	return nil
+}
+
+// joinText joins two texts of one speaker, skipping an empty one.
+func joinText(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "\n\n" + b
 }
 
 // decodeContent reads a message's content: a string, or an array of text

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/stream"
 )
 
@@ -109,6 +110,9 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 		Temperature:    c.Temperature,
 		StopSequences:  c.Stop,
 		PromptCacheKey: c.PromptCacheKey,
+		Tools:          c.Tools,
+		ToolChoice:     c.ToolChoice,
+		ToolResults:    c.ToolResults,
 	}
 	if m, ok := d.g.ResolveModel(c.Model); ok {
 		t.StartTier = m.Name
@@ -133,7 +137,7 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 	servedBy(w.Header(), res.Tier, res.Degraded, res.TraceID)
 	body := Completion{
 		ID: meta.id, Created: meta.created, Model: answeredBy(res.ModelID, res.Tier), Text: out.buf.String(),
-		FinishReason: FinishReason(res.StopReason), Usage: usageOf(res),
+		ToolCalls: res.ToolCalls, FinishReason: FinishReason(res.StopReason), Usage: usageOf(res),
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -175,7 +179,7 @@ func (o *streamOutput) BeginTrace(traceID string) {
 
 func (o *streamOutput) Finish(res *gateway.Result) error {
 	o.tx.mu.Lock()
-	o.tx.finish, o.tx.usage = FinishReason(res.StopReason), usageOf(res)
+	o.tx.finish, o.tx.usage, o.tx.toolCalls = FinishReason(res.StopReason), usageOf(res), res.ToolCalls
 	o.tx.mu.Unlock()
 	return o.StreamOutput.Finish(res)
 }
@@ -190,7 +194,10 @@ type transcoder struct {
 	traceID  string
 	finish   string
 	usage    Usage
-	closed   bool // the response went out as an HTTP error
+	// toolCalls are sent whole, once the model's answer is in: the
+	// gateway checks them before the client can act on them.
+	toolCalls []provider.ToolCall
+	closed    bool // the response went out as an HTTP error
 }
 
 // refuse answers a turn that failed before any event with an HTTP error;
@@ -239,6 +246,11 @@ func (tx *transcoder) Send(ctx context.Context, frame []byte) error {
 		if u == (Usage{}) {
 			u = Usage{PromptTokens: f.Done.Tokens.Input, CompletionTokens: f.Done.Tokens.Output, CostUSD: f.Done.CostUSD,
 				CachedTokens: f.Done.Tokens.CacheRead, CacheWriteTokens: f.Done.Tokens.CacheWrite}
+		}
+		if len(tx.toolCalls) > 0 {
+			if err := tx.ev.toolCalls(tx.toolCalls); err != nil {
+				return err
+			}
 		}
 		return tx.ev.finish(orElse(tx.finish, FinishStop), u)
 	case stream.TypeError:

@@ -199,11 +199,12 @@ func TestGoSDKErrors(t *testing.T) {
 		wantCode   string
 		wantParam  string
 	}{
-		{name: "unsupported tools", key: testKey, params: func() sdk.ChatCompletionNewParams {
+		{name: "tool choice naming no tool", key: testKey, params: func() sdk.ChatCompletionNewParams {
 			p := params("sonnet", "hi")
 			p.Tools = []sdk.ChatCompletionToolUnionParam{sdk.ChatCompletionFunctionTool(sdk.FunctionDefinitionParam{Name: "lookup"})}
+			p.ToolChoice = sdk.ToolChoiceOptionFunctionToolChoice(sdk.ChatCompletionNamedToolChoiceFunctionParam{Name: "other"})
 			return p
-		}(), wantStatus: 400, wantParam: "tools"},
+		}(), wantStatus: 400, wantParam: "tool_choice"},
 		{name: "n>1", key: testKey, params: func() sdk.ChatCompletionNewParams { p := params("sonnet", "hi"); p.N = sdk.Int(2); return p }(), wantStatus: 400, wantParam: "n"},
 		{name: "wrong key", key: "sk-wrong", params: params("sonnet", "hi"), wantStatus: 401, wantCode: "invalid_api_key"},
 		{name: "first call passes the limit", key: testKey, params: params("sonnet", "hi"), wantStatus: 200},

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/stream"
@@ -17,6 +18,7 @@ const (
 	FinishStop          = "stop"
 	FinishLength        = "length"
 	FinishContentFilter = "content_filter"
+	FinishToolCalls     = "tool_calls"
 )
 
 // FinishReason maps a provider's stop reason (end_turn, max_tokens,
@@ -27,6 +29,8 @@ func FinishReason(stop string) string {
 		return FinishLength
 	case "content_filter", "content_filtered", "guardrail_intervened", "refusal":
 		return FinishContentFilter
+	case provider.StopToolUse, "tool_calls":
+		return FinishToolCalls
 	}
 	return FinishStop
 }
@@ -89,6 +93,8 @@ type Completion struct {
 	Created int64
 	Model   string
 	Text    string
+	// ToolCalls the model made, after Text.
+	ToolCalls []provider.ToolCall
 	// FinishReason is one of the Finish constants.
 	FinishReason string
 	Usage        Usage
@@ -103,7 +109,14 @@ func (c Completion) AppendJSON(dst []byte) []byte {
 	dst = append(dst, `,"model":`...)
 	dst = appendString(dst, c.Model)
 	dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
-	dst = appendString(dst, c.Text)
+	if c.Text == "" && len(c.ToolCalls) > 0 {
+		dst = append(dst, "null"...)
+	} else {
+		dst = appendString(dst, c.Text)
+	}
+	if len(c.ToolCalls) > 0 {
+		dst = appendToolCalls(append(dst, ','), c.ToolCalls)
+	}
 	dst = append(dst, `,"refusal":null},"logprobs":null,"finish_reason":`...)
 	dst = appendString(dst, c.FinishReason)
 	dst = append(dst, `}],"usage":`...)
@@ -147,6 +160,43 @@ func (m chunkMeta) appendDelta(dst []byte, text string, first bool) []byte {
 	dst = appendString(dst, text)
 	dst = append(dst, `},"logprobs":null,"finish_reason":null}]`...)
 	return m.appendEnd(dst)
+}
+
+// argumentsPiece is the most bytes of a tool call's arguments one chunk
+// carries: the arguments arrive in pieces, as OpenAI sends them.
+const argumentsPiece = 48
+
+// appendToolCall appends the chunks of one tool call: its id and name,
+// then its arguments in pieces, each whole UTF-8.
+func (m chunkMeta) appendToolCall(dst []byte, index int, c provider.ToolCall, first bool) []byte {
+	dst = m.appendStart(dst)
+	dst = append(dst, `,"choices":[{"index":0,"delta":{`...)
+	if first {
+		dst = append(dst, `"role":"assistant","content":null,`...)
+	}
+	dst = append(dst, `"tool_calls":[{"index":`...)
+	dst = strconv.AppendInt(dst, int64(index), 10)
+	dst = append(dst, `,"id":`...)
+	dst = appendString(dst, c.ID)
+	dst = append(dst, `,"type":"function","function":{"name":`...)
+	dst = appendString(dst, c.Name)
+	dst = append(dst, `,"arguments":""}}]},"logprobs":null,"finish_reason":null}]`...)
+	dst = m.appendEnd(dst)
+	for args := string(c.Input); args != ""; {
+		n := min(argumentsPiece, len(args))
+		for n < len(args) && !utf8.RuneStart(args[n]) {
+			n++
+		}
+		dst = m.appendStart(dst)
+		dst = append(dst, `,"choices":[{"index":0,"delta":{"tool_calls":[{"index":`...)
+		dst = strconv.AppendInt(dst, int64(index), 10)
+		dst = append(dst, `,"function":{"arguments":`...)
+		dst = appendString(dst, args[:n])
+		dst = append(dst, `}}]},"logprobs":null,"finish_reason":null}]`...)
+		dst = m.appendEnd(dst)
+		args = args[n:]
+	}
+	return dst
 }
 
 // appendFinish appends the events that end a stream: the chunk with the
@@ -260,6 +310,16 @@ func (e *events) begin() {
 func (e *events) delta(text string) error {
 	e.buf = e.meta.appendDelta(e.buf[:0], text, e.deltas == 0)
 	e.deltas++
+	return e.flush()
+}
+
+// toolCalls sends the answer's tool calls.
+func (e *events) toolCalls(calls []provider.ToolCall) error {
+	e.buf = e.buf[:0]
+	for i, c := range calls {
+		e.buf = e.meta.appendToolCall(e.buf, i, c, e.deltas == 0)
+		e.deltas++
+	}
 	return e.flush()
 }
 

@@ -46,7 +46,7 @@ func (h *simHandler) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	req := &provider.Request{
 		Model: name, System: c.System, Messages: c.Messages(), MaxTokens: c.MaxTokens,
-		Temperature: c.Temperature, StopSequences: c.Stop,
+		Temperature: c.Temperature, StopSequences: c.Stop, Tools: c.Tools, ToolChoice: c.ToolChoice,
 	}
 	meta := chunkMeta{id: "chatcmpl-" + newID(), created: h.now().Unix(), includeUsage: c.IncludeUsage}
 	if st, ok := h.s.Settings(name); ok && st.ModelID != "" {
@@ -63,6 +63,9 @@ func (h *simHandler) chat(w http.ResponseWriter, r *http.Request) {
 	usage := UsageOf(resp.Usage, 0)
 	switch {
 	case err == nil:
+		if len(resp.ToolCalls) > 0 && ev.toolCalls(resp.ToolCalls) != nil {
+			return
+		}
 		_ = ev.finish(FinishReason(resp.StopReason), usage)
 	case provider.KindOf(err) == provider.KindGuardrail:
 		_ = ev.finish(FinishContentFilter, usage)
@@ -91,7 +94,7 @@ func (h *simHandler) complete(w http.ResponseWriter, r *http.Request, req *provi
 		return
 	}
 	body := Completion{
-		ID: meta.id, Created: meta.created, Model: meta.model, Text: resp.Text, FinishReason: finish,
+		ID: meta.id, Created: meta.created, Model: meta.model, Text: resp.Text, ToolCalls: resp.ToolCalls, FinishReason: finish,
 		Usage: UsageOf(resp.Usage, 0),
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -29,6 +29,7 @@ package anthropic
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -39,6 +40,7 @@ import (
 
 	sdk "github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
+	"github.com/anthropics/anthropic-sdk-go/packages/param"
 
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
@@ -134,8 +136,16 @@ func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 	msgs := make([]sdk.MessageParam, 0, len(req.Messages))
 	for _, m := range req.Messages {
 		var blocks []sdk.ContentBlockParamUnion
-		for _, b := range textBlocks(m.Content, m.Cache) {
-			blocks = append(blocks, sdk.ContentBlockParamUnion{OfText: &b})
+		for _, r := range m.ToolResults {
+			blocks = append(blocks, sdk.NewToolResultBlock(r.CallID, r.Content, r.IsError))
+		}
+		if m.Content != "" || len(m.ToolResults)+len(m.ToolCalls) == 0 {
+			for _, b := range textBlocks(m.Content, m.Cache) {
+				blocks = append(blocks, sdk.ContentBlockParamUnion{OfText: &b})
+			}
+		}
+		for _, c := range m.ToolCalls {
+			blocks = append(blocks, sdk.NewToolUseBlock(c.ID, c.Input, c.Name))
 		}
 		if m.Role == provider.RoleAssistant {
 			msgs = append(msgs, sdk.NewAssistantMessage(blocks...))
@@ -157,7 +167,76 @@ func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 	if len(req.StopSequences) > 0 {
 		params.StopSequences = req.StopSequences
 	}
+	if len(req.Tools) > 0 {
+		params.Tools, params.ToolChoice = tools(req.Tools, req.ToolChoice)
+	}
 	return params
+}
+
+// tools are the request's tools and tool_choice as Anthropic's.
+func tools(ts []provider.Tool, c provider.ToolChoice) ([]sdk.ToolUnionParam, sdk.ToolChoiceUnionParam) {
+	out := make([]sdk.ToolUnionParam, len(ts))
+	for i, t := range ts {
+		tp := &sdk.ToolParam{Name: t.Name, InputSchema: inputSchema(t.Schema)}
+		if t.Description != "" {
+			tp.Description = sdk.String(t.Description)
+		}
+		out[i] = sdk.ToolUnionParam{OfTool: tp}
+	}
+	var choice sdk.ToolChoiceUnionParam
+	sequential := param.Opt[bool]{}
+	if c.Sequential {
+		sequential = sdk.Bool(true)
+	}
+	switch c.Mode {
+	case provider.ToolNone:
+		choice.OfNone = &sdk.ToolChoiceNoneParam{}
+	case provider.ToolAny:
+		choice.OfAny = &sdk.ToolChoiceAnyParam{DisableParallelToolUse: sequential}
+	case provider.ToolNamed:
+		choice.OfTool = &sdk.ToolChoiceToolParam{Name: c.Name, DisableParallelToolUse: sequential}
+	default:
+		choice.OfAuto = &sdk.ToolChoiceAutoParam{DisableParallelToolUse: sequential}
+	}
+	return out, choice
+}
+
+// inputSchema is a JSON Schema object as the SDK's input_schema: its
+// properties and required list, and every other keyword as is.
+func inputSchema(raw json.RawMessage) sdk.ToolInputSchemaParam {
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &m)
+	var s sdk.ToolInputSchemaParam
+	for k, v := range m {
+		switch k {
+		case "type":
+		case "properties":
+			s.Properties = v
+		case "required":
+			_ = json.Unmarshal(v, &s.Required)
+		default:
+			if s.ExtraFields == nil {
+				s.ExtraFields = map[string]any{}
+			}
+			s.ExtraFields[k] = v
+		}
+	}
+	return s
+}
+
+// toolCalls are the tool_use blocks of an answer.
+func toolCalls(content []sdk.ContentBlockUnion) []provider.ToolCall {
+	var calls []provider.ToolCall
+	for _, c := range content {
+		if c.Type == "tool_use" {
+			input := c.Input
+			if len(input) == 0 {
+				input = json.RawMessage("{}")
+			}
+			calls = append(calls, provider.ToolCall{ID: c.ID, Name: c.Name, Input: input})
+		}
+	}
+	return calls
 }
 
 // textBlocks is text as Anthropic's text blocks, one ending at each cache
@@ -189,6 +268,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 		Usage:        usageOf(msg.Usage),
 		StopReason:   string(msg.StopReason),
 		StopSequence: msg.StopSequence,
+		ToolCalls:    toolCalls(msg.Content),
 		ModelID:      p.answeredBy(msg.Model),
 		TTFT:         p.now().Sub(start),
 	}
@@ -216,6 +296,9 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 			resp.ModelID = p.answeredBy(acc.Model)
 		}
 		resp.StopReason, resp.StopSequence = string(acc.StopReason), acc.StopSequence
+		if stopped {
+			resp.ToolCalls = toolCalls(acc.Content)
+		}
 		resp.Usage = usageOf(acc.Usage)
 		if !usageIn {
 			resp.Usage = p.estimate(acc, started, resp.Text)

@@ -174,6 +174,9 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 		return resp, p.fail(provider.KindUnavailable, 0, "", errors.New("the answer has no choices"))
 	}
 	resp.Text = c.text
+	if resp.ToolCalls, err = c.calls.done(); err != nil {
+		return resp, p.fail(provider.KindUnavailable, 0, "", err)
+	}
 	return resp, p.finish(resp, c.finish)
 }
 
@@ -205,7 +208,8 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		usage    provider.Usage
 		reported bool
 		finish   string
-		c        chunk
+		calls    callParts
+		c        = chunk{calls: &calls}
 	)
 	// settle fills the response with what arrived, or the estimate.
 	settle := func() {
@@ -269,6 +273,9 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		}
 		return resp, p.fail(provider.KindUnavailable, 0, "", errors.New("the stream ended before the answer did (connection dropped)"))
 	}
+	if resp.ToolCalls, err = calls.done(); err != nil {
+		return resp, p.fail(provider.KindUnavailable, 0, "", err)
+	}
 	return resp, p.finish(resp, finish)
 }
 
@@ -282,6 +289,8 @@ func (p *Provider) finish(resp *provider.Response, reason string) error {
 		resp.StopReason = "max_tokens"
 	case "stop":
 		resp.StopReason = "end_turn"
+	case "tool_calls", "function_call":
+		resp.StopReason = provider.StopToolUse
 	default:
 		resp.StopReason = reason
 	}

@@ -3,11 +3,15 @@ package openai
 import (
 	"bufio"
 	"bytes"
+	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/stream"
@@ -57,13 +61,41 @@ func (p *Provider) body(req *provider.Request, stream bool) ([]byte, error) {
 		message("system", req.System)
 	}
 	for _, m := range req.Messages {
-		if m.Role == provider.RoleAssistant {
+		switch {
+		case m.Role == provider.RoleAssistant && len(m.ToolCalls) > 0:
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = append(b, `{"role":"assistant","content":`...)
+			if m.Content == "" {
+				b = append(b, "null"...)
+			} else {
+				b = appendString(b, m.Content)
+			}
+			b = appendToolCalls(append(b, ','), m.ToolCalls)
+			b = append(b, '}')
+		case m.Role == provider.RoleAssistant:
 			message("assistant", m.Content)
-		} else {
-			message("user", m.Content)
+		default:
+			for _, r := range m.ToolResults {
+				if !first {
+					b = append(b, ',')
+				}
+				first = false
+				b = append(b, `{"role":"tool","tool_call_id":`...)
+				b = appendString(b, r.CallID)
+				b = append(b, `,"content":`...)
+				b = appendString(b, resultText(r))
+				b = append(b, '}')
+			}
+			if m.Content != "" || len(m.ToolResults) == 0 {
+				message("user", m.Content)
+			}
 		}
 	}
 	b = append(b, ']')
+	b = appendTools(b, req.Tools, req.ToolChoice)
 	if req.MaxTokens > 0 {
 		if p.maxCompletion {
 			b = append(b, `,"max_completion_tokens":`...)
@@ -101,6 +133,162 @@ func (p *Provider) body(req *provider.Request, stream bool) ([]byte, error) {
 }
 
 func appendString(b []byte, s string) []byte { return stream.AppendJSONString(b, s) }
+
+// appendTools appends tools, tool_choice and parallel_tool_calls.
+func appendTools(b []byte, tools []provider.Tool, c provider.ToolChoice) []byte {
+	if len(tools) == 0 {
+		return b
+	}
+	b = append(b, `,"tools":[`...)
+	for i, t := range tools {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"type":"function","function":{"name":`...)
+		b = appendString(b, t.Name)
+		if t.Description != "" {
+			b = append(b, `,"description":`...)
+			b = appendString(b, t.Description)
+		}
+		b = append(b, `,"parameters":`...)
+		b = append(b, t.Schema...)
+		b = append(b, "}}"...)
+	}
+	b = append(b, ']')
+	switch c.Mode {
+	case provider.ToolNone:
+		b = append(b, `,"tool_choice":"none"`...)
+	case provider.ToolAny:
+		b = append(b, `,"tool_choice":"required"`...)
+	case provider.ToolNamed:
+		b = append(b, `,"tool_choice":{"type":"function","function":{"name":`...)
+		b = appendString(b, c.Name)
+		b = append(b, "}}"...)
+	}
+	if c.Sequential {
+		b = append(b, `,"parallel_tool_calls":false`...)
+	}
+	return b
+}
+
+// appendToolCalls appends an assistant message's tool_calls.
+func appendToolCalls(b []byte, calls []provider.ToolCall) []byte {
+	b = append(b, `"tool_calls":[`...)
+	for i, c := range calls {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":`...)
+		b = appendString(b, c.ID)
+		b = append(b, `,"type":"function","function":{"name":`...)
+		b = appendString(b, c.Name)
+		b = append(b, `,"arguments":`...)
+		b = appendString(b, string(c.Input))
+		b = append(b, "}}"...)
+	}
+	return append(b, ']')
+}
+
+// resultText is a tool result as a tool message's content: OpenAI has no
+// error flag, so a failed tool's result says so in words.
+func resultText(r provider.ToolResult) string {
+	if r.IsError {
+		return "Error: " + r.Content
+	}
+	return r.Content
+}
+
+// callParts gathers the pieces of the tool calls of one answer: a stream
+// sends each call's id and name first and its arguments in fragments,
+// keyed by the call's index.
+type callParts struct {
+	calls []provider.ToolCall
+	args  []strings.Builder
+	index []int64
+}
+
+func (cp *callParts) add(index int64, id, name, args string) {
+	i := slices.Index(cp.index, index)
+	if i < 0 {
+		cp.index = append(cp.index, index)
+		cp.calls = append(cp.calls, provider.ToolCall{})
+		cp.args = append(cp.args, strings.Builder{})
+		i = len(cp.calls) - 1
+	}
+	if id != "" {
+		cp.calls[i].ID = id
+	}
+	if name != "" {
+		cp.calls[i].Name = name
+	}
+	cp.args[i].WriteString(args)
+}
+
+// done is the calls in the order of their index, each checked whole: an
+// id, a name and arguments that are one JSON object.
+func (cp *callParts) done() ([]provider.ToolCall, error) {
+	if len(cp.calls) == 0 {
+		return nil, nil
+	}
+	order := make([]int, len(cp.calls))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(cp.index[a], cp.index[b]) })
+	calls := make([]provider.ToolCall, 0, len(cp.calls))
+	for _, i := range order {
+		c := cp.calls[i]
+		args := cp.args[i].String()
+		if strings.TrimSpace(args) == "" {
+			args = "{}"
+		}
+		c.Input = json.RawMessage(args)
+		if c.ID == "" || c.Name == "" || !provider.IsJSONObject(c.Input) {
+			return nil, fmt.Errorf("the model's tool call %d is incomplete or its arguments are not a JSON object", cp.index[i])
+		}
+		calls = append(calls, c)
+	}
+	return calls, nil
+}
+
+// readToolCalls reads a choice's tool_calls into cp.
+func readToolCalls(p *scanner, cp *callParts) error {
+	if p.null() {
+		return nil
+	}
+	n := int64(0)
+	return p.array(func() error {
+		index, id, name, args := n, "", "", ""
+		n++
+		err := p.object(func(key string) (err error) {
+			switch key {
+			case "index":
+				index, err = p.int()
+			case "id":
+				id, err = p.text()
+			case "function":
+				err = p.object(func(key string) (err error) {
+					switch key {
+					case "name":
+						name, err = p.text()
+					case "arguments":
+						args, err = p.text()
+					default:
+						err = p.skip()
+					}
+					return err
+				})
+			default:
+				err = p.skip()
+			}
+			return err
+		})
+		if err == nil {
+			cp.add(index, id, name, args)
+		}
+		return err
+	})
+}
 
 // eventReader reads the data of server-sent events: data lines joined by
 // newlines, dispatched at a blank line; event names, ids and comments are
@@ -179,6 +367,8 @@ type chunk struct {
 	finish   string
 	usage    provider.Usage
 	reported bool // usage was in this chunk
+	// calls, when set, gathers the tool call pieces of the stream.
+	calls *callParts
 }
 
 // streamError is an error event a server sent instead of a chunk.
@@ -188,7 +378,7 @@ func (e *streamError) Error() string { return "error event mid-stream: " + e.mes
 
 // decode reads data into c; an error event is a *streamError.
 func (c *chunk) decode(data string) error {
-	*c = chunk{}
+	*c = chunk{calls: c.calls}
 	p := scanner{s: data}
 	var failed *streamError
 	answered := false
@@ -198,7 +388,7 @@ func (c *chunk) decode(data string) error {
 			c.model, err = p.text()
 		case "choices":
 			err = p.array(func() error {
-				var ch choice
+				ch := choice{calls: c.calls}
 				if err := ch.read(&p, "delta"); err != nil {
 					return err
 				}
@@ -235,6 +425,8 @@ var errMalformed = errors.New("a chunk of the stream is not JSON")
 type choice struct {
 	index           int64
 	content, finish string
+	// calls, when set, gathers the choice's tool calls.
+	calls *callParts
 }
 
 func (ch *choice) read(p *scanner, textKey string) error {
@@ -249,9 +441,12 @@ func (ch *choice) read(p *scanner, textKey string) error {
 				return nil
 			}
 			err = p.object(func(key string) (err error) {
-				if key == "content" {
+				switch {
+				case key == "content":
 					ch.content, err = p.text()
 					return err
+				case key == "tool_calls" && ch.calls != nil && ch.index == 0:
+					return readToolCalls(p, ch.calls)
 				}
 				return p.skip()
 			})
@@ -267,10 +462,11 @@ type completion struct {
 	model, text, finish string
 	usage               provider.Usage
 	reported, answered  bool
+	calls               callParts
 }
 
-func decodeCompletion(raw []byte) (completion, error) {
-	var c completion
+func decodeCompletion(raw []byte) (*completion, error) {
+	c := &completion{}
 	p := scanner{s: string(raw)}
 	err := p.object(func(key string) (err error) {
 		switch key {
@@ -278,7 +474,10 @@ func decodeCompletion(raw []byte) (completion, error) {
 			c.model, err = p.text()
 		case "choices":
 			err = p.array(func() error {
-				var ch choice
+				ch := choice{calls: &c.calls}
+				if c.answered {
+					ch.calls = nil
+				}
 				if err := ch.read(&p, "message"); err != nil {
 					return err
 				}
@@ -298,7 +497,7 @@ func decodeCompletion(raw []byte) (completion, error) {
 		err = p.end()
 	}
 	if err != nil {
-		return completion{}, errors.New("the answer is not JSON")
+		return nil, errors.New("the answer is not JSON")
 	}
 	return c, nil
 }

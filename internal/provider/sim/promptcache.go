@@ -98,7 +98,8 @@ func promptPrefixes(req *provider.Request, minTokens int) ([]prefix, int) {
 			input += whole + MessageOverheadTokens
 		}
 	}
-	return out, input
+	// Tools and tool blocks are billed, never cached.
+	return out, input + toolTokens(req)
 }
 
 // tokenEnds returns the byte offset at which each token of text ends.

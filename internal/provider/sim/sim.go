@@ -324,6 +324,9 @@ func (s *Sim) StreamAdmitted(ctx context.Context, req *provider.Request, admitte
 // resp.Usage.OutputTokens current so that a failure leaves the partial
 // result in place.
 func (s *Sim) generate(ctx context.Context, req *provider.Request, st Settings, p plan, start time.Time, resp *provider.Response, emit func(string) error) error {
+	if calls := toolCalls(req); len(calls) > 0 {
+		return s.callTools(ctx, req, st, p, resp, calls)
+	}
 	answer, seq := cutAtStop(composeAnswer(req, p.words, s.countLine), req.StopSequences)
 	pieces := tokenPieces(answer)
 	stop := StopEndTurn
@@ -369,6 +372,31 @@ func (s *Sim) generate(ctx context.Context, req *provider.Request, st Settings, 
 		}
 	}
 	resp.StopReason, resp.StopSequence = stop, seq
+	return nil
+}
+
+// callTools answers with tool calls, after the first-token wait and the
+// time the model takes to write them.
+func (s *Sim) callTools(ctx context.Context, req *provider.Request, st Settings, p plan, resp *provider.Response, calls []provider.ToolCall) error {
+	n := callTokens(calls)
+	if err := s.wait(ctx, p.ttft); err != nil {
+		return ctxError(req.Model, err)
+	}
+	if st.CutAfterTokens > 0 && st.CutAfterTokens < n {
+		resp.Usage.OutputTokens = st.CutAfterTokens
+		return &provider.Error{Kind: provider.KindUnavailable, Model: req.Model,
+			Err: fmt.Errorf("simulated connection dropped after %d output tokens", st.CutAfterTokens)}
+	}
+	if req.MaxTokens > 0 && n > req.MaxTokens {
+		// Cut mid-call: vendors then return no usable call.
+		resp.Usage.OutputTokens, resp.StopReason = req.MaxTokens, StopMaxTokens
+		return nil
+	}
+	if err := s.wait(ctx, time.Duration(n)*p.interval); err != nil {
+		return ctxError(req.Model, err)
+	}
+	resp.Usage.OutputTokens = n
+	resp.ToolCalls, resp.StopReason = calls, provider.StopToolUse
 	return nil
 }
 

@@ -88,9 +88,10 @@ func CountTokens(text string) int {
 
 // InputTokens returns the input tokens the simulator bills for req: the
 // system prompt and every message, each plus MessageOverheadTokens (the
-// system prompt only when non-empty).
+// system prompt only when non-empty), and the tools offered and the tool
+// calls and results the messages carry.
 func InputTokens(req *provider.Request) int {
-	n := 0
+	n := toolTokens(req)
 	if req.System != "" {
 		n += CountTokens(req.System) + MessageOverheadTokens
 	}

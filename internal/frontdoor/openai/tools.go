@@ -1,0 +1,200 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// emptySchema is a tool's input schema when the client gives none.
+var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
+
+type toolJSON struct {
+	Type     string `json:"type"`
+	Function *struct {
+		Name        string          `json:"name"`
+		Description *string         `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+		Strict      *bool           `json:"strict"`
+	} `json:"function"`
+}
+
+// decodeTools reads tools: functions only.
+func decodeTools(raw json.RawMessage) ([]provider.Tool, *Error) {
+	if !isSet(raw) {
+		return nil, nil
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, invalidRequest("tools", "Invalid 'tools': expected an array of tools.")
+	}
+	if len(list) > provider.MaxTools {
+		return nil, invalidRequest("tools", "Invalid 'tools': array too long. Expected an array with maximum length %d, but got an array with length %d instead.", provider.MaxTools, len(list))
+	}
+	tools := make([]provider.Tool, 0, len(list))
+	for i, item := range list {
+		param := fmt.Sprintf("tools[%d]", i)
+		var t toolJSON
+		dec := json.NewDecoder(bytes.NewReader(item))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&t); err != nil {
+			return nil, invalidRequest(param, "Invalid '%s': expected {\"type\":\"function\",\"function\":{\"name\",\"description\",\"parameters\"}} (%v).", param, err)
+		}
+		if t.Type != "function" {
+			return nil, invalidRequest(param+".type", "fmgate supports tools of type 'function' only, not %q.", truncate(t.Type, 40))
+		}
+		if t.Function == nil {
+			return nil, invalidRequest(param+".function", "Missing required parameter: '%s.function'.", param)
+		}
+		if t.Function.Strict != nil && *t.Function.Strict {
+			return nil, invalidRequest(param+".function.strict", "fmgate does not support strict function schemas yet; remove 'strict' (the arguments are still checked to be a JSON object).")
+		}
+		if err := provider.CheckToolName(t.Function.Name); err != nil {
+			return nil, invalidRequest(param+".function.name", "Invalid '%s.function.name': %v.", param, err)
+		}
+		tool := provider.Tool{Name: t.Function.Name, Schema: emptySchema}
+		if t.Function.Description != nil {
+			tool.Description = *t.Function.Description
+		}
+		if isSet(t.Function.Parameters) {
+			if !provider.IsJSONObject(t.Function.Parameters) {
+				return nil, invalidRequest(param+".function.parameters", "Invalid '%s.function.parameters': expected a JSON Schema object.", param)
+			}
+			tool.Schema = t.Function.Parameters
+		}
+		tools = append(tools, tool)
+	}
+	if err := provider.CheckTools(tools, provider.ToolChoice{}); err != nil {
+		return nil, invalidRequest("tools", "Invalid 'tools': %v.", err)
+	}
+	return tools, nil
+}
+
+// decodeToolChoice reads tool_choice: none, auto, required or a named
+// function.
+func decodeToolChoice(raw json.RawMessage, tools []provider.Tool) (provider.ToolChoice, *Error) {
+	var c provider.ToolChoice
+	if !isSet(raw) {
+		return c, nil
+	}
+	var mode string
+	if err := json.Unmarshal(raw, &mode); err == nil {
+		switch mode {
+		case "auto":
+		case "none":
+			c.Mode = provider.ToolNone
+		case "required":
+			c.Mode = provider.ToolAny
+		default:
+			return c, invalidRequest("tool_choice", "Invalid 'tool_choice': %q is not one of none, auto, required.", truncate(mode, 40))
+		}
+	} else {
+		var named struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(raw, &named); err != nil || named.Type != "function" {
+			return c, invalidRequest("tool_choice", `Invalid 'tool_choice': expected "none", "auto", "required" or {"type":"function","function":{"name":…}}.`)
+		}
+		c = provider.ToolChoice{Mode: provider.ToolNamed, Name: named.Function.Name}
+	}
+	if c.Mode != provider.ToolAuto && c.Mode != provider.ToolNone && len(tools) == 0 {
+		return c, invalidRequest("tool_choice", "Invalid 'tool_choice': a tool is required but 'tools' is empty.")
+	}
+	if err := provider.CheckTools(tools, c); err != nil {
+		return c, invalidRequest("tool_choice", "Invalid 'tool_choice': %v.", err)
+	}
+	return c, nil
+}
+
+// decodeToolCalls reads an assistant message's tool_calls.
+func decodeToolCalls(raw json.RawMessage, param string) ([]provider.ToolCall, *Error) {
+	if !isSet(raw) {
+		return nil, nil
+	}
+	param += ".tool_calls"
+	var list []struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, invalidRequest(param, "Invalid '%s': expected an array of tool calls.", param)
+	}
+	if len(list) > provider.MaxToolCallsTurn {
+		return nil, invalidRequest(param, "Invalid '%s': at most %d tool calls per message.", param, provider.MaxToolCallsTurn)
+	}
+	calls := make([]provider.ToolCall, 0, len(list))
+	for j, tc := range list {
+		p := fmt.Sprintf("%s[%d]", param, j)
+		switch {
+		case tc.Type != "function":
+			return nil, invalidRequest(p+".type", "Invalid '%s.type': expected 'function'.", p)
+		case tc.ID == "" || len(tc.ID) > 256:
+			return nil, invalidRequest(p+".id", "Invalid '%s.id': expected the tool call's id, 1 to 256 characters.", p)
+		}
+		if err := provider.CheckToolName(tc.Function.Name); err != nil {
+			return nil, invalidRequest(p+".function.name", "Invalid '%s.function.name': %v.", p, err)
+		}
+		args := json.RawMessage(tc.Function.Arguments)
+		if tc.Function.Arguments == "" {
+			args = json.RawMessage("{}")
+		}
+		if !provider.IsJSONObject(args) {
+			return nil, invalidRequest(p+".function.arguments", "Invalid '%s.function.arguments': expected a JSON object encoded as a string.", p)
+		}
+		calls = append(calls, provider.ToolCall{ID: tc.ID, Name: tc.Function.Name, Input: args})
+	}
+	return calls, nil
+}
+
+// decodeToolResult is a tool message's result.
+func decodeToolResult(rawID json.RawMessage, content, param string) (provider.ToolResult, *Error) {
+	var id string
+	if !isSet(rawID) {
+		return provider.ToolResult{}, invalidRequest(param+".tool_call_id", "Missing required parameter: '%s.tool_call_id'.", param)
+	}
+	if err := json.Unmarshal(rawID, &id); err != nil || id == "" {
+		return provider.ToolResult{}, invalidRequest(param+".tool_call_id", "Invalid '%s.tool_call_id': expected the id of a tool call.", param)
+	}
+	return provider.ToolResult{CallID: id, Content: content}, nil
+}
+
+// checkName accepts a message's name: a participant's name, which only
+// OpenAI's own models read; fmgate checks it as OpenAI does.
+func checkName(raw json.RawMessage, param string) *Error {
+	if !isSet(raw) {
+		return nil
+	}
+	var name string
+	if err := json.Unmarshal(raw, &name); err != nil || name == "" || len(name) > 64 || !utf8.ValidString(name) {
+		return invalidRequest(param+".name", "Invalid '%s.name': expected a string of 1 to 64 characters.", param)
+	}
+	return nil
+}
+
+// appendToolCalls appends a message's tool_calls array.
+func appendToolCalls(dst []byte, calls []provider.ToolCall) []byte {
+	dst = append(dst, `"tool_calls":[`...)
+	for i, c := range calls {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"id":`...)
+		dst = appendString(dst, c.ID)
+		dst = append(dst, `,"type":"function","function":{"name":`...)
+		dst = appendString(dst, c.Name)
+		dst = append(dst, `,"arguments":`...)
+		dst = appendString(dst, string(c.Input))
+		dst = append(dst, "}}"...)
+	}
+	return append(dst, ']')
+}
