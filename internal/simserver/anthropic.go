@@ -114,7 +114,7 @@ func (a anthropicAnswer) json(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	msg.Content = []anthropic.ContentBlock{{Type: "text", Text: resp.Text}}
+	msg.Content = anthropic.Blocks(resp.Text, resp.ToolCalls)
 	msg.StopReason = anthropic.Ptr(anthropic.StopReason(resp.StopReason))
 	if resp.StopSequence != "" {
 		msg.StopSequence = anthropic.Ptr(resp.StopSequence)
@@ -173,10 +173,21 @@ func (a anthropicAnswer) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if err := open(); err != nil {
+	next := 0
+	if resp.Text != "" || len(resp.ToolCalls) == 0 {
+		if err := open(); err != nil {
+			return
+		}
+		_ = ev.BlockStop(0)
+		next = 1
+	} else if err := ev.MessageStart(start); err != nil {
 		return
 	}
-	_ = ev.BlockStop(0)
+	for i, c := range resp.ToolCalls {
+		if ev.ToolUse(next+i, c) != nil {
+			return
+		}
+	}
 	var seq *string
 	if resp.StopSequence != "" {
 		seq = anthropic.Ptr(resp.StopSequence)

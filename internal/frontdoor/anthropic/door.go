@@ -104,7 +104,7 @@ func (d *door) serveMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	servedBy(w.Header(), res.Tier, res.Degraded, res.TraceID)
 	msg := NewMessage(t.RequestID, answeredBy(res.Tier, res.ModelID))
-	msg.Content = []ContentBlock{{Type: "text", Text: out.text()}}
+	msg.Content = Blocks(out.text(), res.ToolCalls)
 	msg.StopReason = Ptr(StopReason(res.StopReason))
 	if res.StopSequence != "" {
 		msg.StopSequence = Ptr(res.StopSequence)
@@ -172,6 +172,9 @@ func (d *door) turn(r *http.Request, req *Request, m config.Model) *gateway.Turn
 		MaxOutput:         req.MaxTokens,
 		Temperature:       req.Temperature,
 		StopSequences:     req.StopSequences,
+		Tools:             req.Tools,
+		ToolChoice:        req.ToolChoice,
+		ToolResults:       req.Messages[last].ToolResults,
 		Route:             "chat",
 		Surface:           "anthropic",
 		Feature:           feature,
@@ -252,6 +255,7 @@ type sender struct {
 	degraded bool
 	res      *gateway.Result
 	started  bool
+	text     bool // the text block is open
 }
 
 func (s *sender) began() bool {
@@ -276,7 +280,7 @@ func (s *sender) Send(ctx context.Context, frame []byte) error {
 	defer s.mu.Unlock()
 	switch f.Type {
 	case stream.TypeChunk:
-		if err := s.openLocked(); err != nil {
+		if err := s.openLocked(true); err != nil {
 			return err
 		}
 		return s.ev.TextDelta(0, f.Chunk.Text)
@@ -287,7 +291,11 @@ func (s *sender) Send(ctx context.Context, frame []byte) error {
 		return s.ev.Ping()
 	case stream.TypeDone:
 		s.tier, s.degraded = f.Done.Tier, f.Done.Degraded
-		if err := s.openLocked(); err != nil {
+		var calls []provider.ToolCall
+		if s.res != nil {
+			calls = s.res.ToolCalls
+		}
+		if err := s.openLocked(len(calls) == 0); err != nil {
 			return err
 		}
 		tk := f.Done.Tokens
@@ -300,8 +308,17 @@ func (s *sender) Send(ctx context.Context, frame []byte) error {
 				seq = Ptr(s.res.StopSequence)
 			}
 		}
-		if err := s.ev.BlockStop(0); err != nil {
-			return err
+		next := 0
+		if s.text {
+			if err := s.ev.BlockStop(0); err != nil {
+				return err
+			}
+			next = 1
+		}
+		for i, c := range calls {
+			if err := s.ev.ToolUse(next+i, c); err != nil {
+				return err
+			}
 		}
 		if err := s.ev.MessageDelta(stop, seq, usage); err != nil {
 			return err
@@ -317,16 +334,20 @@ func (s *sender) Send(ctx context.Context, frame []byte) error {
 	return nil
 }
 
-// openLocked sends the headers, message_start and the text block's start.
-func (s *sender) openLocked() error {
-	if s.started {
+// openLocked sends the headers and message_start, and with text the text
+// block's start (an answer of tool calls alone has no text block).
+func (s *sender) openLocked(text bool) error {
+	if !s.started {
+		s.started = true
+		servedBy(s.ev.w.Header(), s.tier, s.degraded, s.traceID)
+		if err := s.ev.MessageStart(NewMessage(s.id, s.model)); err != nil {
+			return err
+		}
+	}
+	if !text || s.text {
 		return nil
 	}
-	s.started = true
-	servedBy(s.ev.w.Header(), s.tier, s.degraded, s.traceID)
-	if err := s.ev.MessageStart(NewMessage(s.id, s.model)); err != nil {
-		return err
-	}
+	s.text = true
 	return s.ev.BlockStart(0)
 }
 

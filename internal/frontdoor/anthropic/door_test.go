@@ -195,7 +195,7 @@ func TestJavaScriptSDK(t *testing.T) {
 	}{
 		{"wrong key (x-api-key)", got.WrongKey, "AuthenticationError", "authentication_error", false},
 		{"wrong key (bearer)", got.WrongToken, "AuthenticationError", "authentication_error", false},
-		{"tools", got.Unsupported, "BadRequestError", "invalid_request_error", false},
+		{"thinking", got.Unsupported, "BadRequestError", "invalid_request_error", false},
 		{"rate limited", got.RateLimited, "RateLimitError", "rate_limit_error", true},
 		{"rate limited stream", got.RateLimitedStream, "RateLimitError", "rate_limit_error", true},
 	}
@@ -205,8 +205,8 @@ func TestJavaScriptSDK(t *testing.T) {
 			t.Errorf("%s: %+v, want %s with type %s (retry-after: %v)", tt.name, f, tt.wantClass, tt.wantType, tt.wantRetry)
 		}
 	}
-	if !strings.Contains(got.Unsupported.Message, "tools") {
-		t.Errorf("the unsupported-field error %q does not name tools", got.Unsupported.Message)
+	if !strings.Contains(got.Unsupported.Message, "thinking") {
+		t.Errorf("the unsupported-field error %q does not name thinking", got.Unsupported.Message)
 	}
 }
 
@@ -390,7 +390,7 @@ func TestRefusalsInAnthropicsShape(t *testing.T) {
 		wantIn     string
 	}{
 		{"max_tokens required", `{"model":"sonnet","messages":[{"role":"user","content":"hi"}]}`, key, 400, "invalid_request_error", "max_tokens"},
-		{"tools", `{"model":"sonnet","max_tokens":10,"tools":[],"messages":[{"role":"user","content":"hi"}]}`, key, 400, "invalid_request_error", "tools"},
+		{"top_k", `{"model":"sonnet","max_tokens":10,"top_k":5,"messages":[{"role":"user","content":"hi"}]}`, key, 400, "invalid_request_error", "top_k"},
 		{"thinking", `{"model":"sonnet","max_tokens":10,"thinking":{"type":"enabled"},"messages":[{"role":"user","content":"hi"}]}`, key, 400, "invalid_request_error", "thinking"},
 		{"image", `{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, key, 400, "invalid_request_error", "image"},
 		{"prefill", `{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure"}]}`, key, 400, "invalid_request_error", "last message"},

@@ -83,6 +83,9 @@ type Request struct {
 	Stream        bool
 	// UserID is metadata.user_id, empty when not given.
 	UserID string
+	// Tools the model may call, and tool_choice.
+	Tools      []provider.Tool
+	ToolChoice provider.ToolChoice
 }
 
 // ProviderRequest is r as a model call for the model named model.
@@ -90,6 +93,7 @@ func (r *Request) ProviderRequest(model string) *provider.Request {
 	return &provider.Request{
 		Model: model, System: r.System, SystemCache: slices.Clone(r.SystemCache), Messages: slices.Clone(r.Messages),
 		MaxTokens: r.MaxTokens, Temperature: r.Temperature, StopSequences: slices.Clone(r.StopSequences),
+		Tools: r.Tools, ToolChoice: r.ToolChoice,
 	}
 }
 
@@ -109,9 +113,9 @@ func invalid(format string, args ...any) *Error {
 }
 
 // supported are the request fields this server honours. Every other field
-// Anthropic defines (tools, tool_choice, thinking, top_k, top_p, service_tier,
-// container, mcp_servers, …) is refused by name, never silently dropped.
-var supported = []string{"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "stream", "metadata"}
+// Anthropic defines (thinking, top_k, top_p, service_tier, container,
+// mcp_servers, …) is refused by name, never silently dropped.
+var supported = []string{"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "stream", "metadata", "tools", "tool_choice"}
 
 // DecodeRequest reads and validates a Messages request of at most maxBytes
 // (DefaultMaxBodyBytes when <= 0). A refusal is an *Error in Anthropic's
@@ -141,7 +145,7 @@ func decodeWithModel(fields map[string]json.RawMessage) (*Request, *Error) {
 }
 
 // countFields are the fields of a count_tokens body fmgate counts.
-var countFields = []string{"model", "messages", "system"}
+var countFields = []string{"model", "messages", "system", "tools", "tool_choice"}
 
 // DecodeCountTokens reads a count_tokens body: model, messages and system,
 // refused as DecodeRequest refuses them (tools, thinking… by name).
@@ -160,7 +164,7 @@ const BedrockVersion = "bedrock-2023-05-31"
 
 // invokeFields are the fields of a Messages body on Bedrock's InvokeModel:
 // the model is in the path and streaming is the route's, not the body's.
-var invokeFields = []string{"anthropic_version", "messages", "max_tokens", "system", "stop_sequences", "temperature", "metadata"}
+var invokeFields = []string{"anthropic_version", "messages", "max_tokens", "system", "stop_sequences", "temperature", "metadata", "tools", "tool_choice"}
 
 // DecodeInvokeBody reads and validates the Messages body of a Bedrock
 // InvokeModel call (anthropic_version bedrock-2023-05-31, no model): the
@@ -277,6 +281,13 @@ func (r *Request) decode(fields map[string]json.RawMessage) *Error {
 		}
 		r.System, r.SystemCache = sys, marks
 	}
+	var werr *Error
+	if r.Tools, werr = decodeTools(fields["tools"]); werr != nil {
+		return werr
+	}
+	if r.ToolChoice, werr = decodeToolChoice(fields["tool_choice"], r.Tools); werr != nil {
+		return werr
+	}
 	msgs, merr := decodeMessages(fields["messages"])
 	if merr != nil {
 		return merr
@@ -360,27 +371,38 @@ func decodeMessages(v json.RawMessage) ([]provider.Message, *Error) {
 		if role != provider.RoleUser && role != provider.RoleAssistant {
 			return nil, invalid("messages.%d.role: must be \"user\" or \"assistant\"", i)
 		}
-		text, marks, err := decodeContent(m.Content, fmt.Sprintf("messages.%d.content", i))
+		c, err := decodeBlocks(m.Content, fmt.Sprintf("messages.%d.content", i), role)
 		if err != nil {
 			return nil, err
 		}
 		if n := len(out); n > 0 && out[n-1].Role == role {
 			prev := &out[n-1]
-			shift := len(prev.Content) + len("\n\n")
-			for _, mk := range marks {
+			shift := 0
+			if prev.Content != "" && c.text != "" {
+				shift = len(prev.Content) + len("\n\n")
+				prev.Content += "\n\n"
+			} else {
+				shift = len(prev.Content)
+			}
+			for _, mk := range c.marks {
 				prev.Cache = append(prev.Cache, provider.CacheMark{At: mk.At + shift, TTL: mk.TTL})
 			}
-			prev.Content += "\n\n" + text
+			prev.Content += c.text
+			prev.ToolCalls = append(prev.ToolCalls, c.calls...)
+			prev.ToolResults = append(prev.ToolResults, c.results...)
 			continue
 		}
-		out = append(out, provider.Message{Role: role, Content: text, Cache: marks})
+		out = append(out, provider.Message{Role: role, Content: c.text, Cache: c.marks, ToolCalls: c.calls, ToolResults: c.results})
 	}
 	last := out[len(out)-1]
 	if last.Role != provider.RoleUser {
 		return nil, invalid("messages: the last message must have role \"user\" (prefilling the assistant's answer is not supported)")
 	}
-	if strings.TrimSpace(last.Content) == "" {
+	if strings.TrimSpace(last.Content) == "" && len(last.ToolResults) == 0 {
 		return nil, invalid("messages: the last user message must not be empty")
+	}
+	if err := provider.CheckToolPairing(out); err != nil {
+		return nil, invalid("messages: %v (every tool_use block must be answered by a tool_result block in the next user message)", err)
 	}
 	return out, nil
 }
@@ -388,57 +410,235 @@ func decodeMessages(v json.RawMessage) ([]provider.Message, *Error) {
 // decodeContent reads a string, or a list of text blocks joined by a blank
 // line, with a cache mark where a block with cache_control ends.
 func decodeContent(v json.RawMessage, path string) (string, []provider.CacheMark, *Error) {
+	c, err := decodeBlocks(v, path, "")
+	if err != nil {
+		return "", nil, err
+	}
+	return c.text, c.marks, nil
+}
+
+// content is a message's content: its text blocks joined by a blank line,
+// the cache marks in it, and its tool blocks.
+type content struct {
+	text    string
+	marks   []provider.CacheMark
+	calls   []provider.ToolCall
+	results []provider.ToolResult
+}
+
+// decodeBlocks reads a string, or a list of blocks: text, and tool_use
+// blocks for an assistant message (role), tool_result blocks for a user
+// message. A block's cache_control marks where it ends; a tool block's
+// mark is placed at the end of the text before it (the tool blocks of a
+// message travel around its text: results before, calls after).
+func decodeBlocks(v json.RawMessage, path string, role provider.Role) (content, *Error) {
+	var c content
 	if v == nil || isNull(v) {
-		return "", nil, invalid("%s: Field required", path)
+		return c, invalid("%s: Field required", path)
 	}
 	if bytes.HasPrefix(bytes.TrimSpace(v), []byte(`"`)) {
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return "", nil, invalid("%s: must be a string or a list of text blocks", path)
+		if err := json.Unmarshal(v, &c.text); err != nil {
+			return c, invalid("%s: must be a string or a list of content blocks", path)
 		}
-		if !utf8.ValidString(s) {
-			return "", nil, invalid("%s: must be valid UTF-8", path)
+		if !utf8.ValidString(c.text) {
+			return c, invalid("%s: must be valid UTF-8", path)
 		}
-		return s, nil, nil
+		return c, nil
 	}
 	var blocks []map[string]json.RawMessage
 	if err := json.Unmarshal(v, &blocks); err != nil {
-		return "", nil, invalid("%s: must be a string or a list of text blocks", path)
+		return c, invalid("%s: must be a string or a list of content blocks", path)
 	}
-	var (
-		text  strings.Builder
-		marks []provider.CacheMark
-	)
+	var text strings.Builder
+	texts := 0
 	for i, b := range blocks {
+		bp := fmt.Sprintf("%s.%d", path, i)
 		var typ string
 		if t, ok := b["type"]; !ok || json.Unmarshal(t, &typ) != nil {
-			return "", nil, invalid("%s.%d.type: Field required", path, i)
+			return c, invalid("%s.type: Field required", bp)
 		}
-		if typ != "text" {
-			return "", nil, invalid("%s.%d: content blocks of type %q are not supported (only text is)", path, i, typ)
-		}
-		for _, k := range sortedKeys(b) {
-			if k != "type" && k != "text" && k != "cache_control" {
-				return "", nil, invalid("%s.%d.%s: not supported", path, i, k)
+		switch {
+		case typ == "text":
+			if err := onlyKeys(b, bp, "type", "text", "cache_control", "citations"); err != nil {
+				return c, err
 			}
-		}
-		var t string
-		if err := decodeString(b, "text", &t); err != nil {
-			return "", nil, invalid("%s.%d.text: must be a string", path, i)
-		}
-		if i > 0 {
-			text.WriteString("\n\n")
-		}
-		text.WriteString(t)
-		if cc, ok := b["cache_control"]; ok && !isNull(cc) {
-			ttl, err := decodeCacheControl(cc, fmt.Sprintf("%s.%d.cache_control", path, i))
+			if cit, ok := b["citations"]; ok && !isNull(cit) && !bytes.Equal(bytes.TrimSpace(cit), []byte("[]")) {
+				return c, invalid("%s.citations: not supported", bp)
+			}
+			var t string
+			if err := decodeString(b, "text", &t); err != nil {
+				return c, invalid("%s.text: must be a string", bp)
+			}
+			if texts > 0 {
+				text.WriteString("\n\n")
+			}
+			texts++
+			text.WriteString(t)
+		case typ == "tool_use" && role == provider.RoleAssistant:
+			call, err := decodeToolUse(b, bp)
 			if err != nil {
-				return "", nil, err
+				return c, err
 			}
-			marks = append(marks, provider.CacheMark{At: text.Len(), TTL: ttl})
+			c.calls = append(c.calls, call)
+		case typ == "tool_result" && role == provider.RoleUser:
+			r, err := decodeToolResult(b, bp)
+			if err != nil {
+				return c, err
+			}
+			c.results = append(c.results, r)
+		case typ == "tool_use" || typ == "tool_result":
+			return c, invalid("%s: %s blocks belong in %s messages", bp, typ, map[string]string{"tool_use": "assistant", "tool_result": "user"}[typ])
+		default:
+			return c, invalid("%s: content blocks of type %q are not supported (text, tool_use and tool_result are)", bp, typ)
+		}
+		if cc, ok := b["cache_control"]; ok && !isNull(cc) {
+			ttl, err := decodeCacheControl(cc, bp+".cache_control")
+			if err != nil {
+				return c, err
+			}
+			c.marks = append(c.marks, provider.CacheMark{At: text.Len(), TTL: ttl})
 		}
 	}
-	return text.String(), marks, nil
+	c.text = text.String()
+	return c, nil
+}
+
+// onlyKeys refuses the first key of block b not among keys.
+func onlyKeys(b map[string]json.RawMessage, path string, keys ...string) *Error {
+	for _, k := range sortedKeys(b) {
+		if !slices.Contains(keys, k) {
+			return invalid("%s.%s: not supported", path, k)
+		}
+	}
+	return nil
+}
+
+// decodeToolUse reads a tool_use block of an assistant message.
+func decodeToolUse(b map[string]json.RawMessage, path string) (provider.ToolCall, *Error) {
+	var call provider.ToolCall
+	if err := onlyKeys(b, path, "type", "id", "name", "input", "cache_control"); err != nil {
+		return call, err
+	}
+	if err := decodeString(b, "id", &call.ID); err != nil || call.ID == "" {
+		return call, invalid("%s.id: Field required", path)
+	}
+	if err := decodeString(b, "name", &call.Name); err != nil {
+		return call, err
+	}
+	if err := provider.CheckToolName(call.Name); err != nil {
+		return call, invalid("%s.name: %v", path, err)
+	}
+	call.Input = b["input"]
+	if !provider.IsJSONObject(call.Input) {
+		return call, invalid("%s.input: must be an object", path)
+	}
+	return call, nil
+}
+
+// decodeToolResult reads a tool_result block of a user message: its
+// content a string or text blocks.
+func decodeToolResult(b map[string]json.RawMessage, path string) (provider.ToolResult, *Error) {
+	var r provider.ToolResult
+	if err := onlyKeys(b, path, "type", "tool_use_id", "content", "is_error", "cache_control"); err != nil {
+		return r, err
+	}
+	if err := decodeString(b, "tool_use_id", &r.CallID); err != nil || r.CallID == "" {
+		return r, invalid("%s.tool_use_id: Field required", path)
+	}
+	if v, ok := b["is_error"]; ok && !isNull(v) {
+		if err := json.Unmarshal(v, &r.IsError); err != nil {
+			return r, invalid("%s.is_error: must be true or false", path)
+		}
+	}
+	if v, ok := b["content"]; ok && !isNull(v) {
+		c, err := decodeBlocks(v, path+".content", "")
+		if err != nil {
+			return r, err
+		}
+		if len(c.marks) > 0 {
+			return r, invalid("%s.content: cache_control is not supported inside a tool result (mark the tool_result block)", path)
+		}
+		r.Content = c.text
+	}
+	return r, nil
+}
+
+// decodeTools reads tools: client tools with a name, a description and an
+// input_schema. Anthropic's server tools (web search, code execution, …)
+// are refused by name.
+func decodeTools(v json.RawMessage) ([]provider.Tool, *Error) {
+	if v == nil || isNull(v) {
+		return nil, nil
+	}
+	var list []map[string]json.RawMessage
+	if err := json.Unmarshal(v, &list); err != nil {
+		return nil, invalid("tools: must be a list of tools")
+	}
+	tools := make([]provider.Tool, 0, len(list))
+	for i, b := range list {
+		path := fmt.Sprintf("tools.%d", i)
+		var typ string
+		if err := decodeString(b, "type", &typ); err != nil {
+			return nil, err
+		}
+		if typ != "" && typ != "custom" {
+			return nil, invalid("%s.type: %q tools are not supported (client tools with a name and an input_schema are)", path, typ)
+		}
+		if err := onlyKeys(b, path, "type", "name", "description", "input_schema"); err != nil {
+			return nil, err
+		}
+		var t provider.Tool
+		if err := decodeString(b, "name", &t.Name); err != nil {
+			return nil, err
+		}
+		if err := decodeString(b, "description", &t.Description); err != nil {
+			return nil, err
+		}
+		t.Schema = b["input_schema"]
+		if !provider.IsJSONObject(t.Schema) {
+			return nil, invalid("%s.input_schema: Field required (a JSON Schema object)", path)
+		}
+		tools = append(tools, t)
+	}
+	if err := provider.CheckTools(tools, provider.ToolChoice{}); err != nil {
+		return nil, invalid("tools: %v", err)
+	}
+	return tools, nil
+}
+
+// decodeToolChoice reads tool_choice: auto, any, tool (with a name) or
+// none, each with disable_parallel_tool_use.
+func decodeToolChoice(v json.RawMessage, tools []provider.Tool) (provider.ToolChoice, *Error) {
+	var c provider.ToolChoice
+	if v == nil || isNull(v) {
+		return c, nil
+	}
+	var tc struct {
+		Type                   string `json:"type"`
+		Name                   string `json:"name"`
+		DisableParallelToolUse bool   `json:"disable_parallel_tool_use"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&tc); err != nil {
+		return c, invalid("tool_choice: must be an object like {\"type\": \"auto\"} (%s)", jsonProblem(err))
+	}
+	switch tc.Type {
+	case "auto":
+	case "any":
+		c.Mode = provider.ToolAny
+	case "tool":
+		c.Mode, c.Name = provider.ToolNamed, tc.Name
+	case "none":
+		c.Mode = provider.ToolNone
+	default:
+		return c, invalid("tool_choice.type: must be \"auto\", \"any\", \"tool\" or \"none\"")
+	}
+	c.Sequential = tc.DisableParallelToolUse
+	if err := provider.CheckTools(tools, c); err != nil {
+		return c, invalid("tool_choice: %v", err)
+	}
+	return c, nil
 }
 
 // decodeCacheControl reads {"type": "ephemeral", "ttl": "5m" | "1h"}.
@@ -507,10 +707,63 @@ func NewMessage(id, model string) Message {
 	return Message{ID: id, Type: "message", Role: "assistant", Model: model, Content: []ContentBlock{}}
 }
 
-// ContentBlock is a text block of an answer.
+// ContentBlock is a block of an answer: text, or a tool_use.
 type ContentBlock struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type string
+	Text string
+	// ID, Name and Input are a tool_use block's.
+	ID    string
+	Name  string
+	Input json.RawMessage
+}
+
+// MarshalJSON writes the block's fields for its type.
+func (b ContentBlock) MarshalJSON() ([]byte, error) {
+	if b.Type == "tool_use" {
+		input := b.Input
+		if len(input) == 0 {
+			input = json.RawMessage("{}")
+		}
+		return json.Marshal(struct {
+			Type  string          `json:"type"`
+			ID    string          `json:"id"`
+			Name  string          `json:"name"`
+			Input json.RawMessage `json:"input"`
+		}{b.Type, b.ID, b.Name, input})
+	}
+	return json.Marshal(struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}{b.Type, b.Text})
+}
+
+// UnmarshalJSON reads a text or tool_use block.
+func (b *ContentBlock) UnmarshalJSON(data []byte) error {
+	var v struct {
+		Type  string          `json:"type"`
+		Text  string          `json:"text"`
+		ID    string          `json:"id"`
+		Name  string          `json:"name"`
+		Input json.RawMessage `json:"input"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	*b = ContentBlock{Type: v.Type, Text: v.Text, ID: v.ID, Name: v.Name, Input: v.Input}
+	return nil
+}
+
+// Blocks is an answer's content: its text, then a tool_use block for each
+// call. The text block is left out when the answer is only tool calls.
+func Blocks(text string, calls []provider.ToolCall) []ContentBlock {
+	out := make([]ContentBlock, 0, 1+len(calls))
+	if text != "" || len(calls) == 0 {
+		out = append(out, ContentBlock{Type: "text", Text: text})
+	}
+	for _, c := range calls {
+		out = append(out, ContentBlock{Type: "tool_use", ID: c.ID, Name: c.Name, Input: c.Input})
+	}
+	return out
 }
 
 // Usage is Anthropic's usage object. InputTokens excludes the tokens read
@@ -545,7 +798,7 @@ func UsageOf(u provider.Usage) Usage {
 // not know ends the turn.
 func StopReason(s string) string {
 	switch s {
-	case StopEndTurn, StopMaxTokens, StopSequence, StopRefusal:
+	case StopEndTurn, StopMaxTokens, StopSequence, StopRefusal, provider.StopToolUse:
 		return s
 	}
 	return StopEndTurn
@@ -698,6 +951,15 @@ type (
 		Index int       `json:"index"`
 		Delta textDelta `json:"delta"`
 	}
+	jsonDelta struct {
+		Type        string `json:"type"`
+		PartialJSON string `json:"partial_json"`
+	}
+	jsonDeltaEvent struct {
+		Type  string    `json:"type"`
+		Index int       `json:"index"`
+		Delta jsonDelta `json:"delta"`
+	}
 	indexEvent struct {
 		Type  string `json:"type"`
 		Index int    `json:"index"`
@@ -733,6 +995,32 @@ func (e *Events) BlockStart(index int) error {
 func (e *Events) TextDelta(index int, text string) error {
 	return e.send("content_block_delta", blockDeltaEvent{Type: "content_block_delta", Index: index,
 		Delta: textDelta{Type: "text_delta", Text: text}})
+}
+
+// inputPiece is the most bytes of a tool call's input one
+// input_json_delta carries: the input arrives in pieces, as Anthropic
+// streams it.
+const inputPiece = 48
+
+// ToolUse sends call as block index: its start, its input in pieces (each
+// whole UTF-8) and its stop.
+func (e *Events) ToolUse(index int, call provider.ToolCall) error {
+	if err := e.send("content_block_start", blockStartEvent{Type: "content_block_start", Index: index,
+		ContentBlock: ContentBlock{Type: "tool_use", ID: call.ID, Name: call.Name, Input: json.RawMessage("{}")}}); err != nil {
+		return err
+	}
+	for input := string(call.Input); input != ""; {
+		n := min(inputPiece, len(input))
+		for n < len(input) && !utf8.RuneStart(input[n]) {
+			n++
+		}
+		if err := e.send("content_block_delta", jsonDeltaEvent{Type: "content_block_delta", Index: index,
+			Delta: jsonDelta{Type: "input_json_delta", PartialJSON: input[:n]}}); err != nil {
+			return err
+		}
+		input = input[n:]
+	}
+	return e.BlockStop(index)
 }
 
 // BlockStop closes block index.

@@ -40,6 +40,7 @@ func (d *door) invoke(w http.ResponseWriter, r *http.Request, t *gateway.Turn, m
 	t.MaxOutput = req.MaxTokens
 	t.Temperature = req.Temperature
 	t.StopSequences = req.StopSequences
+	t.Tools, t.ToolChoice, t.ToolResults = req.Tools, req.ToolChoice, req.Messages[last].ToolResults
 	if stream {
 		f := &invokeFramer{start: start, now: d.now, enc: eventstream.NewEncoder()}
 		ev := anthropic.NewFramedEvents(w, "application/vnd.amazon.eventstream", f.frame)
@@ -62,7 +63,7 @@ func (d *door) invoke(w http.ResponseWriter, r *http.Request, t *gateway.Turn, m
 		model = res.Tier
 	}
 	msg := anthropic.NewMessage(t.RequestID, model)
-	msg.Content = []anthropic.ContentBlock{{Type: "text", Text: out.text.String()}}
+	msg.Content = anthropic.Blocks(out.text.String(), res.ToolCalls)
 	msg.StopReason = anthropic.Ptr(anthropic.StopReason(res.StopReason))
 	if res.StopSequence != "" {
 		msg.StopSequence = anthropic.Ptr(res.StopSequence)

@@ -139,13 +139,18 @@ func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 		for _, r := range m.ToolResults {
 			blocks = append(blocks, sdk.NewToolResultBlock(r.CallID, r.Content, r.IsError))
 		}
-		if m.Content != "" || len(m.ToolResults)+len(m.ToolCalls) == 0 {
+		toolOnly := m.Content == "" && len(m.ToolResults)+len(m.ToolCalls) > 0
+		if !toolOnly {
 			for _, b := range textBlocks(m.Content, m.Cache) {
 				blocks = append(blocks, sdk.ContentBlockParamUnion{OfText: &b})
 			}
 		}
 		for _, c := range m.ToolCalls {
 			blocks = append(blocks, sdk.NewToolUseBlock(c.ID, c.Input, c.Name))
+		}
+		if toolOnly && len(m.Cache) > 0 {
+			// No text to end the prefix in: the last tool block ends it.
+			markBlock(blocks[len(blocks)-1], m.Cache[len(m.Cache)-1])
 		}
 		if m.Role == provider.RoleAssistant {
 			msgs = append(msgs, sdk.NewAssistantMessage(blocks...))
@@ -254,6 +259,20 @@ func textBlocks(text string, marks []provider.CacheMark) []sdk.TextBlockParam {
 		}
 	}
 	return out
+}
+
+// markBlock sets a tool block's cache_control from mark.
+func markBlock(b sdk.ContentBlockParamUnion, mark provider.CacheMark) {
+	cc := sdk.NewCacheControlEphemeralParam()
+	if mark.TTL >= provider.CacheTTLLong {
+		cc.TTL = sdk.CacheControlEphemeralTTLTTL1h
+	}
+	switch {
+	case b.OfToolResult != nil:
+		b.OfToolResult.CacheControl = cc
+	case b.OfToolUse != nil:
+		b.OfToolUse.CacheControl = cc
+	}
 }
 
 // Complete asks for the whole answer in one JSON response.

@@ -72,7 +72,7 @@ async function main() {
 
   out.wrongKey = await failure(() => new Anthropic({ baseURL: BASE_URL, apiKey: 'sk-wrong', maxRetries: 0 }).messages.create(ask('hi')));
   out.wrongToken = await failure(() => new Anthropic({ baseURL: BASE_URL, authToken: 'sk-wrong', maxRetries: 0 }).messages.create(ask('hi')));
-  out.unsupported = await failure(() => byKey.messages.create({ ...ask('hi'), tools: [{ name: 'lookup', input_schema: { type: 'object' } }] }));
+  out.unsupported = await failure(() => byKey.messages.create({ ...ask('hi'), thinking: { type: 'enabled', budget_tokens: 1024 } }));
   out.claudeID = await json(byKey, 'Can you recommend a fantasy manga?', 'claude-3-5-sonnet-latest');
   out.unknownModel = await json(byKey, 'Can you recommend a fantasy manga?', 'claude-nowhere');
 
