@@ -102,6 +102,20 @@ func decodeCanonicalSyms(b []byte, e *Event, syms *symbols) bool {
 			p.lit(`,`)
 		}
 	}
+	if p.opt(`,"tool_calls":`) {
+		e.Resource.ToolCalls = int(p.int())
+		p.lit(`,"tool_names":[`)
+		e.Resource.ToolNames = []string{}
+		if !p.opt(`]`) {
+			for {
+				e.Resource.ToolNames = append(e.Resource.ToolNames, p.str())
+				if !p.ok || p.opt(`]`) {
+					break
+				}
+				p.lit(`,`)
+			}
+		}
+	}
 
 	p.lit(`},"outcome":{"status":`)
 	e.Outcome.Status = Status(p.sym())

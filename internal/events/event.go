@@ -159,6 +159,11 @@ type Resource struct {
 	CacheSavedUSD         float64  `json:"cache_saved_usd,omitempty"`
 	CacheHit              CacheHit `json:"cache_hit"`
 	CapabilityFlagsActive []string `json:"capability_flags_active"` // [] when none
+	// ToolCalls counts the tools a model attempt called, and ToolNames
+	// names them in order (never their arguments). Not in the seed's
+	// block; omitted when none.
+	ToolCalls int      `json:"tool_calls,omitempty"`
+	ToolNames []string `json:"tool_names,omitempty"`
 }
 
 // Outcome is how a span ended.
@@ -297,6 +302,19 @@ func AppendJSON(b []byte, e *Event) []byte {
 		b = appendString(b, f)
 	}
 	b = append(b, ']')
+	if e.Resource.ToolCalls != 0 {
+		b = appendKey(b, "tool_calls")
+		b = strconv.AppendInt(b, int64(e.Resource.ToolCalls), 10)
+		b = appendKey(b, "tool_names")
+		b = append(b, '[')
+		for i, n := range e.Resource.ToolNames {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, n)
+		}
+		b = append(b, ']')
+	}
 
 	b = append(b, `},"outcome":{"status":`...)
 	b = appendString(b, string(e.Outcome.Status))

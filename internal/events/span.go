@@ -358,6 +358,12 @@ func (s *Span) SetPromptCache(read, write int, savedUSD float64) {
 	})
 }
 
+// SetToolCalls sets resource.tool_calls and tool_names from the names of
+// the tools a model called.
+func (s *Span) SetToolCalls(names []string) {
+	s.set(func(e *Event) { e.Resource.ToolCalls, e.Resource.ToolNames = len(names), names })
+}
+
 // SetCacheHit sets resource.cache_hit.
 func (s *Span) SetCacheHit(c CacheHit) { s.set(func(e *Event) { e.Resource.CacheHit = c }) }
 

@@ -347,6 +347,9 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 			return err
 		}
 		a.resp = r
+		if len(r.ToolCalls) > 0 {
+			span.SetToolCalls(toolNames(r.ToolCalls))
+		}
 		return nil
 	})
 	if err != nil {

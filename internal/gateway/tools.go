@@ -41,6 +41,15 @@ func checkToolCalls(t *Turn, model string, r *provider.Response) error {
 	return nil
 }
 
+// toolNames are the names of calls, in order.
+func toolNames(calls []provider.ToolCall) []string {
+	names := make([]string, len(calls))
+	for i, c := range calls {
+		names[i] = c.Name
+	}
+	return names
+}
+
 func badCalls(model string, err error) error {
 	return &provider.Error{Kind: provider.KindUnknown, Model: model, Code: "invalid_tool_call", Err: err}
 }

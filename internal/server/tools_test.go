@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -302,4 +304,35 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 			}
 		}
 	}
+}
+
+// TestToolCallsAreInTheEvents: the model attempt that called tools says
+// how many and which, never with what arguments.
+func TestToolCallsAreInTheEvents(t *testing.T) {
+	cfg := quickConfig()
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	cfg.Events.Sinks.JSONL.Path = path
+	cfg.Events.Sampling.Enabled = false // every span reaches the log
+	sc := newScenario(t, cfg)
+	got, err := newOpenAIAgent(sc.srv.URL, false).ask(t, "What's the weather and the local time in Sapporo?", nil, "")
+	if err != nil || len(got.calls) != 2 {
+		t.Fatalf("answer %+v (%v): want two tool calls", got, err)
+	}
+	sc.s.Close() // flush the emitter
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), "Sapporo") && strings.Contains(string(raw), `"city"`) {
+		t.Fatal("the events hold the tool call's arguments")
+	}
+	for _, e := range readSpans(t, path) {
+		if e.Name == "model_attempt" && e.Resource.ToolCalls > 0 {
+			if e.Resource.ToolCalls != 2 || !slices.Equal(e.Resource.ToolNames, []string{"get_weather", "get_time"}) {
+				t.Fatalf("model_attempt resource %+v: want 2 calls, get_weather and get_time", e.Resource)
+			}
+			return
+		}
+	}
+	t.Fatal("no model_attempt span counts the tool calls")
 }

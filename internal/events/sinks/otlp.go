@@ -189,6 +189,12 @@ func Attributes(e *events.Event) []attribute.KeyValue {
 			attribute.Float64("fmgate.resource.cache_saved_usd", r.CacheSavedUSD),
 		)
 	}
+	if r := e.Resource; r.ToolCalls != 0 {
+		kv = append(kv,
+			attribute.Int("fmgate.resource.tool_calls", r.ToolCalls),
+			attribute.StringSlice("fmgate.resource.tool_names", r.ToolNames),
+		)
+	}
 	str("fmgate.resource.cache_hit", string(e.Resource.CacheHit))
 	if len(e.Resource.CapabilityFlagsActive) > 0 {
 		kv = append(kv, attribute.StringSlice("fmgate.resource.capability_flags_active", e.Resource.CapabilityFlagsActive))
