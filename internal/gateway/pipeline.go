@@ -153,7 +153,7 @@ func (g *Gateway) validate(t *Turn) error {
 	if asked != "" && !g.supportsLocale(asked) {
 		return invalid("locale %q is not supported (use one of %s)", asked, strings.Join(g.cfg.Locales, ", "))
 	}
-	return nil
+	return compileShapes(t)
 }
 
 // decideLocale sets t.Locale to the language t is answered in. The
@@ -309,6 +309,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 	}
 	a.m, _ = g.cfg.Model(model)
 	req := g.request(t, a.m)
+	shapeRequest(t, a.m, req)
 	if simplified {
 		req = g.fallback.Simplify(req, model)
 	}
@@ -316,6 +317,12 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 	// A client that takes its answer whole may get it from one whole call
 	// (the tier's upstream "client"); every other answer is streamed.
 	whole := a.m.Upstream == config.UpstreamClient && takesWhole(out)
+	// A JSON answer is held until it is whole and checked.
+	into, held := out, (*heldOutput)(nil)
+	if t.Format.Kind != provider.FormatText {
+		held = &heldOutput{Output: out}
+		into = held
+	}
 	// The retry loop sees the first-byte deadline so it never starts doomed
 	// work; each attempt runs under ctx, because the deadline bounds the
 	// wait for the first token (watchStream), not the whole answer.
@@ -325,7 +332,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		out.Discard()
 		beginTier(out, model, a.m.ModelID, model != g.primary())
 		sctx, span := g.attemptSpan(ctx, t, model, a.m.ModelID)
-		w, r, err := g.call(sctx, t, p, req, whole, out, &a.ttft)
+		w, r, err := g.call(sctx, t, p, req, whole, into, &a.ttft)
 		defer w.stop()
 		var attempt provider.Usage
 		if r != nil {
@@ -334,8 +341,14 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 			a.sofar = r.Text
 		}
 		defer func() { endAttempt(span, a.m, attempt, err) }()
+		if err == nil {
+			err = settleShape(t, model, r)
+		}
 		if err == nil && len(t.Tools) > 0 {
 			err = checkToolCalls(t, model, r)
+		}
+		if err == nil && held != nil {
+			err = held.release(r.Text)
 		}
 		if err != nil {
 			if cause := context.Cause(w); isWatchdog(cause) && ctx.Err() == nil {
@@ -416,10 +429,10 @@ func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output
 	if errors.Is(cause, context.Canceled) && ctx.Err() != nil {
 		return nil, cause
 	}
-	if t.ToolChoice.Forced() {
-		// The client's code expects a tool call: prose would break it.
+	if t.ToolChoice.Forced() || t.Format.Kind != provider.FormatText {
+		// The client's code expects a tool call or JSON: prose would break it.
 		return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUpstream, RetryAfter: 5 * time.Second,
-			Message: "No model that can call tools is available right now. Please try again shortly.", Err: cause}
+			Message: "No model that can give the answer in the form asked for is available right now. Please try again shortly.", Err: cause}
 	}
 	var res *Result
 	err := g.step(ctx, "fallback", func(ctx context.Context) (err error) {

@@ -1,10 +1,15 @@
 package gateway
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
+	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/structured"
 )
 
 // checkToolCalls reports an answer whose tool calls the client could not
@@ -52,4 +57,183 @@ func toolNames(calls []provider.ToolCall) []string {
 
 func badCalls(model string, err error) error {
 	return &provider.Error{Kind: provider.KindUnknown, Model: model, Code: "invalid_tool_call", Err: err}
+}
+
+// answerTool is the tool a tier without a native JSON mode is asked to
+// call with its answer as the input, when the client asked for JSON.
+const answerTool = "json_answer"
+
+// shapes are the compiled schemas a turn's answers are checked against.
+type shapes struct {
+	format *structured.Schema // the answer's; nil for json_object (any object)
+	// wrapped is set when the answer tool's input wraps the answer in
+	// {"value": …}: Anthropic's and Bedrock's tool inputs are objects,
+	// and the client's schema is not.
+	wrapped bool
+	strict  map[string]*structured.Schema // strict tools' inputs, by name
+}
+
+// compileShapes compiles what t's answers must match: its response format
+// and its strict tools' input schemas. A schema that does not compile is
+// the client's error.
+func compileShapes(t *Turn) error {
+	if t.Format.Kind == provider.FormatText && !anyStrict(t.Tools) {
+		return nil
+	}
+	sh := &shapes{}
+	switch t.Format.Kind {
+	case provider.FormatText, provider.FormatJSONObject:
+	case provider.FormatJSONSchema:
+		s, err := structured.Compile(t.Format.Schema)
+		if err != nil {
+			return invalid("response_format.json_schema.schema: %v", err)
+		}
+		sh.format = s
+		sh.wrapped = !isObjectSchema(t.Format.Schema)
+	default:
+		return invalid("response_format %q is not one of text, json_object, json_schema", t.Format.Kind)
+	}
+	for _, tool := range t.Tools {
+		if t.Format.Kind != provider.FormatText && tool.Name == answerTool {
+			return invalid("a tool may not be named %q when the answer's format is set", answerTool)
+		}
+		if !tool.Strict {
+			continue
+		}
+		s, err := structured.Compile(tool.Schema)
+		if err != nil {
+			return invalid("the schema of tool %q: %v", tool.Name, err)
+		}
+		if sh.strict == nil {
+			sh.strict = map[string]*structured.Schema{}
+		}
+		sh.strict[tool.Name] = s
+	}
+	t.shapes = sh
+	return nil
+}
+
+func anyStrict(tools []provider.Tool) bool {
+	for _, t := range tools {
+		if t.Strict {
+			return true
+		}
+	}
+	return false
+}
+
+// isObjectSchema reports whether schema describes objects only.
+func isObjectSchema(schema json.RawMessage) bool {
+	var s struct {
+		Type json.RawMessage `json:"type"`
+	}
+	return json.Unmarshal(schema, &s) == nil && string(s.Type) == `"object"`
+}
+
+// nativeFormat reports whether the tier's provider takes the answer's
+// format itself (OpenAI's response_format; the simulator answers it too).
+func nativeFormat(m config.Model) bool {
+	return m.Provider == "openai" || m.Provider == "" || m.Provider == "sim"
+}
+
+// shapeRequest asks req's model for the answer's format: passed on to a
+// tier that has it, else as a tool the model must call with the answer.
+func shapeRequest(t *Turn, m config.Model, req *provider.Request) {
+	if t.Format.Kind == provider.FormatText {
+		return
+	}
+	if nativeFormat(m) {
+		req.Format = t.Format
+		return
+	}
+	schema := json.RawMessage(`{"type":"object"}`)
+	switch {
+	case t.shapes.wrapped:
+		schema = json.RawMessage(`{"type":"object","properties":{"value":` + string(t.Format.Schema) + `},"required":["value"]}`)
+	case t.Format.Kind == provider.FormatJSONSchema:
+		schema = t.Format.Schema
+	}
+	desc := "Give your whole answer as this tool's input, which must match its schema."
+	if t.Format.Description != "" {
+		desc += " " + t.Format.Description
+	}
+	tools := make([]provider.Tool, 0, len(req.Tools)+1)
+	req.Tools = append(append(tools, req.Tools...), provider.Tool{Name: answerTool, Description: desc, Schema: schema})
+	switch req.ToolChoice.Mode {
+	case provider.ToolAuto:
+		if len(t.Tools) > 0 {
+			req.ToolChoice.Mode = provider.ToolAny // a client tool, or the answer
+			break
+		}
+		fallthrough
+	case provider.ToolNone:
+		req.ToolChoice = provider.ToolChoice{Mode: provider.ToolNamed, Name: answerTool}
+	}
+}
+
+// settleShape makes r the answer the client asked for: the answer tool's
+// input becomes its text, and the text, or the strict tools' inputs, must
+// match their schemas. A mismatch is the tier's failure.
+func settleShape(t *Turn, model string, r *provider.Response) error {
+	if t.shapes == nil {
+		return nil
+	}
+	if t.Format.Kind != provider.FormatText {
+		for i, c := range r.ToolCalls {
+			if c.Name != answerTool {
+				continue
+			}
+			r.Text, r.ToolCalls, r.StopReason = string(c.Input), slices.Delete(slices.Clone(r.ToolCalls), i, i+1), "end_turn"
+			if t.shapes.wrapped {
+				var v struct {
+					Value json.RawMessage `json:"value"`
+				}
+				if err := json.Unmarshal(c.Input, &v); err != nil || len(v.Value) == 0 {
+					return badAnswer(model, errors.New("the answer tool's input has no value"))
+				}
+				r.Text = string(v.Value)
+			}
+			break
+		}
+		if len(r.ToolCalls) == 0 && r.StopReason != "max_tokens" {
+			if err := t.shapes.format.Check(r.Text); err != nil {
+				return badAnswer(model, err)
+			}
+		}
+	}
+	for _, c := range r.ToolCalls {
+		if s := t.shapes.strict[c.Name]; s != nil {
+			if err := s.Check(string(c.Input)); err != nil {
+				return badCalls(model, fmt.Errorf("the input of the model's call of %q: %w", c.Name, err))
+			}
+		}
+	}
+	return nil
+}
+
+func badAnswer(model string, err error) error {
+	return &provider.Error{Kind: provider.KindUnknown, Model: model, Code: "invalid_json_answer", Err: err}
+}
+
+// heldOutput keeps a turn's text from the client until the whole answer
+// is in and checked: a JSON answer that fails its schema never reaches
+// the client half-sent.
+type heldOutput struct {
+	Output
+	buf strings.Builder
+}
+
+func (h *heldOutput) Write(text string) error { h.buf.WriteString(text); return nil }
+func (h *heldOutput) Started() bool           { return false }
+func (h *heldOutput) WholeAnswer() bool       { return true }
+
+func (h *heldOutput) Discard() {
+	h.buf.Reset()
+	h.Output.Discard()
+}
+
+// release sends text, the checked answer, in place of what was held.
+func (h *heldOutput) release(text string) error {
+	h.buf.Reset()
+	return h.Output.Write(text)
 }

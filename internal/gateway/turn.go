@@ -69,6 +69,10 @@ type Turn struct {
 	// ToolResults answer the tool calls of History's last message; they
 	// travel in the user message, before Message, which may then be empty.
 	ToolResults []provider.ToolResult
+	// Format is the answer's required shape (JSON, or JSON matching a
+	// schema): checked on every tier's answer, and never answered in
+	// prose by the tiers below the models.
+	Format provider.Format
 
 	// Caller, from the front door's authentication. Tenant is the API key's
 	// tenant, for fair queueing; empty means the user id.
@@ -105,6 +109,10 @@ type Turn struct {
 	// BudgetHold is opaque to the pipeline too: the budget policy's hold on
 	// the turn's cost, which Record settles and Release ends.
 	BudgetHold any
+
+	// shapes are the compiled schemas of Format and the strict tools,
+	// nil when the turn has neither.
+	shapes *shapes
 
 	// stallGrace extends the first-byte budget once, for a client taking
 	// its answer whole whose model stalled mid-answer (see invokeRoute).

@@ -87,6 +87,8 @@ type Request struct {
 	// Tools the model may call, and whether it must.
 	Tools      []Tool
 	ToolChoice ToolChoice
+	// Format is the answer's required shape; the zero value is free text.
+	Format Format
 }
 
 // TokenCounter is a provider whose vendor counts a request's input tokens

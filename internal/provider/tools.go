@@ -15,6 +15,9 @@ type Tool struct {
 	Description string
 	// Schema is the JSON Schema of the tool's input, a JSON object.
 	Schema json.RawMessage
+	// Strict asks that the input match Schema exactly: passed to a vendor
+	// that enforces it, and checked by the gateway on every answer.
+	Strict bool
 }
 
 // ToolMode says whether and how the model must call a tool.
@@ -209,4 +212,28 @@ func hasResult(results []ToolResult, id string) bool {
 		}
 	}
 	return false
+}
+
+// FormatKind is what shape of answer a client asked for.
+type FormatKind string
+
+// Answer formats. The zero value is free text.
+const (
+	FormatText       FormatKind = ""
+	FormatJSONObject FormatKind = "json_object" // any JSON object
+	FormatJSONSchema FormatKind = "json_schema" // a JSON value matching Schema
+)
+
+// Format is the answer's required shape (OpenAI's response_format). A
+// provider whose vendor has it natively (OpenAI) passes it on; for the
+// others the gateway offers the model a tool whose input is the answer,
+// and checks every answer against it.
+type Format struct {
+	Kind FormatKind
+	// Name, Description and Schema are a json_schema format's; Strict is
+	// passed to a vendor that enforces the schema itself.
+	Name        string
+	Description string
+	Schema      json.RawMessage
+	Strict      bool
 }

@@ -12,9 +12,9 @@
 // max_completion_tokens, temperature, stop (a string or up to 4 strings),
 // tools (functions), tool_choice, parallel_tool_calls, prompt_cache_key and
 // user. Fields that would change an OpenAI answer but that fmgate cannot
-// honour (images, n>1, logprobs, response_format other than text,
-// penalties, seed, audio …) are refused with a 400 naming the field, never
-// dropped.
+// honour (images, n>1, logprobs, penalties, seed, audio …) are refused
+// with a 400 naming the field, never dropped. response_format json_object
+// and json_schema are honoured: every answer is checked against them.
 package openai
 
 import (
@@ -72,6 +72,8 @@ type Chat struct {
 	// ToolResults are the role "tool" messages after the last assistant
 	// message: the last user message, with Message (often empty).
 	ToolResults []provider.ToolResult
+	// Format is response_format: text, json_object or json_schema.
+	Format provider.Format
 }
 
 // Messages returns the conversation as a provider sees it: History, then
@@ -235,6 +237,9 @@ func DecodeChat(data []byte) (Chat, *Error) {
 		}
 		c.PromptCacheKey = *k
 	}
+	if c.Format, e = decodeFormat(req.ResponseFormat); e != nil {
+		return c, e
+	}
 	if c.Tools, e = decodeTools(req.Tools); e != nil {
 		return c, e
 	}
@@ -268,8 +273,6 @@ func (req *chatRequest) refusals() *Error {
 		return unsupported("frequency_penalty", "penalties are not available")
 	case req.Store != nil && *req.Store:
 		return unsupported("store", "fmgate does not store completions for later retrieval")
-	case req.ResponseFormat != nil && req.ResponseFormat.Type != "text":
-		return unsupported("response_format", "only text answers are available")
 	}
 	for _, m := range req.Modalities {
 		if m != "text" {

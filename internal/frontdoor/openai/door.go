@@ -113,6 +113,7 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 		Tools:          c.Tools,
 		ToolChoice:     c.ToolChoice,
 		ToolResults:    c.ToolResults,
+		Format:         c.Format,
 	}
 	if m, ok := d.g.ResolveModel(c.Model); ok {
 		t.StartTier = m.Name

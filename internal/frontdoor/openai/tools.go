@@ -49,13 +49,10 @@ func decodeTools(raw json.RawMessage) ([]provider.Tool, *Error) {
 		if t.Function == nil {
 			return nil, invalidRequest(param+".function", "Missing required parameter: '%s.function'.", param)
 		}
-		if t.Function.Strict != nil && *t.Function.Strict {
-			return nil, invalidRequest(param+".function.strict", "fmgate does not support strict function schemas yet; remove 'strict' (the arguments are still checked to be a JSON object).")
-		}
 		if err := provider.CheckToolName(t.Function.Name); err != nil {
 			return nil, invalidRequest(param+".function.name", "Invalid '%s.function.name': %v.", param, err)
 		}
-		tool := provider.Tool{Name: t.Function.Name, Schema: emptySchema}
+		tool := provider.Tool{Name: t.Function.Name, Schema: emptySchema, Strict: t.Function.Strict != nil && *t.Function.Strict}
 		if t.Function.Description != nil {
 			tool.Description = *t.Function.Description
 		}
@@ -71,6 +68,45 @@ func decodeTools(raw json.RawMessage) ([]provider.Tool, *Error) {
 		return nil, invalidRequest("tools", "Invalid 'tools': %v.", err)
 	}
 	return tools, nil
+}
+
+// decodeFormat reads response_format: text, json_object, or json_schema
+// with a name, a schema and strict.
+func decodeFormat(rf *responseFormat) (provider.Format, *Error) {
+	var f provider.Format
+	if rf == nil {
+		return f, nil
+	}
+	switch rf.Type {
+	case "text":
+		return f, nil
+	case "json_object":
+		f.Kind = provider.FormatJSONObject
+		return f, nil
+	case "json_schema":
+	default:
+		return f, invalidRequest("response_format.type", "Invalid 'response_format.type': %q is not one of text, json_object, json_schema.", truncate(rf.Type, 40))
+	}
+	var js struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Schema      json.RawMessage `json:"schema"`
+		Strict      *bool           `json:"strict"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(rf.JSONSchema))
+	dec.DisallowUnknownFields()
+	if !isSet(rf.JSONSchema) || dec.Decode(&js) != nil {
+		return f, invalidRequest("response_format.json_schema", "Invalid 'response_format.json_schema': expected {\"name\",\"schema\",\"strict\"}.")
+	}
+	if err := provider.CheckToolName(js.Name); err != nil {
+		return f, invalidRequest("response_format.json_schema.name", "Invalid 'response_format.json_schema.name': %v.", err)
+	}
+	if !provider.IsJSONObject(js.Schema) {
+		return f, invalidRequest("response_format.json_schema.schema", "Invalid 'response_format.json_schema.schema': expected a JSON Schema object.")
+	}
+	f = provider.Format{Kind: provider.FormatJSONSchema, Name: js.Name, Description: js.Description, Schema: js.Schema,
+		Strict: js.Strict != nil && *js.Strict}
+	return f, nil
 }
 
 // decodeToolChoice reads tool_choice: none, auto, required or a named

@@ -96,6 +96,7 @@ func (p *Provider) body(req *provider.Request, stream bool) ([]byte, error) {
 	}
 	b = append(b, ']')
 	b = appendTools(b, req.Tools, req.ToolChoice)
+	b = appendFormat(b, req.Format)
 	if req.MaxTokens > 0 {
 		if p.maxCompletion {
 			b = append(b, `,"max_completion_tokens":`...)
@@ -152,6 +153,9 @@ func appendTools(b []byte, tools []provider.Tool, c provider.ToolChoice) []byte 
 		}
 		b = append(b, `,"parameters":`...)
 		b = append(b, t.Schema...)
+		if t.Strict {
+			b = append(b, `,"strict":true`...)
+		}
 		b = append(b, "}}"...)
 	}
 	b = append(b, ']')
@@ -167,6 +171,32 @@ func appendTools(b []byte, tools []provider.Tool, c provider.ToolChoice) []byte 
 	}
 	if c.Sequential {
 		b = append(b, `,"parallel_tool_calls":false`...)
+	}
+	return b
+}
+
+// appendFormat appends response_format.
+func appendFormat(b []byte, f provider.Format) []byte {
+	switch f.Kind {
+	case provider.FormatJSONObject:
+		b = append(b, `,"response_format":{"type":"json_object"}`...)
+	case provider.FormatJSONSchema:
+		name := f.Name
+		if name == "" {
+			name = "answer"
+		}
+		b = append(b, `,"response_format":{"type":"json_schema","json_schema":{"name":`...)
+		b = appendString(b, name)
+		if f.Description != "" {
+			b = append(b, `,"description":`...)
+			b = appendString(b, f.Description)
+		}
+		b = append(b, `,"schema":`...)
+		b = append(b, f.Schema...)
+		if f.Strict {
+			b = append(b, `,"strict":true`...)
+		}
+		b = append(b, "}}"...)
 	}
 	return b
 }

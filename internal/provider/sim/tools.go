@@ -246,3 +246,23 @@ func callTokens(calls []provider.ToolCall) int {
 	}
 	return n
 }
+
+// formatAnswer is answer in the format req asks for: for json_object, the
+// answer under "answer"; for json_schema, a value drawn from the schema as
+// tool arguments are (the user's words in its strings).
+func formatAnswer(req *provider.Request, answer string) string {
+	switch req.Format.Kind {
+	case provider.FormatJSONObject:
+		b, _ := json.Marshal(map[string]string{"answer": answer})
+		return string(b)
+	case provider.FormatJSONSchema:
+		var s map[string]any
+		_ = json.Unmarshal(req.Format.Schema, &s)
+		b, err := json.Marshal(valueFor(s, questionText(req), 0))
+		if err != nil {
+			return "{}"
+		}
+		return string(b)
+	}
+	return answer
+}

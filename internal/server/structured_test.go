@@ -1,0 +1,132 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+var mangaSchema = map[string]any{
+	"type": "object",
+	"properties": map[string]any{
+		"title":   map[string]any{"type": "string"},
+		"volumes": map[string]any{"type": "integer", "minimum": 1},
+		"genre":   map[string]any{"type": "string", "enum": []string{"shonen", "seinen", "shojo"}},
+	},
+	"required":             []string{"title", "volumes", "genre"},
+	"additionalProperties": false,
+}
+
+// jsonAnswer asks the OpenAI door for an answer in format, JSON or
+// streamed, and returns its text and the tier that gave it.
+func jsonAnswer(t *testing.T, url string, stream bool, format oai.ChatCompletionNewParamsResponseFormatUnion) (text, tier string, err error) {
+	t.Helper()
+	c := oai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey("sk-any"), option.WithHeader("X-User-Id", toolUser()), option.WithMaxRetries(0))
+	p := oai.ChatCompletionNewParams{Model: "sonnet", ResponseFormat: format,
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Give me one manga to start with, as JSON.")}}
+	var raw *http.Response
+	if stream {
+		s := c.Chat.Completions.NewStreaming(context.Background(), p, option.WithResponseInto(&raw))
+		var b strings.Builder
+		for s.Next() {
+			if ch := s.Current(); len(ch.Choices) > 0 {
+				b.WriteString(ch.Choices[0].Delta.Content)
+			}
+		}
+		if err := s.Err(); err != nil {
+			return "", "", err
+		}
+		return b.String(), raw.Header.Get("X-Fmgate-Tier"), nil
+	}
+	res, err := c.Chat.Completions.New(context.Background(), p, option.WithResponseInto(&raw))
+	if err != nil {
+		return "", "", err
+	}
+	return res.Choices[0].Message.Content, raw.Header.Get("X-Fmgate-Tier"), nil
+}
+
+func schemaFormat() oai.ChatCompletionNewParamsResponseFormatUnion {
+	return oai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &oai.ResponseFormatJSONSchemaParam{
+		JSONSchema: oai.ResponseFormatJSONSchemaJSONSchemaParam{Name: "manga", Schema: mangaSchema, Strict: oai.Bool(true)}}}
+}
+
+// TestJSONAnswersOnEveryProvider: response_format json_schema and
+// json_object through the OpenAI door, served by the simulator, by an
+// OpenAI-compatible tier (which takes response_format itself) and by an
+// Anthropic tier (asked through a tool whose input is the answer), JSON
+// and streamed: the answer is the JSON the schema describes, nothing else.
+func TestJSONAnswersOnEveryProvider(t *testing.T) {
+	for _, up := range []string{"sim", "openai", "anthropic"} {
+		t.Run(up, func(t *testing.T) {
+			cfg := quickConfig()
+			switch up {
+			case "openai":
+				openaiUpstream(t, &cfg)
+			case "anthropic":
+				onAnthropic(t, &cfg, "sonnet")
+			}
+			sc := newScenario(t, cfg)
+			for _, stream := range []bool{false, true} {
+				text, tier, err := jsonAnswer(t, sc.srv.URL, stream, schemaFormat())
+				var m struct {
+					Title   string `json:"title"`
+					Volumes int    `json:"volumes"`
+					Genre   string `json:"genre"`
+				}
+				dec := json.NewDecoder(strings.NewReader(text))
+				dec.DisallowUnknownFields()
+				if err != nil || dec.Decode(&m) != nil || m.Title == "" || m.Volumes < 1 || m.Genre != "shonen" || tier != "sonnet" {
+					t.Fatalf("stream %v: answer %q from %q (%v); want the schema's JSON from sonnet", stream, text, tier, err)
+				}
+				text, _, err = jsonAnswer(t, sc.srv.URL, stream, oai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &oai.ResponseFormatJSONObjectParam{}})
+				var obj map[string]any
+				if err != nil || json.Unmarshal([]byte(text), &obj) != nil {
+					t.Fatalf("json_object, stream %v: answer %q (%v); want a JSON object", stream, text, err)
+				}
+			}
+		})
+	}
+}
+
+// TestAnswerThatBreaksItsSchemaFallsToTheNextTier: the primary tier (an
+// OpenAI-compatible server that ignores response_format) answers in prose;
+// fmgate counts that as the tier's failure and Haiku answers with the
+// schema's JSON. Streamed, the client never sees the prose. With every
+// model down, the turn gets a 503, not the graceful tier's prose.
+func TestAnswerThatBreaksItsSchemaFallsToTheNextTier(t *testing.T) {
+	prose := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Sure! I recommend One Piece."},"finish_reason":null}]}`+"\n\n")
+		_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n")
+		_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":7,"total_tokens":17}}`+"\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(prose.Close)
+	cfg := quickConfig()
+	cfg.Models[0].Provider, cfg.Models[0].Endpoint = "openai", prose.URL+"/v1"
+	sc := newScenario(t, cfg)
+	for _, stream := range []bool{false, true} {
+		text, tier, err := jsonAnswer(t, sc.srv.URL, stream, schemaFormat())
+		if err != nil || tier != "haiku" || strings.Contains(text, "Sure") || !json.Valid([]byte(text)) {
+			t.Fatalf("stream %v: answer %q from %q (%v); want Haiku's JSON and none of the prose", stream, text, tier, err)
+		}
+	}
+	st, _ := sc.s.Sim.Settings("haiku")
+	st.Outage = true
+	if err := sc.s.Sim.SetSettings("haiku", st); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := jsonAnswer(t, sc.srv.URL, false, schemaFormat())
+	var apiErr *oai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("every model failing the schema: %v; want a 503", err)
+	}
+}
