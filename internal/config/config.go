@@ -257,20 +257,27 @@ type Model struct {
 	// A client's own marks pass through either way.
 	PromptCaching string `yaml:"promptCaching"`
 	// Capabilities are what the tier can do beyond plain text:
-	// CapabilityTools (call the tools a request offers). A request that
-	// needs one skips the tiers without it rather than reach a model that
-	// would ignore it. Default: every capability fmgate can pass to the
-	// tier's provider, which is tools on every provider; list "text" alone
-	// for a model that can only write text (e.g. an OpenAI-compatible
-	// server without function calling).
+	// CapabilityTools (call the tools a request offers), CapabilityPrefill
+	// (continue an answer the client started) and CapabilityTopK (sample
+	// with top_k). A request that needs one skips the tiers without it
+	// rather than reach a model that would ignore it. Default: every
+	// capability fmgate can pass to the tier's provider — tools on every
+	// provider, prefill and top_k on all but openai; list "text" alone for
+	// a model that can only write text (e.g. an OpenAI-compatible server
+	// without function calling).
 	Capabilities []string `yaml:"capabilities"`
 }
 
 // Capabilities a model tier may have (Model.Capabilities).
 const (
-	CapabilityText  = "text"
-	CapabilityTools = "tools"
+	CapabilityText    = "text"
+	CapabilityTools   = "tools"
+	CapabilityPrefill = "prefill"
+	CapabilityTopK    = "top_k"
 )
+
+// capabilities are every capability a tier may list.
+var capabilities = []string{CapabilityText, CapabilityTools, CapabilityPrefill, CapabilityTopK}
 
 // Can reports whether the tier has capability c.
 func (m Model) Can(c string) bool {
@@ -278,7 +285,13 @@ func (m Model) Can(c string) bool {
 		return true
 	}
 	if len(m.Capabilities) == 0 {
-		return c == CapabilityTools
+		switch c {
+		case CapabilityTools:
+			return true
+		case CapabilityPrefill, CapabilityTopK:
+			return m.Provider != "openai" // OpenAI's API has neither
+		}
+		return false
 	}
 	return slices.Contains(m.Capabilities, c)
 }
@@ -648,8 +661,8 @@ func (c Config) Validate() error {
 			v.add(p, "prices must be >= 0")
 		}
 		for _, c := range m.Capabilities {
-			if c != CapabilityText && c != CapabilityTools {
-				v.add(p+".capabilities", fmt.Sprintf("%q is not a capability (use %q or %q)", c, CapabilityText, CapabilityTools))
+			if !slices.Contains(capabilities, c) {
+				v.add(p+".capabilities", fmt.Sprintf("%q is not a capability (use one of %s)", c, strings.Join(capabilities, ", ")))
 			}
 		}
 		if pc := m.PromptCaching; pc != "" && pc != PromptCachingAuto && pc != PromptCachingOff {

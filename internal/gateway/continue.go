@@ -26,7 +26,7 @@ const continuationNote = "The assistant's last message was cut off by a technica
 // client left or was too slow, the stream hit its maximum duration), the
 // cut answer ends with its error as before.
 func (g *Gateway) continueAnswer(ctx context.Context, t *Turn, route []string, res *Result, err error, out Output) (*Result, error) {
-	if err == nil || res == nil || res.Text == "" || len(t.Tools) > 0 || t.Format.Kind != provider.FormatText || !g.cfg.Stream.Continuation || !out.Started() || ctx.Err() != nil || !continuable(err) {
+	if err == nil || res == nil || res.Text == "" || len(t.Tools) > 0 || t.Format.Kind != provider.FormatText || t.Prefill != "" || !g.cfg.Stream.Continuation || !out.Started() || ctx.Err() != nil || !continuable(err) {
 		return res, err
 	}
 	next := ""

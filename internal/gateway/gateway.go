@@ -250,8 +250,8 @@ func (g *Gateway) primary() string { return g.cfg.Models[0].Name }
 
 // tiersFor is the model tiers that may serve t, in cascade order: from its
 // start tier (a tier name or modelId; all tiers when empty or unknown),
-// less those that lack a capability t needs (tools). The slice may not be
-// appended to.
+// less those that lack a capability t needs (tools, prefill, top_k). The
+// slice may not be appended to.
 func (g *Gateway) tiersFor(t *Turn) []string {
 	from := 0
 	if start := t.StartTier; start != "" {
@@ -263,16 +263,41 @@ func (g *Gateway) tiersFor(t *Turn) []string {
 		}
 	}
 	tiers := g.tiers[from:len(g.tiers):len(g.tiers)]
-	if len(t.Tools) == 0 {
+	needs := t.needs()
+	if len(needs) == 0 {
 		return tiers
 	}
 	able := make([]string, 0, len(tiers))
 	for i, name := range tiers {
-		if g.cfg.Models[from+i].Can(config.CapabilityTools) {
+		if canAll(g.cfg.Models[from+i], needs) {
 			able = append(able, name)
 		}
 	}
 	return able
+}
+
+// needs are the capabilities a tier must have to serve t.
+func (t *Turn) needs() []string {
+	var n []string
+	if len(t.Tools) > 0 {
+		n = append(n, config.CapabilityTools)
+	}
+	if t.Prefill != "" {
+		n = append(n, config.CapabilityPrefill)
+	}
+	if t.TopK != nil {
+		n = append(n, config.CapabilityTopK)
+	}
+	return n
+}
+
+func canAll(m config.Model, needs []string) bool {
+	for _, c := range needs {
+		if !m.Can(c) {
+			return false
+		}
+	}
+	return true
 }
 
 func tierNames(models []config.Model) []string {

@@ -504,12 +504,15 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 	msgs := make([]provider.Message, 0, len(t.History)+1)
 	msgs = append(msgs, t.History...)
 	msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: t.Message, Cache: t.MessageCache, ToolResults: t.ToolResults})
+	if t.Prefill != "" {
+		msgs = append(msgs, provider.Message{Role: provider.RoleAssistant, Content: t.Prefill})
+	}
 	maxOut := m.MaxOutputTokens
 	if t.MaxOutput > 0 && t.MaxOutput < maxOut {
 		maxOut = t.MaxOutput
 	}
 	req := &provider.Request{Model: m.Name, System: withContext(t.System, t.Context), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
-		Temperature: t.Temperature, StopSequences: t.StopSequences, CacheKey: t.PromptCacheKey, Tools: t.Tools, ToolChoice: t.ToolChoice}
+		Temperature: t.Temperature, TopP: t.TopP, TopK: t.TopK, StopSequences: t.StopSequences, CacheKey: t.PromptCacheKey, Tools: t.Tools, ToolChoice: t.ToolChoice}
 	markPrefixes(t, m, req)
 	return req
 }

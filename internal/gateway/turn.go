@@ -57,9 +57,15 @@ type Turn struct {
 	// PromptCacheKey is the client's OpenAI prompt_cache_key; it passes
 	// through to the model (see provider.Request.CacheKey).
 	PromptCacheKey string
-	// Temperature and StopSequences pass through to the model.
+	// Temperature, TopP, TopK and StopSequences pass through to the model.
 	Temperature   *float64
+	TopP          *float64
+	TopK          *int
 	StopSequences []string
+	// Prefill is the start of the answer the client wrote (Anthropic's
+	// trailing assistant message): the model continues it, and the answer
+	// is the continuation. Only tiers that can continue an answer serve it.
+	Prefill string
 	// Tools the client offers the model, and whether it must call one
 	// (vendor front doors). Only tiers that can call tools serve the
 	// turn; a turn that forces a call is never answered in prose by the

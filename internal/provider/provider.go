@@ -74,8 +74,13 @@ type Request struct {
 	MaxTokens int
 	// Locale is a hint ("ja", "en") a provider may use; real providers ignore it.
 	Locale string
-	// Temperature, when set, is passed to the vendor; nil leaves its default.
+	// Temperature, TopP and TopK, when set, are passed to the vendor; nil
+	// leaves its default. TopK reaches only vendors that have it
+	// (Anthropic, Claude on Bedrock): a tier on another is not offered a
+	// turn that sets it.
 	Temperature *float64
+	TopP        *float64
+	TopK        *int
 	// StopSequences end the answer when the model produces one of them.
 	StopSequences []string
 	// SystemCache marks the ends of prompt prefixes within System, in order.

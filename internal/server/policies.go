@@ -378,7 +378,8 @@ func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Res
 // words would get any other as if it were the answer.
 func plainAnswer(t *gateway.Turn, res *gateway.Result) bool {
 	return (res.StopReason == "" || res.StopReason == "end_turn") && t.ClientSystem == "" &&
-		len(t.StopSequences) == 0 && t.Temperature == nil && len(t.Tools) == 0 && t.Format.Kind == provider.FormatText
+		len(t.StopSequences) == 0 && t.Temperature == nil && t.TopP == nil && t.TopK == nil && t.Prefill == "" &&
+		len(t.Tools) == 0 && t.Format.Kind == provider.FormatText
 }
 
 func (c cascade) Simplify(req *provider.Request, model string) *provider.Request {
@@ -386,7 +387,7 @@ func (c cascade) Simplify(req *provider.Request, model string) *provider.Request
 }
 
 func (c cascade) question(t *gateway.Turn) fallback.Question {
-	return fallback.Question{Text: t.Message, Locale: t.Locale, PromptVersion: t.PromptVersion, NoCache: len(t.Tools) > 0 || t.Format.Kind != provider.FormatText}
+	return fallback.Question{Text: t.Message, Locale: t.Locale, PromptVersion: t.PromptVersion, NoCache: len(t.Tools) > 0 || t.Format.Kind != provider.FormatText || t.Prefill != ""}
 }
 
 func localize(locale, en, ja string) string {

@@ -89,3 +89,56 @@ func TestTheCacheKeepsOnlyWholeAnswersToTheBareQuestion(t *testing.T) {
 		}
 	}
 }
+
+// An assistant prefill on the Anthropic door is continued, not answered
+// anew: by the simulator, by a tier on the anthropic provider (the
+// simulator on Anthropic's wire), and never by a tier on the openai
+// provider, whose API cannot continue an answer — such a turn starts at
+// the next tier that can. top_k, which OpenAI's API lacks, routes the same.
+func TestPrefillAndTopKReachOnlyTiersThatHonourThem(t *testing.T) {
+	const prefill = "My top pick is"
+	body := `{"model":"sonnet","max_tokens":300,"messages":[{"role":"user","content":"Which manga should I read next?"},{"role":"assistant","content":"` + prefill + `"}]}`
+	ask := func(sc *scenario, body string) (text, tier string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/messages", strings.NewReader(body))
+		req.Header.Set("X-User-Id", toolUser())
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m struct {
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || json.Unmarshal(b, &m) != nil || len(m.Content) == 0 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		return m.Content[0].Text, resp.Header.Get("X-Fmgate-Tier")
+	}
+	for _, up := range []string{"sim", "anthropic"} {
+		cfg := quickConfig()
+		if up == "anthropic" {
+			onAnthropic(t, &cfg, "sonnet")
+		}
+		text, tier := ask(newScenario(t, cfg), body)
+		if tier != "sonnet" || text == "" || strings.HasPrefix(text, prefill) {
+			t.Fatalf("%s: %q from %q; want Sonnet's continuation of the prefill, without it", up, text, tier)
+		}
+	}
+	cfg := quickConfig()
+	openaiUpstream(t, &cfg)
+	sc := newScenario(t, cfg)
+	if _, tier := ask(sc, body); tier != "haiku" {
+		t.Fatalf("prefill with Sonnet on the openai provider: answered by %q, want haiku", tier)
+	}
+	if _, tier := ask(sc, `{"model":"sonnet","max_tokens":300,"top_k":5,"messages":[{"role":"user","content":"Hi"}]}`); tier != "haiku" {
+		t.Fatalf("top_k with Sonnet on the openai provider: answered by %q, want haiku", tier)
+	}
+	if _, tier := ask(sc, `{"model":"sonnet","max_tokens":300,"top_p":0.9,"messages":[{"role":"user","content":"Hi"}]}`); tier != "sonnet" {
+		t.Fatalf("top_p with Sonnet on the openai provider: answered by %q, want sonnet", tier)
+	}
+}

@@ -154,7 +154,7 @@ func (d *door) countTokens(w http.ResponseWriter, r *http.Request) {
 // conversation before it, the client's system prompt and sampling.
 func (d *door) turn(r *http.Request, req *Request, m config.Model) *gateway.Turn {
 	id := "msg_" + newID()
-	last := len(req.Messages) - 1
+	last := len(req.Messages) - 1 // the user's message; a prefill is apart
 	feature := r.Header.Get(HeaderFeature)
 	if !validFeature(feature) {
 		feature = "chat"
@@ -171,6 +171,9 @@ func (d *door) turn(r *http.Request, req *Request, m config.Model) *gateway.Turn
 		ClientSystemCache: req.SystemCache,
 		MaxOutput:         req.MaxTokens,
 		Temperature:       req.Temperature,
+		TopP:              req.TopP,
+		TopK:              req.TopK,
+		Prefill:           req.Prefill,
 		StopSequences:     req.StopSequences,
 		Tools:             req.Tools,
 		ToolChoice:        req.ToolChoice,

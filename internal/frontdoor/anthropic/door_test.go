@@ -390,10 +390,10 @@ func TestRefusalsInAnthropicsShape(t *testing.T) {
 		wantIn     string
 	}{
 		{"max_tokens required", `{"model":"sonnet","messages":[{"role":"user","content":"hi"}]}`, key, 400, "invalid_request_error", "max_tokens"},
-		{"top_k", `{"model":"sonnet","max_tokens":10,"top_k":5,"messages":[{"role":"user","content":"hi"}]}`, key, 400, "invalid_request_error", "top_k"},
+		{"service_tier", `{"model":"sonnet","max_tokens":10,"service_tier":"auto","messages":[{"role":"user","content":"hi"}]}`, key, 400, "invalid_request_error", "service_tier"},
 		{"thinking", `{"model":"sonnet","max_tokens":10,"thinking":{"type":"enabled"},"messages":[{"role":"user","content":"hi"}]}`, key, 400, "invalid_request_error", "thinking"},
 		{"image", `{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, key, 400, "invalid_request_error", "image"},
-		{"prefill", `{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure"}]}`, key, 400, "invalid_request_error", "last message"},
+		{"prefill ending in a space", `{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure "}]}`, key, 400, "invalid_request_error", "trailing whitespace"},
 		{"not json", `{"model":`, key, 400, "invalid_request_error", "JSON"},
 		{"no key", `{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, nil, 401, "authentication_error", ""},
 		{"wrong key", `{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, map[string]string{"x-api-key": "sk-x"}, 401, "authentication_error", ""},

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/fmgate/fmgate/internal/provider"
@@ -76,10 +77,15 @@ type Request struct {
 	SystemCache []provider.CacheMark
 	// Messages alternate user and assistant (consecutive messages of one
 	// role are joined, as Anthropic does) and end with a user message.
-	Messages      []provider.Message
+	Messages []provider.Message
+	// Prefill is a trailing assistant message's text: the start of the
+	// answer, which the model continues.
+	Prefill       string
 	MaxTokens     int
 	StopSequences []string
 	Temperature   *float64
+	TopP          *float64
+	TopK          *int
 	Stream        bool
 	// UserID is metadata.user_id, empty when not given.
 	UserID string
@@ -90,9 +96,13 @@ type Request struct {
 
 // ProviderRequest is r as a model call for the model named model.
 func (r *Request) ProviderRequest(model string) *provider.Request {
+	msgs := slices.Clone(r.Messages)
+	if r.Prefill != "" {
+		msgs = append(msgs, provider.Message{Role: provider.RoleAssistant, Content: r.Prefill})
+	}
 	return &provider.Request{
-		Model: model, System: r.System, SystemCache: slices.Clone(r.SystemCache), Messages: slices.Clone(r.Messages),
-		MaxTokens: r.MaxTokens, Temperature: r.Temperature, StopSequences: slices.Clone(r.StopSequences),
+		Model: model, System: r.System, SystemCache: slices.Clone(r.SystemCache), Messages: msgs,
+		MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK, StopSequences: slices.Clone(r.StopSequences),
 		Tools: r.Tools, ToolChoice: r.ToolChoice,
 	}
 }
@@ -113,9 +123,9 @@ func invalid(format string, args ...any) *Error {
 }
 
 // supported are the request fields this server honours. Every other field
-// Anthropic defines (thinking, top_k, top_p, service_tier, container,
-// mcp_servers, …) is refused by name, never silently dropped.
-var supported = []string{"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "stream", "metadata", "tools", "tool_choice"}
+// Anthropic defines (thinking, service_tier, container, mcp_servers, …) is
+// refused by name, never silently dropped.
+var supported = []string{"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k", "stream", "metadata", "tools", "tool_choice"}
 
 // DecodeRequest reads and validates a Messages request of at most maxBytes
 // (DefaultMaxBodyBytes when <= 0). A refusal is an *Error in Anthropic's
@@ -164,7 +174,7 @@ const BedrockVersion = "bedrock-2023-05-31"
 
 // invokeFields are the fields of a Messages body on Bedrock's InvokeModel:
 // the model is in the path and streaming is the route's, not the body's.
-var invokeFields = []string{"anthropic_version", "messages", "max_tokens", "system", "stop_sequences", "temperature", "metadata", "tools", "tool_choice"}
+var invokeFields = []string{"anthropic_version", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "tools", "tool_choice"}
 
 // DecodeInvokeBody reads and validates the Messages body of a Bedrock
 // InvokeModel call (anthropic_version bedrock-2023-05-31, no model): the
@@ -254,6 +264,20 @@ func (r *Request) decode(fields map[string]json.RawMessage) *Error {
 		}
 		r.Temperature = &t
 	}
+	if v, ok := fields["top_p"]; ok && !isNull(v) {
+		var p float64
+		if err := json.Unmarshal(v, &p); err != nil || math.IsNaN(p) || p < 0 || p > 1 {
+			return invalid("top_p: must be a number between 0 and 1")
+		}
+		r.TopP = &p
+	}
+	if v, ok := fields["top_k"]; ok && !isNull(v) {
+		var k int
+		if err := json.Unmarshal(v, &k); err != nil || k < 1 {
+			return invalid("top_k: must be a positive integer")
+		}
+		r.TopK = &k
+	}
 	if v, ok := fields["stop_sequences"]; ok && !isNull(v) {
 		if err := json.Unmarshal(v, &r.StopSequences); err != nil {
 			return invalid("stop_sequences: must be a list of strings")
@@ -293,6 +317,9 @@ func (r *Request) decode(fields map[string]json.RawMessage) *Error {
 		return merr
 	}
 	r.Messages = msgs
+	if n := len(msgs); n >= 2 && msgs[n-1].Role == provider.RoleAssistant {
+		r.Messages, r.Prefill = msgs[:n-1], msgs[n-1].Content
+	}
 	if n := r.ProviderRequest("").CacheMarks(); n > provider.MaxCacheMarks {
 		return invalid("A maximum of %d blocks with cache_control may be provided. Found %d.", provider.MaxCacheMarks, n)
 	}
@@ -395,8 +422,21 @@ func decodeMessages(v json.RawMessage) ([]provider.Message, *Error) {
 		out = append(out, provider.Message{Role: role, Content: c.text, Cache: c.marks, ToolCalls: c.calls, ToolResults: c.results})
 	}
 	last := out[len(out)-1]
-	if last.Role != provider.RoleUser {
-		return nil, invalid("messages: the last message must have role \"user\" (prefilling the assistant's answer is not supported)")
+	if last.Role == provider.RoleAssistant {
+		// A prefill: the start of the answer, which the model continues.
+		switch {
+		case len(out) < 2:
+			return nil, invalid("messages: the first message must have role \"user\"")
+		case len(last.ToolCalls) > 0:
+			return nil, invalid("messages: the last message may not hold tool_use blocks (a tool call needs its result in a user message)")
+		case strings.TrimSpace(last.Content) == "":
+			return nil, invalid("messages: a final assistant message (a prefill) must not be empty")
+		case strings.TrimRightFunc(last.Content, unicode.IsSpace) != last.Content:
+			return nil, invalid("messages: final assistant content cannot end with trailing whitespace")
+		case len(last.Cache) > 0:
+			return nil, invalid("messages: cache_control is not supported on a final assistant message (a prefill)")
+		}
+		last = out[len(out)-2]
 	}
 	if strings.TrimSpace(last.Content) == "" && len(last.ToolResults) == 0 {
 		return nil, invalid("messages: the last user message must not be empty")

@@ -38,7 +38,7 @@ func (d *door) invoke(w http.ResponseWriter, r *http.Request, t *gateway.Turn, m
 	t.ClientSystem, t.ClientSystemCache = req.System, req.SystemCache
 	t.StartTier = tier.Name
 	t.MaxOutput = req.MaxTokens
-	t.Temperature = req.Temperature
+	t.Temperature, t.TopP, t.TopK, t.Prefill = req.Temperature, req.TopP, req.TopK, req.Prefill
 	t.StopSequences = req.StopSequences
 	t.Tools, t.ToolChoice, t.ToolResults = req.Tools, req.ToolChoice, req.Messages[last].ToolResults
 	if stream {

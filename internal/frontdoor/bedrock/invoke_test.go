@@ -134,7 +134,7 @@ func TestInvokeModelRefusesOtherBodies(t *testing.T) {
 	tests := []struct{ name, body, want string }{
 		{"titan", `{"inputText":"hi","textGenerationConfig":{"maxTokenCount":50}}`, "Messages body"},
 		{"wrong version", `{"anthropic_version":"2023-06-01","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, "bedrock-2023-05-31"},
-		{"top_k", `{"anthropic_version":"bedrock-2023-05-31","max_tokens":10,"top_k":5,"messages":[{"role":"user","content":"hi"}]}`, "top_k"},
+		{"thinking", `{"anthropic_version":"bedrock-2023-05-31","max_tokens":10,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`, "thinking"},
 		{"no max_tokens", `{"anthropic_version":"bedrock-2023-05-31","messages":[{"role":"user","content":"hi"}]}`, "max_tokens"},
 	}
 	for _, tt := range tests {

@@ -61,6 +61,7 @@ type Chat struct {
 	// when neither is set.
 	MaxTokens   int
 	Temperature *float64
+	TopP        *float64
 	Stop        []string
 	User        string
 	// PromptCacheKey is prompt_cache_key, passed to the model.
@@ -221,6 +222,15 @@ func DecodeChat(data []byte) (Chat, *Error) {
 		}
 		c.Temperature = t
 	}
+	if p := req.TopP; p != nil {
+		if *p < 0 || *p > 1 {
+			return c, invalidRequest("top_p", "Invalid 'top_p': expected a number between 0 and 1, but got %g instead.", *p)
+		}
+		c.TopP = p
+	}
+	if e := checkMetadata(req.Metadata); e != nil {
+		return c, e
+	}
 	var e *Error
 	if c.Stop, e = decodeStop(req.Stop); e != nil {
 		return c, e
@@ -265,8 +275,6 @@ func (req *chatRequest) refusals() *Error {
 		return unsupported("n", "only one choice per request")
 	case req.Logprobs != nil && *req.Logprobs:
 		return unsupported("logprobs", "log probabilities are not available")
-	case req.TopP != nil && *req.TopP != 1:
-		return unsupported("top_p", "use temperature instead")
 	case req.PresencePenalty != nil && *req.PresencePenalty != 0:
 		return unsupported("presence_penalty", "penalties are not available")
 	case req.FrequencyPenalty != nil && *req.FrequencyPenalty != 0:
@@ -291,7 +299,6 @@ func (req *chatRequest) refusals() *Error {
 		{"audio", "only text output is available", req.Audio},
 		{"prediction", "predicted outputs are not available", req.Prediction},
 		{"web_search_options", "web search is not available", req.WebSearchOptions},
-		{"metadata", "completions are not stored", req.Metadata},
 		{"reasoning_effort", "the model tier decides", req.ReasoningEffort},
 		{"verbosity", "the model tier decides", req.Verbosity},
 		{"service_tier", "fmgate's priority classes come from the API key", req.ServiceTier},

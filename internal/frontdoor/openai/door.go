@@ -108,6 +108,7 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 		ClientSystem:   c.System,
 		MaxOutput:      c.MaxTokens,
 		Temperature:    c.Temperature,
+		TopP:           c.TopP,
 		StopSequences:  c.Stop,
 		PromptCacheKey: c.PromptCacheKey,
 		Tools:          c.Tools,

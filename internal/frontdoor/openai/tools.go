@@ -204,6 +204,29 @@ func decodeToolResult(rawID json.RawMessage, content, param string) (provider.To
 	return provider.ToolResult{CallID: id, Content: content}, nil
 }
 
+// checkMetadata accepts metadata as OpenAI does (at most 16 string pairs,
+// keys up to 64 characters, values up to 512). OpenAI keeps it with a
+// stored completion only, and fmgate stores none (store: true is
+// refused), so it changes nothing about the answer.
+func checkMetadata(raw json.RawMessage) *Error {
+	if !isSet(raw) {
+		return nil
+	}
+	var md map[string]string
+	if err := json.Unmarshal(raw, &md); err != nil {
+		return invalidRequest("metadata", "Invalid 'metadata': expected an object of strings.")
+	}
+	if len(md) > 16 {
+		return invalidRequest("metadata", "Invalid 'metadata': at most 16 keys.")
+	}
+	for k, v := range md {
+		if len(k) > 64 || len(v) > 512 {
+			return invalidRequest("metadata", "Invalid 'metadata': keys are at most 64 characters and values at most 512.")
+		}
+	}
+	return nil
+}
+
 // checkName accepts a message's name: a participant's name, which only
 // OpenAI's own models read; fmgate checks it as OpenAI does.
 func checkName(raw json.RawMessage, param string) *Error {

@@ -169,6 +169,12 @@ func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 	if req.Temperature != nil {
 		params.Temperature = sdk.Float(*req.Temperature)
 	}
+	if req.TopP != nil {
+		params.TopP = sdk.Float(*req.TopP)
+	}
+	if req.TopK != nil {
+		params.TopK = sdk.Int(int64(*req.TopK))
+	}
 	if len(req.StopSequences) > 0 {
 		params.StopSequences = req.StopSequences
 	}

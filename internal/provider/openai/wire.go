@@ -113,6 +113,14 @@ func (p *Provider) body(req *provider.Request, stream bool) ([]byte, error) {
 		b = append(b, `,"temperature":`...)
 		b = strconv.AppendFloat(b, t, 'g', -1, 64)
 	}
+	if req.TopP != nil {
+		p := *req.TopP
+		if math.IsNaN(p) || math.IsInf(p, 0) {
+			return nil, fmt.Errorf("openai: top_p %v is not a number", p)
+		}
+		b = append(b, `,"top_p":`...)
+		b = strconv.AppendFloat(b, p, 'g', -1, 64)
+	}
 	if len(req.StopSequences) > 0 {
 		b = append(b, `,"stop":[`...)
 		for i, s := range req.StopSequences {
