@@ -69,7 +69,10 @@ const (
 // falls down the cascade; a degraded answer is still a 200 in Bedrock's
 // shape, with X-Fmgate-Tier, X-Fmgate-Degraded and X-Fmgate-Trace-Id saying
 // how it was served. The request's system blocks are appended to fmgate's
-// own prompt. Fields fmgate does not support get a ValidationException.
+// own prompt. A toolConfig, toolUse and toolResult blocks pass to the turn;
+// the model's tool calls come back as toolUse blocks after the text (in a
+// stream, whole once the answer is in). Fields fmgate does not support get
+// a ValidationException.
 func New(g Pipeline, opts Options) http.Handler {
 	d := &door{g: g, now: opts.Now, getenv: opts.Getenv, maxBody: opts.MaxBodyBytes}
 	if d.now == nil {

@@ -25,6 +25,8 @@ const guardrailText = "Sorry, this request was blocked by a guardrail."
 // ModelNotReadyException, timeout 408 ModelTimeoutException), a guardrail
 // as a 200 whose stopReason is guardrail_intervened, a failure mid-stream as
 // an event-stream exception, and cutAfterTokens as a dropped connection.
+// Tools pass to the simulated model, whose calls come back as the door
+// sends them.
 // Request signatures are not checked: bind the simulator to loopback.
 func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

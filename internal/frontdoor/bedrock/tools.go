@@ -227,13 +227,12 @@ func checkToolUseID(id string) error {
 // and value.
 func oneMember(raw json.RawMessage, where, shape string) (string, json.RawMessage, error) {
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || len(m) != 1 {
-		return "", nil, invalidf("%s must be an object with one member, such as %s", where, shape)
+	if err := json.Unmarshal(raw, &m); err == nil && len(m) == 1 {
+		for k, v := range m {
+			return k, v, nil
+		}
 	}
-	for k, v := range m {
-		return k, v, nil
-	}
-	panic("unreachable")
+	return "", nil, invalidf("%s must be an object with one member, such as %s", where, shape)
 }
 
 // strictUnmarshal decodes raw into v, refusing fields v does not have.
