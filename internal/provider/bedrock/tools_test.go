@@ -237,3 +237,27 @@ func TestMalformedStreamedToolInput(t *testing.T) {
 		t.Fatalf("response %+v; want the reported usage kept for billing", resp)
 	}
 }
+
+// TestCutToolCallIsEstimated: a stream cut while the model writes its tool
+// call fails as unavailable with no call, billed an estimate that counts
+// the tools offered.
+func TestCutToolCallIsEstimated(t *testing.T) {
+	s, srv := startSim(t)
+	st, _ := s.Settings("sonnet")
+	st.CutAfterTokens = 2
+	if err := s.SetSettings("sonnet", st); err != nil {
+		t.Fatal(err)
+	}
+	p := newProvider(t, srv.URL)
+	bare := request("What is the weather in Tokyo?")
+	bareResp, _ := p.Stream(context.Background(), bare, nil)
+	req := request("What is the weather in Tokyo?")
+	req.Tools = []provider.Tool{weather, clock, search}
+	resp, err := p.Stream(context.Background(), req, nil)
+	if provider.KindOf(err) != provider.KindUnavailable || len(resp.ToolCalls) != 0 {
+		t.Fatalf("err %v, calls %+v; want unavailable and no call", err, resp.ToolCalls)
+	}
+	if !resp.Usage.Estimated || resp.Usage.InputTokens <= bareResp.Usage.InputTokens {
+		t.Fatalf("usage %+v (without tools %+v); want an estimate counting the tools", resp.Usage, bareResp.Usage)
+	}
+}
