@@ -69,7 +69,10 @@ const (
 // falls down the cascade; a degraded answer is still a 200 in Bedrock's
 // shape, with X-Fmgate-Tier, X-Fmgate-Degraded and X-Fmgate-Trace-Id saying
 // how it was served. The request's system blocks are appended to fmgate's
-// own prompt. Fields fmgate does not support get a ValidationException.
+// own prompt. A toolConfig, toolUse and toolResult blocks pass to the turn;
+// the model's tool calls come back as toolUse blocks after the text (in a
+// stream, whole once the answer is in). Fields fmgate does not support get
+// a ValidationException.
 func New(g Pipeline, opts Options) http.Handler {
 	d := &door{g: g, now: opts.Now, getenv: opts.Getenv, maxBody: opts.MaxBodyBytes}
 	if d.now == nil {
@@ -146,7 +149,9 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.SessionID = "bedrock:" + t.RequestID
 	t.Message = req.Messages[last].Content
 	t.MessageCache = req.Messages[last].Cache
+	t.ToolResults = req.Messages[last].ToolResults
 	t.History = req.Messages[:last]
+	t.Tools, t.ToolChoice = req.Tools, req.ToolChoice
 	t.ClientSystem, t.ClientSystemCache = req.System, req.SystemCache
 	t.StartTier = tier.Name
 	t.MaxOutput = req.MaxTokens
@@ -203,7 +208,7 @@ func (d *door) converse(w http.ResponseWriter, r *http.Request, t *gateway.Turn,
 		return
 	}
 	setServedHeaders(w.Header(), res.Tier, res.Degraded, res.TraceID)
-	WriteConverse(w, out.text.String(), stopReason(res.StopReason), res.Usage, d.now().Sub(start))
+	WriteConverse(w, out.text.String(), res.ToolCalls, stopReason(res.StopReason), res.Usage, d.now().Sub(start))
 }
 
 // converseStream answers with the event stream: the pipeline's frames,
@@ -227,7 +232,12 @@ func (d *door) converseStream(w http.ResponseWriter, r *http.Request, t *gateway
 			_ = es.ew.Exception(streamException(e.Type), e.Message)
 		}
 	default:
+		// Tool calls go out whole, after the text: the gateway has checked
+		// them before the client can act on them.
 		es.begin()
+		if len(res.ToolCalls) > 0 && es.ew.ToolCalls(res.ToolCalls) != nil {
+			return
+		}
 		_ = es.ew.Stop(stopReason(res.StopReason), res.Usage, d.now().Sub(start))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,6 +117,38 @@ func TestJavaScriptSDK(t *testing.T) {
 					break
 				}
 			}
+		}
+	})
+	t.Run("stream with tools", func(t *testing.T) {
+		type jsTools struct {
+			Text       string
+			StopReason string
+			Calls      []struct {
+				ToolUseID string
+				Name      string
+				Input     map[string]string
+			}
+			Fragments []string
+			Events    []string
+		}
+		var got struct{ First, Second jsTools }
+		runJS(t, srv.URL, "tools", &got)
+		f := got.First
+		if len(f.Calls) != 2 || f.Calls[0].Name != "get_weather" || f.Calls[1].Name != "get_time" || f.Calls[0].ToolUseID == "" || f.StopReason != "tool_use" {
+			t.Fatalf("first answer: calls %+v stop %q; want get_weather and get_time, tool_use", f.Calls, f.StopReason)
+		}
+		for _, c := range f.Calls {
+			if c.Input["city"] != "大阪の weather と time を教えてください" {
+				t.Errorf("%s: input %v", c.Name, c.Input)
+			}
+		}
+		want := "messageStart contentBlockStart contentBlockDelta contentBlockStop contentBlockStart contentBlockDelta contentBlockStop messageStop metadata"
+		if strings.Join(f.Events, " ") != want || len(f.Fragments) < 4 {
+			t.Errorf("first answer: events %v in %d fragments; want %s in several", f.Events, len(f.Fragments), want)
+		}
+		s := got.Second
+		if wantText := "get_weatherの結果: {\"answer\":\"get_weather ok\"}\nget_timeの結果: {\"answer\":\"get_time ok\"}"; s.Text != wantText || s.StopReason != "end_turn" || len(s.Calls) != 0 {
+			t.Errorf("second answer %q stop %q calls %+v; want %q", s.Text, s.StopReason, s.Calls, wantText)
 		}
 	})
 	t.Run("wrong secret", func(t *testing.T) {

@@ -326,9 +326,9 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 		in   *bedrockruntime.ConverseInput
 		want string
 	}{
-		{"tools", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("hi"),
+		{"tool without a schema", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("hi"),
 			ToolConfig: &types.ToolConfiguration{Tools: []types.Tool{&types.ToolMemberToolSpec{Value: types.ToolSpecification{
-				Name: aws.String("lookup"), InputSchema: &types.ToolInputSchemaMemberJson{}}}}}}, "toolConfig"},
+				Name: aws.String("lookup"), InputSchema: &types.ToolInputSchemaMemberJson{}}}}}}, "toolConfig.tools[0].toolSpec.inputSchema.json"},
 		{"image block", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: []types.Message{{Role: types.ConversationRoleUser,
 			Content: []types.ContentBlock{&types.ContentBlockMemberImage{Value: types.ImageBlock{Format: types.ImageFormatPng,
 				Source: &types.ImageSourceMemberBytes{Value: []byte{1, 2, 3}}}}}}}}, "image"},

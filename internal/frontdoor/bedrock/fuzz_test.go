@@ -11,6 +11,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/stream"
 )
 
@@ -19,7 +20,7 @@ import (
 type fakePipeline struct{}
 
 func (fakePipeline) Run(_ context.Context, t *gateway.Turn, out gateway.Output) (*gateway.Result, error) {
-	if t.Message == "" || t.StartTier == "" {
+	if t.Message == "" && len(t.ToolResults) == 0 || t.StartTier == "" {
 		return nil, errors.New("the door passed an empty turn")
 	}
 	if err := out.Write("ok"); err != nil {
@@ -59,6 +60,8 @@ var seeds = []string{
 	`{"messages":[],"toolConfig":{"tools":[]}}`,
 	`{"messages":[{"role":"user","content":[{"text":1}]}]}`,
 	`{"messages":[{"role":"user","content":[{"text":"x"}]}],"inferenceConfig":{"topP":0.1}}`,
+	`{"messages":[{"role":"user","content":[{"text":"weather?"}]},{"role":"assistant","content":[{"text":"Looking."},{"toolUse":{"toolUseId":"t1","name":"get_weather","input":{"city":"東京"}}}]},{"role":"user","content":[{"toolResult":{"toolUseId":"t1","content":[{"text":"rain"},{"json":{"mm":3}}],"status":"error"}},{"cachePoint":{"type":"default"}}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"get_weather","description":"d","inputSchema":{"json":{"type":"object"}}}}],"toolChoice":{"tool":{"name":"get_weather"}}}}`,
+	`{"messages":[{"role":"user","content":[{"text":"x"}]}],"toolConfig":{"tools":[{"cachePoint":{"type":"default"}}],"toolChoice":{"any":{}}}}`,
 	`{"messages":null}`, `[]`, `{`, ``, `{"messages":[{"role":"user","content":[{"text":"x"}]}]} {}`,
 }
 
@@ -79,6 +82,12 @@ func FuzzDecode(f *testing.F) {
 		}
 		if len(req.Messages) == 0 || req.Messages[len(req.Messages)-1].Role != "user" {
 			t.Fatalf("decoded %+v", req)
+		}
+		if err := provider.CheckTools(req.Tools, req.ToolChoice); err != nil {
+			t.Fatalf("decoded tools the provider refuses: %v", err)
+		}
+		if err := provider.CheckToolPairing(req.Messages); err != nil {
+			t.Fatalf("decoded tool blocks that do not pair: %v", err)
 		}
 	})
 }

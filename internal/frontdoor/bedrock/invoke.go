@@ -218,6 +218,7 @@ func (d *door) countTokens(w http.ResponseWriter, r *http.Request, t *gateway.Tu
 			return
 		}
 		msgs, t.ClientSystem, t.ClientSystemCache = req.Messages, req.System, req.SystemCache
+		t.Tools, t.ToolChoice, t.ToolResults = req.Tools, req.ToolChoice, req.Messages[len(req.Messages)-1].ToolResults
 	case in.Input.InvokeModel != nil && len(in.Input.Converse) == 0:
 		req, werr := anthropic.DecodeInvokeBody(bytes.NewReader(in.Input.InvokeModel.Body), d.maxBody)
 		if werr != nil {

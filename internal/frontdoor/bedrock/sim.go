@@ -25,6 +25,8 @@ const guardrailText = "Sorry, this request was blocked by a guardrail."
 // ModelNotReadyException, timeout 408 ModelTimeoutException), a guardrail
 // as a 200 whose stopReason is guardrail_intervened, a failure mid-stream as
 // an event-stream exception, and cutAfterTokens as a dropped connection.
+// Tools pass to the simulated model, whose calls come back as the door
+// sends them.
 // Request signatures are not checked: bind the simulator to loopback.
 func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -67,7 +69,8 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 			return
 		}
 		preq := &provider.Request{Model: name, System: req.System, SystemCache: req.SystemCache, Messages: req.Messages,
-			MaxTokens: req.MaxTokens, Temperature: req.Temperature, StopSequences: req.StopSequences}
+			MaxTokens: req.MaxTokens, Temperature: req.Temperature, StopSequences: req.StopSequences,
+			Tools: req.Tools, ToolChoice: req.ToolChoice}
 		if op == OpCountTokens {
 			n, err := s.CountTokens(r.Context(), preq)
 			if err != nil {
@@ -91,11 +94,11 @@ func simConverse(w http.ResponseWriter, r *http.Request, s *sim.Sim, req *provid
 	resp, err := s.Complete(r.Context(), req)
 	switch {
 	case err == nil:
-		WriteConverse(w, resp.Text, resp.StopReason, resp.Usage, time.Since(start))
+		WriteConverse(w, resp.Text, resp.ToolCalls, resp.StopReason, resp.Usage, time.Since(start))
 	case cut(st, resp, err):
 		panic(http.ErrAbortHandler) // the connection drops, as a cut upstream would
 	case provider.KindOf(err) == provider.KindGuardrail:
-		WriteConverse(w, guardrailText, StopGuardrailIntervened, resp.Usage, time.Since(start))
+		WriteConverse(w, guardrailText, nil, StopGuardrailIntervened, resp.Usage, time.Since(start))
 	default:
 		WriteException(w, simException(err))
 	}
@@ -106,6 +109,9 @@ func simStream(w http.ResponseWriter, r *http.Request, s *sim.Sim, req *provider
 	resp, err := s.Stream(r.Context(), req, ew.Delta)
 	switch {
 	case err == nil:
+		if len(resp.ToolCalls) > 0 && ew.ToolCalls(resp.ToolCalls) != nil {
+			return
+		}
 		_ = ew.Stop(resp.StopReason, resp.Usage, time.Since(start))
 	case cut(st, resp, err):
 		_ = ew.Start()

@@ -60,12 +60,14 @@ const (
 	StopSequence            = "stop_sequence"
 	StopGuardrailIntervened = "guardrail_intervened"
 	StopContentFiltered     = "content_filtered"
+	StopToolUse             = provider.StopToolUse
 )
 
 // Request is a decoded Converse / ConverseStream request: the parts fmgate
-// supports. Everything else Bedrock accepts (toolConfig, image and document
-// blocks, guardrailConfig, additionalModelRequestFields, …) is refused by
-// Decode with a ValidationException, never silently dropped.
+// supports. Everything else Bedrock accepts (image and document blocks,
+// cachePoint entries among tools, guardrailConfig,
+// additionalModelRequestFields, …) is refused by Decode with a
+// ValidationException, never silently dropped.
 type Request struct {
 	ModelID string
 	// System is the request's system blocks joined by blank lines.
@@ -73,10 +75,16 @@ type Request struct {
 	// SystemCache marks where a cachePoint block follows system text.
 	SystemCache []provider.CacheMark
 	// Messages alternate user and assistant turns and end with a user turn.
+	// Assistant messages carry their toolUse blocks as ToolCalls, user
+	// messages their toolResult blocks as ToolResults; the last user
+	// message may hold tool results alone.
 	Messages      []provider.Message
 	MaxTokens     int // 0: not set
 	Temperature   *float64
 	StopSequences []string
+	// Tools and ToolChoice are toolConfig's; none without one.
+	Tools      []provider.Tool
+	ToolChoice provider.ToolChoice
 }
 
 // ParsePath splits an escaped request path, /model/{modelId}/{op}, into the
@@ -165,7 +173,6 @@ func Decode(modelID string, body []byte) (*Request, error) {
 		name string
 		raw  json.RawMessage
 	}{
-		{"toolConfig", w.ToolConfig},
 		{"guardrailConfig", w.GuardrailConfig},
 		{"additionalModelRequestFields", w.AdditionalModelRequestFields},
 		{"additionalModelResponseFieldPaths", w.AdditionalModelResponseFieldPaths},
@@ -185,6 +192,14 @@ func Decode(modelID string, body []byte) (*Request, error) {
 	}
 	req.System, req.SystemCache = system, marks
 	if err := decodeMessages(w.Messages, req); err != nil {
+		return nil, err
+	}
+	if isSet(w.ToolConfig) {
+		if err := decodeToolConfig(w.ToolConfig, req); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkToolBlocks(req); err != nil {
 		return nil, err
 	}
 	n := len(req.SystemCache)
@@ -215,7 +230,11 @@ func decodeBlocks(blocks []json.RawMessage, path, sep string) (string, []provide
 	)
 	for i, raw := range blocks {
 		where := fmt.Sprintf("%s[%d]", path, i)
-		t, mark, err := textBlock(raw, where)
+		block, err := blockMembers(raw, where)
+		if err != nil {
+			return "", nil, err
+		}
+		t, mark, err := textBlock(block, where)
 		switch {
 		case err != nil:
 			return "", nil, err
@@ -256,13 +275,12 @@ func decodeMessages(msgs []wireMessage, req *Request) error {
 			return invalidf("messages must alternate user and assistant, starting with user (messages[%d] is %s)", i, m.Role)
 		}
 		if len(m.Content) == 0 {
-			return invalidf("messages[%d].content must hold at least one text block", i)
+			return invalidf("messages[%d].content must hold at least one block", i)
 		}
-		text, marks, err := decodeBlocks(m.Content, fmt.Sprintf("messages[%d].content", i), "")
+		msg, err := decodeContent(m.Content, role, fmt.Sprintf("messages[%d].content", i))
 		if err != nil {
 			return err
 		}
-		msg := provider.Message{Role: role, Content: text, Cache: marks}
 		req.Messages = append(req.Messages, msg)
 	}
 	if req.Messages[len(req.Messages)-1].Role != provider.RoleUser {
@@ -271,15 +289,74 @@ func decodeMessages(msgs []wireMessage, req *Request) error {
 	return nil
 }
 
-// textBlock reads a content block that must be {"text": "…"} or a
-// {"cachePoint": {"type": "default"}} (returned as a mark, its position
-// left to the caller); any other kind of block (image, document, toolUse,
-// …) is refused.
-func textBlock(raw json.RawMessage, where string) (string, *provider.CacheMark, error) {
+// decodeContent reads a message's content blocks: text, cachePoint, and
+// toolUse (an assistant's) or toolResult (a user's). The text blocks are
+// joined; a cachePoint marks the end of the text before it, and must
+// follow a text or tool block.
+func decodeContent(blocks []json.RawMessage, role provider.Role, path string) (provider.Message, error) {
+	msg := provider.Message{Role: role}
+	var text strings.Builder
+	for i, raw := range blocks {
+		where := fmt.Sprintf("%s[%d]", path, i)
+		block, err := blockMembers(raw, where)
+		if err != nil {
+			return msg, err
+		}
+		switch {
+		case len(block) == 1 && block["toolUse"] != nil:
+			if role != provider.RoleAssistant {
+				return msg, invalidf("%s: toolUse blocks belong in assistant messages", where)
+			}
+			if len(msg.ToolCalls) == provider.MaxToolCallsTurn {
+				return msg, invalidf("%s: a message may hold at most %d toolUse blocks", where, provider.MaxToolCallsTurn)
+			}
+			c, err := decodeToolUse(block["toolUse"], where+".toolUse")
+			if err != nil {
+				return msg, err
+			}
+			msg.ToolCalls = append(msg.ToolCalls, c)
+		case len(block) == 1 && block["toolResult"] != nil:
+			if role != provider.RoleUser {
+				return msg, invalidf("%s: toolResult blocks belong in user messages", where)
+			}
+			r, err := decodeToolResult(block["toolResult"], where+".toolResult")
+			if err != nil {
+				return msg, err
+			}
+			msg.ToolResults = append(msg.ToolResults, r)
+		default:
+			t, mark, err := textBlock(block, where)
+			switch {
+			case err != nil:
+				return msg, err
+			case mark != nil && i == 0:
+				return msg, invalidf("%s: a cachePoint must follow a text block, or a toolUse or toolResult block", where)
+			case mark != nil:
+				mark.At = text.Len()
+				msg.Cache = append(msg.Cache, *mark)
+			default:
+				text.WriteString(t)
+			}
+		}
+	}
+	msg.Content = text.String()
+	return msg, nil
+}
+
+// blockMembers reads a content block as its members.
+func blockMembers(raw json.RawMessage, where string) (map[string]json.RawMessage, error) {
 	var block map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &block); err != nil || block == nil {
-		return "", nil, invalidf("%s must be an object such as {\"text\": \"…\"}", where)
+		return nil, invalidf("%s must be an object such as {\"text\": \"…\"}", where)
 	}
+	return block, nil
+}
+
+// textBlock reads a content block that must be {"text": "…"} or a
+// {"cachePoint": {"type": "default"}} (returned as a mark, its position
+// left to the caller); any other kind of block (image, document, …) is
+// refused.
+func textBlock(block map[string]json.RawMessage, where string) (string, *provider.CacheMark, error) {
 	if cp, ok := block["cachePoint"]; ok && len(block) == 1 {
 		ttl, err := decodeCachePoint(cp, where+".cachePoint")
 		if err != nil {
@@ -289,7 +366,7 @@ func textBlock(raw json.RawMessage, where string) (string, *provider.CacheMark, 
 	}
 	for k := range block {
 		if k != "text" {
-			return "", nil, invalidf("%s: %s blocks are not supported by this endpoint; send text and cachePoint blocks only", where, truncate(k, 40))
+			return "", nil, invalidf("%s: %s blocks are not supported by this endpoint; send text, cachePoint, toolUse and toolResult blocks only", where, truncate(k, 40))
 		}
 	}
 	var text string
@@ -421,9 +498,15 @@ type textContent struct {
 	Text string `json:"text"`
 }
 
+// outBlock is a content block of an answer: text or a toolUse.
+type outBlock struct {
+	Text    *string      `json:"text,omitempty"`
+	ToolUse *toolUseJSON `json:"toolUse,omitempty"`
+}
+
 type outMessage struct {
-	Role    string        `json:"role"`
-	Content []textContent `json:"content"`
+	Role    string     `json:"role"`
+	Content []outBlock `json:"content"`
 }
 
 type converseResponse struct {
@@ -435,11 +518,19 @@ type converseResponse struct {
 	Metrics    metrics `json:"metrics"`
 }
 
-// WriteConverse sends a Converse answer: the assistant's text, the stop
-// reason, usage and latency.
-func WriteConverse(w http.ResponseWriter, text, stopReason string, u provider.Usage, latency time.Duration) {
+// WriteConverse sends a Converse answer: the assistant's text and its tool
+// calls (toolUse blocks after the text; no text block when there is no
+// text but calls), the stop reason, usage and latency.
+func WriteConverse(w http.ResponseWriter, text string, calls []provider.ToolCall, stopReason string, u provider.Usage, latency time.Duration) {
 	var body converseResponse
-	body.Output.Message = outMessage{Role: "assistant", Content: []textContent{{Text: text}}}
+	content := make([]outBlock, 0, 1+len(calls))
+	if text != "" || len(calls) == 0 {
+		content = append(content, outBlock{Text: &text})
+	}
+	for _, c := range calls {
+		content = append(content, outBlock{ToolUse: &toolUseJSON{ToolUseID: c.ID, Name: c.Name, Input: c.Input}})
+	}
+	body.Output.Message = outMessage{Role: "assistant", Content: content}
 	body.StopReason = stopReason
 	body.Usage = UsageOf(u)
 	body.Metrics.LatencyMs = latency.Milliseconds()
@@ -541,6 +632,10 @@ type EventWriter struct {
 	enc     *eventstream.Encoder
 	started bool
 	buf     bytes.Buffer
+	// block is the index of the content block being written; text says a
+	// text block is open at it, and tools that toolUse blocks went out.
+	block       int
+	text, tools bool
 }
 
 // NewEventWriter returns an EventWriter over w.
@@ -569,19 +664,34 @@ func (e *EventWriter) Delta(text string) error {
 	if err := e.Start(); err != nil {
 		return err
 	}
+	e.text = true
 	return e.event("contentBlockDelta", struct {
 		Index int         `json:"contentBlockIndex"`
 		Delta textContent `json:"delta"`
-	}{0, textContent{Text: text}})
+	}{e.block, textContent{Text: text}})
 }
 
-// Stop sends contentBlockStop, messageStop with the stop reason, and the
-// metadata event with usage and latency.
+// stopText sends the contentBlockStop of an open text block.
+func (e *EventWriter) stopText() error {
+	if !e.text {
+		return nil
+	}
+	e.text = false
+	e.block++
+	return e.event("contentBlockStop", map[string]int{"contentBlockIndex": e.block - 1})
+}
+
+// Stop sends the contentBlockStop of the text block (of an empty one when
+// nothing was sent), messageStop with the stop reason, and the metadata
+// event with usage and latency.
 func (e *EventWriter) Stop(stopReason string, u provider.Usage, latency time.Duration) error {
 	if err := e.Start(); err != nil {
 		return err
 	}
-	if err := e.event("contentBlockStop", map[string]int{"contentBlockIndex": 0}); err != nil {
+	if !e.tools {
+		e.text = true
+	}
+	if err := e.stopText(); err != nil {
 		return err
 	}
 	if err := e.event("messageStop", map[string]string{"stopReason": stopReason}); err != nil {

@@ -212,8 +212,12 @@ func (o ownBody) Do(req *http.Request) (*http.Response, error) {
 func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
 	start := p.now()
 	resp := &provider.Response{ModelID: p.modelID}
-	in := &bedrockruntime.ConverseInput{ModelId: aws.String(p.modelID)}
-	in.System, in.Messages, in.InferenceConfig = p.input(req)
+	parts, err := p.input(req)
+	if err != nil {
+		return resp, err
+	}
+	in := &bedrockruntime.ConverseInput{ModelId: aws.String(p.modelID), System: parts.system, Messages: parts.messages,
+		InferenceConfig: parts.inference, ToolConfig: parts.tools}
 	out, err := p.client.Converse(ctx, in, traced(ctx))
 	if err != nil {
 		return resp, p.normalise(ctx, err)
@@ -226,22 +230,30 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 			}
 		}
 		resp.Text = text.String()
+		if resp.ToolCalls, err = toolCallsOf(msg.Value.Content); err != nil {
+			return resp, p.malformed(err)
+		}
 	}
 	resp.TTFT = p.now().Sub(start)
 	resp.StopReason = string(out.StopReason)
 	resp.Usage = usageOf(out.Usage)
-	p.learn(req, resp.Text, resp.Usage)
+	p.learn(req, resp.Text+callsText(resp.ToolCalls), resp.Usage)
 	return resp, p.stopError(resp.StopReason)
 }
 
-// Stream answers req with ConverseStream, emitting each text delta. Usage is
-// the metadata event's; a stream that ends without it (cut, cancelled) is
+// Stream answers req with ConverseStream, emitting each text delta. Tool
+// calls arrive in resp.ToolCalls once the stream is complete. Usage is the
+// metadata event's; a stream that ends without it (cut, cancelled) is
 // billed an estimate flagged Usage.Estimated.
 func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(string) error) (*provider.Response, error) {
 	start := p.now()
 	resp := &provider.Response{ModelID: p.modelID}
-	in := &bedrockruntime.ConverseStreamInput{ModelId: aws.String(p.modelID)}
-	in.System, in.Messages, in.InferenceConfig = p.input(req)
+	parts, err := p.input(req)
+	if err != nil {
+		return resp, err
+	}
+	in := &bedrockruntime.ConverseStreamInput{ModelId: aws.String(p.modelID), System: parts.system, Messages: parts.messages,
+		InferenceConfig: parts.inference, ToolConfig: parts.tools}
 	out, err := p.client.ConverseStream(ctx, in, ownCodec, traced(ctx))
 	if err != nil {
 		return resp, p.normalise(ctx, err)
@@ -251,35 +263,51 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 
 	var (
 		text     strings.Builder
+		tools    toolStream
 		gotUsage bool
-		emitErr  error
+		started  bool
+		readErr  error
 	)
+	first := func() {
+		if !started {
+			started, resp.TTFT = true, p.now().Sub(start)
+		}
+	}
 	for ev := range es.Events() {
 		switch v := ev.(type) {
+		case *types.ConverseStreamOutputMemberContentBlockStart:
+			if u, ok := v.Value.Start.(*types.ContentBlockStartMemberToolUse); ok {
+				first()
+				tools.start(aws.ToInt32(v.Value.ContentBlockIndex), u.Value)
+			}
 		case *types.ConverseStreamOutputMemberContentBlockDelta:
-			d, ok := v.Value.Delta.(*types.ContentBlockDeltaMemberText)
-			if !ok || d.Value == "" {
-				continue
-			}
-			if text.Len() == 0 {
-				resp.TTFT = p.now().Sub(start)
-			}
-			text.WriteString(d.Value)
-			if emit != nil {
-				emitErr = emit(d.Value)
+			switch d := v.Value.Delta.(type) {
+			case *types.ContentBlockDeltaMemberText:
+				if d.Value == "" {
+					continue
+				}
+				first()
+				text.WriteString(d.Value)
+				if emit != nil {
+					readErr = emit(d.Value)
+				}
+			case *types.ContentBlockDeltaMemberToolUse:
+				if err := tools.delta(aws.ToInt32(v.Value.ContentBlockIndex), aws.ToString(d.Value.Input)); err != nil {
+					readErr = p.malformed(err)
+				}
 			}
 		case *types.ConverseStreamOutputMemberMessageStop:
 			resp.StopReason = string(v.Value.StopReason)
 		case *types.ConverseStreamOutputMemberMetadata:
 			resp.Usage, gotUsage = usageOf(v.Value.Usage), true
-			p.learn(req, text.String(), resp.Usage)
+			p.learn(req, text.String()+tools.text(), resp.Usage)
 		}
-		if emitErr != nil {
+		if readErr != nil {
 			break
 		}
 	}
 	resp.Text = text.String()
-	err = emitErr
+	err = readErr
 	if err == nil {
 		if serr := es.Err(); serr != nil {
 			err = p.normalise(ctx, serr)
@@ -291,12 +319,21 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		}
 	}
 	if !gotUsage {
-		resp.Usage = p.estimate(req, resp.Text)
+		resp.Usage = p.estimate(req, resp.Text+tools.text())
 	}
 	if err != nil {
 		return resp, err
 	}
+	if resp.ToolCalls, err = tools.done(); err != nil {
+		return resp, p.malformed(err)
+	}
 	return resp, p.stopError(resp.StopReason)
+}
+
+// malformed is the failure of an answer whose tool calls cannot be read:
+// the tier's failure, tried again or elsewhere.
+func (p *Provider) malformed(err error) error {
+	return &provider.Error{Kind: provider.KindUnavailable, Model: p.name, Code: "MalformedToolUse", Err: fmt.Errorf("bedrock: %w", err)}
 }
 
 // ownCodec gives a ConverseStream call a protocol of its own: the SDK's
@@ -307,8 +344,6 @@ func ownCodec(o *bedrockruntime.Options) {
 	o.Protocol = restjson1.New(schemas.AmazonBedrockFrontendService)
 }
 
-// input maps a provider request to Converse's system, messages and
-// inference configuration.
 // cachePoint is a cache mark as Bedrock's cachePoint block.
 func cachePoint(m provider.CacheMark) types.CachePointBlock {
 	cp := types.CachePointBlock{Type: types.CachePointTypeDefault}
@@ -318,30 +353,38 @@ func cachePoint(m provider.CacheMark) types.CachePointBlock {
 	return cp
 }
 
-func (p *Provider) input(req *provider.Request) ([]types.SystemContentBlock, []types.Message, *types.InferenceConfiguration) {
-	var system []types.SystemContentBlock
+// converseParts are the parts of a Converse input a provider request maps to.
+type converseParts struct {
+	system    []types.SystemContentBlock
+	messages  []types.Message
+	inference *types.InferenceConfiguration
+	tools     *types.ToolConfiguration
+}
+
+// input maps a provider request to Converse's system, messages, inference
+// configuration and tool configuration. It fails, as a validation error,
+// only on a tool schema or call input that is not a JSON object.
+func (p *Provider) input(req *provider.Request) (converseParts, error) {
+	var parts converseParts
 	if req.System != "" {
 		for _, seg := range provider.Segments(req.System, req.SystemCache) {
-			system = append(system, &types.SystemContentBlockMemberText{Value: seg.Text})
+			parts.system = append(parts.system, &types.SystemContentBlockMemberText{Value: seg.Text})
 			if seg.Mark != nil {
-				system = append(system, &types.SystemContentBlockMemberCachePoint{Value: cachePoint(*seg.Mark)})
+				parts.system = append(parts.system, &types.SystemContentBlockMemberCachePoint{Value: cachePoint(*seg.Mark)})
 			}
 		}
 	}
-	msgs := make([]types.Message, 0, len(req.Messages))
+	parts.messages = make([]types.Message, 0, len(req.Messages))
 	for _, m := range req.Messages {
 		role := types.ConversationRoleUser
 		if m.Role == provider.RoleAssistant {
 			role = types.ConversationRoleAssistant
 		}
-		var content []types.ContentBlock
-		for _, seg := range provider.Segments(m.Content, m.Cache) {
-			content = append(content, &types.ContentBlockMemberText{Value: seg.Text})
-			if seg.Mark != nil {
-				content = append(content, &types.ContentBlockMemberCachePoint{Value: cachePoint(*seg.Mark)})
-			}
+		blocks, err := content(m)
+		if err != nil {
+			return parts, p.invalid(err)
 		}
-		msgs = append(msgs, types.Message{Role: role, Content: content})
+		parts.messages = append(parts.messages, types.Message{Role: role, Content: blocks})
 	}
 	ic := &types.InferenceConfiguration{StopSequences: req.StopSequences}
 	if req.MaxTokens > 0 {
@@ -350,7 +393,17 @@ func (p *Provider) input(req *provider.Request) ([]types.SystemContentBlock, []t
 	if req.Temperature != nil {
 		ic.Temperature = aws.Float32(float32(*req.Temperature))
 	}
-	return system, msgs, ic
+	parts.inference = ic
+	tools, err := toolConfig(req)
+	if err != nil {
+		return parts, p.invalid(err)
+	}
+	parts.tools = tools
+	return parts, nil
+}
+
+func (p *Provider) invalid(err error) error {
+	return &provider.Error{Kind: provider.KindValidation, Model: p.name, Err: fmt.Errorf("bedrock: %w", err)}
 }
 
 // stopError turns a guardrail's or content filter's stop into a guardrail
@@ -385,8 +438,11 @@ func usageOf(u *types.TokenUsage) provider.Usage {
 // CountTokens implements provider.TokenCounter with Bedrock's CountTokens,
 // for the Converse form of req.
 func (p *Provider) CountTokens(ctx context.Context, req *provider.Request) (int, error) {
-	var in types.ConverseTokensRequest
-	in.System, in.Messages, _ = p.input(req)
+	parts, err := p.input(req)
+	if err != nil {
+		return 0, err
+	}
+	in := types.ConverseTokensRequest{System: parts.system, Messages: parts.messages, ToolConfig: parts.tools}
 	out, err := p.client.CountTokens(ctx, &bedrockruntime.CountTokensInput{ModelId: aws.String(p.modelID),
 		Input: &types.CountTokensInputMemberConverse{Value: in}}, traced(ctx))
 	if err != nil {
@@ -423,9 +479,9 @@ func (p *Provider) learn(req *provider.Request, text string, u provider.Usage) {
 func (p *Provider) outputKey() string { return p.name + ":output" }
 
 func inputCounts(req *provider.Request) budget.ScriptCounts {
-	in := budget.Count(req.System)
-	for _, m := range req.Messages {
-		in = in.Add(budget.Count(m.Content))
+	in := budget.Count(req.System).Add(budget.Count(provider.ToolsText(req.Tools)))
+	for i := range req.Messages {
+		in = in.Add(budget.Count(req.Messages[i].Content)).Add(budget.Count(req.Messages[i].ToolText()))
 	}
 	return in
 }

@@ -67,6 +67,42 @@ async function converseStream(c, text) {
   return r;
 }
 
+const weatherTools = {
+  tools: [
+    { toolSpec: { name: 'get_weather', description: 'The weather in a city.', inputSchema: { json: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } } },
+    { toolSpec: { name: 'get_time', description: 'The local time in a city.', inputSchema: { json: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } } },
+  ],
+  toolChoice: { auto: {} },
+};
+
+// streamTools streams an answer with tools offered: its text, its tool
+// calls (inputs joined from their fragments and parsed), its events.
+async function streamTools(c, msgs) {
+  const out = await c.send(new ConverseStreamCommand({ modelId: model, messages: msgs, toolConfig: weatherTools }));
+  const r = { text: '', calls: [], fragments: [], events: [] };
+  const byIndex = {};
+  for await (const ev of out.stream) {
+    const kind = Object.keys(ev)[0];
+    const v = ev[kind];
+    if (kind === 'contentBlockStart' && v.start.toolUse) {
+      byIndex[v.contentBlockIndex] = { toolUseId: v.start.toolUse.toolUseId, name: v.start.toolUse.name, input: '' };
+      r.calls.push(byIndex[v.contentBlockIndex]);
+    } else if (kind === 'contentBlockDelta' && v.delta.toolUse) {
+      byIndex[v.contentBlockIndex].input += v.delta.toolUse.input;
+      r.fragments.push(v.delta.toolUse.input);
+      if (r.events[r.events.length - 1] === kind) continue;
+    } else if (kind === 'contentBlockDelta') {
+      r.text += v.delta.text;
+      if (r.events[r.events.length - 1] === kind) continue;
+    } else if (kind === 'messageStop') {
+      r.stopReason = v.stopReason;
+    }
+    r.events.push(kind);
+  }
+  for (const call of r.calls) call.input = JSON.parse(call.input);
+  return r;
+}
+
 function describe(e) {
   return {
     name: e.name,
@@ -85,6 +121,17 @@ const scenarios = {
   async stream() {
     const c = client();
     return { ja: await converseStream(c, questions.ja), en: await converseStream(c, questions.en) };
+  },
+  async tools() {
+    const c = client();
+    const msgs = messages('大阪の weather と time を教えてください');
+    const first = await streamTools(c, msgs);
+    msgs.push({ role: 'assistant', content: first.calls.map((call) => ({ toolUse: call })) });
+    msgs.push({
+      role: 'user',
+      content: first.calls.map((call) => ({ toolResult: { toolUseId: call.toolUseId, content: [{ json: { answer: call.name + ' ok' } }] } })),
+    });
+    return { first, second: await streamTools(c, msgs) };
   },
   async throttled() {
     const c = client();
