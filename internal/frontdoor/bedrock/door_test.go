@@ -332,8 +332,8 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 		{"image block", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: []types.Message{{Role: types.ConversationRoleUser,
 			Content: []types.ContentBlock{&types.ContentBlockMemberImage{Value: types.ImageBlock{Format: types.ImageFormatPng,
 				Source: &types.ImageSourceMemberBytes{Value: []byte{1, 2, 3}}}}}}}}, "image"},
-		{"topP", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("hi"),
-			InferenceConfig: &types.InferenceConfiguration{TopP: aws.Float32(0.5)}}, "topP"},
+		{"topP out of range", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("hi"),
+			InferenceConfig: &types.InferenceConfiguration{TopP: aws.Float32(1.5)}}, "topP"},
 		{"guardrail", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("hi"),
 			GuardrailConfig: &types.GuardrailConfiguration{GuardrailIdentifier: aws.String("g"), GuardrailVersion: aws.String("1")}}, "guardrailConfig"},
 		{"ends with the assistant", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: []types.Message{

@@ -69,7 +69,7 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 			return
 		}
 		preq := &provider.Request{Model: name, System: req.System, SystemCache: req.SystemCache, Messages: req.Messages,
-			MaxTokens: req.MaxTokens, Temperature: req.Temperature, StopSequences: req.StopSequences,
+			MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, StopSequences: req.StopSequences,
 			Tools: req.Tools, ToolChoice: req.ToolChoice}
 		if op == OpCountTokens {
 			n, err := s.CountTokens(r.Context(), preq)

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -81,6 +82,7 @@ type Request struct {
 	Messages      []provider.Message
 	MaxTokens     int // 0: not set
 	Temperature   *float64
+	TopP          *float64
 	StopSequences []string
 	// Tools and ToolChoice are toolConfig's; none without one.
 	Tools      []provider.Tool
@@ -400,8 +402,11 @@ func decodeCachePoint(raw json.RawMessage, where string) (time.Duration, error) 
 }
 
 func decodeInference(ic *wireInference, req *Request) error {
-	if ic.TopP != nil {
-		return invalidf("inferenceConfig.topP is not supported by this endpoint; remove it (temperature is)")
+	if p := ic.TopP; p != nil {
+		if math.IsNaN(*p) || *p < 0 || *p > 1 {
+			return invalidf("inferenceConfig.topP must be between 0 and 1")
+		}
+		req.TopP = p
 	}
 	if ic.MaxTokens != nil {
 		if *ic.MaxTokens < 1 {

@@ -35,6 +35,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/document"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/schemas"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
 	"github.com/aws/smithy-go"
@@ -217,7 +218,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 		return resp, err
 	}
 	in := &bedrockruntime.ConverseInput{ModelId: aws.String(p.modelID), System: parts.system, Messages: parts.messages,
-		InferenceConfig: parts.inference, ToolConfig: parts.tools}
+		InferenceConfig: parts.inference, ToolConfig: parts.tools, AdditionalModelRequestFields: parts.additional}
 	out, err := p.client.Converse(ctx, in, traced(ctx))
 	if err != nil {
 		return resp, p.normalise(ctx, err)
@@ -253,7 +254,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		return resp, err
 	}
 	in := &bedrockruntime.ConverseStreamInput{ModelId: aws.String(p.modelID), System: parts.system, Messages: parts.messages,
-		InferenceConfig: parts.inference, ToolConfig: parts.tools}
+		InferenceConfig: parts.inference, ToolConfig: parts.tools, AdditionalModelRequestFields: parts.additional}
 	out, err := p.client.ConverseStream(ctx, in, ownCodec, traced(ctx))
 	if err != nil {
 		return resp, p.normalise(ctx, err)
@@ -359,6 +360,8 @@ type converseParts struct {
 	messages  []types.Message
 	inference *types.InferenceConfiguration
 	tools     *types.ToolConfiguration
+	// additional holds what Converse has no field for: Claude's top_k.
+	additional document.Interface
 }
 
 // input maps a provider request to Converse's system, messages, inference
@@ -392,6 +395,12 @@ func (p *Provider) input(req *provider.Request) (converseParts, error) {
 	}
 	if req.Temperature != nil {
 		ic.Temperature = aws.Float32(float32(*req.Temperature))
+	}
+	if req.TopP != nil {
+		ic.TopP = aws.Float32(float32(*req.TopP))
+	}
+	if req.TopK != nil {
+		parts.additional = document.NewLazyDocument(map[string]any{"top_k": *req.TopK})
 	}
 	parts.inference = ic
 	tools, err := toolConfig(req)
