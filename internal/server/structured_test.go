@@ -61,10 +61,11 @@ func schemaFormat() oai.ChatCompletionNewParamsResponseFormatUnion {
 // TestJSONAnswersOnEveryProvider: response_format json_schema and
 // json_object through the OpenAI door, served by the simulator, by an
 // OpenAI-compatible tier (which takes response_format itself) and by an
-// Anthropic tier (asked through a tool whose input is the answer), JSON
+// Anthropic or Bedrock tier (asked through a tool whose input is the
+// answer), JSON
 // and streamed: the answer is the JSON the schema describes, nothing else.
 func TestJSONAnswersOnEveryProvider(t *testing.T) {
-	for _, up := range []string{"sim", "openai", "anthropic"} {
+	for _, up := range []string{"sim", "openai", "anthropic", "bedrock"} {
 		t.Run(up, func(t *testing.T) {
 			cfg := quickConfig()
 			switch up {
@@ -72,6 +73,9 @@ func TestJSONAnswersOnEveryProvider(t *testing.T) {
 				openaiUpstream(t, &cfg)
 			case "anthropic":
 				onAnthropic(t, &cfg, "sonnet")
+			case "bedrock":
+				_, endpoint := bedrockUpstream(t, cfg.Sim.Models["sonnet"])
+				cfg = onBedrock(cfg, endpoint)
 			}
 			sc := newScenario(t, cfg)
 			for _, stream := range []bool{false, true} {

@@ -48,8 +48,8 @@ type agent interface {
 
 // TestToolLoopsThroughEveryDoorAndProvider: an agent loop with two tools,
 // through the OpenAI and Anthropic doors (their official Go SDKs, JSON and
-// streamed), served by the simulator, or by the openai and anthropic
-// providers against the simulator on their vendors' wires. The model calls
+// streamed), served by the simulator, or by the openai, anthropic and
+// bedrock providers against the simulator on their vendors' wires. The model calls
 // the tool the message names, with arguments the SDK parses as JSON; the
 // tool's result comes back through the door and the model answers from it;
 // a message naming both tools gets two parallel calls; a forced tool is
@@ -59,12 +59,16 @@ func TestToolLoopsThroughEveryDoorAndProvider(t *testing.T) {
 		"sim":       func(*testing.T, *config.Config) {},
 		"openai":    func(t *testing.T, cfg *config.Config) { openaiUpstream(t, cfg) },
 		"anthropic": func(t *testing.T, cfg *config.Config) { onAnthropic(t, cfg, "sonnet") },
+		"bedrock": func(t *testing.T, cfg *config.Config) {
+			_, endpoint := bedrockUpstream(t, cfg.Sim.Models["sonnet"])
+			*cfg = onBedrock(*cfg, endpoint)
+		},
 	}
 	doors := map[string]func(url string, stream bool) agent{
 		"openai":    func(url string, stream bool) agent { return newOpenAIAgent(url, stream) },
 		"anthropic": func(url string, stream bool) agent { return newAnthropicAgent(url, stream) },
 	}
-	for _, up := range []string{"sim", "openai", "anthropic"} {
+	for _, up := range []string{"sim", "openai", "anthropic", "bedrock"} {
 		t.Run(up, func(t *testing.T) {
 			cfg := quickConfig()
 			upstreams[up](t, &cfg)
