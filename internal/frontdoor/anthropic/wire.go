@@ -114,6 +114,8 @@ type Error struct {
 	Message string
 	// RetryAfter is sent as retry-after (whole seconds, rounded up) when set.
 	RetryAfter time.Duration
+	// Details, when set, is the error's machine-readable details object.
+	Details map[string]any
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Type, e.Message) }
@@ -234,7 +236,15 @@ func readFields(body io.Reader, maxBytes int64, allowed []string) (map[string]js
 }
 
 // checkKeys refuses the first key of fields, in order, not in allowed.
+// A message thread (the beta "thread" field: the server keeps the
+// conversation) is refused in the form the SDKs read to send the whole
+// conversation again without one.
 func checkKeys(fields map[string]json.RawMessage, allowed []string) *Error {
+	if v, ok := fields["thread"]; ok && !isNull(v) {
+		e := invalid("thread: message threads are not supported by this server; send the whole conversation in messages")
+		e.Details = map[string]any{"error_code": "thread_unsupported_request", "unsupported": []string{"thread"}}
+		return e
+	}
 	for _, k := range sortedKeys(fields) {
 		if !slices.Contains(allowed, k) {
 			return invalid("%s: not supported by this server (it serves text conversations: %s)", k, strings.Join(allowed, ", "))
@@ -853,8 +863,9 @@ type errorEnvelope struct {
 }
 
 type errorDetail struct {
-	Type    string `json:"type"`
-	Message string `json:"message"`
+	Type    string         `json:"type"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
 }
 
 // ErrorJSON is e as Anthropic's error body.
@@ -869,7 +880,7 @@ func WriteError(w http.ResponseWriter, e *Error) {
 	if s := retrySeconds(e.RetryAfter); s > 0 {
 		w.Header().Set("retry-after", strconv.Itoa(s))
 	}
-	writeJSON(w, e.Status, json.RawMessage(ErrorJSON(e.Type, e.Message)))
+	writeJSON(w, e.Status, errorEnvelope{Type: "error", Error: errorDetail{Type: e.Type, Message: e.Message, Details: e.Details}})
 }
 
 // WriteMessage sends m as a 200 JSON answer.

@@ -165,3 +165,17 @@ func TestCacheControlBecomesCacheMarks(t *testing.T) {
 		}
 	}
 }
+
+// A message thread is refused with the details the SDKs read to send the
+// whole conversation again, unthreaded.
+func TestThreadIsRefusedInTheFormTheSDKsRetryWithout(t *testing.T) {
+	_, err := DecodeRequest(strings.NewReader(`{"model":"m","max_tokens":1,"thread":{"type":"create"},"messages":[{"role":"user","content":"x"}]}`), 0)
+	if err == nil || err.Status != 400 || err.Details["error_code"] != "thread_unsupported_request" {
+		t.Fatalf("error %+v; want a 400 with error_code thread_unsupported_request", err)
+	}
+	rec := httptest.NewRecorder()
+	WriteError(rec, err)
+	if !strings.Contains(rec.Body.String(), `"details":{"error_code":"thread_unsupported_request","unsupported":["thread"]}`) {
+		t.Fatalf("body %s", rec.Body)
+	}
+}
