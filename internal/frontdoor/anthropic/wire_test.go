@@ -86,6 +86,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"sonnet","max_tokens":10,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"text","text":"日本"}]}],"stream":true}`))
 	f.Add([]byte(`{"model":"m","max_tokens":1e400,"messages":null}`))
 	f.Add([]byte(`{"messages":[{"role":"assistant","content":[{"type":"text","text":"\ud800"}]}]}`))
+	f.Add([]byte(`{"model":"m","max_tokens":9,"tools":[{"name":"get_weather","input_schema":{"type":"object"}}],"tool_choice":{"type":"any","disable_parallel_tool_use":true},"messages":[{"role":"user","content":"w"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"get_weather","input":{"city":"東京"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"晴れ"}],"cache_control":{"type":"ephemeral"}}]}]}`))
+	f.Add([]byte(`{"model":"m","max_tokens":9,"top_k":3,"top_p":0.5,"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"Well,"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := DecodeRequest(bytes.NewReader(body), 1<<16)
 		if err != nil {

@@ -138,6 +138,8 @@ func FuzzDecodeChat(f *testing.F) {
 		`{"model":"m","messages":[{"role":"user","content":null}]}`,
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"text"}]}],"temperature":"hot"}`,
 		`[]`, `null`, `{"model":"m","messages":[{}]}`, "{\"model\":\"\xff\"}",
+		`{"model":"m","messages":[{"role":"user","content":"w"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"東京\"}"}}]},{"role":"tool","tool_call_id":"c","content":"晴れ"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"},"strict":true}}],"tool_choice":"required","parallel_tool_calls":false}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object"},"strict":true}},"top_p":0.5,"metadata":{"k":"v"}}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -149,7 +151,7 @@ func FuzzDecodeChat(f *testing.F) {
 			}
 			return
 		}
-		if strings.TrimSpace(c.Message) == "" || c.Model == "" || len(c.Stop) > MaxStop {
+		if strings.TrimSpace(c.Message) == "" && len(c.ToolResults) == 0 || c.Model == "" || len(c.Stop) > MaxStop {
 			t.Fatalf("decoded %+v", c)
 		}
 		for i := 1; i < len(c.History); i++ {
