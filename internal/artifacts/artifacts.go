@@ -121,6 +121,14 @@ func (l *Ledger) Reload() (changed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("artifacts: reload prompt: %w", err)
 	}
+	return l.Use(name, text, path)
+}
+
+// Use puts the prompt text (named name, read from path when it came from
+// a file) in force, as Reload does with what the source returns: a config
+// reload hands the prompt of the config it applied. It reports whether
+// the active version changed.
+func (l *Ledger) Use(name, text, path string) (changed bool, err error) {
 	if text == "" {
 		return false, fmt.Errorf("artifacts: reload prompt: %s: the prompt text is empty", name)
 	}
