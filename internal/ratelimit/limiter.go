@@ -172,8 +172,9 @@ func New(cfg Config, store Store, now func() time.Time) (*Limiter, error) {
 
 // SetConfig replaces the limits from the next decision on. The buckets
 // keep their state, in memory and in Redis: a bucket is keyed by its
-// scope, not its limit, so a user who spent a minute's requests under the
-// old limit has spent them under the new one too.
+// scope, not its limit, and holds how far ahead of its rate it is, in
+// time; so a caller who used up a minute under the old limit is not handed
+// a fresh minute by the new one.
 func (l *Limiter) SetConfig(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
