@@ -82,7 +82,7 @@ type Ledger struct {
 	log    *slog.Logger
 
 	active atomic.Pointer[Prompt]
-	mu     sync.Mutex // serializes Reload and guards seen
+	mu     sync.Mutex // serializes Reload and guards seen and graph
 	seen   []Prompt   // every prompt version loaded since start, oldest first
 }
 
@@ -112,7 +112,19 @@ func (l *Ledger) Active() (text, version string) {
 }
 
 // Graph returns the pipeline's version.
-func (l *Ledger) Graph() Graph { return l.graph }
+func (l *Ledger) Graph() Graph {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.graph
+}
+
+// SetConfigHash records the hash of the configuration a reload put in
+// force; the graph's label stays.
+func (l *Ledger) SetConfigHash(h string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.graph.ConfigHash = h
+}
 
 // Reload re-reads the prompt source. It reports whether the active version
 // changed. On error the prompt in force stays and the error says why.

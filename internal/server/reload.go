@@ -124,6 +124,7 @@ func (s *Server) reload() (ReloadResult, error) {
 	if res.Changed == nil {
 		res.Changed = []string{}
 	}
+	s.Ledger.SetConfigHash(configHash(next))
 	res.PromptChanged, err = s.Ledger.Use(next.Prompt.Name, text, next.Prompt.File)
 	if err != nil {
 		s.log.Warn("config reloaded, but its prompt was not: the prompt in force stays", "err", err)

@@ -459,10 +459,26 @@ func TestRefusedReloadKeepsTheConfigInForce(t *testing.T) {
 	}
 	oldLimitHolds("b")
 
+	configHash := func() string {
+		t.Helper()
+		var v struct {
+			Graph struct {
+				ConfigHash string `json:"configHash"`
+			} `json:"graph"`
+		}
+		if err := json.Unmarshal([]byte(adminGet(t, srv.URL+"/admin/versions")), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v.Graph.ConfigHash
+	}
+	hashBefore := configHash()
 	good.perMinute = 5
 	f.write(t, good)
 	if rel = postReload(t, srv); rel.Status != http.StatusOK || !slices.Equal(rel.Changed, []string{"rateLimit.user.perMinute.rate"}) {
 		t.Fatalf("good file: %d changed %q %+v", rel.Status, rel.Changed, rel.Error)
+	}
+	if h := configHash(); h == hashBefore || h == "" {
+		t.Errorf("config hash %q after the reload, was %q: want the new config's", h, hashBefore)
 	}
 	firing, recent := alertNames(t, srv)
 	if slices.Contains(firing, "FmgateConfigReloadFailed") || !slices.Contains(recent, "FmgateConfigReloadFailed") {
