@@ -43,9 +43,9 @@ import (
 // step's writes, with the quota settlement, the breaker outcome and the
 // retry deposit queued since, go in the last round trip.
 type fleetBatcher struct {
-	rdb      *redis.Client
-	log      *slog.Logger
-	now      func() time.Time
+	rdb *redis.Client
+	log *slog.Logger
+	now func() time.Time
 	// current is the config in force (a reload swaps it); a turn's own
 	// figures come from its snapshot (configOf).
 	current  func() *config.Config

@@ -286,7 +286,9 @@ func TestReloadKeepsTurnsInFlightAndAppliesNewLimits(t *testing.T) {
 			f.write(t, before)
 			h := &holding{release: make(chan struct{})}
 			var logs syncBuffer
-			s, srv := f.start(t, &logs, func(_ string, p provider.Provider) provider.Provider { return &holding{Provider: p, release: h.release} })
+			s, srv := f.start(t, &logs, func(_ string, p provider.Provider) provider.Provider {
+				return &holding{Provider: p, release: h.release}
+			})
 			if mode == "fleet" && s.Redis == nil {
 				t.Fatal("fleet.redis set but the server built no Redis client")
 			}
