@@ -42,9 +42,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if *addr != "" {
-		cfg.Server.Addr = *addr
+	// The flags override the file, at start and on every reload.
+	override := func(c *config.Config) {
+		if *addr != "" {
+			c.Server.Addr = *addr
+		}
 	}
+	override(&cfg)
 	if err := cfg.CheckSecrets(); err != nil {
 		return err
 	}
@@ -57,7 +61,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	redis.SetLogger(redisLogger{log})
 
 	token, generated := adminToken(cfg)
-	app, err := server.New(ctx, cfg, server.Options{Log: log, ConfigPath: *path})
+	app, err := server.New(ctx, cfg, server.Options{Log: log, ConfigPath: *path, Override: override})
 	if err != nil {
 		return err
 	}
@@ -92,7 +96,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- serveOn(ln) }()
-	go reloadOnHangup(ctx, app, log)
+	go reloadOnHangup(ctx, app)
 
 	select {
 	case err := <-errc:
@@ -140,9 +144,10 @@ func serveTLS(srv *http.Server, t config.TLS, log *slog.Logger) error {
 	return nil
 }
 
-// reloadOnHangup re-reads the prompt on SIGHUP, switching its version
-// without a restart.
-func reloadOnHangup(ctx context.Context, app *server.Server, log *slog.Logger) {
+// reloadOnHangup reloads the config file on SIGHUP, as POST /admin/reload
+// does; Reload logs the outcome, and a refused reload keeps the config in
+// force.
+func reloadOnHangup(ctx context.Context, app *server.Server) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -152,13 +157,7 @@ func reloadOnHangup(ctx context.Context, app *server.Server, log *slog.Logger) {
 			return
 		case <-hup:
 		}
-		changed, err := app.Ledger.Reload()
-		if err != nil {
-			log.Warn("reload on SIGHUP failed; keeping the prompt in force", "err", err)
-			continue
-		}
-		_, v := app.Ledger.Active()
-		log.Info("reloaded on SIGHUP", "prompt", v, "changed", changed)
+		_, _ = app.Reload(ctx, "SIGHUP")
 	}
 }
 

@@ -41,6 +41,17 @@ type Observation struct {
 	Dropped map[string]uint64
 	// Canary is the latest canary verdict; nil without a canary.
 	Canary *Canary
+	// ReloadFailed is why the last reload of the config file was refused;
+	// nil when it succeeded, or none was tried.
+	ReloadFailed *ReloadFailure
+}
+
+// ReloadFailure is a refused config reload, as the ConfigReloadFailed
+// rule reads it.
+type ReloadFailure struct {
+	Path     string   // the config file
+	Code     string   // invalid_config, needs_restart, …
+	Problems []string // each "field: problem"
 }
 
 // Canary is a canary verdict as the CanaryFailed rule reads it.
@@ -289,6 +300,12 @@ func (m *Manager) signals(obs Observation) []signal {
 			labels: map[string]string{"kind": c.Kind, "canary": c.B}, value: 1,
 			summary:     fmt.Sprintf("Canary %s %s is worse than %s", c.Kind, c.B, c.A),
 			description: strings.Join(c.Reasons, "; ")})
+	}
+	if f := obs.ReloadFailed; !r.ConfigReloadFailed.Disabled && f != nil {
+		out = append(out, signal{name: "FmgateConfigReloadFailed", severity: "warning", rule: r.ConfigReloadFailed,
+			labels: map[string]string{"code": f.Code}, value: float64(len(f.Problems)),
+			summary:     fmt.Sprintf("Reloading %s failed: the config in force is the one before it", f.Path),
+			description: strings.Join(f.Problems, "; ")})
 	}
 	return out
 }

@@ -57,6 +57,8 @@ func TestRulesFireAfterTheirForAndResolve(t *testing.T) {
 		}()}, 2 * time.Minute, "FmgateSlowFirstByte/"},
 		{"canary failed", Observation{Canary: &Canary{Kind: "prompt", A: "p@aaa", B: "p@bbb", Failed: true, Reasons: []string{"error rate 9% vs 1%"}}},
 			0, "FmgateCanaryFailed/"},
+		{"config reload failed", Observation{ReloadFailed: &ReloadFailure{Path: "fmgate.yaml", Code: "invalid_config",
+			Problems: []string{"rateLimit.user.perMinute.rate: must be >= 0"}}}, 0, "FmgateConfigReloadFailed/"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -61,6 +61,10 @@ type Rules struct {
 	SinkDrops Rule `yaml:"sinkDrops"`
 	// CanaryFailed: the canary verdict says B is worse than A. For 0s.
 	CanaryFailed Rule `yaml:"canaryFailed"`
+	// ConfigReloadFailed: the last reload of the config file (SIGHUP,
+	// POST /admin/reload) was refused, so the config in force is older
+	// than the file; it clears with the next successful reload. For 0s.
+	ConfigReloadFailed Rule `yaml:"configReloadFailed"`
 }
 
 // Rule is one rule's thresholds.
@@ -91,6 +95,8 @@ func DefaultConfig() Config {
 			TTFTP99:           Rule{Threshold: 3000, For: 2 * time.Minute, MinTurns: 20},
 			SinkDrops:         Rule{},
 			CanaryFailed:      Rule{},
+			// The zero rule: it fires at the evaluation after the refusal.
+			ConfigReloadFailed: Rule{},
 		},
 	}
 }
@@ -120,6 +126,7 @@ func (c Config) Validate() error {
 		"breakerOpen": c.Rules.BreakerOpen, "quotaSaturation": c.Rules.QuotaSaturation,
 		"saturatedFallback": c.Rules.SaturatedFallback, "errorRate": c.Rules.ErrorRate,
 		"ttftP99": c.Rules.TTFTP99, "sinkDrops": c.Rules.SinkDrops, "canaryFailed": c.Rules.CanaryFailed,
+		"configReloadFailed": c.Rules.ConfigReloadFailed,
 	} {
 		if r.Threshold < 0 || r.For < 0 || r.MinTurns < 0 {
 			errs = append(errs, fmt.Errorf("rules.%s: threshold, for and minTurns must be >= 0", name))

@@ -82,7 +82,7 @@ type Ledger struct {
 	log    *slog.Logger
 
 	active atomic.Pointer[Prompt]
-	mu     sync.Mutex // serializes Reload and guards seen
+	mu     sync.Mutex // serializes Reload and guards seen and graph
 	seen   []Prompt   // every prompt version loaded since start, oldest first
 }
 
@@ -112,7 +112,19 @@ func (l *Ledger) Active() (text, version string) {
 }
 
 // Graph returns the pipeline's version.
-func (l *Ledger) Graph() Graph { return l.graph }
+func (l *Ledger) Graph() Graph {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.graph
+}
+
+// SetConfigHash records the hash of the configuration a reload put in
+// force; the graph's label stays.
+func (l *Ledger) SetConfigHash(h string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.graph.ConfigHash = h
+}
 
 // Reload re-reads the prompt source. It reports whether the active version
 // changed. On error the prompt in force stays and the error says why.
@@ -121,6 +133,14 @@ func (l *Ledger) Reload() (changed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("artifacts: reload prompt: %w", err)
 	}
+	return l.Use(name, text, path)
+}
+
+// Use puts the prompt text (named name, read from path when it came from
+// a file) in force, as Reload does with what the source returns: a config
+// reload hands the prompt of the config it applied. It reports whether
+// the active version changed.
+func (l *Ledger) Use(name, text, path string) (changed bool, err error) {
 	if text == "" {
 		return false, fmt.Errorf("artifacts: reload prompt: %s: the prompt text is empty", name)
 	}

@@ -334,8 +334,7 @@ type Plan struct {
 
 // Enforcer checks requests against the budgets and records usage.
 type Enforcer struct {
-	cfg      Config
-	loc      *time.Location
+	limits   atomic.Pointer[limits] // swapped whole by SetConfig
 	est      *Estimator
 	counters Counters
 	now      func() time.Time
@@ -350,11 +349,32 @@ func New(cfg Config, est *Estimator, counters Counters, now func() time.Time) (*
 	if est == nil || counters == nil {
 		return nil, errors.New("budget: estimator and counters are required")
 	}
-	loc, _ := time.LoadLocation(cfg.Timezone)
 	if now == nil {
 		now = time.Now
 	}
-	return &Enforcer{cfg: cfg, loc: loc, est: est, counters: counters, now: now}, nil
+	b := &Enforcer{est: est, counters: counters, now: now}
+	loc, _ := time.LoadLocation(cfg.Timezone)
+	b.limits.Store(&limits{Config: cfg, loc: loc})
+	return b, nil
+}
+
+// limits are the budgets in force and the zone their days are counted in.
+type limits struct {
+	Config
+	loc *time.Location
+}
+
+// SetConfig replaces the budgets from the next check on. The counters keep
+// what was spent and held: a session or a day goes on under the new limits.
+// The counters' own settings (sessionTtl) are fixed when they are built.
+func (b *Enforcer) SetConfig(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("budget: %w", err)
+	}
+	loc, _ := time.LoadLocation(cfg.Timezone)
+	b.limits.Store(&limits{Config: cfg, loc: loc})
+	b.today.Store(nil) // the zone may have changed
+	return nil
 }
 
 // Estimator returns the estimator the enforcer uses, for Observe.
@@ -370,12 +390,13 @@ func (b *Enforcer) Day(t time.Time) string {
 // day returns the counter key of the day t falls in and when it ends. The
 // last day asked for is kept: every turn of a day asks for the same one.
 func (b *Enforcer) day(t time.Time) (string, time.Time) {
-	if d := b.today.Load(); d != nil && !t.Before(d.start) && t.Before(d.end) {
+	loc := b.limits.Load().loc
+	if d := b.today.Load(); d != nil && d.loc == loc && !t.Before(d.start) && t.Before(d.end) {
 		return d.key, d.end
 	}
-	t = t.In(b.loc)
+	t = t.In(loc)
 	y, m, dd := t.Date()
-	d := &calendarDay{key: t.Format("2006-01-02"), start: time.Date(y, m, dd, 0, 0, 0, 0, b.loc), end: time.Date(y, m, dd+1, 0, 0, 0, 0, b.loc)}
+	d := &calendarDay{key: t.Format("2006-01-02"), start: time.Date(y, m, dd, 0, 0, 0, 0, loc), end: time.Date(y, m, dd+1, 0, 0, 0, 0, loc), loc: loc}
 	b.today.Store(d)
 	return d.key, d.end
 }
@@ -384,6 +405,7 @@ func (b *Enforcer) day(t time.Time) (string, time.Time) {
 type calendarDay struct {
 	key        string
 	start, end time.Time
+	loc        *time.Location
 }
 
 // Check applies the budgets in order — per-request input and output, context
@@ -391,12 +413,13 @@ type calendarDay struct {
 // *ExceededError. Counter store failures never refuse a request: see
 // Plan.CountersErr.
 func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, error) {
+	cfg := b.limits.Load() // one check, one set of budgets
 	maxOut := req.MaxOutput
-	if maxOut <= 0 || maxOut > b.cfg.RequestOutput {
-		maxOut = b.cfg.RequestOutput
+	if maxOut <= 0 || maxOut > cfg.RequestOutput {
+		maxOut = cfg.RequestOutput
 	}
-	window := b.cfg.ContextWindow - b.cfg.PromptOverhead - b.cfg.SafetyTokens - maxOut
-	target := min(b.cfg.RequestInput, window)
+	window := cfg.ContextWindow - cfg.PromptOverhead - cfg.SafetyTokens - maxOut
+	target := min(cfg.RequestInput, window)
 
 	parts := req.Parts
 	est := b.est.Estimate(req.Model, parts)
@@ -421,8 +444,8 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 		plan.Dropped += len(plan.History) - len(parts.History)
 		plan.History, plan.Truncated = parts.History, true
 	}
-	if est.Total > b.cfg.RequestInput {
-		return Plan{}, &ExceededError{Budget: BudgetRequestInput, Limit: float64(b.cfg.RequestInput), Used: float64(est.Total)}
+	if est.Total > cfg.RequestInput {
+		return Plan{}, &ExceededError{Budget: BudgetRequestInput, Limit: float64(cfg.RequestInput), Used: float64(est.Total)}
 	}
 	if est.Total > window {
 		return Plan{}, &ExceededError{Budget: BudgetContextWindow, Limit: float64(window), Used: float64(est.Total)}
@@ -436,10 +459,10 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 	if err != nil {
 		plan.CountersErr = fmt.Errorf("budget: load counters: %w", err)
 	} else {
-		if lim := b.cfg.SessionInput; lim > 0 && tot.SessionInput+est.Total > lim {
+		if lim := cfg.SessionInput; lim > 0 && tot.SessionInput+est.Total > lim {
 			return Plan{}, &ExceededError{Budget: BudgetSessionInput, Limit: float64(lim), Used: float64(tot.SessionInput)}
 		}
-		if lim := b.cfg.SessionOutput; lim > 0 {
+		if lim := cfg.SessionOutput; lim > 0 {
 			left := lim - tot.SessionOutput
 			if left <= 0 {
 				return Plan{}, &ExceededError{Budget: BudgetSessionOutput, Limit: float64(lim), Used: float64(tot.SessionOutput)}
@@ -449,7 +472,7 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 	}
 	cached := min(max(req.ExpectCached, 0), est.Total)
 	cost := price.Cost(provider.Usage{InputTokens: est.Total - cached, CachedInputTokens: cached, OutputTokens: maxOut})
-	if lim := b.cfg.DailyCostUSD; err == nil && lim > 0 {
+	if lim := cfg.DailyCostUSD; err == nil && lim > 0 {
 		if tot.DayCostUSD+cost > lim {
 			return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next}
 		}
@@ -559,7 +582,7 @@ func (b *Enforcer) storeCtx(ctx context.Context) (context.Context, context.Cance
 	if _, local := b.counters.(*MemoryCounters); local {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, b.cfg.StoreTimeout)
+	return context.WithTimeout(ctx, b.limits.Load().StoreTimeout)
 }
 
 // ContextRoom is how many input tokens retrieved context may add to a
@@ -567,9 +590,10 @@ func (b *Enforcer) storeCtx(ctx context.Context) (context.Context, context.Cance
 // the per-request input budget and the context window leave. Context gets
 // only this room, so it is cut before any history is.
 func (b *Enforcer) ContextRoom(input, maxOut int) int {
-	if maxOut <= 0 || maxOut > b.cfg.RequestOutput {
-		maxOut = b.cfg.RequestOutput
+	cfg := b.limits.Load()
+	if maxOut <= 0 || maxOut > cfg.RequestOutput {
+		maxOut = cfg.RequestOutput
 	}
-	window := b.cfg.ContextWindow - b.cfg.PromptOverhead - b.cfg.SafetyTokens - maxOut
-	return max(0, min(b.cfg.RequestInput, window)-input)
+	window := cfg.ContextWindow - cfg.PromptOverhead - cfg.SafetyTokens - maxOut
+	return max(0, min(cfg.RequestInput, window)-input)
 }

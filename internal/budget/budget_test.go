@@ -208,7 +208,7 @@ func TestDailyBudgetResetsAtLocalMidnight(t *testing.T) {
 	if !errors.As(err, &ee) || ee.Budget != BudgetDailyCost {
 		t.Fatalf("err = %v", err)
 	}
-	if want := time.Date(2026, 3, 11, 0, 0, 0, 0, e.loc); !ee.ResetAt.Equal(want) {
+	if want := time.Date(2026, 3, 11, 0, 0, 0, 0, e.limits.Load().loc); !ee.ResetAt.Equal(want) {
 		t.Fatalf("ResetAt = %v, want %v", ee.ResetAt, want)
 	}
 	if m := ee.Message("ja"); !strings.Contains(m, "本日のご利用上限") || !strings.Contains(m, "2026-03-11 00:00 JST") {
@@ -416,5 +416,36 @@ func TestCheckHoldsTheDailyBudget(t *testing.T) {
 	}
 	if _, err := e.Check(ctx, req, sonnet); err != nil {
 		t.Fatalf("after the second was released: %v", err)
+	}
+}
+
+// SetConfig applies new budgets from the next check, over what the
+// counters already hold.
+func TestSetConfigKeepsTheCounters(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	e := newEnforcer(t, cfg, noon(), nil)
+	if err := e.Record(ctx, "u", "s", Hold{}, 1000, 1000, 2.00); err != nil {
+		t.Fatal(err)
+	}
+	req := Request{UserID: "u", SessionID: "s", Parts: Parts{User: "hi"}}
+	if _, err := e.Check(ctx, req, sonnet); err != nil {
+		t.Fatalf("$2 spent of $5: %v", err)
+	}
+	cfg.DailyCostUSD = 1
+	if err := e.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	var ee *ExceededError
+	if _, err := e.Check(ctx, req, sonnet); !errors.As(err, &ee) || ee.Budget != BudgetDailyCost || ee.Limit != 1 {
+		t.Fatalf("$2 spent of a new $1: err = %v, want the daily budget of $1 exceeded", err)
+	}
+	bad := cfg
+	bad.RequestInput = 0
+	if err := e.SetConfig(bad); err == nil {
+		t.Fatal("SetConfig took requestInput 0")
+	}
+	if _, err := e.Check(ctx, req, sonnet); !errors.As(err, &ee) || ee.Limit != 1 {
+		t.Fatalf("after a refused SetConfig: err = %v, want the $1 budget still in force", err)
 	}
 }

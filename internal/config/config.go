@@ -178,8 +178,8 @@ type Prompt struct {
 	File string `yaml:"file"`
 	// ReloadInterval is how often the running gateway re-reads the config
 	// file and the prompt file, switching to a new prompt version without a
-	// restart (SIGHUP and POST /admin/versions/reload switch at once). Zero
-	// disables the polling. Default 2s.
+	// restart (SIGHUP, POST /admin/reload and POST /admin/versions/reload
+	// switch at once). Zero disables the polling. Default 2s.
 	ReloadInterval time.Duration `yaml:"reloadInterval"`
 }
 

@@ -26,7 +26,8 @@ const continuationNote = "The assistant's last message was cut off by a technica
 // client left or was too slow, the stream hit its maximum duration), the
 // cut answer ends with its error as before.
 func (g *Gateway) continueAnswer(ctx context.Context, t *Turn, route []string, res *Result, err error, out Output) (*Result, error) {
-	if err == nil || res == nil || res.Text == "" || len(t.Tools) > 0 || t.Format.Kind != provider.FormatText || t.Prefill != "" || !g.cfg.Stream.Continuation || !out.Started() || ctx.Err() != nil || !continuable(err) {
+	if err == nil || res == nil || res.Text == "" || len(t.Tools) > 0 || t.Format.Kind != provider.FormatText || t.Prefill != "" ||
+		!g.cfgOf(t).Stream.Continuation || !out.Started() || ctx.Err() != nil || !continuable(err) {
 		return res, err
 	}
 	next := ""
@@ -56,14 +57,14 @@ func (g *Gateway) continueAnswer(ctx context.Context, t *Turn, route []string, r
 	if cerr != nil {
 		return res, err // the first failure is the one to explain; both parts' spans carry their cost
 	}
-	m, _ := g.cfg.Model(next)
+	m, _ := g.cfgOf(t).Model(next)
 	return &Result{
 		Text:          res.Text + cont.Text,
 		Tier:          next,
 		ModelID:       cont.ModelID,
 		StopReason:    cont.StopReason,
 		Degraded:      true,
-		Confidence:    min(m.Confidence, g.confidence(res.Tier)),
+		Confidence:    min(m.Confidence, g.confidence(t, res.Tier)),
 		Usage:         res.Usage.Add(cont.Usage),
 		CostUSD:       res.CostUSD + cont.CostUSD,
 		CacheSavedUSD: res.CacheSavedUSD + cont.CacheSavedUSD,
@@ -90,12 +91,12 @@ func continuable(err error) bool {
 // wrote nothing may be retried; once the continuation has written, a
 // failure is final.
 func (g *Gateway) continueWith(ctx context.Context, t *Turn, model, sofar string, out Output) (*Result, error) {
-	m, _ := g.cfg.Model(model)
+	m, _ := g.cfgOf(t).Model(model)
 	req := g.request(t, m)
 	req.System += "\n\n" + continuationNote
 	req.Messages = append(req.Messages, provider.Message{Role: provider.RoleAssistant, Content: sofar})
 	p := g.providers[model]
-	dctx, cancel := context.WithTimeout(ctx, g.cfg.Deadline.FirstByte)
+	dctx, cancel := context.WithTimeout(ctx, g.cfgOf(t).Deadline.FirstByte)
 	defer cancel()
 	var (
 		usage provider.Usage
@@ -110,7 +111,7 @@ func (g *Gateway) continueWith(ctx context.Context, t *Turn, model, sofar string
 		span.AddCapabilityFlags("continuation")
 		actx, stop := context.WithCancelCause(sctx)
 		defer stop(nil)
-		late := time.AfterFunc(g.cfg.Deadline.Attempt, func() {
+		late := time.AfterFunc(g.cfgOf(t).Deadline.Attempt, func() {
 			stop(&provider.Error{Kind: provider.KindTimeout, Err: errFirstTokenLate})
 		})
 		defer late.Stop()
@@ -150,8 +151,8 @@ func (g *Gateway) continueWith(ctx context.Context, t *Turn, model, sofar string
 		Usage: usage, CostUSD: cost(m, usage), CacheSavedUSD: cacheSaving(m, usage)}, nil
 }
 
-func (g *Gateway) confidence(tier string) float64 {
-	if m, ok := g.cfg.Model(tier); ok {
+func (g *Gateway) confidence(t *Turn, tier string) float64 {
+	if m, ok := g.cfgOf(t).Model(tier); ok {
 		return m.Confidence
 	}
 	return 1

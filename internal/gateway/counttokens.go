@@ -19,10 +19,11 @@ func (g *Gateway) CountTokens(ctx context.Context, t *Turn) (n int, estimated bo
 	if !g.isModel(name) {
 		name = g.primary()
 	}
-	m, _ := g.cfg.Model(name)
+	cfg := g.cfgOf(t)
+	m, _ := cfg.Model(name)
 	req := g.request(t, m)
 	if tc, ok := g.providers[name].(provider.TokenCounter); ok {
-		cctx, cancel := context.WithTimeout(ctx, g.cfg.Deadline.Attempt)
+		cctx, cancel := context.WithTimeout(ctx, cfg.Deadline.Attempt)
 		n, err := tc.CountTokens(cctx, req)
 		cancel()
 		if err == nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +25,9 @@ type modelConfig = config.Model
 
 // Gateway is one fmgate instance.
 type Gateway struct {
-	cfg       config.Config
+	// cfg is the config in force; a turn reads the snapshot it started
+	// with (Turn.cfg), so a reload never shows it half of two configs.
+	cfg       atomic.Pointer[config.Config]
 	tiers     []string // the model tiers' names in cascade order
 	providers map[string]provider.Provider
 	sessions  session.Store
@@ -34,7 +37,6 @@ type Gateway struct {
 	hasher    UserHasher
 	streamCfg stream.Config
 	tracer    *events.Tracer
-	units     config.UnitCosts
 
 	admit    Admitter
 	budget   Budgeter
@@ -118,7 +120,6 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		}
 	}
 	g := &Gateway{
-		cfg:       cfg,
 		tiers:     tierNames(cfg.Models),
 		providers: d.Providers,
 		estimate:  d.EstimateTokens,
@@ -128,7 +129,6 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		prompts:   d.Prompts,
 		hasher:    d.UserHasher,
 		streamCfg: cfg.Stream,
-		units:     cfg.UnitCosts,
 		admit:     d.Admitter,
 		budget:    d.Budgeter,
 		retrieve:  d.Retriever,
@@ -143,6 +143,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		batches:   newBatchJobs(cfg.Batch, d.Jobs, d.Now),
 		throttle:  d.OnThrottle,
 	}
+	g.cfg.Store(&cfg)
 	g.drained, g.startDrain = context.WithCancel(context.Background())
 	if g.throttle == nil {
 		g.throttle = func(string) {}
@@ -246,16 +247,44 @@ func (g *Gateway) untilDrain(ctx context.Context) (context.Context, func()) {
 // Ready reports whether the gateway accepts new turns.
 func (g *Gateway) Ready() bool { return !g.draining.Load() }
 
-func (g *Gateway) primary() string { return g.cfg.Models[0].Name }
+// SetConfig puts cfg in force for the turns that start from now on; turns
+// in flight finish under the config they started with. The model tiers
+// (their names and order) and the stream settings stay as the gateway was
+// built: config.CheckReload refuses a reload that changes them.
+func (g *Gateway) SetConfig(cfg config.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if !slices.Equal(tierNames(cfg.Models), g.tiers) {
+		return errors.New("gateway: the model tiers cannot change without a restart")
+	}
+	g.cfg.Store(&cfg)
+	return nil
+}
+
+// Config is the config in force for the turns starting now.
+func (g *Gateway) Config() *config.Config { return g.cfg.Load() }
+
+// cfgOf is the config t runs under: the snapshot it took when it entered
+// the pipeline, or the one in force for a turn that has not.
+func (g *Gateway) cfgOf(t *Turn) *config.Config {
+	if t != nil && t.cfg != nil {
+		return t.cfg
+	}
+	return g.cfg.Load()
+}
+
+func (g *Gateway) primary() string { return g.tiers[0] }
 
 // tiersFor is the model tiers that may serve t, in cascade order: from its
 // start tier (a tier name or modelId; all tiers when empty or unknown),
 // less those that lack a capability t needs (tools, prefill, top_k). The
 // slice may not be appended to.
 func (g *Gateway) tiersFor(t *Turn) []string {
+	models := g.cfgOf(t).Models
 	from := 0
 	if start := t.StartTier; start != "" {
-		for i, m := range g.cfg.Models {
+		for i, m := range models {
 			if m.Name == start || m.ModelID == start {
 				from = i
 				break
@@ -269,7 +298,7 @@ func (g *Gateway) tiersFor(t *Turn) []string {
 	}
 	able := make([]string, 0, len(tiers))
 	for i, name := range tiers {
-		if canAll(g.cfg.Models[from+i], needs) {
+		if canAll(models[from+i], needs) {
 			able = append(able, name)
 		}
 	}
@@ -309,18 +338,20 @@ func tierNames(models []config.Model) []string {
 }
 
 // ResolveModel returns the tier that name (a tier or its modelId) starts at.
-func (g *Gateway) ResolveModel(name string) (config.Model, bool) { return g.cfg.ResolveModel(name) }
+func (g *Gateway) ResolveModel(name string) (config.Model, bool) {
+	return g.cfg.Load().ResolveModel(name)
+}
 
 // Models is the configured model tiers in cascade order.
-func (g *Gateway) Models() []config.Model { return g.cfg.Models }
+func (g *Gateway) Models() []config.Model { return g.cfg.Load().Models }
 
 func (g *Gateway) isModel(tier string) bool {
-	_, ok := g.cfg.Model(tier)
+	_, ok := g.cfg.Load().Model(tier)
 	return ok
 }
 
 func (g *Gateway) supportsLocale(l string) bool {
-	for _, s := range g.cfg.Locales {
+	for _, s := range g.cfg.Load().Locales {
 		if s == l {
 			return true
 		}

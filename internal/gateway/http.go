@@ -62,7 +62,7 @@ func MethodNotAllowed(allow ...string) http.Handler {
 
 // serveChat is POST /v1/chat: a JSON answer, or SSE frames with "stream":true.
 func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
-	body, err := decodeChatBody(r.Body, int64(g.cfg.Server.MaxMessageBytes)*2+4096)
+	body, err := decodeChatBody(r.Body, int64(g.cfg.Load().Server.MaxMessageBytes)*2+4096)
 	if err != nil {
 		writeError(w, g.Refuse(r.Context(), &Turn{Route: "sendMessage", Surface: "http"}, err))
 		return
@@ -172,8 +172,9 @@ func (g *Gateway) AuthenticateSigned(r *http.Request, key string, t *Turn) error
 }
 
 func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn, signed bool) error {
-	if key != "" && len(g.cfg.Auth.Keys) > 0 {
-		c, found := g.cfg.Auth.Keys[key]
+	auth := g.cfg.Load().Auth // one authentication, one set of keys
+	if key != "" && len(auth.Keys) > 0 {
+		c, found := auth.Keys[key]
 		if !found {
 			return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "The API key is not valid."}
 		}
@@ -189,7 +190,7 @@ func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn
 		}
 		return nil
 	}
-	if !g.cfg.Auth.TrustUserHeader {
+	if !auth.TrustUserHeader {
 		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "Send Authorization: Bearer <API key>."}
 	}
 	user := r.Header.Get("X-User-Id")
@@ -210,7 +211,7 @@ func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn
 // Caller returns the auth.keys entry of key, for a door that verifies more
 // than the key itself (a SigV4 signature).
 func (g *Gateway) Caller(key string) (config.Caller, bool) {
-	c, ok := g.cfg.Auth.Keys[key]
+	c, ok := g.cfg.Load().Auth.Keys[key]
 	return c, ok
 }
 

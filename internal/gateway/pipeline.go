@@ -29,10 +29,13 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 		return nil, err
 	}
 	defer g.inflight.Done()
+	if t.cfg == nil {
+		t.cfg = g.cfg.Load() // the whole turn runs under this one
+	}
 	ctx, span := g.startTurn(ctx, t)
 	out = g.traceStream(ctx, out)
 	beginTrace(out, g.traceID(ctx, t))
-	defer func() { g.endTurn(span, out, res, err) }()
+	defer func() { g.endTurn(span, t, out, res, err) }()
 
 	// 1. Validate the request.
 	if err := g.validate(t); err != nil {
@@ -81,7 +84,7 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	}
 	res.TraceID = g.traceID(ctx, t)
 	// The turn's records are in the event log before the client hears "done".
-	g.endTurn(span, out, res, nil)
+	g.endTurn(span, t, out, res, nil)
 	if err := out.Finish(res); err != nil {
 		g.log.LogAttrs(ctx, slogInfo, "client gone before done", turnAttrs(t, err)...)
 	}
@@ -136,22 +139,23 @@ func (g *Gateway) charge(ctx context.Context, t *Turn, res *Result) {
 func (g *Gateway) validate(t *Turn) error {
 	asked := t.Locale
 	g.decideLocale(t)
+	cfg := g.cfgOf(t)
 	msg := strings.TrimSpace(t.Message)
 	switch {
 	case msg == "" && len(t.ToolResults) == 0:
 		return invalid("message must not be empty")
 	case !utf8.ValidString(t.Message):
 		return invalid("message must be valid UTF-8 text")
-	case len(t.Message) > g.cfg.Server.MaxMessageBytes:
+	case len(t.Message) > cfg.Server.MaxMessageBytes:
 		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
-			Message: fmt.Sprintf("message is %d bytes; the limit is %d bytes", len(t.Message), g.cfg.Server.MaxMessageBytes)}
+			Message: fmt.Sprintf("message is %d bytes; the limit is %d bytes", len(t.Message), cfg.Server.MaxMessageBytes)}
 	case t.SessionID == "":
 		return invalid("sessionId must not be empty")
 	case len(t.SessionID) > 128 || !utf8.ValidString(t.SessionID):
 		return invalid("sessionId must be at most 128 bytes of UTF-8")
 	}
 	if asked != "" && !g.supportsLocale(asked) {
-		return invalid("locale %q is not supported (use one of %s)", asked, strings.Join(g.cfg.Locales, ", "))
+		return invalid("locale %q is not supported (use one of %s)", asked, strings.Join(cfg.Locales, ", "))
 	}
 	return compileShapes(t)
 }
@@ -172,7 +176,7 @@ func (g *Gateway) decideLocale(t *Turn) {
 		return
 	}
 	if asked == "" {
-		asked = g.cfg.Locales[0]
+		asked = g.cfgOf(t).Locales[0]
 	}
 	t.Locale = asked
 	if l := language.Of(t.Message, asked); g.supportsLocale(l) {
@@ -232,7 +236,7 @@ func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out 
 		if i > 0 {
 			NotifyStatus(ctx, Status{State: stream.StateFallingBack, Attempt: i + 1, Of: len(route)})
 		}
-		if g.firstByteLeft(t) < g.cfg.Deadline.MinAttempt {
+		if g.firstByteLeft(t) < g.cfgOf(t).Deadline.MinAttempt {
 			last = fmt.Errorf("%s: %w", model, errNoTime)
 			break
 		}
@@ -269,7 +273,7 @@ func (g *Gateway) invokeRoute(ctx context.Context, t *Turn, route []string, out 
 			// The model stalled mid-answer while the client, waiting for the
 			// whole answer, saw nothing: the next tier gets one attempt's
 			// wait for its first token, though the budget is spent.
-			t.stallGrace = max(g.cfg.Deadline.Attempt-g.firstByteLeft(t), time.Nanosecond)
+			t.stallGrace = max(g.cfgOf(t).Deadline.Attempt-g.firstByteLeft(t), time.Nanosecond)
 		}
 	}
 	return nil, last
@@ -307,7 +311,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		ttft  time.Duration
 		sofar string // the text of the last attempt, for a continuation
 	}
-	a.m, _ = g.cfg.Model(model)
+	a.m, _ = g.cfgOf(t).Model(model)
 	req := g.request(t, a.m)
 	shapeRequest(t, a.m, req)
 	if simplified {
@@ -410,7 +414,7 @@ func (g *Gateway) call(ctx context.Context, t *Turn, p provider.Provider, req *p
 	}
 	w := g.watchStream(ctx, t)
 	if takesWhole(out) {
-		w.byteDeadline, w.shortIdle = t.Received.Add(g.firstByteBudget(t)), g.cfg.Deadline.Attempt
+		w.byteDeadline, w.shortIdle = t.Received.Add(g.firstByteBudget(t)), g.cfgOf(t).Deadline.Attempt
 	}
 	r, err := p.Stream(w, req, func(text string) error {
 		if w.token() {
@@ -472,16 +476,17 @@ func (g *Gateway) record(ctx context.Context, t *Turn, res *Result) {
 			w.cached = (!res.Degraded || g.isModel(res.Tier)) && g.fallback.Remember(ctx, t, res)
 		},
 		func(ctx context.Context) { w.budgetErr = g.budget.Record(ctx, t, res) })
+	units := g.cfgOf(t).UnitCosts
 	usd := 0.0
 	switch {
 	case w.sessionErr != nil:
 		g.log.WarnContext(ctx, "session append failed", "err", w.sessionErr)
 		span.SetErrorCode("session_write_failed")
 	case !t.Stateless:
-		usd += g.units.StorageWriteUSD
+		usd += units.StorageWriteUSD
 	}
 	if w.cached {
-		usd += g.units.CacheCallUSD
+		usd += units.CacheCallUSD
 	}
 	if w.budgetErr != nil {
 		g.log.WarnContext(ctx, "budget record failed", "err", w.budgetErr)
@@ -529,20 +534,21 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 // cancelled and the client gets an error frame.
 func (g *Gateway) watchStream(ctx context.Context, t *Turn) *watchdog {
 	left := g.firstByteLeft(t)
+	attempt := g.cfgOf(t).Deadline.Attempt
 	// An attempt given less than deadline.attempt (a retry, a later tier)
 	// and late says the turn ran out of time, not that the model is slow.
-	return g.watch(ctx, t, min(g.cfg.Deadline.Attempt, left), false, left < g.cfg.Deadline.Attempt)
+	return g.watch(ctx, t, min(attempt, left), false, left < attempt)
 }
 
 // watchWhole bounds one attempt asked for its whole answer at once: it is
 // cancelled with errWholeLate after deadline.whole, or with
 // errStreamTooLong at stream.maxDuration, whichever comes first.
 func (g *Gateway) watchWhole(ctx context.Context, t *Turn) *watchdog {
-	return g.watch(ctx, t, g.cfg.Deadline.Whole, true, false)
+	return g.watch(ctx, t, g.cfgOf(t).Deadline.Whole, true, false)
 }
 
 func (g *Gateway) watch(ctx context.Context, t *Turn, first time.Duration, whole, cut bool) *watchdog {
-	w := &watchdog{capAt: t.Received.Add(g.streamCfg.MaxDuration), idle: g.cfg.Deadline.Idle, whole: whole, cut: cut}
+	w := &watchdog{capAt: t.Received.Add(g.streamCfg.MaxDuration), idle: g.cfgOf(t).Deadline.Idle, whole: whole, cut: cut}
 	w.Context, w.cancel = context.WithCancelCause(ctx)
 	if time.Until(w.capAt) <= 0 {
 		w.cancel(errStreamTooLong)
@@ -638,10 +644,11 @@ func (g *Gateway) firstByteLeft(t *Turn) time.Duration {
 // firstByteBudget is the turn's deadline to the first useful byte: the sync
 // chat budget, or the longer batch budget for P3.
 func (g *Gateway) firstByteBudget(t *Turn) time.Duration {
+	d := g.cfgOf(t).Deadline
 	if t.Priority == P3 {
-		return g.cfg.Deadline.Batch + t.stallGrace
+		return d.Batch + t.stallGrace
 	}
-	return g.cfg.Deadline.FirstByte + t.stallGrace
+	return d.FirstByte + t.stallGrace
 }
 
 var (

@@ -29,7 +29,8 @@ func (g *Gateway) retrieveContext(ctx context.Context, t *Turn) {
 	if g.retrieve == nil {
 		return
 	}
-	share := min(g.cfg.Catalog.Timeout, g.firstByteLeft(t)-g.cfg.Deadline.MinAttempt)
+	cfg := g.cfgOf(t)
+	share := min(cfg.Catalog.Timeout, g.firstByteLeft(t)-cfg.Deadline.MinAttempt)
 	sctx, span := g.tracer.Start(ctx, "retrieve", events.WithKind(events.KindToolCall), events.WithNodeID("retrieve"))
 	span.SetTool("catalog_search", "bleve-v2")
 	err := ErrSearchNoTime

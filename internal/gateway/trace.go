@@ -52,7 +52,7 @@ const defaultFeature = "chat"
 // endTurn ends the answer's stream span and the turn's span with the turn's
 // outcome; later calls do nothing. The turn's own cost is its compute time;
 // its spans carry the rest.
-func (g *Gateway) endTurn(span *events.Span, out Output, res *Result, err error) {
+func (g *Gateway) endTurn(span *events.Span, t *Turn, out Output, res *Result, err error) {
 	if o, ok := out.(*tracedOutput); ok {
 		code := ""
 		if err != nil {
@@ -60,7 +60,7 @@ func (g *Gateway) endTurn(span *events.Span, out Output, res *Result, err error)
 		}
 		o.end(res, code)
 	}
-	span.SetCost(g.units.ComputePerSecondUSD * g.now().Sub(span.Started()).Seconds())
+	span.SetCost(g.cfgOf(t).UnitCosts.ComputePerSecondUSD * g.now().Sub(span.Started()).Seconds())
 	switch {
 	case err != nil:
 		span.SetStatus(events.StatusFailed)

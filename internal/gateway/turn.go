@@ -3,6 +3,8 @@ package gateway
 import (
 	"time"
 
+	"github.com/fmgate/fmgate/internal/config"
+
 	"github.com/fmgate/fmgate/internal/provider"
 )
 
@@ -120,10 +122,18 @@ type Turn struct {
 	// nil when the turn has neither.
 	shapes *shapes
 
+	// cfg is the config in force when the turn entered the pipeline: every
+	// step of the turn reads this one, even if the config is reloaded.
+	cfg *config.Config
+
 	// stallGrace extends the first-byte budget once, for a client taking
 	// its answer whole whose model stalled mid-answer (see invokeRoute).
 	stallGrace time.Duration
 }
+
+// Config is the config the turn runs under, taken when it entered the
+// pipeline (Gateway.Run); nil before that.
+func (t *Turn) Config() *config.Config { return t.cfg }
 
 // Result is the answer the pipeline delivered.
 type Result struct {

@@ -31,6 +31,9 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
+// configurer is how a running gateway gives a ledger new ceilings.
+type configurer interface{ Configure(Config) error }
+
 // newLedgerFunc builds a ledger under test driven by clk.
 type newLedgerFunc func(t *testing.T, cfg Config, clk *fakeClock) Ledger
 
@@ -172,6 +175,38 @@ func runConformance(t *testing.T, newLedger newLedgerFunc) {
 		}
 		if err := l.SetCeiling(ctx, "m", Ceiling{TPM: 10}); err == nil {
 			t.Fatal("half a ceiling accepted")
+		}
+	})
+
+	t.Run("configure applies new ceilings over the window", func(t *testing.T) {
+		l := newLedger(t, testConfig(), newFakeClock())
+		if _, err := l.Reserve(ctx, "m", P0, 400); err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig()
+		cfg.Models["m"] = Ceiling{TPM: 500, RPM: 100}
+		if err := l.(configurer).Configure(cfg); err != nil {
+			t.Fatal(err)
+		}
+		_, err := l.Reserve(ctx, "m", P0, 200)
+		var se *SaturatedError
+		if !errors.As(err, &se) || se.Saturation != 0.8 {
+			t.Fatalf("400 held under a new 500 TPM: err = %v, want saturated at 0.8", err)
+		}
+		// A ceiling set at run time still stands over the configured one.
+		if err := l.SetCeiling(ctx, "m", Ceiling{TPM: 2000, RPM: 100}); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Models["m"] = Ceiling{TPM: 450, RPM: 100}
+		if err := l.(configurer).Configure(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Reserve(ctx, "m", P0, 200); err != nil {
+			t.Fatalf("under the run-time ceiling of 2,000: %v", err)
+		}
+		cfg.SafetyMargin = 2
+		if err := l.(configurer).Configure(cfg); err == nil {
+			t.Fatal("a safety margin of 2 accepted")
 		}
 	})
 

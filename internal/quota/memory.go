@@ -65,6 +65,28 @@ func NewMemory(cfg Config, now func() time.Time) (*Memory, error) {
 	return l, nil
 }
 
+// Configure applies cfg's ceilings, safety margin and priority shares from
+// the next reservation on. The window, the reservations outstanding and any
+// ceiling set at run time (SetCeiling) are kept; MaxHold and StoreTimeout
+// stay as the ledger was built.
+func (l *Memory) Configure(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("quota: %w", err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pol = newPolicy(cfg)
+	for name, m := range l.models {
+		m.configured = cfg.Models[name]
+	}
+	for name, c := range cfg.Models {
+		if _, ok := l.models[name]; !ok {
+			l.models[name] = &modelState{configured: c, held: map[uint64]hold{}}
+		}
+	}
+	return nil
+}
+
 // expire returns outstanding reservations older than MaxHold to the pool.
 func (m *modelState) expire(now time.Time) {
 	for len(m.queue) > 0 {

@@ -31,8 +31,7 @@ var ledgerScript = redis.NewScript(ledgerLua)
 type Redis struct {
 	c       redis.UniversalClient
 	prefix  string
-	cfg     Config
-	pol     policy
+	conf    atomic.Pointer[redisConf] // swapped whole by Configure
 	timeout time.Duration
 	// clock overrides Redis TIME in tests that move time; nil in production.
 	clock func() time.Time
@@ -43,7 +42,29 @@ func NewRedis(c redis.UniversalClient, prefix string, cfg Config) (*Redis, error
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("quota: %w", err)
 	}
-	return &Redis{c: c, prefix: prefix, cfg: cfg, pol: newPolicy(cfg), timeout: cfg.StoreTimeout}, nil
+	l := &Redis{c: c, prefix: prefix, timeout: cfg.StoreTimeout}
+	l.conf.Store(&redisConf{cfg: cfg, pol: newPolicy(cfg)})
+	return l, nil
+}
+
+// redisConf is the configuration every call passes to the script.
+type redisConf struct {
+	cfg Config
+	pol policy
+}
+
+// Configure applies cfg's ceilings, safety margin and priority shares from
+// this instance's next call on; the shared window, the reservations
+// outstanding and the ceilings set at run time (SetCeiling) stay in Redis.
+// MaxHold and StoreTimeout stay as the ledger was built. Every instance of
+// a fleet applies its own config: reload each one.
+func (l *Redis) Configure(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("quota: %w", err)
+	}
+	cfg.MaxHold, cfg.StoreTimeout = l.conf.Load().cfg.MaxHold, l.timeout
+	l.conf.Store(&redisConf{cfg: cfg, pol: newPolicy(cfg)})
+	return nil
 }
 
 func (l *Redis) keys(model string) []string {
@@ -53,16 +74,17 @@ func (l *Redis) keys(model string) []string {
 }
 
 func (l *Redis) args(model, op, id string, p Priority, tokens int) []any {
-	c := l.cfg.Models[model]
+	conf := l.conf.Load()
+	c := conf.cfg.Models[model]
 	clock := ""
 	if l.clock != nil {
 		clock = strconv.FormatInt(l.clock().UnixMilli(), 10)
 	}
 	args := []any{
-		op, id, int(p), tokens, c.TPM, c.RPM, l.pol.margin,
-		l.pol.pauseAt[0], l.pol.pauseAt[1], l.pol.pauseAt[2], l.pol.pauseAt[3],
-		l.pol.guaranteed[0], l.pol.guaranteed[1], l.pol.guaranteed[2], l.pol.guaranteed[3],
-		l.cfg.MaxHold.Milliseconds(), clock,
+		op, id, int(p), tokens, c.TPM, c.RPM, conf.pol.margin,
+		conf.pol.pauseAt[0], conf.pol.pauseAt[1], conf.pol.pauseAt[2], conf.pol.pauseAt[3],
+		conf.pol.guaranteed[0], conf.pol.guaranteed[1], conf.pol.guaranteed[2], conf.pol.guaranteed[3],
+		conf.cfg.MaxHold.Milliseconds(), clock,
 	}
 	return args
 }
@@ -152,9 +174,10 @@ func (l *Redis) Ceilings(ctx context.Context) (map[string]Ceiling, error) {
 	cmd := l.c
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
+	configured := l.conf.Load().cfg.Models
 	pipe := cmd.Pipeline()
 	cmds := map[string]*redis.SliceCmd{}
-	for name := range l.cfg.Models {
+	for name := range configured {
 		cmds[name] = pipe.HMGet(ctx, l.keys(name)[4], "tpm", "rpm")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -162,7 +185,7 @@ func (l *Redis) Ceilings(ctx context.Context) (map[string]Ceiling, error) {
 	}
 	out := make(map[string]Ceiling, len(cmds))
 	for name, c := range cmds {
-		ceil := l.cfg.Models[name]
+		ceil := configured[name]
 		if v := c.Val(); len(v) == 2 && v[0] != nil && v[1] != nil {
 			tpm, err1 := strconv.Atoi(fmt.Sprint(v[0]))
 			rpm, err2 := strconv.Atoi(fmt.Sprint(v[1]))

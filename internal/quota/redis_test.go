@@ -115,6 +115,8 @@ func (x batchedLedger) SetCeiling(ctx context.Context, model string, c Ceiling) 
 	return x.Ledger.SetCeiling(redisbatch.With(ctx, x.b), model, c)
 }
 
+func (x batchedLedger) Configure(cfg Config) error { return x.Ledger.(configurer).Configure(cfg) }
+
 func (x batchedLedger) Ceilings(ctx context.Context) (map[string]Ceiling, error) {
 	return x.Ledger.Ceilings(redisbatch.With(ctx, x.b))
 }

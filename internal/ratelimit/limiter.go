@@ -144,7 +144,7 @@ const (
 
 // Limiter checks every scope that applies to a turn in one decision.
 type Limiter struct {
-	cfg       Config
+	cfg       atomic.Pointer[Config] // swapped whole by SetConfig
 	store     Store
 	local     *MemoryStore
 	now       func() time.Time
@@ -161,6 +161,29 @@ func New(cfg Config, store Store, now func() time.Time) (*Limiter, error) {
 	if now == nil {
 		now = time.Now
 	}
+	local := NewMemoryStore(now)
+	if store == nil {
+		store = local
+	}
+	l := &Limiter{store: store, local: local, now: now}
+	l.cfg.Store(withDefaults(cfg))
+	return l, nil
+}
+
+// SetConfig replaces the limits from the next decision on. The buckets
+// keep their state, in memory and in Redis: a bucket is keyed by its
+// scope, not its limit, and holds how far ahead of its rate it is, in
+// time; so a caller who used up a minute under the old limit is not handed
+// a fresh minute by the new one.
+func (l *Limiter) SetConfig(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	l.cfg.Store(withDefaults(cfg))
+	return nil
+}
+
+func withDefaults(cfg Config) *Config {
 	if cfg.FleetSize < 1 {
 		cfg.FleetSize = 1
 	}
@@ -170,11 +193,7 @@ func New(cfg Config, store Store, now func() time.Time) (*Limiter, error) {
 	if cfg.OutageProbe == 0 {
 		cfg.OutageProbe = time.Second
 	}
-	local := NewMemoryStore(now)
-	if store == nil {
-		store = local
-	}
-	return &Limiter{cfg: cfg, store: store, local: local, now: now}, nil
+	return &cfg
 }
 
 type scope struct {
@@ -186,7 +205,7 @@ type scope struct {
 // maxScopes is global + route + four user rules.
 const maxScopes = 6
 
-func (l *Limiter) scopes(r Request, buf *[maxScopes]scope) []scope {
+func (l *Limiter) scopes(cfg *Config, r Request, buf *[maxScopes]scope) []scope {
 	s := buf[:0]
 	add := func(name, key string, rule Rule, f float64) {
 		if rule.Enabled() {
@@ -194,10 +213,10 @@ func (l *Limiter) scopes(r Request, buf *[maxScopes]scope) []scope {
 		}
 	}
 	if !r.RouteOnly {
-		add(ScopeGlobal, "global", l.cfg.Global, 1)
+		add(ScopeGlobal, "global", cfg.Global, 1)
 	}
 	if r.Route != "" {
-		if rule, ok := l.cfg.Routes[r.Route]; ok {
+		if rule, ok := cfg.Routes[r.Route]; ok {
 			add(scopeRoutePrefix+r.Route, "route:"+r.Route, rule, 1)
 		}
 	}
@@ -206,15 +225,15 @@ func (l *Limiter) scopes(r Request, buf *[maxScopes]scope) []scope {
 	}
 	f := 1.0
 	if r.Premium {
-		f = l.cfg.PremiumMultiplier
+		f = cfg.PremiumMultiplier
 	}
 	// The four user keys are cut from one string: one allocation, not four.
 	keys := "user_s:" + r.UserID + "user_m:" + r.UserID + "user_h:" + r.UserID + "user_d:" + r.UserID
 	n := len(keys) / 4
-	add(ScopeUserPerSecond, keys[:n], l.cfg.User.PerSecond, f)
-	add(ScopeUserPerMinute, keys[n:2*n], l.cfg.User.PerMinute, f)
-	add(ScopeUserPerHour, keys[2*n:3*n], l.cfg.User.PerHour, f)
-	add(ScopeUserPerDay, keys[3*n:], l.cfg.User.PerDay, f)
+	add(ScopeUserPerSecond, keys[:n], cfg.User.PerSecond, f)
+	add(ScopeUserPerMinute, keys[n:2*n], cfg.User.PerMinute, f)
+	add(ScopeUserPerHour, keys[2*n:3*n], cfg.User.PerHour, f)
+	add(ScopeUserPerDay, keys[3*n:], cfg.User.PerDay, f)
 	return s
 }
 
@@ -230,8 +249,9 @@ func (l *Limiter) Check(ctx context.Context, r Request) (Result, error) {
 	if n < 0 {
 		return Result{}, ErrInvalidCost
 	}
+	cfg := l.cfg.Load() // one decision, one set of limits
 	var sbuf [maxScopes]scope
-	scopes := l.scopes(r, &sbuf)
+	scopes := l.scopes(cfg, r, &sbuf)
 	// The store is an interface, so what it is handed escapes: the buckets
 	// and their verdicts share one allocation.
 	bufs := new(struct {
@@ -252,13 +272,13 @@ func (l *Limiter) Check(ctx context.Context, r Request) (Result, error) {
 		if ctx.Err() != nil {
 			return Result{}, ctx.Err()
 		}
-		l.downUntil.Store(l.now().Add(l.cfg.OutageProbe).UnixNano())
+		l.downUntil.Store(l.now().Add(cfg.OutageProbe).UnixNano())
 	}
-	return l.checkOutage(ctx, scopes, n)
+	return l.checkOutage(ctx, cfg, scopes, n)
 }
 
 // checkOutage applies each scope's Outage policy while the store is down.
-func (l *Limiter) checkOutage(ctx context.Context, scopes []scope, n int) (Result, error) {
+func (l *Limiter) checkOutage(ctx context.Context, cfg *Config, scopes []scope, n int) (Result, error) {
 	var lbuf [maxScopes]scope
 	local := lbuf[:0]
 	for _, s := range scopes {
@@ -268,12 +288,12 @@ func (l *Limiter) checkOutage(ctx context.Context, scopes []scope, n int) (Resul
 			return Result{
 				Limit:      s.name,
 				Policy:     policyOf(s.bucket.Limit),
-				RetryAfter: l.cfg.OutageProbe,
-				Reset:      l.cfg.OutageProbe,
+				RetryAfter: cfg.OutageProbe,
+				Reset:      cfg.OutageProbe,
 				Degraded:   true,
 			}, nil
 		default:
-			s.bucket.Limit = s.bucket.Limit.Share(l.cfg.FleetSize)
+			s.bucket.Limit = s.bucket.Limit.Share(cfg.FleetSize)
 			local = append(local, s)
 		}
 	}

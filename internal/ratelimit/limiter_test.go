@@ -466,3 +466,44 @@ func TestFleetOverAdmission(t *testing.T) {
 		t.Fatalf("fleet admitted %.0f, far under the ideal %.0f", got, ideal)
 	}
 }
+
+// setConfigKeepsBuckets: new limits apply from the next decision, and what
+// the buckets already counted still counts under them.
+func setConfigKeepsBuckets(t *testing.T, store func(clk *fakeClock) Store) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	cfg := DefaultConfig()
+	cfg.User = UserRules{PerMinute: Rule{Limit: Limit{Rate: 5, Per: time.Minute, Burst: 5}}}
+	l := newLimiter(t, cfg, store(clk), clk)
+	for i := range 3 {
+		if res, _ := l.Check(ctx, Request{UserID: "u"}); !res.Allowed {
+			t.Fatalf("turn %d within 5/min: %+v", i+1, res)
+		}
+	}
+	cfg.User.PerMinute = Rule{Limit: Limit{Rate: 2, Per: time.Minute, Burst: 2}}
+	if err := l.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := l.Check(ctx, Request{UserID: "u"}); res.Allowed || res.Limit != ScopeUserPerMinute {
+		t.Fatalf("after lowering to 2/min with 3 spent: %+v, want refused by %s", res, ScopeUserPerMinute)
+	}
+	if res, _ := l.Check(ctx, Request{UserID: "v"}); !res.Allowed || res.Remaining != 1 {
+		t.Fatalf("another user under 2/min: %+v, want admitted with 1 left", res)
+	}
+	cfg.User.PerMinute.Rate = -1
+	if err := l.SetConfig(cfg); err == nil {
+		t.Fatal("SetConfig took an invalid rate")
+	}
+	if res, _ := l.Check(ctx, Request{UserID: "v"}); !res.Allowed || res.Remaining != 0 {
+		t.Fatalf("after a refused SetConfig: %+v, want the 2/min limit still in force", res)
+	}
+}
+
+func TestLimiterSetConfigKeepsBuckets(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		setConfigKeepsBuckets(t, func(clk *fakeClock) Store { return NewMemoryStore(clk.Now) })
+	})
+	t.Run("redis", func(t *testing.T) {
+		setConfigKeepsBuckets(t, func(clk *fakeClock) Store { return redisFactory(t, clk.Now) })
+	})
+}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/fmgate/fmgate/internal/provider"
@@ -128,7 +129,7 @@ type Retrier struct {
 	// Now is the clock the deadline is compared with. Nil: time.Now.
 	Now func() time.Time
 
-	cfg Config
+	cfg atomic.Pointer[Config] // swapped whole by SetConfig
 	rnd *lockedRand
 }
 
@@ -144,13 +145,24 @@ func New(cfg Config, rng *rand.Rand) (*Retrier, error) {
 	r := &Retrier{
 		Budget:   NewMemoryBudget(cfg.Budget, time.Now),
 		Pressure: NewMemoryPressure(cfg.Pressure, time.Now),
-		cfg:      cfg,
 		rnd:      &lockedRand{r: rng},
 	}
+	r.cfg.Store(&cfg)
 	if cfg.SendRate.Enabled {
 		r.Rate = NewMemorySendRate(cfg.SendRate, time.Now)
 	}
 	return r, nil
+}
+
+// SetConfig replaces the backoff, the retry counts per class and level and
+// MinAttemptTime from the next decision on. The budget, the pressure and
+// the send rate keep their state and the settings they were built with.
+func (r *Retrier) SetConfig(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("retry: %w", err)
+	}
+	r.cfg.Store(&cfg)
+	return nil
 }
 
 // Policy is the effective retry policy for one error class at one pressure
@@ -164,7 +176,7 @@ type Policy struct {
 // override over the top-level policy, tightened by the level's LevelPolicy.
 // At CIRCUIT_OPEN MaxRetries is 0.
 func (r *Retrier) Policy(class provider.Kind, level Level) Policy {
-	c := r.cfg
+	c := r.cfg.Load()
 	p := Policy{
 		Backoff:    Backoff{Strategy: c.Strategy, Base: c.Base, Cap: c.Cap, Multiplier: c.Multiplier},
 		MaxRetries: c.MaxRetries,
@@ -287,7 +299,7 @@ func (r *Retrier) next(ctx context.Context, model string, err error, rep *Report
 	wait := r.rnd.delay(pol.Backoff, rep.Retries, *prev)
 	*prev = wait
 	wait = max(wait, provider.RetryAfterOf(err))
-	if dl, has := ctx.Deadline(); has && r.now().Add(wait+r.cfg.MinAttemptTime).After(dl) {
+	if dl, has := ctx.Deadline(); has && r.now().Add(wait+r.cfg.Load().MinAttemptTime).After(dl) {
 		return 0, 0, StopDeadline
 	}
 	if !r.rate().Allow(ctx, model) {

@@ -507,3 +507,26 @@ func TestDoSkipsPacedModel(t *testing.T) {
 		t.Errorf("30 s later: %v, %d calls", err, h.calls)
 	}
 }
+
+func TestSetConfigAppliesToTheNextPolicy(t *testing.T) {
+	r, err := New(DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.MaxRetries = 1
+	cfg.Base = 50 * time.Millisecond
+	if err := r.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if p := r.Policy(provider.KindUnknown, LevelNormal); p.MaxRetries != 1 || p.Backoff.Base != 50*time.Millisecond {
+		t.Fatalf("after SetConfig: %+v, want 1 retry from 50ms", p)
+	}
+	cfg.MaxRetries = -1
+	if err := r.SetConfig(cfg); err == nil {
+		t.Fatal("SetConfig took maxRetries -1")
+	}
+	if p := r.Policy(provider.KindUnknown, LevelNormal); p.MaxRetries != 1 {
+		t.Fatalf("after a refused SetConfig: %+v, want 1 retry still", p)
+	}
+}

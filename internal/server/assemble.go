@@ -96,6 +96,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	if err != nil {
 		return gateway.Deps{}, fmt.Errorf("rateLimit: %w", err)
 	}
+	s.limiter = limiter
 
 	// Step 4: budgets.
 	var counters budget.Counters = budget.NewMemoryCounters(cfg.Budget.SessionTTL, now)
@@ -107,6 +108,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		return gateway.Deps{}, fmt.Errorf("budget: %w", err)
 	}
 	s.Estimator = enf.Estimator()
+	s.enforcer = enf
 
 	// Step 6: quota ledger and the priority queue.
 	var ledger quota.Ledger
@@ -152,7 +154,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		respCache = cache.NewRedis(rdb, prefix+"cache:", cfg.Fallback.Cache)
 	}
 	resolver, err := fallback.New(cfg.Fallback, fallback.Deps{Cache: respCache, Logger: s.log, Now: now,
-		Trace: fallbackSpans(cfg.UnitCosts)})
+		Trace: fallbackSpans(func() config.UnitCosts { return s.config().UnitCosts })})
 	if err != nil {
 		return gateway.Deps{}, fmt.Errorf("fallback: %w", err)
 	}
@@ -162,11 +164,9 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		return gateway.Deps{}, err
 	}
 	models := map[string]bool{}
-	maxOut := map[string]int{}
 	readsFree := map[string]bool{}
 	for _, m := range cfg.Models {
 		models[m.Name] = true
-		maxOut[m.Name] = m.MaxOutputTokens
 		readsFree[m.Name] = !m.CacheReadsInQuota()
 	}
 	hints := provider.NewCacheHints(now)
@@ -174,6 +174,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	if err != nil {
 		return gateway.Deps{}, err
 	}
+	s.tracer = tracer
 	prompts, err := s.canary(cfg, versions, tracer, now)
 	if err != nil {
 		return gateway.Deps{}, err
@@ -203,7 +204,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	var jobs gateway.JobStore // nil: this instance's memory
 	if rdb != nil {
 		jobs = jobstore.NewRedis(rdb, prefix+"batch:")
-		fb := &fleetBatcher{rdb: rdb, log: s.log, now: now, cfg: cfg, sessions: sessions,
+		fb := &fleetBatcher{rdb: rdb, log: s.log, now: now, current: s.config, sessions: sessions,
 			limiter: limiter, enf: enf, counters: counters, breakers: s.Breakers, ledger: ledger, pressure: retrier.Pressure,
 			queue: q, seen: newSeen(cfg)}
 		if retr != nil {
@@ -224,9 +225,9 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		EstimateTokens: sim.InputTokens,
 		Prompts:        prompts,
 		Admitter:       admitter{l: limiter, obs: s.Metrics},
-		Budgeter:       budgeter{enf: enf, prices: prices(cfg), hints: hints},
+		Budgeter:       budgeter{enf: enf, current: s.config, hints: hints},
 		Planner:        planner{breakers: s.Breakers, ledger: ledger, queue: q},
-		Reserver: reserver{ledger: ledger, breakers: s.Breakers, queue: q, maxOut: maxOut,
+		Reserver: reserver{ledger: ledger, breakers: s.Breakers, queue: q, current: s.config,
 			readsFree: readsFree, hints: hints, obs: s.Metrics},
 		Invoker:  invoker{retrier: retrier, breakers: s.Breakers, obs: s.Metrics},
 		Fallback: cascade{r: resolver, models: models},
@@ -489,7 +490,7 @@ func configHash(cfg config.Config) string {
 
 // fallbackSpans makes each cache and FAQ lookup of the fallback cascade a
 // span of the turn; a cache call carries its unit cost.
-func fallbackSpans(units config.UnitCosts) func(context.Context, string) func(bool) {
+func fallbackSpans(units func() config.UnitCosts) func(context.Context, string) func(bool) {
 	return func(ctx context.Context, step string) func(bool) {
 		var opts []events.StartOption
 		if step == "cache" {
@@ -497,7 +498,7 @@ func fallbackSpans(units config.UnitCosts) func(context.Context, string) func(bo
 		}
 		_, span := events.StartChild(ctx, step, opts...)
 		if step == "cache" {
-			span.SetCost(units.CacheCallUSD)
+			span.SetCost(units().CacheCallUSD)
 		}
 		return func(hit bool) {
 			switch {

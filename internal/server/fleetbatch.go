@@ -43,10 +43,12 @@ import (
 // step's writes, with the quota settlement, the breaker outcome and the
 // retry deposit queued since, go in the last round trip.
 type fleetBatcher struct {
-	rdb      *redis.Client
-	log      *slog.Logger
-	now      func() time.Time
-	cfg      config.Config
+	rdb *redis.Client
+	log *slog.Logger
+	now func() time.Time
+	// current is the config in force (a reload swaps it); a turn's own
+	// figures come from its snapshot (configOf).
+	current  func() *config.Config
 	sessions session.Store
 	limiter  *ratelimit.Limiter
 	enf      *budget.Enforcer
@@ -227,7 +229,7 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 	})
 	day := f.enf.Day(f.now())
 	calls = append(calls, func(ctx context.Context) {
-		tctx, cancel := context.WithTimeout(ctx, f.cfg.Budget.StoreTimeout)
+		tctx, cancel := context.WithTimeout(ctx, f.current().Budget.StoreTimeout)
 		defer cancel()
 		tot := &totalsAnswer{userID: t.UserID, sessionID: t.SessionID, day: day}
 		tot.tot, tot.err = f.counters.Load(tctx, t.UserID, t.SessionID, day)
@@ -337,11 +339,12 @@ func (f *fleetBatcher) specTokens(t *gateway.Turn, model string) int {
 // mostTokens is the largest reservation step 6 can make for t on model:
 // the budget's cap on input plus the output it may grant (reserver.Reserve).
 func (f *fleetBatcher) mostTokens(t *gateway.Turn, model string) int {
-	out := f.cfg.Budget.RequestOutput
+	cfg := configOf(t, f.current)
+	out := cfg.Budget.RequestOutput
 	if t.MaxOutput > 0 && t.MaxOutput < out {
 		out = t.MaxOutput
 	}
-	if mo, ok := f.cfg.Model(model); ok && mo.MaxOutputTokens < out {
+	if mo, ok := cfg.Model(model); ok && mo.MaxOutputTokens < out {
 		out = mo.MaxOutputTokens
 	}
 	return f.enf.ContextRoom(0, t.MaxOutput) + out
@@ -356,6 +359,7 @@ func (f *fleetBatcher) seenFull(model string) bool {
 // remember keeps what the turn's reads saw of each model for the next
 // turns' speculate.
 func (f *fleetBatcher) remember(a *ahead) {
+	limits := f.current().Budget
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for m, snap := range a.snaps {
@@ -366,7 +370,7 @@ func (f *fleetBatcher) remember(a *ahead) {
 	for m, snap := range a.sats {
 		if s := f.seen[m]; s != nil {
 			room := snap.TPMLimit - snap.TokensUsed
-			s.full.Store(snap.Saturation >= 1 || snap.RequestsUsed >= snap.RPMLimit || room < f.cfg.Budget.RequestInput+f.cfg.Budget.RequestOutput)
+			s.full.Store(snap.Saturation >= 1 || snap.RequestsUsed >= snap.RPMLimit || room < limits.RequestInput+limits.RequestOutput)
 		}
 	}
 	if sp := a.spec; sp != nil {
@@ -398,8 +402,9 @@ func (f *fleetBatcher) Together(ctx context.Context, calls ...func(context.Conte
 // route is the model tiers a turn starting at start may try, as the
 // gateway orders them.
 func (f *fleetBatcher) route(start string) []string {
-	names := make([]string, 0, len(f.cfg.Models))
-	for _, m := range f.cfg.Models {
+	models := f.current().Models
+	names := make([]string, 0, len(models))
+	for _, m := range models {
 		if len(names) == 0 && start != "" && m.Name != start && m.ModelID != start {
 			continue
 		}

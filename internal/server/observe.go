@@ -94,8 +94,10 @@ func (s *Server) alerting(cfg config.Config) {
 		if s.canaryVerdict != nil {
 			obs.Canary = s.canaryVerdict()
 		}
+		obs.ReloadFailed = s.reloadFailed.Load()
 		return obs
 	}
+	s.observe = observe
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = am.Run(ctx, observe) }()

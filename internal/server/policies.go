@@ -49,9 +49,11 @@ func (a admitter) Admit(ctx context.Context, t *gateway.Turn) error {
 // budgeter is step 4: estimate, enforce budgets, truncate history; and the
 // usage record that calibrates the estimator.
 type budgeter struct {
-	enf    *budget.Enforcer
-	prices map[string]budget.Price
-	hints  *provider.CacheHints
+	enf *budget.Enforcer
+	// current is the config in force, for a turn that took no snapshot;
+	// the prices are the turn's config's (configOf).
+	current func() *config.Config
+	hints   *provider.CacheHints
 }
 
 func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) error {
@@ -61,7 +63,7 @@ func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) erro
 			User: t.Message + (&provider.Message{ToolResults: t.ToolResults}).ToolText()},
 		ExpectCached: b.hints.Expect(model, t.System),
 		Hold:         true,
-	}, b.prices[model])
+	}, priceOf(configOf(t, b.current), model))
 	if ex, ok := errors.AsType[*budget.ExceededError](err); ok {
 		e := &gateway.Error{Status: http.StatusPaymentRequired, Code: gateway.CodeBudgetExceeded, Message: ex.Message(t.Locale), Err: err}
 		switch {
@@ -96,7 +98,7 @@ func (b budgeter) Release(ctx context.Context, t *gateway.Turn) {
 }
 
 func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Result) error {
-	if _, isModel := b.prices[res.Tier]; !isModel {
+	if _, isModel := configOf(t, b.current).Model(res.Tier); !isModel {
 		return nil
 	}
 	// A continued answer's input counts two calls; it would skew calibration.
@@ -154,7 +156,9 @@ type reserver struct {
 	ledger   quota.Ledger
 	breakers *breaker.Set
 	queue    *queue.Queue
-	maxOut   map[string]int
+	// current is the config in force, for a turn that took no snapshot;
+	// a tier's maxOutputTokens is the turn's config's (configOf).
+	current func() *config.Config
 	// readsFree are the models whose vendor does not count prompt-cache
 	// reads against its tokens-per-minute limit (Anthropic, Bedrock):
 	// their reservations leave out the reads expected from hints, and
@@ -169,9 +173,10 @@ func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (g
 	if r.readsFree[model] {
 		in -= min(r.hints.Expect(model, t.System), in)
 	}
-	tokens := in + min(t.MaxOutput, r.maxOut[model])
+	m, _ := configOf(t, r.current).Model(model)
+	tokens := in + min(t.MaxOutput, m.MaxOutputTokens)
 	if t.MaxOutput == 0 {
-		tokens = in + r.maxOut[model]
+		tokens = in + m.MaxOutputTokens
 	}
 	free := r.readsFree[model]
 	prio := quota.Priority(t.Priority)
@@ -397,10 +402,17 @@ func localize(locale, en, ja string) string {
 	return en
 }
 
-func prices(cfg config.Config) map[string]budget.Price {
-	p := make(map[string]budget.Price, len(cfg.Models))
-	for _, m := range cfg.Models {
-		p[m.Name] = m.Price()
+// configOf is the config t runs under: the snapshot it took when it
+// entered the pipeline, or for a turn that has not, the one in force.
+func configOf(t *gateway.Turn, current func() *config.Config) *config.Config {
+	if c := t.Config(); c != nil {
+		return c
 	}
-	return p
+	return current()
+}
+
+// priceOf is the price of cfg's model tier (zero for another tier).
+func priceOf(cfg *config.Config, model string) budget.Price {
+	m, _ := cfg.Model(model)
+	return m.Price()
 }

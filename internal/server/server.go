@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,6 +39,7 @@ import (
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/queue"
 	"github.com/fmgate/fmgate/internal/quota"
+	"github.com/fmgate/fmgate/internal/ratelimit"
 	"github.com/fmgate/fmgate/internal/redishealth"
 	"github.com/fmgate/fmgate/internal/retry"
 	"github.com/fmgate/fmgate/internal/webui"
@@ -56,9 +58,14 @@ type Options struct {
 	// WrapProvider, when set, wraps each model's provider (e.g. to count
 	// upstream attempts in load runs).
 	WrapProvider func(model string, p provider.Provider) provider.Provider
-	// ConfigPath is the file cfg was loaded from; the prompt section is
-	// re-read from it while running. Empty: the prompt is fixed.
+	// ConfigPath is the file cfg was loaded from: Reload (SIGHUP, POST
+	// /admin/reload) reads it again, and the prompt section is re-read from
+	// it while running. Empty: the config and the prompt are fixed.
 	ConfigPath string
+	// Override, when set, is applied to the config file's contents on
+	// every reload as it was to cfg (e.g. serve's -addr flag), so that a
+	// flag does not read as a change of the file.
+	Override func(*config.Config)
 	// InstanceID names this gateway in the fleet's live figures (fleet
 	// mode). Default: $FMGATE_INSTANCE_ID, else host name, process id and
 	// a random suffix.
@@ -105,7 +112,22 @@ type Server struct {
 	// alert rules.
 	canaryVerdict func() *alerts.Canary
 
+	// cfg is the config the server was built with; the one in force is
+	// the gateway's (config).
 	cfg        config.Config
+	configPath string
+	override   func(*config.Config)
+	// The policies a reload gives new limits.
+	limiter  *ratelimit.Limiter
+	enforcer *budget.Enforcer
+	tracer   *events.Tracer
+	// reloading holds one token while a reload runs: reloads take turns.
+	reloading chan struct{}
+	// reloadFailed is why the last reload was refused (nil after a
+	// success), for the ConfigReloadFailed alert.
+	reloadFailed atomic.Pointer[alerts.ReloadFailure]
+	// observe reads what the alert rules look at.
+	observe    func(context.Context) alerts.Observation
 	instanceID string
 	log        *slog.Logger
 	hasher     *events.Hasher
@@ -122,7 +144,8 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, admin: http.NewServeMux(), hasher: userHasher(cfg), instanceID: instanceID(opts.InstanceID)}
+	s := &Server{cfg: cfg, log: log, admin: http.NewServeMux(), hasher: userHasher(cfg), instanceID: instanceID(opts.InstanceID),
+		configPath: opts.ConfigPath, override: opts.Override, reloading: make(chan struct{}, 1)}
 	if strings.HasPrefix(s.instanceID, "#") {
 		return nil, fmt.Errorf("instance id %q: may not start with # (set FMGATE_INSTANCE_ID to another)", s.instanceID)
 	}
@@ -165,7 +188,16 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 		return nil, err
 	}
 	s.Gateway = gw
+	s.admin.HandleFunc("POST /admin/reload", s.serveReload)
 	return s, nil
+}
+
+// config is the config in force: the gateway's, which a reload swaps.
+func (s *Server) config() *config.Config {
+	if s.Gateway == nil {
+		return &s.cfg
+	}
+	return s.Gateway.Config()
 }
 
 // Handler is the gateway's HTTP routes with the embedded pages; /dashboard

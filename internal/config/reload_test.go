@@ -1,0 +1,150 @@
+package config
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/quota"
+	"github.com/fmgate/fmgate/internal/ratelimit"
+)
+
+func TestDiffNamesChangedFields(t *testing.T) {
+	tests := []struct {
+		name string
+		give func(*Config)
+		want []string
+	}{
+		{"nothing", func(*Config) {}, nil},
+		{"inline rate-limit fields", func(c *Config) { c.RateLimit.User.PerMinute.Rate = 3 }, []string{"rateLimit.user.perMinute.rate"}},
+		{"a route added", func(c *Config) { c.RateLimit.Routes["chat"] = ratelimit.Rule{Limit: ratelimit.PerSecond(1, 1)} },
+			[]string{"rateLimit.routes.chat"}},
+		{"a model's price", func(c *Config) { c.Models[1].OutputPerMTok = 2 }, []string{"models[1].outputPerMTok"}},
+		{"a model's aliases", func(c *Config) { c.Models[0].Aliases = []string{"s"} }, []string{"models[0].aliases"}},
+		{"a tier removed", func(c *Config) { c.Models = c.Models[:1] }, []string{"models"}},
+		{"priority keys", func(c *Config) { c.Quota.PauseAt[quota.P3] = 0.5 }, []string{"quota.pauseAt.P3"}},
+		{"a durations and a string", func(c *Config) {
+			c.Server.Addr = "127.0.0.1:9"
+			c.Deadline.Idle = 9 * time.Second
+		}, []string{"server.addr", "deadline.idle"}},
+		{"an api key, redacted", func(c *Config) { c.Auth.Keys = map[string]Caller{"sk-secret-123": {UserID: "u"}} },
+			[]string{"auth.keys.sk-s…"}},
+		{"a breaker", func(c *Config) {
+			b := c.Breakers["sonnet"]
+			b.FailureThreshold++
+			c.Breakers["sonnet"] = b
+		}, []string{"breakers.sonnet.failureThreshold"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := Default(), Default()
+			tt.give(&b)
+			if got := Diff(a, b); !slices.Equal(got, tt.want) {
+				t.Errorf("Diff = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCheckReloadRefusesRestartFields(t *testing.T) {
+	tests := []struct {
+		name        string
+		give        func(*Config)
+		wantChanged []string
+		wantRestart []string
+	}{
+		{"limits, prices, budgets, keys and deadlines reload", func(c *Config) {
+			c.RateLimit.User.PerMinute.Rate = 3
+			c.Models[0].InputPerMTok = 4
+			c.Models[0].MaxOutputTokens = 512
+			c.Budget.DailyCostUSD = 1
+			c.Quota.Models["haiku"] = quota.Ceiling{TPM: 10, RPM: 1}
+			c.Deadline.FirstByte = 4 * time.Second
+			c.Prompt.System = "be brief"
+			c.Retry.MaxRetries = 1
+		}, []string{"prompt.system", "models[0].inputPerMTok", "models[0].maxOutputTokens", "deadline.firstByte",
+			"rateLimit.user.perMinute.rate", "budget.dailyCostUsd", "quota.models.haiku.tpm", "quota.models.haiku.rpm", "retry.maxRetries"}, nil},
+		{"listener, redis and event store need a restart", func(c *Config) {
+			c.Server.Addr = "0.0.0.0:80"
+			c.Fleet.Redis = "127.0.0.1:6379"
+			c.EventStore.Path = "other.db"
+			c.RateLimit.Global.Rate = 1
+		}, []string{"server.addr", "fleet.redis", "rateLimit.global.rate", "eventStore.path"},
+			[]string{"server.addr", "fleet.redis", "eventStore.path"}},
+		{"tiers' set and providers need a restart", func(c *Config) {
+			c.Models[1].Name = "small"
+			c.Models[0].Provider = "bedrock"
+		}, nil, []string{"models[0].provider", "models[1].name"}},
+		{"the first key changes the hosts allowed", func(c *Config) {
+			c.Auth.Keys = map[string]Caller{"sk-secret-123": {UserID: "u"}}
+		}, []string{"auth.keys.sk-s…"}, []string{"auth.keys (adding the first key"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := Default(), Default()
+			tt.give(&b)
+			changed, err := CheckReload(a, b)
+			if tt.wantChanged != nil && !slices.Equal(changed, tt.wantChanged) {
+				t.Errorf("changed = %q, want %q", changed, tt.wantChanged)
+			}
+			var re *RestartError
+			if tt.wantRestart == nil {
+				if err != nil {
+					t.Fatalf("err = %v, want none", err)
+				}
+				return
+			}
+			if !errors.As(err, &re) {
+				t.Fatalf("err = %v, want *RestartError", err)
+			}
+			if len(re.Fields) != len(tt.wantRestart) {
+				t.Fatalf("restart fields %q, want %q", re.Fields, tt.wantRestart)
+			}
+			for i, w := range tt.wantRestart {
+				if !strings.HasPrefix(re.Fields[i], w) {
+					t.Errorf("restart field %d = %q, want %q", i, re.Fields[i], w)
+				}
+			}
+			if !strings.Contains(err.Error(), "needs a restart") {
+				t.Errorf("error %q does not say it needs a restart", err)
+			}
+		})
+	}
+}
+
+func TestCheckReloadKeysWithAllowedHosts(t *testing.T) {
+	a, b := Default(), Default()
+	a.Server.AllowedHosts = []string{"gw.example.com"}
+	b.Server.AllowedHosts = []string{"gw.example.com"}
+	b.Auth.Keys = map[string]Caller{"sk-secret-123": {UserID: "u"}}
+	if _, err := CheckReload(a, b); err != nil {
+		t.Fatalf("a key added with server.allowedHosts set: %v, want it reloaded", err)
+	}
+}
+
+func TestReloadable(t *testing.T) {
+	tests := []struct {
+		give string
+		want bool
+	}{
+		{"models[3].inputPerMTok", true},
+		{"models[3].endpoint", false},
+		{"models", false},
+		{"rateLimit.routes.chat.burst", true},
+		{"rateLimit.redisTimeout", false},
+		{"rateLimit", false},
+		{"auth.keys.sk-s…", true},
+		{"auth.trustUserHeader", false},
+		{"budget.sessionTtl", false},
+		{"deadline.idle", true},
+		{"prompt.reloadInterval", false},
+		{"retry.budget.ratio", false},
+	}
+	for _, tt := range tests {
+		if got := Reloadable(tt.give); got != tt.want {
+			t.Errorf("Reloadable(%q) = %v, want %v", tt.give, got, tt.want)
+		}
+	}
+}
