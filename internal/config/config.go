@@ -258,11 +258,13 @@ type Model struct {
 	PromptCaching string `yaml:"promptCaching"`
 	// Capabilities are what the tier can do beyond plain text:
 	// CapabilityTools (call the tools a request offers), CapabilityPrefill
-	// (continue an answer the client started) and CapabilityTopK (sample
-	// with top_k). A request that needs one skips the tiers without it
-	// rather than reach a model that would ignore it. Default: every
-	// capability fmgate can pass to the tier's provider — tools on every
-	// provider, prefill and top_k on all but openai; list "text" alone for
+	// (continue an answer the client started), CapabilityTopK (sample
+	// with top_k) and CapabilitySeed (repeat an answer for a seed). A
+	// request that needs one skips the tiers without it rather than reach
+	// a model that would ignore it. Default: every capability fmgate can
+	// pass to the tier's provider — tools on every provider, prefill and
+	// top_k on all but openai, seed on openai and the simulator; list
+	// "text" alone for
 	// a model that can only write text (e.g. an OpenAI-compatible server
 	// without function calling).
 	Capabilities []string `yaml:"capabilities"`
@@ -274,10 +276,11 @@ const (
 	CapabilityTools   = "tools"
 	CapabilityPrefill = "prefill"
 	CapabilityTopK    = "top_k"
+	CapabilitySeed    = "seed"
 )
 
 // capabilities are every capability a tier may list.
-var capabilities = []string{CapabilityText, CapabilityTools, CapabilityPrefill, CapabilityTopK}
+var capabilities = []string{CapabilityText, CapabilityTools, CapabilityPrefill, CapabilityTopK, CapabilitySeed}
 
 // Can reports whether the tier has capability c.
 func (m Model) Can(c string) bool {
@@ -290,6 +293,8 @@ func (m Model) Can(c string) bool {
 			return true
 		case CapabilityPrefill, CapabilityTopK:
 			return m.Provider != "openai" // OpenAI's API has neither
+		case CapabilitySeed:
+			return m.Provider == "openai" || m.Provider == "" || m.Provider == "sim" // nor Anthropic's and Bedrock's this
 		}
 		return false
 	}

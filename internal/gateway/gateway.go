@@ -317,6 +317,9 @@ func (t *Turn) needs() []string {
 	if t.TopK != nil {
 		n = append(n, config.CapabilityTopK)
 	}
+	if t.Seed != nil {
+		n = append(n, config.CapabilitySeed)
+	}
 	return n
 }
 

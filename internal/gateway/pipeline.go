@@ -517,7 +517,7 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 		maxOut = t.MaxOutput
 	}
 	req := &provider.Request{Model: m.Name, System: withContext(t.System, t.Context), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
-		Temperature: t.Temperature, TopP: t.TopP, TopK: t.TopK, StopSequences: t.StopSequences, CacheKey: t.PromptCacheKey, Tools: t.Tools, ToolChoice: t.ToolChoice}
+		Temperature: t.Temperature, TopP: t.TopP, TopK: t.TopK, Seed: t.Seed, StopSequences: t.StopSequences, CacheKey: t.PromptCacheKey, Tools: t.Tools, ToolChoice: t.ToolChoice}
 	markPrefixes(t, m, req)
 	return req
 }

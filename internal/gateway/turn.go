@@ -63,6 +63,7 @@ type Turn struct {
 	Temperature   *float64
 	TopP          *float64
 	TopK          *int
+	Seed          *int64
 	StopSequences []string
 	// Prefill is the start of the answer the client wrote (Anthropic's
 	// trailing assistant message): the model continues it, and the answer

@@ -81,6 +81,9 @@ type Request struct {
 	Temperature *float64
 	TopP        *float64
 	TopK        *int
+	// Seed asks for a repeatable answer (OpenAI's seed): reaches only
+	// vendors that have it, like TopK.
+	Seed *int64
 	// StopSequences end the answer when the model produces one of them.
 	StopSequences []string
 	// SystemCache marks the ends of prompt prefixes within System, in order.

@@ -383,7 +383,7 @@ func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Res
 // words would get any other as if it were the answer.
 func plainAnswer(t *gateway.Turn, res *gateway.Result) bool {
 	return (res.StopReason == "" || res.StopReason == "end_turn") && t.ClientSystem == "" &&
-		len(t.StopSequences) == 0 && t.Temperature == nil && t.TopP == nil && t.TopK == nil && t.Prefill == "" &&
+		len(t.StopSequences) == 0 && t.Temperature == nil && t.TopP == nil && t.TopK == nil && t.Seed == nil && t.Prefill == "" &&
 		len(t.Tools) == 0 && t.Format.Kind == provider.FormatText
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -140,5 +141,55 @@ func TestPrefillAndTopKReachOnlyTiersThatHonourThem(t *testing.T) {
 	}
 	if _, tier := ask(sc, `{"model":"sonnet","max_tokens":300,"top_p":0.9,"messages":[{"role":"user","content":"Hi"}]}`); tier != "sonnet" {
 		t.Fatalf("top_p with Sonnet on the openai provider: answered by %q, want sonnet", tier)
+	}
+}
+
+// A seed repeats an answer: the same seed gives the same words, served by
+// a tier whose vendor has seeds (the simulator, an OpenAI-compatible
+// server); a tier on the anthropic provider, whose API has none, is
+// skipped for it.
+func TestSeedRepeatsAnAnswerOnTiersThatHaveIt(t *testing.T) {
+	ask := func(sc *scenario, seed int) (text, tier string) {
+		t.Helper()
+		body := fmt.Sprintf(`{"model":"sonnet","seed":%d,"messages":[{"role":"user","content":"Which manga should I read next?"}]}`, seed)
+		req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("X-User-Id", toolUser())
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var c struct {
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+			} `json:"choices"`
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || json.Unmarshal(b, &c) != nil || len(c.Choices) == 0 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		return c.Choices[0].Message.Content, resp.Header.Get("X-Fmgate-Tier")
+	}
+	sc := newScenario(t, quickConfig())
+	a, _ := ask(sc, 7)
+	b, tier := ask(sc, 7)
+	if a != b || tier != "sonnet" {
+		t.Fatalf("seed 7 twice: %q then %q (from %s); want the same answer from sonnet", a, b, tier)
+	}
+	differ := false
+	for seed := 8; seed < 14 && !differ; seed++ {
+		c, _ := ask(sc, seed)
+		differ = c != a
+	}
+	if !differ {
+		t.Fatal("six other seeds all gave seed 7's answer: the seed does not reach the model")
+	}
+	cfg := quickConfig()
+	onAnthropic(t, &cfg, "sonnet")
+	if _, tier := ask(newScenario(t, cfg), 7); tier != "haiku" {
+		t.Fatalf("seed with Sonnet on the anthropic provider: answered by %q, want haiku", tier)
 	}
 }

@@ -12,7 +12,7 @@
 // max_completion_tokens, temperature, stop (a string or up to 4 strings),
 // tools (functions), tool_choice, parallel_tool_calls, prompt_cache_key and
 // user. Fields that would change an OpenAI answer but that fmgate cannot
-// honour (images, n>1, logprobs, penalties, seed, audio …) are refused
+// honour (images, n>1, logprobs, penalties, audio …) are refused
 // with a 400 naming the field, never dropped. response_format json_object
 // and json_schema are honoured: every answer is checked against them.
 package openai
@@ -62,6 +62,7 @@ type Chat struct {
 	MaxTokens   int
 	Temperature *float64
 	TopP        *float64
+	Seed        *int64
 	Stop        []string
 	User        string
 	// PromptCacheKey is prompt_cache_key, passed to the model.
@@ -103,6 +104,7 @@ type chatRequest struct {
 	N                *int            `json:"n"`
 	Logprobs         *bool           `json:"logprobs"`
 	TopP             *float64        `json:"top_p"`
+	Seed             *int64          `json:"seed"`
 	PresencePenalty  *float64        `json:"presence_penalty"`
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	Store            *bool           `json:"store"`
@@ -118,7 +120,6 @@ type chatRequest struct {
 	FunctionCall     json.RawMessage `json:"function_call"`
 	TopLogprobs      json.RawMessage `json:"top_logprobs"`
 	LogitBias        json.RawMessage `json:"logit_bias"`
-	Seed             json.RawMessage `json:"seed"`
 	Audio            json.RawMessage `json:"audio"`
 	Prediction       json.RawMessage `json:"prediction"`
 	WebSearchOptions json.RawMessage `json:"web_search_options"`
@@ -228,6 +229,7 @@ func DecodeChat(data []byte) (Chat, *Error) {
 		}
 		c.TopP = p
 	}
+	c.Seed = req.Seed
 	if e := checkMetadata(req.Metadata); e != nil {
 		return c, e
 	}
@@ -295,7 +297,6 @@ func (req *chatRequest) refusals() *Error {
 		{"function_call", "use 'tool_choice' instead of the deprecated 'function_call'", req.FunctionCall},
 		{"top_logprobs", "log probabilities are not available", req.TopLogprobs},
 		{"logit_bias", "token biases are not available", req.LogitBias},
-		{"seed", "deterministic sampling is not available", req.Seed},
 		{"audio", "only text output is available", req.Audio},
 		{"prediction", "predicted outputs are not available", req.Prediction},
 		{"web_search_options", "web search is not available", req.WebSearchOptions},

@@ -109,6 +109,7 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 		MaxOutput:      c.MaxTokens,
 		Temperature:    c.Temperature,
 		TopP:           c.TopP,
+		Seed:           c.Seed,
 		StopSequences:  c.Stop,
 		PromptCacheKey: c.PromptCacheKey,
 		Tools:          c.Tools,

@@ -46,7 +46,7 @@ func (h *simHandler) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	req := &provider.Request{
 		Model: name, System: c.System, Messages: c.Messages(), MaxTokens: c.MaxTokens,
-		Temperature: c.Temperature, TopP: c.TopP, StopSequences: c.Stop, Tools: c.Tools, ToolChoice: c.ToolChoice, Format: c.Format,
+		Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed, StopSequences: c.Stop, Tools: c.Tools, ToolChoice: c.ToolChoice, Format: c.Format,
 	}
 	meta := chunkMeta{id: "chatcmpl-" + newID(), created: h.now().Unix(), includeUsage: c.IncludeUsage}
 	if st, ok := h.s.Settings(name); ok && st.ModelID != "" {

@@ -113,6 +113,10 @@ func (p *Provider) body(req *provider.Request, stream bool) ([]byte, error) {
 		b = append(b, `,"temperature":`...)
 		b = strconv.AppendFloat(b, t, 'g', -1, 64)
 	}
+	if req.Seed != nil {
+		b = append(b, `,"seed":`...)
+		b = strconv.AppendInt(b, *req.Seed, 10)
+	}
 	if req.TopP != nil {
 		p := *req.TopP
 		if math.IsNaN(p) || math.IsInf(p, 0) {

@@ -272,6 +272,9 @@ func (s *Sim) StreamAdmitted(ctx context.Context, req *provider.Request, admitte
 		resp.ModelID = req.Model
 	}
 	p := s.draw(st)
+	if req.Seed != nil { // the same seed, the same words
+		p.words = rand.New(rand.NewPCG(uint64(*req.Seed), uint64(*req.Seed)))
+	}
 	fail := func(kind provider.Kind, status int, msg string) *provider.Error {
 		return &provider.Error{Kind: kind, Model: req.Model, Status: status, Err: errors.New(msg)}
 	}
