@@ -82,3 +82,51 @@ func TestFairShare(t *testing.T) {
 		}
 	}
 }
+
+// TestPremiumBeforeStandard: premium tickets of a priority class are
+// served before the class's standard ones that waited longer, in memory
+// and in Redis; a higher class still goes first, premium or not.
+func TestPremiumBeforeStandard(t *testing.T) {
+	for _, e := range []struct {
+		name string
+		new  func(t *testing.T, cfg Config) *Queue
+	}{
+		{"memory", func(t *testing.T, cfg Config) *Queue { return NewMemory(cfg, nil) }},
+		{"redis", func(t *testing.T, cfg Config) *Queue {
+			c, prefix := redistest.Client(t)
+			return NewRedis(c, cfg, RedisOptions{Prefix: prefix, Timeout: 2 * time.Second, Lease: 30 * time.Second})
+		}},
+	} {
+		t.Run(e.name, func(t *testing.T) {
+			q := e.new(t, Config{Capacity: 100, TTL: time.Minute, PollInterval: 20 * time.Millisecond})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			g := newGate()
+			var done []<-chan error
+			add := func(who string, tk Ticket) {
+				done = append(done, spawn(ctx, q, tk, g.try(who)))
+				waitDepth(t, q, len(done))
+			}
+			for i := range 3 {
+				add("standard", Ticket{ID: fmt.Sprint("s", i), Priority: P1, Tenant: "s"})
+			}
+			for i := range 2 {
+				add("premium", Ticket{ID: fmt.Sprint("p", i), Priority: P1, Tenant: "p", Premium: true})
+			}
+			add("batch-premium", Ticket{ID: "b", Priority: P3, Tenant: "b", Premium: true})
+			g.open.Store(true)
+			q.Notify()
+			for _, ch := range done {
+				if err := <-ch; err != nil {
+					t.Fatal(err)
+				}
+			}
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			want := []string{"premium", "premium", "standard", "standard", "standard", "batch-premium"}
+			if fmt.Sprint(g.served) != fmt.Sprint(want) {
+				t.Fatalf("served %v, want %v", g.served, want)
+			}
+		})
+	}
+}

@@ -39,7 +39,7 @@ func withDefaults(cfg Config) Config {
 
 type memEntry struct {
 	handle string
-	prio   Priority
+	band   int // the class it waits in (Ticket.band)
 	at     time.Time
 	start  float64 // virtual start tag in its class
 	seq    uint64
@@ -80,7 +80,7 @@ func (h *entryHeap) Pop() any {
 	return e
 }
 
-// memBackend keeps one fair-queueing heap per priority and one list of all
+// memBackend keeps one fair-queueing heap per band and one list of all
 // entries in arrival order; since every entry has the same TTL, expired
 // entries are always at the list's front.
 type memBackend struct {
@@ -89,7 +89,7 @@ type memBackend struct {
 
 	mu       sync.Mutex
 	seq      uint64
-	classes  [numPriorities]*memClass
+	classes  [numBands]*memClass
 	arrivals *list.List
 	byHandle map[string]*memEntry
 }
@@ -107,7 +107,7 @@ func (m *memBackend) prune(now time.Time) {
 // drop removes en; served says it left from the head of its class, which
 // moves the class's virtual time to its start tag.
 func (m *memBackend) drop(en *memEntry, served bool) {
-	c := m.classes[en.prio]
+	c := m.classes[en.band]
 	heap.Remove(&c.h, en.index)
 	m.arrivals.Remove(en.elem)
 	delete(m.byHandle, en.handle)
@@ -134,11 +134,11 @@ func (m *memBackend) add(_ context.Context, t Ticket) (string, error) {
 	}
 	m.seq++
 	h := strconv.FormatUint(m.seq, 10) + ":" + t.ID
-	c := m.classes[t.Priority]
+	c := m.classes[t.band()]
 	flow := t.flow()
 	start := max(c.virtual, c.finish[flow])
 	c.finish[flow] = start + tagUnit/m.cfg.weight(t)
-	en := &memEntry{handle: h, prio: t.Priority, at: now, start: start, seq: m.seq}
+	en := &memEntry{handle: h, band: t.band(), at: now, start: start, seq: m.seq}
 	heap.Push(&c.h, en)
 	en.elem = m.arrivals.PushBack(en)
 	m.byHandle[h] = en
@@ -168,7 +168,7 @@ func (m *memBackend) remove(_ context.Context, h string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e, ok := m.byHandle[h]; ok {
-		m.drop(e, m.classes[e.prio].h[0] == e)
+		m.drop(e, m.classes[e.band].h[0] == e)
 	}
 	return nil
 }
@@ -179,8 +179,8 @@ func (m *memBackend) stats(_ context.Context) (Stats, error) {
 	now := m.now()
 	m.prune(now)
 	var s Stats
-	for i, c := range m.classes {
-		s.ByPriority[i] = len(c.h)
+	for band, c := range m.classes {
+		s.ByPriority[band/2] += len(c.h)
 		s.Depth += len(c.h)
 	}
 	if f := m.arrivals.Front(); f != nil {

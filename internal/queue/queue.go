@@ -1,6 +1,7 @@
 // Package queue holds turns that cannot get quota or concurrency right now,
 // in priority order (P0 first), each for at most a TTL, in a bounded queue.
-// Inside a priority class the order is weighted fair queueing (start-time
+// Inside a priority class premium tickets go first; among the premium, and
+// among the standard, the order is weighted fair queueing (start-time
 // fair queueing) over flows, a flow being a tenant in a locale: a tenant
 // flooding P1 gets its weight's share of the turns served while others wait,
 // not the whole class; with one flow the order is arrival. It is built for the gateway's reserve step: Wait enqueues a
@@ -32,6 +33,9 @@ const (
 	P2
 	P3
 	numPriorities = 4
+	// numBands are the queue's classes: each priority split in two, its
+	// premium tickets ahead of its standard ones.
+	numBands = 2 * numPriorities
 )
 
 // Ticket identifies one waiting turn. ID is for logs and need not be unique.
@@ -42,6 +46,19 @@ type Ticket struct {
 	// priority class; empty values form a flow of their own.
 	Tenant string
 	Locale string
+	// Premium tickets are served before the standard tickets of their
+	// priority class; fair queueing holds within each of the two.
+	Premium bool
+}
+
+// band is the ticket's class in the queue: 2·priority, plus 1 when it is
+// not premium. Lower is served first.
+func (t Ticket) band() int {
+	b := 2 * int(t.Priority)
+	if !t.Premium {
+		b++
+	}
+	return b
 }
 
 // flow is the fair-queueing flow of a ticket: a tenant in a locale.

@@ -12,12 +12,13 @@ import (
 // DefaultRedisTimeout bounds every Redis call of the queue.
 const DefaultRedisTimeout = 50 * time.Millisecond
 
-// Scores are priority·1e13 + the ticket's virtual start tag in its class
-// (start-time fair queueing: a flow's next tag is max(the class's virtual
-// time, the flow's last finish tag), its finish tag that plus 1000/weight);
-// members are a zero-padded sequence number and the ticket ID, so equal
-// tags still sort by arrival. The hash fq holds each class's virtual time
-// (v:P) and each flow's finish tag (f:P:flow). The sorted set at holds
+// Scores are band·1e13 + the ticket's virtual start tag in its band, a
+// band being a priority's premium or its standard tickets (Ticket.band).
+// Start-time fair queueing: a flow's next tag is max(the band's virtual
+// time, the flow's last finish tag), its finish tag that plus 1000/weight.
+// Members are a zero-padded sequence number and the ticket ID, so equal
+// tags still sort by arrival. The hash fq holds each band's virtual time
+// (v:B) and each flow's finish tag (f:B:flow). The sorted set at holds
 // arrivals for the TTL, and seen each member's last poll: a ticket whose
 // instance stopped polling (crashed) is reaped after the lease instead of
 // blocking the head for a whole TTL.
@@ -40,8 +41,8 @@ end
 local function fronts(q, at)
   local counts, oldest = {}, -1
   for p = 0, 3 do
-    local base = p * 1e13
-    counts[p + 1] = redis.call('ZCOUNT', q, fmt(base), '(' .. fmt(base + 1e13))
+    local base = 2 * p * 1e13 -- a priority's two bands: premium, standard
+    counts[p + 1] = redis.call('ZCOUNT', q, fmt(base), '(' .. fmt(base + 2e13))
   end
   local f = redis.call('ZRANGE', at, 0, 0, 'WITHSCORES')
   if f[2] then oldest = tonumber(f[2]) end
@@ -49,7 +50,7 @@ local function fronts(q, at)
 end
 `
 
-// KEYS: queue, seen, seq, at, fq. ARGV: id, priority, ttl_ms, lease_ms,
+// KEYS: queue, seen, seq, at, fq. ARGV: id, band, ttl_ms, lease_ms,
 // capacity, flow, weight. Returns {1, member} or {0, retry_ms}.
 var addScript = redis.NewScript(luaCommon + `
 local now = nowms()
@@ -194,7 +195,7 @@ var errReply = errors.New("queue: redis: malformed script reply")
 func (r *redisBackend) shortKeys() []string { return []string{r.keys[0], r.keys[1], r.keys[3]} }
 
 func (r *redisBackend) add(ctx context.Context, t Ticket) (string, error) {
-	v, err := r.run(ctx, addScript, r.keys, t.ID, int(t.Priority), r.ttlMs, r.leaseMs, r.cfg.Capacity, t.flow(), r.cfg.weight(t))
+	v, err := r.run(ctx, addScript, r.keys, t.ID, t.band(), r.ttlMs, r.leaseMs, r.cfg.Capacity, t.flow(), r.cfg.weight(t))
 	if err != nil {
 		return "", err
 	}

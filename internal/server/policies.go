@@ -200,7 +200,7 @@ func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (g
 	if tenant == "" {
 		tenant = t.UserID
 	}
-	ticket := queue.Ticket{ID: t.RequestID, Priority: queue.Priority(t.Priority), Tenant: tenant, Locale: t.Locale}
+	ticket := queue.Ticket{ID: t.RequestID, Priority: queue.Priority(t.Priority), Tenant: tenant, Locale: t.Locale, Premium: t.Premium}
 	err := r.queue.Wait(ctx, ticket, func(ctx context.Context) (bool, error) {
 		res, err := r.ledger.Reserve(ctx, model, prio, tokens)
 		if errors.Is(err, quota.ErrSaturated) {
