@@ -259,6 +259,45 @@ func runConformance(t *testing.T, newLedger newLedgerFunc) {
 		}
 	})
 
+	t.Run("concurrency cap counts the calls in flight", func(t *testing.T) {
+		clk := newFakeClock()
+		cfg := testConfig()
+		cfg.Models = map[string]Ceiling{"m": {TPM: 1000, RPM: 100, Concurrent: 2}}
+		l := newLedger(t, cfg, clk)
+		a, err := l.Reserve(ctx, "m", P0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := l.Reserve(ctx, "m", P1, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = l.Reserve(ctx, "m", P0, 10)
+		var se *SaturatedError
+		if !errors.As(err, &se) || !se.Concurrent || se.RetryAfter <= 0 || se.RetryAfter > ConcurrencyRetry {
+			t.Fatalf("third call in flight: err = %v, want refused by the concurrency cap with a hint of at most %s", err, ConcurrencyRetry)
+		}
+		if err := a.Settle(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		c, err := l.Reserve(ctx, "m", P0, 10)
+		if err != nil {
+			t.Fatalf("a call ended, yet the next is refused: %v", err)
+		}
+		if err := b.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Reserve(ctx, "m", P2, 10); err != nil {
+			t.Fatalf("a call released, yet the next is refused: %v", err)
+		}
+		_ = c
+		// A crashed caller's hold ends at max hold, and with it its place.
+		clk.Advance(2*time.Minute + time.Second)
+		if _, err := l.Reserve(ctx, "m", P0, 10); err != nil {
+			t.Fatalf("holds past max hold still count as in flight: %v", err)
+		}
+	})
+
 	t.Run("requests per minute", func(t *testing.T) {
 		cfg := testConfig()
 		cfg.Models["m"] = Ceiling{TPM: 1_000_000, RPM: 5}

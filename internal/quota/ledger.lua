@@ -4,7 +4,8 @@
 --       4 held totals hash (t0..t3, r0..r3), 5 ceiling override hash.
 -- ARGV: 1 op (reserve|settle|release|snap), 2 id, 3 class, 4 tokens,
 --       5 tpm, 6 rpm, 7 margin, 8..11 pauseAt P0..P3, 12..15 guaranteed P0..P3,
---       16 maxHold ms, 17 clock override ms ("" = Redis TIME).
+--       16 maxHold ms, 17 clock override ms ("" = Redis TIME),
+--       18 concurrency cap (0 = none).
 local WIN = 60
 local op = ARGV[1]
 local nowms
@@ -89,6 +90,17 @@ local sat = math.max(ut / LT, ur / LR)
 
 if op == 'snap' then
   return {ut, ur, LT, LR, tostring(sat)}
+end
+
+-- The concurrency cap: the holds outstanding are the calls in flight.
+local cap = tonumber(ARGV[18]) or 0
+local inflight = 0
+for k = 5, 8 do inflight = inflight + (tonumber(agg[k]) or 0) end
+if cap > 0 and inflight >= cap then
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  local retry = 1000
+  if first[2] then retry = math.min(math.max(tonumber(first[2]) - nowms, 1), 1000) end
+  return {0, '1', retry, 'busy'}
 end
 
 local p = tonumber(ARGV[3])

@@ -50,6 +50,20 @@ func (m *modelState) ceiling() Ceiling {
 	return m.configured
 }
 
+// busy is the refusal of a call over the model's concurrency cap: it may
+// try again once a call in flight ends, which it is woken for; the hint is
+// the time the oldest hold has left, at most ConcurrencyRetry.
+func (m *modelState) busy(model string, p Priority, now time.Time) *SaturatedError {
+	retry := ConcurrencyRetry
+	for _, id := range m.queue {
+		if h, ok := m.held[id]; ok {
+			retry = min(max(h.expires.Sub(now), time.Millisecond), retry)
+			break
+		}
+	}
+	return &SaturatedError{Model: model, Priority: p, Saturation: 1, RetryAfter: retry, Concurrent: true}
+}
+
 // NewMemory returns an in-memory ledger. now is the clock (time.Now when nil).
 func NewMemory(cfg Config, now func() time.Time) (*Memory, error) {
 	if err := cfg.Validate(); err != nil {
@@ -177,6 +191,9 @@ func (l *Memory) Reserve(ctx context.Context, model string, p Priority, tokens i
 		return nil, fmt.Errorf("%w %q", ErrUnknownModel, model)
 	}
 	m.expire(now)
+	if c := m.configured.Concurrent; c > 0 && m.heldSum.inFlight() >= int64(c) {
+		return nil, m.busy(model, p, now)
+	}
 	lt, lr := l.pol.limits(m.ceiling())
 	var buf [windowSec]bucket
 	u, live := m.window(nowSec, buf[:0])

@@ -84,6 +84,11 @@ type Ceiling struct {
 	TPM int `yaml:"tpm"`
 	// RPM is requests per minute.
 	RPM int `yaml:"rpm"`
+	// Concurrent caps the calls in flight at once (reserved and not yet
+	// settled or released), as Bedrock caps some models (Claude 3 Opus:
+	// 1, Haiku and Sonnet: 2 on a new account). 0: no cap. Set in the
+	// config only; an admin ceiling override changes TPM and RPM.
+	Concurrent int `yaml:"concurrent"`
 }
 
 // Config configures a ledger.
@@ -145,6 +150,9 @@ func (c Config) Validate() error {
 		if m.RPM <= 0 {
 			errs = append(errs, fmt.Errorf("models.%s.rpm: must be > 0", name))
 		}
+		if m.Concurrent < 0 {
+			errs = append(errs, fmt.Errorf("models.%s.concurrent: must be >= 0 (0: no cap)", name))
+		}
 	}
 	for p := P0; p <= P3; p++ {
 		v, ok := c.PauseAt[p]
@@ -194,9 +202,20 @@ type SaturatedError struct {
 	// RetryAfter estimates when enough of the window rolls off for the same
 	// reservation to be granted.
 	RetryAfter time.Duration
+	// Concurrent is set when the refusal is the model's concurrency cap,
+	// not its per-minute ceilings.
+	Concurrent bool
 }
 
+// ConcurrencyRetry bounds the retry hint of a call over a concurrency
+// cap: calls in flight end within seconds, and waiters are woken when one
+// does.
+const ConcurrencyRetry = time.Second
+
 func (e *SaturatedError) Error() string {
+	if e.Concurrent {
+		return fmt.Sprintf("quota: %s has its most calls in flight for %s, retry after %s", e.Model, e.Priority, e.RetryAfter.Round(time.Millisecond))
+	}
 	return fmt.Sprintf("quota: %s saturated for %s (%.0f%%), retry after %s",
 		e.Model, e.Priority, e.Saturation*100, e.RetryAfter.Round(time.Millisecond))
 }
@@ -280,6 +299,12 @@ func (pl policy) limits(c Ceiling) (tpm, rpm int64) {
 type usage struct {
 	tok [NumPriorities]int64
 	req [NumPriorities]int64
+}
+
+// inFlight is the number of holds u counts, when u sums holds.
+func (u usage) inFlight() int64 {
+	_, n := u.totals()
+	return n
 }
 
 func (u usage) totals() (tok, req int64) {

@@ -84,7 +84,7 @@ func (l *Redis) args(model, op, id string, p Priority, tokens int) []any {
 		op, id, int(p), tokens, c.TPM, c.RPM, conf.pol.margin,
 		conf.pol.pauseAt[0], conf.pol.pauseAt[1], conf.pol.pauseAt[2], conf.pol.pauseAt[3],
 		conf.pol.guaranteed[0], conf.pol.guaranteed[1], conf.pol.guaranteed[2], conf.pol.guaranteed[3],
-		conf.cfg.MaxHold.Milliseconds(), clock,
+		conf.cfg.MaxHold.Milliseconds(), clock, c.Concurrent,
 	}
 	return args
 }
@@ -124,7 +124,8 @@ func (l *Redis) Reserve(ctx context.Context, model string, p Priority, tokens in
 	}
 	sat, _ := strconv.ParseFloat(fmt.Sprint(res[1]), 64)
 	ms, _ := res[2].(int64)
-	return nil, &SaturatedError{Model: model, Priority: p, Saturation: sat, RetryAfter: time.Duration(ms) * time.Millisecond}
+	busy := len(res) > 3 && fmt.Sprint(res[3]) == "busy"
+	return nil, &SaturatedError{Model: model, Priority: p, Saturation: sat, RetryAfter: time.Duration(ms) * time.Millisecond, Concurrent: busy}
 }
 
 // Saturation implements Ledger.
