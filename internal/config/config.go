@@ -14,6 +14,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path"
@@ -106,6 +107,13 @@ type Server struct {
 	// (auth.trustUserHeader with no auth.keys) only loopback names, i.e.
 	// localhost, *.localhost, 127.0.0.1 and ::1; otherwise any host.
 	AllowedHosts []string `yaml:"allowedHosts"`
+	// TrustedProxies are the addresses (IPs or CIDR prefixes) of the
+	// proxies and load balancers in front of the gateway. A request from
+	// one names its client in X-Forwarded-For: the client is the entry
+	// nearest the gateway that is not itself a trusted proxy. From anyone
+	// else X-Forwarded-For is ignored, so a client cannot pick the address
+	// it is limited by (rateLimit.ip). Default empty: the peer's address.
+	TrustedProxies []string `yaml:"trustedProxies"`
 	// TLS serves HTTPS (and HTTP/2) on Addr instead of plain HTTP.
 	TLS TLS `yaml:"tls"`
 }
@@ -155,6 +163,32 @@ func (t TLS) validate(v *validator) {
 
 // Enabled reports whether the listener serves TLS.
 func (t TLS) Enabled() bool { return t.CertFile != "" }
+
+// Proxies are server.trustedProxies as prefixes (an address alone is a
+// prefix of its full length); entries that do not parse are left out
+// (Validate names them).
+func (s Server) Proxies() []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range s.TrustedProxies {
+		if pr, err := parsePrefix(p); err == nil {
+			out = append(out, pr)
+		}
+	}
+	return out
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
 
 // HostPatterns is the effective server.allowedHosts: the field when set,
 // else the loopback names in the demo profile, else nil for any host.
@@ -592,6 +626,11 @@ func (c Config) Validate() error {
 			v.add(field, fmt.Sprintf("%q: name the host without a port", h))
 		} else if _, err := path.Match(h, ""); h == "" || err != nil {
 			v.add(field, fmt.Sprintf("%q is not a host name or pattern (e.g. gw.example.com, *.example.com)", h))
+		}
+	}
+	for i, p := range c.Server.TrustedProxies {
+		if _, err := parsePrefix(p); err != nil {
+			v.add(fmt.Sprintf("server.trustedProxies[%d]", i), fmt.Sprintf("%q is not an IP address or CIDR prefix (e.g. 10.0.0.0/8)", p))
 		}
 	}
 	c.Server.TLS.validate(&v)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,7 @@ type Gateway struct {
 	now       func() time.Time
 	prompts   Prompts
 	hasher    UserHasher
+	proxies   []netip.Prefix // server.trustedProxies, fixed at start
 	streamCfg stream.Config
 	tracer    *events.Tracer
 
@@ -128,6 +130,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		now:       d.Now,
 		prompts:   d.Prompts,
 		hasher:    d.UserHasher,
+		proxies:   cfg.Server.Proxies(),
 		streamCfg: cfg.Stream,
 		admit:     d.Admitter,
 		budget:    d.Budgeter,

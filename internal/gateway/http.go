@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -172,7 +173,11 @@ func (g *Gateway) AuthenticateSigned(r *http.Request, key string, t *Turn) error
 }
 
 func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn, signed bool) error {
-	auth := g.cfg.Load().Auth // one authentication, one set of keys
+	cfg := g.cfg.Load()
+	auth := cfg.Auth // one authentication, one set of keys
+	if cfg.RateLimit.IP.Enabled() {
+		t.ClientIP = g.hasher.Hash(g.clientIP(r))
+	}
 	if key != "" && len(auth.Keys) > 0 {
 		c, found := auth.Keys[key]
 		if !found {
@@ -198,7 +203,7 @@ func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn
 		user = bodyUser
 	}
 	if user == "" {
-		user = "anon:" + clientIP(r)
+		user = "anon:" + g.clientIP(r)
 	}
 	if len(user) > 128 {
 		return invalid("user id must be at most 128 bytes")
@@ -227,8 +232,54 @@ func bearer(r *http.Request) (string, bool) {
 	return "", false
 }
 
-func clientIP(r *http.Request) string {
-	host := r.RemoteAddr
+// clientIP is the address of r's client: its peer, or, when the peer is a
+// trusted proxy (server.trustedProxies), the X-Forwarded-For entry nearest
+// the gateway that is not a trusted proxy too.
+func (g *Gateway) clientIP(r *http.Request) string {
+	peer := peerAddr(r.RemoteAddr)
+	switch {
+	case !peer.IsValid():
+		return hostOf(r.RemoteAddr)
+	case !trusted(g.proxies, peer):
+		return peer.String()
+	}
+	hops := r.Header.Values("X-Forwarded-For")
+	for i := len(hops) - 1; i >= 0; i-- {
+		entries := strings.Split(hops[i], ",")
+		for j := len(entries) - 1; j >= 0; j-- {
+			a, err := netip.ParseAddr(strings.TrimSpace(entries[j]))
+			if err != nil {
+				return peer.String() // a forged or garbled hop: stop at the last one trusted
+			}
+			if a = a.Unmap(); !trusted(g.proxies, a) {
+				return a.String()
+			}
+			peer = a
+		}
+	}
+	return peer.String()
+}
+
+func peerAddr(remote string) netip.Addr {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		a, _ := netip.ParseAddr(remote)
+		return a.Unmap()
+	}
+	return ap.Addr().Unmap()
+}
+
+func trusted(proxies []netip.Prefix, a netip.Addr) bool {
+	for _, p := range proxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func hostOf(remote string) string {
+	host := remote
 	if i := strings.LastIndexByte(host, ':'); i > 0 {
 		host = host[:i]
 	}

@@ -83,6 +83,9 @@ type Turn struct {
 	// prose by the tiers below the models.
 	Format provider.Format
 
+	// ClientIP is the client's address through the user hash's key (see
+	// Gateway.clientIP), for the per-address rate limit; empty skips it.
+	ClientIP string
 	// Caller, from the front door's authentication. Tenant is the API key's
 	// tenant, for fair queueing; empty means the user id.
 	Tenant   string

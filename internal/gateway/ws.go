@@ -34,7 +34,11 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	// The connection rate (rateLimit.routes.connect) is checked before the
 	// upgrade: a refusal is a plain 429 with Retry-After.
-	if err := g.admit.Admit(r.Context(), &Turn{RequestID: "connect", Route: RouteConnect, Surface: "ws", Locale: g.cfg.Load().Locales[0]}); err != nil {
+	connect := &Turn{RequestID: "connect", Route: RouteConnect, Surface: "ws", Locale: g.cfg.Load().Locales[0]}
+	if g.cfg.Load().RateLimit.IP.Enabled() {
+		connect.ClientIP = g.hasher.Hash(g.clientIP(r))
+	}
+	if err := g.admit.Admit(r.Context(), connect); err != nil {
 		writeError(w, err)
 		return
 	}

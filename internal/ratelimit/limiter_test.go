@@ -113,6 +113,30 @@ func TestLimiterUsersAreIndependent(t *testing.T) {
 	}
 }
 
+// The ip scope bounds an address whoever its users say they are, on
+// connections and turns alike; it is off by default.
+func TestLimiterIPScope(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	if cfg.IP.Enabled() {
+		t.Fatal("the ip scope is on by default")
+	}
+	cfg.IP = Rule{Limit: Limit{Rate: 3, Per: time.Minute}}
+	l := newLimiter(t, cfg, nil, newFakeClock())
+	for i, r := range []Request{{UserID: "a", IP: "h1"}, {UserID: "b", IP: "h1"}, {Route: "connect", RouteOnly: true, IP: "h1"}} {
+		if res, _ := l.Check(ctx, r); !res.Allowed {
+			t.Fatalf("request %d within the address's limit: %+v", i+1, res)
+		}
+	}
+	res, _ := l.Check(ctx, Request{UserID: "c", IP: "h1"})
+	if res.Allowed || res.Limit != ScopeIP || !strings.Contains(res.Message("en"), "your network") {
+		t.Fatalf("a fourth request from the address: %+v, want refused by the ip scope", res)
+	}
+	if res, _ := l.Check(ctx, Request{UserID: "c", IP: "h2"}); !res.Allowed {
+		t.Fatalf("another address: %+v", res)
+	}
+}
+
 // A connection being opened (RouteOnly) is checked against its route's
 // limit alone: it takes nothing from the user's or the global buckets.
 func TestLimiterRouteOnlyChecksTheRouteAlone(t *testing.T) {

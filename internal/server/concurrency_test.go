@@ -1,10 +1,14 @@
 package server
 
 import (
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fmgate/fmgate/internal/quota"
+	"github.com/fmgate/fmgate/internal/ratelimit"
 )
 
 // A model's concurrency cap (quota.models.*.concurrent) holds: with Sonnet
@@ -40,5 +44,39 @@ func TestConcurrencyCapDownshiftsTheTurnOverIt(t *testing.T) {
 	}
 	if a := sc.chat(toolUser(), "Which manga should I read next?", "en"); a.Tier != "sonnet" {
 		t.Fatalf("after both ended: answered by %q, want sonnet again", a.Tier)
+	}
+}
+
+// rateLimit.ip bounds one address whoever its users say they are; behind
+// a trusted proxy the address is X-Forwarded-For's, and from anyone else
+// that header is ignored.
+func TestPerAddressLimit(t *testing.T) {
+	send := func(sc *scenario, user, xff string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat", strings.NewReader(`{"sessionId":"s-`+user+`","message":"Hello"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-User-Id", user)
+		if xff != "" {
+			req.Header.Set("X-Forwarded-For", xff)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	cfg := quickConfig()
+	cfg.RateLimit.IP = ratelimit.Rule{Limit: ratelimit.Limit{Rate: 2, Per: time.Minute}}
+	sc := newScenario(t, cfg)
+	got := []int{send(sc, "a", ""), send(sc, "b", "198.51.100.1"), send(sc, "c", "198.51.100.2")}
+	if got[0] != 200 || got[1] != 200 || got[2] != 429 {
+		t.Fatalf("three users from one address, forging X-Forwarded-For: %v, want 200 200 429", got)
+	}
+	cfg.Server.TrustedProxies = []string{"127.0.0.1"}
+	sc = newScenario(t, cfg)
+	got = []int{send(sc, "a", "198.51.100.1"), send(sc, "b", "198.51.100.1"), send(sc, "c", "198.51.100.2"), send(sc, "d", "198.51.100.1")}
+	if got[0] != 200 || got[1] != 200 || got[2] != 200 || got[3] != 429 {
+		t.Fatalf("behind a trusted proxy: %v, want 200 200 200 429 (the third from another client)", got)
 	}
 }
