@@ -131,6 +131,9 @@ func decodeCanonicalSyms(b []byte, e *Event, syms *symbols) bool {
 	if p.opt(`,"vendor_code":`) {
 		e.Outcome.VendorCode = p.sym()
 	}
+	if p.opt(`,"stop_reason":`) {
+		e.Outcome.StopReason = p.sym()
+	}
 
 	p.lit(`},"attribution":{"feature":`)
 	e.Attribution.Feature = p.sym()

@@ -441,7 +441,7 @@ var schemaKeys = []string{
 	"resource.tokens_cache_read", "resource.tokens_cache_write", "resource.cache_saved_usd",
 	"resource.tool_calls", "resource.tool_names",
 	"resource.cache_hit", "resource.capability_flags_active",
-	"outcome", "outcome.status", "outcome.error_code", "outcome.fallback_used", "outcome.eval_score", "outcome.vendor_code",
+	"outcome", "outcome.status", "outcome.error_code", "outcome.fallback_used", "outcome.eval_score", "outcome.vendor_code", "outcome.stop_reason",
 	"attribution", "attribution.feature", "attribution.surface", "attribution.locale",
 	"attribution.user_tier", "attribution.priority",
 }
@@ -493,6 +493,7 @@ func TestEncodeWritesOnlyAllowListedFields(t *testing.T) {
 	full.SampledOut = true
 	full.Attribution.Priority = "P0"
 	full.Outcome.VendorCode = "ThrottlingException"
+	full.Outcome.StopReason = "tool_use"
 	full.Resource.TokensCacheRead, full.Resource.TokensCacheWrite, full.Resource.CacheSavedUSD = 10, 2, 0.001
 	full.Resource.ToolCalls, full.Resource.ToolNames = 1, []string{"get_weather"}
 	full.Outcome.EvalScore = &score

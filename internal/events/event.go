@@ -176,6 +176,10 @@ type Outcome struct {
 	// normalised kind (ThrottlingException, overloaded_error, …) on a
 	// failed model attempt. Not in the seed's block; omitted when empty.
 	VendorCode string `json:"vendor_code,omitempty"`
+	// StopReason is why a model attempt's answer ended (end_turn,
+	// max_tokens, stop_sequence, tool_use, …). Not in the seed's block;
+	// omitted when empty.
+	StopReason string `json:"stop_reason,omitempty"`
 }
 
 // Attribution is who and what a span's cost is charged to.
@@ -331,6 +335,10 @@ func AppendJSON(b []byte, e *Event) []byte {
 	if e.Outcome.VendorCode != "" {
 		b = appendKey(b, "vendor_code")
 		b = appendString(b, e.Outcome.VendorCode)
+	}
+	if e.Outcome.StopReason != "" {
+		b = appendKey(b, "stop_reason")
+		b = appendString(b, e.Outcome.StopReason)
 	}
 
 	b = append(b, `},"attribution":{"feature":`...)

@@ -404,6 +404,9 @@ func (s *Span) SetStatus(st Status) { s.set(func(e *Event) { e.Outcome.Status = 
 // it does not change the status, since a fallback can still succeed.
 func (s *Span) SetErrorCode(code string) { s.set(func(e *Event) { e.Outcome.ErrorCode = code }) }
 
+// SetStopReason sets outcome.stop_reason: why a model's answer ended.
+func (s *Span) SetStopReason(reason string) { s.set(func(e *Event) { e.Outcome.StopReason = reason }) }
+
 // SetVendorCode sets outcome.vendor_code: the model vendor's own error code
 // of a failed attempt.
 func (s *Span) SetVendorCode(code string) { s.set(func(e *Event) { e.Outcome.VendorCode = code }) }

@@ -364,6 +364,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 			return err
 		}
 		a.resp = r
+		span.SetStopReason(r.StopReason)
 		if len(r.ToolCalls) > 0 {
 			span.SetToolCalls(toolNames(r.ToolCalls))
 		}

@@ -123,6 +123,23 @@ func (o *OTLP) snapshot(e *events.Event) (sdktrace.ReadOnlySpan, bool) {
 	return stub.Snapshot(), true
 }
 
+// FinishReason is a model's stop reason as the GenAI conventions name
+// finish reasons: stop, length, tool_call, content_filter; others as they
+// are, and "" for none.
+func FinishReason(stop string) string {
+	switch stop {
+	case "end_turn", "stop_sequence", "stop":
+		return "stop"
+	case "max_tokens", "length", "model_context_window_exceeded":
+		return "length"
+	case "tool_use", "tool_calls":
+		return "tool_call"
+	case "content_filter", "content_filtered", "guardrail_intervened", "refusal":
+		return "content_filter"
+	}
+	return stop
+}
+
 // GenAIOperation is gen_ai.operation.name of a model attempt.
 const GenAIOperation = "chat"
 
@@ -145,6 +162,9 @@ func GenAIAttributes(e *events.Event, provider string) []attribute.KeyValue {
 	if r := e.Resource; r.TokensCacheRead != 0 || r.TokensCacheWrite != 0 {
 		kv = append(kv, attribute.Int("gen_ai.usage.cache_read.input_tokens", r.TokensCacheRead),
 			attribute.Int("gen_ai.usage.cache_creation.input_tokens", r.TokensCacheWrite))
+	}
+	if r := FinishReason(e.Outcome.StopReason); r != "" {
+		kv = append(kv, attribute.StringSlice("gen_ai.response.finish_reasons", []string{r}))
 	}
 	if e.Outcome.Status == events.StatusFailed && e.Outcome.ErrorCode != "" {
 		kv = append(kv, attribute.String("error.type", e.Outcome.ErrorCode))

@@ -398,6 +398,7 @@ func TestOTLPModelAttemptsFollowTheGenAIConventions(t *testing.T) {
 	b[0].Name, b[0].Artifact = "turn", events.Artifact{ArtifactKind: events.KindInternal}
 	b[1].Node.NodeID = "sonnet"
 	b[1].Resource.TokensCacheRead, b[1].Resource.TokensCacheWrite = 3000, 200
+	b[1].Outcome.StopReason = "tool_use"
 	if err := s.Write(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
@@ -427,6 +428,9 @@ func TestOTLPModelAttemptsFollowTheGenAIConventions(t *testing.T) {
 	}
 	if attempt["fmgate.resource.cost_usd"] == nil {
 		t.Error("the fmgate.* attributes are gone")
+	}
+	if r := attempt["gen_ai.response.finish_reasons"].GetArrayValue().GetValues(); len(r) != 1 || r[0].GetStringValue() != "tool_call" {
+		t.Errorf("gen_ai.response.finish_reasons %v, want [tool_call]", r)
 	}
 	if turn, ok := rcv.spans["turn"]; !ok || turn["gen_ai.operation.name"] != nil {
 		t.Errorf("the turn span: %v, want it named turn and without gen_ai attributes", turn)
