@@ -130,9 +130,38 @@ func TestPrefillAndTopKReachOnlyTiersThatHonourThem(t *testing.T) {
 			t.Fatalf("%s: %q from %q; want Sonnet's continuation of the prefill, without it", up, text, tier)
 		}
 	}
+	// The same prefill on the Bedrock door's Converse, with Sonnet on the
+	// bedrock provider: continued there too.
 	cfg := quickConfig()
+	_, endpoint := bedrockUpstream(t, cfg.Sim.Models["sonnet"])
+	sc := newScenario(t, onBedrock(cfg, endpoint))
+	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/model/sonnet/converse", strings.NewReader(
+		`{"messages":[{"role":"user","content":[{"text":"Which manga should I read next?"}]},{"role":"assistant","content":[{"text":"`+prefill+`"}]}]}`))
+	req.Header.Set("X-User-Id", toolUser())
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conv struct {
+		Output struct {
+			Message struct {
+				Content []struct {
+					Text string `json:"text"`
+				} `json:"content"`
+			} `json:"message"`
+		} `json:"output"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || json.Unmarshal(b, &conv) != nil || len(conv.Output.Message.Content) == 0 ||
+		strings.HasPrefix(conv.Output.Message.Content[0].Text, prefill) || resp.Header.Get("X-Fmgate-Tier") != "sonnet" {
+		t.Fatalf("bedrock door prefill: %d %s; want Sonnet's continuation", resp.StatusCode, b)
+	}
+
+	cfg = quickConfig()
 	openaiUpstream(t, &cfg)
-	sc := newScenario(t, cfg)
+	sc = newScenario(t, cfg)
 	if _, tier := ask(sc, body); tier != "haiku" {
 		t.Fatalf("prefill with Sonnet on the openai provider: answered by %q, want haiku", tier)
 	}

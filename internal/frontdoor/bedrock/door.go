@@ -155,7 +155,7 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.ClientSystem, t.ClientSystemCache = req.System, req.SystemCache
 	t.StartTier = tier.Name
 	t.MaxOutput = req.MaxTokens
-	t.Temperature, t.TopP = req.Temperature, req.TopP
+	t.Temperature, t.TopP, t.Prefill = req.Temperature, req.TopP, req.Prefill
 	t.StopSequences = req.StopSequences
 	if op == OpConverse {
 		d.converse(w, r, t, start)

@@ -336,10 +336,10 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 			InferenceConfig: &types.InferenceConfiguration{TopP: aws.Float32(1.5)}}, "topP"},
 		{"guardrail", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("hi"),
 			GuardrailConfig: &types.GuardrailConfiguration{GuardrailIdentifier: aws.String("g"), GuardrailVersion: aws.String("1")}}, "guardrailConfig"},
-		{"ends with the assistant", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: []types.Message{
+		{"a prefill ending in a space", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: []types.Message{
 			{Role: types.ConversationRoleUser, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: "hi"}}},
-			{Role: types.ConversationRoleAssistant, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: "hello"}}},
-		}}, "last message"},
+			{Role: types.ConversationRoleAssistant, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: "hello "}}},
+		}}, "whitespace"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/fmgate/fmgate/internal/provider"
@@ -68,7 +69,11 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 			WriteException(w, Validation(err.Error()))
 			return
 		}
-		preq := &provider.Request{Model: name, System: req.System, SystemCache: req.SystemCache, Messages: req.Messages,
+		msgs := req.Messages
+		if req.Prefill != "" {
+			msgs = append(slices.Clip(msgs), provider.Message{Role: provider.RoleAssistant, Content: req.Prefill})
+		}
+		preq := &provider.Request{Model: name, System: req.System, SystemCache: req.SystemCache, Messages: msgs,
 			MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, StopSequences: req.StopSequences,
 			Tools: req.Tools, ToolChoice: req.ToolChoice}
 		if op == OpCountTokens {

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
@@ -79,7 +80,10 @@ type Request struct {
 	// Assistant messages carry their toolUse blocks as ToolCalls, user
 	// messages their toolResult blocks as ToolResults; the last user
 	// message may hold tool results alone.
-	Messages      []provider.Message
+	Messages []provider.Message
+	// Prefill is a final assistant message's text: the start of the
+	// answer, which the model continues.
+	Prefill       string
 	MaxTokens     int // 0: not set
 	Temperature   *float64
 	TopP          *float64
@@ -285,8 +289,22 @@ func decodeMessages(msgs []wireMessage, req *Request) error {
 		}
 		req.Messages = append(req.Messages, msg)
 	}
-	if req.Messages[len(req.Messages)-1].Role != provider.RoleUser {
-		return invalidf("the last message must be the user's")
+	if last := req.Messages[len(req.Messages)-1]; last.Role == provider.RoleAssistant {
+		// A prefill: the start of the answer, which the model continues.
+		switch {
+		case len(req.Messages) < 2:
+			return invalidf("the first message must be the user's")
+		case len(last.ToolCalls) > 0:
+			return invalidf("the last message may not hold toolUse blocks (a tool call needs its result in a user message)")
+		case strings.TrimSpace(last.Content) == "":
+			return invalidf("a final assistant message (a prefill) must hold text")
+		case strings.TrimRightFunc(last.Content, unicode.IsSpace) != last.Content:
+			return invalidf("a final assistant message (a prefill) cannot end with whitespace")
+		case len(last.Cache) > 0:
+			return invalidf("a cachePoint is not supported in a final assistant message (a prefill)")
+		}
+		req.Prefill = last.Content
+		req.Messages = req.Messages[:len(req.Messages)-1]
 	}
 	return nil
 }
