@@ -417,6 +417,10 @@ type Caller struct {
 	// Tenant is the customer the key belongs to, for fair queueing inside a
 	// priority class (queue.tenantWeights); default the user id.
 	Tenant string `yaml:"tenant"`
+	// MonthlyRequests is the key's usage-plan quota: at most this many
+	// turns in any 30 days (a bucket that refills over the month, shared
+	// by the fleet); 0: no quota.
+	MonthlyRequests int `yaml:"monthlyRequests"`
 }
 
 // Fleet configures shared state for several gateway instances.
@@ -773,6 +777,9 @@ func (c Config) Validate() error {
 		}
 		if caller.SecretKeyEnv != "" && !envName(caller.SecretKeyEnv) {
 			v.add(p+".secretKeyEnv", fmt.Sprintf("%q is not an environment variable name (letters, digits and _)", caller.SecretKeyEnv))
+		}
+		if caller.MonthlyRequests < 0 {
+			v.add(p+".monthlyRequests", "must be >= 0 (0: no quota)")
 		}
 	}
 	b := c.Batch

@@ -189,6 +189,9 @@ func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn
 		}
 		t.UserID = c.UserID
 		t.Tenant = c.Tenant
+		if c.MonthlyRequests > 0 {
+			t.KeyHash, t.KeyMonthly = g.hasher.Hash(key), c.MonthlyRequests
+		}
 		t.Premium = c.Tier == "premium"
 		if p, ok := config.ParsePriority(c.Priority); ok {
 			t.Priority = Priority(p)

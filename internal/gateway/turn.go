@@ -86,6 +86,10 @@ type Turn struct {
 	// ClientIP is the client's address through the user hash's key (see
 	// Gateway.clientIP), for the per-address rate limit; empty skips it.
 	ClientIP string
+	// KeyHash is the caller's API key through the user hash's key, and
+	// KeyMonthly its quota of turns per 30 days (0: none).
+	KeyHash    string
+	KeyMonthly int
 	// Caller, from the front door's authentication. Tenant is the API key's
 	// tenant, for fair queueing; empty means the user id.
 	Tenant   string

@@ -135,6 +135,11 @@ type Request struct {
 	// IP is the client's address (or a keyed hash of it), for the ip
 	// scope; "" skips it.
 	IP string
+	// Key names the caller's API key (a keyed hash of it) and KeyMonthly
+	// its quota of turns per 30 days, for the key_per_month scope; 0
+	// skips it.
+	Key        string
+	KeyMonthly int
 	// Cost is the number of tokens the turn takes from every bucket; 0 means 1.
 	Cost int
 }
@@ -147,6 +152,7 @@ const (
 	ScopeUserPerHour   = "user_per_hour"
 	ScopeUserPerDay    = "user_per_day"
 	ScopeIP            = "ip"
+	ScopeKeyPerMonth   = "key_per_month"
 	// Route scopes are named "route_" + the route name.
 	scopeRoutePrefix = "route_"
 )
@@ -211,8 +217,11 @@ type scope struct {
 	outage Outage
 }
 
-// maxScopes is global + route + ip + four user rules.
-const maxScopes = 7
+// maxScopes is global + route + ip + four user rules + the key's month.
+const maxScopes = 8
+
+// Month is the period of a key's quota of turns.
+const Month = 30 * 24 * time.Hour
 
 func (l *Limiter) scopes(cfg *Config, r Request, buf *[maxScopes]scope) []scope {
 	s := buf[:0]
@@ -246,6 +255,9 @@ func (l *Limiter) scopes(cfg *Config, r Request, buf *[maxScopes]scope) []scope 
 	add(ScopeUserPerMinute, keys[n:2*n], cfg.User.PerMinute, f)
 	add(ScopeUserPerHour, keys[2*n:3*n], cfg.User.PerHour, f)
 	add(ScopeUserPerDay, keys[3*n:], cfg.User.PerDay, f)
+	if r.KeyMonthly > 0 {
+		add(ScopeKeyPerMonth, "key_month:"+r.Key, Rule{Limit: Limit{Rate: r.KeyMonthly, Per: Month}}, 1)
+	}
 	return s
 }
 

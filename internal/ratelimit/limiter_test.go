@@ -137,6 +137,30 @@ func TestLimiterIPScope(t *testing.T) {
 	}
 }
 
+// A key's monthly quota is its own bucket over 30 days, whatever users
+// share the key; keys without one skip the scope.
+func TestLimiterKeyMonthlyQuota(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	l := newLimiter(t, DefaultConfig(), nil, clk)
+	for i, user := range []string{"a", "b", "c"} {
+		if res, _ := l.Check(ctx, Request{UserID: user, Key: "k1", KeyMonthly: 3}); !res.Allowed {
+			t.Fatalf("turn %d within the key's month: %+v", i+1, res)
+		}
+	}
+	res, _ := l.Check(ctx, Request{UserID: "d", Key: "k1", KeyMonthly: 3})
+	if res.Allowed || res.Limit != ScopeKeyPerMonth || !strings.Contains(res.Message("en"), "3 requests for the month") {
+		t.Fatalf("a fourth turn on the key: %+v (%s), want refused by its monthly quota", res, res.Message("en"))
+	}
+	if res, _ := l.Check(ctx, Request{UserID: "d", Key: "k2", KeyMonthly: 3}); !res.Allowed {
+		t.Fatalf("another key: %+v", res)
+	}
+	clk.Advance(Month / 3)
+	if res, _ := l.Check(ctx, Request{UserID: "a", Key: "k1", KeyMonthly: 3}); !res.Allowed {
+		t.Fatalf("a third of a month later, a turn has come back: %+v", res)
+	}
+}
+
 // A connection being opened (RouteOnly) is checked against its route's
 // limit alone: it takes nothing from the user's or the global buckets.
 func TestLimiterRouteOnlyChecksTheRouteAlone(t *testing.T) {

@@ -1,12 +1,14 @@
 package server
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/quota"
 	"github.com/fmgate/fmgate/internal/ratelimit"
 )
@@ -78,5 +80,40 @@ func TestPerAddressLimit(t *testing.T) {
 	got = []int{send(sc, "a", "198.51.100.1"), send(sc, "b", "198.51.100.1"), send(sc, "c", "198.51.100.2"), send(sc, "d", "198.51.100.1")}
 	if got[0] != 200 || got[1] != 200 || got[2] != 200 || got[3] != 429 {
 		t.Fatalf("behind a trusted proxy: %v, want 200 200 200 429 (the third from another client)", got)
+	}
+}
+
+// An API key's monthly quota (auth.keys.*.monthlyRequests) counts its
+// turns on every door, whoever sends them.
+func TestKeyMonthlyQuota(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Auth.TrustUserHeader = false
+	cfg.Auth.Keys = map[string]config.Caller{"sk-plan": {UserID: "team-a", MonthlyRequests: 2}, "sk-free": {UserID: "team-b"}}
+	sc := newScenario(t, cfg)
+	post := func(key, path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	const oai, anth = `{"model":"sonnet","messages":[{"role":"user","content":"Hi"}]}`, `{"model":"sonnet","max_tokens":100,"messages":[{"role":"user","content":"Hi"}]}`
+	if s, b := post("sk-plan", "/v1/chat/completions", oai); s != 200 {
+		t.Fatalf("first turn: %d %s", s, b)
+	}
+	if s, b := post("sk-plan", "/v1/messages", anth); s != 200 {
+		t.Fatalf("second turn, another door: %d %s", s, b)
+	}
+	if s, b := post("sk-plan", "/v1/chat/completions", oai); s != 429 || !strings.Contains(b, "for the month") {
+		t.Fatalf("third turn: %d %s, want 429 naming the monthly quota", s, b)
+	}
+	if s, b := post("sk-free", "/v1/chat/completions", oai); s != 200 {
+		t.Fatalf("a key without a quota: %d %s", s, b)
 	}
 }
