@@ -250,7 +250,8 @@ func (g *Gateway) primary() string { return g.cfg.Models[0].Name }
 
 // tiersFor is the model tiers that may serve t, in cascade order: from its
 // start tier (a tier name or modelId; all tiers when empty or unknown),
-// less those that lack a capability t needs (tools, prefill, top_k). The
+// less those that lack a capability t needs (tools, prefill, top_k,
+// vision). The
 // slice may not be appended to.
 func (g *Gateway) tiersFor(t *Turn) []string {
 	from := 0
@@ -287,6 +288,9 @@ func (t *Turn) needs() []string {
 	}
 	if t.TopK != nil {
 		n = append(n, config.CapabilityTopK)
+	}
+	if t.HasImages() {
+		n = append(n, config.CapabilityVision)
 	}
 	return n
 }
