@@ -15,8 +15,9 @@ type Image struct {
 	Data      []byte
 	Width     int
 	Height    int
-	// Detail is OpenAI's detail level, "auto", "low" or "high" (empty is
-	// auto): it reaches an OpenAI tier; the other vendors have none.
+	// Detail is OpenAI's detail level, "auto", "low", "high" or
+	// "original" (empty is auto): it reaches an OpenAI tier; the other
+	// vendors have none.
 	Detail string
 }
 

@@ -529,7 +529,7 @@ func onlyMembers(p json.RawMessage, pp, what string, keys ...string) *Error {
 
 // Image detail levels OpenAI takes; Anthropic and Bedrock read every image
 // at one level, so the detail reaches only an OpenAI tier.
-var imageDetails = []string{"auto", "low", "high"}
+var imageDetails = []string{"auto", "low", "high", "original"}
 
 // decodeImagePart reads an image_url part: a data URL and its detail.
 func decodeImagePart(p json.RawMessage, pp string, rd *vision.Reader) (provider.Image, *Error) {
@@ -553,7 +553,7 @@ func decodeImagePart(p json.RawMessage, pp string, rd *vision.Reader) (provider.
 		return provider.Image{}, e
 	}
 	if d := iu.Detail; d != "" && !slices.Contains(imageDetails, d) {
-		return provider.Image{}, invalidRequest(pp+".image_url.detail", "Invalid '%s.image_url.detail': expected one of auto, low, high, but got %q.", pp, truncate(d, 20))
+		return provider.Image{}, invalidRequest(pp+".image_url.detail", "Invalid '%s.image_url.detail': expected one of auto, low, high, original, but got %q.", pp, truncate(d, 20))
 	}
 	im, err := rd.DataURL(iu.URL)
 	if err != nil {
