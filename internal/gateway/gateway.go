@@ -251,8 +251,7 @@ func (g *Gateway) primary() string { return g.cfg.Models[0].Name }
 // tiersFor is the model tiers that may serve t, in cascade order: from its
 // start tier (a tier name or modelId; all tiers when empty or unknown),
 // less those that lack a capability t needs (tools, prefill, top_k,
-// vision). The
-// slice may not be appended to.
+// vision). The slice may not be appended to.
 func (g *Gateway) tiersFor(t *Turn) []string {
 	from := 0
 	if start := t.StartTier; start != "" {

@@ -108,22 +108,6 @@ func (r *Reader) DataURL(url string) (provider.Image, error) {
 	return r.Base64(strings.ToLower(mediaType), data)
 }
 
-// Bytes reads an image given as its format's name (Bedrock's png, jpeg,
-// gif, webp) and its bytes.
-func (r *Reader) Bytes(format string, raw []byte) (provider.Image, error) {
-	if err := r.count(); err != nil {
-		return provider.Image{}, err
-	}
-	mediaType := "image/" + format
-	if !slices.Contains(provider.ImageMediaTypes, mediaType) {
-		return provider.Image{}, fmt.Errorf("format %q is not one of png, jpeg, gif, webp", trim(format))
-	}
-	if len(raw) > r.lim.MaxBytes {
-		return provider.Image{}, r.tooLarge(len(raw))
-	}
-	return r.check(mediaType, raw)
-}
-
 func (r *Reader) count() error {
 	r.n++
 	if r.n > r.lim.MaxPerRequest {
