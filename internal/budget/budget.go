@@ -124,6 +124,10 @@ type Parts struct {
 	Context string
 	// User is the current message.
 	User string
+	// ImageTokens are the current message's images, in tokens
+	// (provider.ImageTokens): counted as they are, not estimated from
+	// text. History's images count in their messages.
+	ImageTokens int
 }
 
 // Estimate is the estimated input tokens, by part.
@@ -134,7 +138,9 @@ type Estimate struct {
 	HistoryEach []int
 	Context     int
 	User        int
-	Total       int
+	// Images is the part of History and User that is images, in tokens.
+	Images int
+	Total  int
 	// Counts is what the estimate was computed from; pass it to
 	// Estimator.Observe with the billed input tokens to calibrate.
 	Counts ScriptCounts
@@ -159,15 +165,20 @@ func (e *Estimator) Estimate(model string, p Parts) Estimate {
 	est.HistoryEach = make([]int, len(p.History))
 	for i, m := range p.History {
 		est.HistoryEach[i], f = msg(Count(m.Content+m.ToolText()), true)
+		img := m.ImageTokens()
+		est.HistoryEach[i] += img
 		est.History += est.HistoryEach[i]
-		total += f
+		est.Images += img
+		total += f + float64(img)
 	}
 	if p.Context != "" {
 		est.Context, f = msg(Count(p.Context), false)
 		total += f
 	}
 	est.User, f = msg(Count(p.User), true)
-	total += f
+	est.User += p.ImageTokens
+	est.Images += p.ImageTokens
+	total += f + float64(p.ImageTokens)
 	est.Total = int(total + 0.5)
 	return est
 }

@@ -449,3 +449,21 @@ func TestSetConfigKeepsTheCounters(t *testing.T) {
 		t.Fatalf("after a refused SetConfig: err = %v, want the $1 budget still in force", err)
 	}
 }
+
+// TestEstimateCountsImages: a message's images count at their fixed
+// tokens, the user's in User and History's in their messages, and they
+// are left out of the counts that calibrate the text estimate.
+func TestEstimateCountsImages(t *testing.T) {
+	e := NewEstimator()
+	plain := e.Estimate("sonnet", Parts{System: "Be brief.", User: "What is this?",
+		History: []Message{{Role: provider.RoleUser, Content: "And this?"}}})
+	img := provider.Image{MediaType: provider.ImagePNG, Width: 800, Height: 600}
+	seen := e.Estimate("sonnet", Parts{System: "Be brief.", User: "What is this?", ImageTokens: 640,
+		History: []Message{{Role: provider.RoleUser, Content: "And this?", Images: []provider.Image{img, img}}}})
+	if seen.Total != plain.Total+3*640 || seen.User != plain.User+640 || seen.HistoryEach[0] != plain.HistoryEach[0]+2*640 || seen.Images != 3*640 {
+		t.Fatalf("estimate %+v, without images %+v: want 640 tokens more per image", seen, plain)
+	}
+	if seen.Counts != plain.Counts {
+		t.Fatalf("counts %+v differ from the text's %+v", seen.Counts, plain.Counts)
+	}
+}

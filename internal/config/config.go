@@ -116,6 +116,25 @@ type Server struct {
 	TrustedProxies []string `yaml:"trustedProxies"`
 	// TLS serves HTTPS (and HTTP/2) on Addr instead of plain HTTP.
 	TLS TLS `yaml:"tls"`
+	// Images bound the images a vendor front door's request may carry.
+	Images Images `yaml:"images"`
+}
+
+// Images bound the pictures the vendor front doors take inline (base64
+// data, data URLs). Each bound broken is a 400 naming the field and the
+// limit. Remote image URLs are refused: fmgate fetches nothing on a
+// client's behalf. A request body's own limit still applies to the whole
+// request, images included.
+type Images struct {
+	// MaxBytes bounds one image after decoding. Default 5 MiB (5242880),
+	// Anthropic's and Bedrock's limit.
+	MaxBytes int `yaml:"maxBytes"`
+	// MaxPerRequest bounds the images of one request, its whole
+	// conversation's. Default 20.
+	MaxPerRequest int `yaml:"maxPerRequest"`
+	// MaxSide bounds an image's width and height in pixels. Default 8000,
+	// the vendors' limit.
+	MaxSide int `yaml:"maxSide"`
 }
 
 // TLS is the listener's certificate. The files are read again when they
@@ -293,14 +312,14 @@ type Model struct {
 	// Capabilities are what the tier can do beyond plain text:
 	// CapabilityTools (call the tools a request offers), CapabilityPrefill
 	// (continue an answer the client started), CapabilityTopK (sample
-	// with top_k) and CapabilitySeed (repeat an answer for a seed). A
-	// request that needs one skips the tiers without it rather than reach
-	// a model that would ignore it. Default: every capability fmgate can
-	// pass to the tier's provider — tools on every provider, prefill and
+	// with top_k), CapabilitySeed (repeat an answer for a seed) and
+	// CapabilityVision (read the images a request carries). A request that
+	// needs one skips the tiers without it rather than reach a model that
+	// would ignore it. Default: every capability fmgate can pass to the
+	// tier's provider — tools and vision on every provider, prefill and
 	// top_k on all but openai, seed on openai and the simulator; list
-	// "text" alone for
-	// a model that can only write text (e.g. an OpenAI-compatible server
-	// without function calling).
+	// "text" alone for a model that can only write text (e.g. an
+	// OpenAI-compatible server without function calling or images).
 	Capabilities []string `yaml:"capabilities"`
 }
 
@@ -311,10 +330,11 @@ const (
 	CapabilityPrefill = "prefill"
 	CapabilityTopK    = "top_k"
 	CapabilitySeed    = "seed"
+	CapabilityVision  = "vision"
 )
 
 // capabilities are every capability a tier may list.
-var capabilities = []string{CapabilityText, CapabilityTools, CapabilityPrefill, CapabilityTopK, CapabilitySeed}
+var capabilities = []string{CapabilityText, CapabilityTools, CapabilityPrefill, CapabilityTopK, CapabilitySeed, CapabilityVision}
 
 // Can reports whether the tier has capability c.
 func (m Model) Can(c string) bool {
@@ -323,7 +343,7 @@ func (m Model) Can(c string) bool {
 	}
 	if len(m.Capabilities) == 0 {
 		switch c {
-		case CapabilityTools:
+		case CapabilityTools, CapabilityVision:
 			return true
 		case CapabilityPrefill, CapabilityTopK:
 			return m.Provider != "openai" // OpenAI's API has neither
@@ -492,6 +512,7 @@ func Default() Config {
 			MaxMessageBytes: 8 << 10,
 			DrainTimeout:    30 * time.Second,
 			BodyTimeout:     10 * time.Second,
+			Images:          Images{MaxBytes: 5 << 20, MaxPerRequest: 20, MaxSide: 8000},
 		},
 		Locales:   []string{"ja", "en"},
 		UnitCosts: UnitCosts{StorageWriteUSD: 0.00045, CacheCallUSD: 0.00001, ComputePerSecondUSD: 0.0014},
@@ -638,6 +659,14 @@ func (c Config) Validate() error {
 		}
 	}
 	c.Server.TLS.validate(&v)
+	for _, b := range []struct {
+		field string
+		v     int
+	}{{"maxBytes", c.Server.Images.MaxBytes}, {"maxPerRequest", c.Server.Images.MaxPerRequest}, {"maxSide", c.Server.Images.MaxSide}} {
+		if b.v <= 0 {
+			v.add("server.images."+b.field, "must be > 0")
+		}
+	}
 	if len(c.Locales) == 0 {
 		v.add("locales", "must list at least one locale")
 	}

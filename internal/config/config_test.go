@@ -88,6 +88,9 @@ func TestParseNamesFieldPaths(t *testing.T) {
 		{"allowed host with a port", "server:\n  allowedHosts: [gw.example.com, \"localhost:8080\"]\n", `server.allowedHosts[1]: "localhost:8080": name the host without a port`},
 		{"allowed host that is no pattern", "server:\n  allowedHosts: [\"[a-\"]\n", `server.allowedHosts[0]: "[a-" is not a host name or pattern`},
 		{"empty allowed host", "server:\n  allowedHosts: [\"\"]\n", `server.allowedHosts[0]: "" is not a host name or pattern`},
+		{"no images per request", "server:\n  images: {maxPerRequest: 0}\n", "server.images.maxPerRequest: must be > 0"},
+		{"negative image size", "server:\n  images: {maxBytes: -1}\n", "server.images.maxBytes: must be > 0"},
+		{"unknown capability", "models:\n  - {name: sonnet, provider: sim, modelId: s, contextWindow: 1000, maxOutputTokens: 10, capabilities: [text, eyes]}\n", `models[0].capabilities: "eyes" is not a capability (use one of text, tools, prefill, top_k, seed, vision)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -318,5 +321,26 @@ func TestTLSValidation(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: Validate() = %v; want it to say %s", tt.name, err, tt.want)
 		}
+	}
+}
+
+// TestVisionCapability: every provider can see images unless a tier lists
+// its capabilities without "vision", which validation accepts.
+func TestVisionCapability(t *testing.T) {
+	for _, p := range []string{"sim", "anthropic", "bedrock", "openai"} {
+		if !(Model{Provider: p}).Can(CapabilityVision) {
+			t.Errorf("a %s tier cannot see images by default", p)
+		}
+	}
+	if (Model{Provider: "sim", Capabilities: []string{CapabilityText, CapabilityTools}}).Can(CapabilityVision) {
+		t.Error("a tier listing [text, tools] can see images")
+	}
+	cfg := Default()
+	cfg.Models[0].Capabilities = []string{CapabilityText, CapabilityVision}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("capabilities [text, vision] refused: %v", err)
+	}
+	if d := Default().Server.Images; d.MaxBytes != 5<<20 || d.MaxPerRequest != 20 || d.MaxSide != 8000 {
+		t.Fatalf("image bounds %+v, want 5 MiB, 20 and 8000 px", d)
 	}
 }

@@ -116,6 +116,9 @@ func decodeCanonicalSyms(b []byte, e *Event, syms *symbols) bool {
 			}
 		}
 	}
+	if p.opt(`,"images":`) {
+		e.Resource.Images = int(p.int())
+	}
 
 	p.lit(`},"outcome":{"status":`)
 	e.Outcome.Status = Status(p.sym())

@@ -164,6 +164,9 @@ type Resource struct {
 	// block; omitted when none.
 	ToolCalls int      `json:"tool_calls,omitempty"`
 	ToolNames []string `json:"tool_names,omitempty"`
+	// Images counts the images a model attempt was sent (never their
+	// bytes). Not in the seed's block; omitted when none.
+	Images int `json:"images,omitempty"`
 }
 
 // Outcome is how a span ended.
@@ -318,6 +321,10 @@ func AppendJSON(b []byte, e *Event) []byte {
 			b = appendString(b, n)
 		}
 		b = append(b, ']')
+	}
+	if e.Resource.Images != 0 {
+		b = appendKey(b, "images")
+		b = strconv.AppendInt(b, int64(e.Resource.Images), 10)
 	}
 
 	b = append(b, `},"outcome":{"status":`...)

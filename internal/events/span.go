@@ -364,6 +364,10 @@ func (s *Span) SetToolCalls(names []string) {
 	s.set(func(e *Event) { e.Resource.ToolCalls, e.Resource.ToolNames = len(names), names })
 }
 
+// SetImages sets resource.images, the count of images a model attempt
+// was sent.
+func (s *Span) SetImages(n int) { s.set(func(e *Event) { e.Resource.Images = n }) }
+
 // SetCacheHit sets resource.cache_hit.
 func (s *Span) SetCacheHit(c CacheHit) { s.set(func(e *Event) { e.Resource.CacheHit = c }) }
 

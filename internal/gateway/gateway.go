@@ -281,8 +281,8 @@ func (g *Gateway) primary() string { return g.tiers[0] }
 
 // tiersFor is the model tiers that may serve t, in cascade order: from its
 // start tier (a tier name or modelId; all tiers when empty or unknown),
-// less those that lack a capability t needs (tools, prefill, top_k). The
-// slice may not be appended to.
+// less those that lack a capability t needs (tools, prefill, top_k,
+// vision). The slice may not be appended to.
 func (g *Gateway) tiersFor(t *Turn) []string {
 	models := g.cfgOf(t).Models
 	from := 0
@@ -322,6 +322,9 @@ func (t *Turn) needs() []string {
 	}
 	if t.Seed != nil {
 		n = append(n, config.CapabilitySeed)
+	}
+	if t.HasImages() {
+		n = append(n, config.CapabilityVision)
 	}
 	return n
 }

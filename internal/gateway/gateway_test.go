@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -605,5 +606,32 @@ func TestWebSocketKeyAsSubprotocol(t *testing.T) {
 	}
 	if f := turn("k-wrong"); f.Type != "error" || f.Code != CodeUnauthorized {
 		t.Fatalf("with a wrong key: %+v; want unauthorized", f)
+	}
+}
+
+// TestImageTurnNeedsVision: a turn whose message or history carries an
+// image is offered only to the tiers that can see; the others are left out
+// of its cascade.
+func TestImageTurnNeedsVision(t *testing.T) {
+	g, _ := newTestGateway(t, both(&scriptProvider{answer: "ok"}), func(c *config.Config) {
+		c.Models[0].Capabilities = []string{config.CapabilityText, config.CapabilityTools}
+	})
+	img := []provider.Image{{MediaType: provider.ImagePNG, Width: 8, Height: 8}}
+	sonnet, haiku := g.cfg.Load().Models[0].Name, g.cfg.Load().Models[1].Name
+	tests := []struct {
+		name string
+		give Turn
+		want []string
+	}{
+		{"text", Turn{}, []string{sonnet, haiku}},
+		{"image in the message", Turn{Images: img}, []string{haiku}},
+		{"image in the history", Turn{History: []provider.Message{{Role: provider.RoleUser, Images: img}}}, []string{haiku}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := g.tiersFor(&tt.give); !slices.Equal(got, tt.want) {
+				t.Fatalf("tiers %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

@@ -142,7 +142,7 @@ func (g *Gateway) validate(t *Turn) error {
 	cfg := g.cfgOf(t)
 	msg := strings.TrimSpace(t.Message)
 	switch {
-	case msg == "" && len(t.ToolResults) == 0:
+	case msg == "" && len(t.ToolResults) == 0 && len(t.Images) == 0:
 		return invalid("message must not be empty")
 	case !utf8.ValidString(t.Message):
 		return invalid("message must be valid UTF-8 text")
@@ -509,7 +509,7 @@ func (g *Gateway) appendSession(ctx context.Context, t *Turn, res *Result) error
 func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 	msgs := make([]provider.Message, 0, len(t.History)+1)
 	msgs = append(msgs, t.History...)
-	msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: t.Message, Cache: t.MessageCache, ToolResults: t.ToolResults})
+	msgs = append(msgs, provider.Message{Role: provider.RoleUser, Content: t.Message, Cache: t.MessageCache, ToolResults: t.ToolResults, Images: t.Images})
 	if t.Prefill != "" {
 		msgs = append(msgs, provider.Message{Role: provider.RoleAssistant, Content: t.Prefill})
 	}

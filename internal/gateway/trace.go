@@ -122,6 +122,9 @@ func (g *Gateway) attemptSpan(ctx context.Context, t *Turn, model, modelID strin
 	ctx, span := g.tracer.Start(ctx, "model_attempt", events.WithKind(events.KindLLMCall), events.WithNodeID(model), events.WithMustPersist())
 	span.SetModel(modelID)
 	span.SetPromptVersion(t.PromptVersion)
+	if n := t.ImageCount(); n > 0 {
+		span.SetImages(n)
+	}
 	return ctx, span
 }
 

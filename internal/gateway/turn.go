@@ -78,6 +78,11 @@ type Turn struct {
 	// ToolResults answer the tool calls of History's last message; they
 	// travel in the user message, before Message, which may then be empty.
 	ToolResults []provider.ToolResult
+	// Images are the pictures the user sent with Message (vendor front
+	// doors, checked there); they travel in the user message, before its
+	// text. Only tiers with the vision capability serve a turn whose
+	// conversation carries any, and its answer is never cached.
+	Images []provider.Image
 	// Format is the answer's required shape (JSON, or JSON matching a
 	// schema): checked on every tier's answer, and never answered in
 	// prose by the tiers below the models.
@@ -142,6 +147,15 @@ type Turn struct {
 // Config is the config the turn runs under, taken when it entered the
 // pipeline (Gateway.Run); nil before that.
 func (t *Turn) Config() *config.Config { return t.cfg }
+
+// HasImages reports whether the turn's conversation carries images: in
+// the user's message or in History.
+func (t *Turn) HasImages() bool {
+	return len(t.Images) > 0 || provider.CountImages(t.History) > 0
+}
+
+// ImageCount counts the images of the turn's conversation.
+func (t *Turn) ImageCount() int { return len(t.Images) + provider.CountImages(t.History) }
 
 // Result is the answer the pipeline delivered.
 type Result struct {

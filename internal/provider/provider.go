@@ -34,6 +34,10 @@ type Message struct {
 	// ToolResults, on a user message, answer the tool calls of the
 	// assistant message before it; they come before its text.
 	ToolResults []ToolResult
+	// Images, on a user message, are pictures the user sent with it; they
+	// come before its text, as Anthropic recommends. Only tiers with the
+	// vision capability are sent a request that carries any.
+	Images []Image
 }
 
 // CacheMark ends a prompt prefix the vendor may cache and read back on a

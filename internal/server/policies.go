@@ -60,7 +60,7 @@ func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) erro
 	plan, err := b.enf.Check(ctx, budget.Request{
 		UserID: t.UserID, SessionID: t.SessionID, Model: model, MaxOutput: t.MaxOutput,
 		Parts: budget.Parts{System: t.System + provider.ToolsText(t.Tools), History: t.History,
-			User: t.Message + (&provider.Message{ToolResults: t.ToolResults}).ToolText()},
+			User: t.Message + (&provider.Message{ToolResults: t.ToolResults}).ToolText(), ImageTokens: provider.ImagesTokens(t.Images)},
 		ExpectCached: b.hints.Expect(model, t.System),
 		Hold:         true,
 	}, priceOf(configOf(t, b.current), model))
@@ -101,8 +101,9 @@ func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Resu
 	if _, isModel := configOf(t, b.current).Model(res.Tier); !isModel {
 		return nil
 	}
-	// A continued answer's input counts two calls; it would skew calibration.
-	if counts, ok := t.Calibration.(budget.ScriptCounts); ok && res.Usage.Input() > 0 && !res.Continued && !res.Usage.Estimated {
+	// A continued answer's input counts two calls, and each vendor bills
+	// images its own way: either would skew the text's calibration.
+	if counts, ok := t.Calibration.(budget.ScriptCounts); ok && res.Usage.Input() > 0 && !res.Continued && !res.Usage.Estimated && !t.HasImages() {
 		b.enf.Estimator().Observe(res.Tier, counts, res.Usage.Input())
 	}
 	if !res.Continued {
@@ -379,12 +380,13 @@ func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Res
 // plainAnswer reports whether res is the model's whole answer to the bare
 // question, as the cache keys it: not cut (by max tokens or by the
 // client's stop sequences), nor shaped by the client's own system prompt or
-// sampling, nor given with tools to call. Another caller asking the same
-// words would get any other as if it were the answer.
+// sampling, nor given with tools to call or images to look at. Another
+// caller asking the same words would get any other as if it were the
+// answer.
 func plainAnswer(t *gateway.Turn, res *gateway.Result) bool {
 	return (res.StopReason == "" || res.StopReason == "end_turn") && t.ClientSystem == "" &&
 		len(t.StopSequences) == 0 && t.Temperature == nil && t.TopP == nil && t.TopK == nil && t.Seed == nil && t.Prefill == "" &&
-		len(t.Tools) == 0 && t.Format.Kind == provider.FormatText
+		len(t.Tools) == 0 && t.Format.Kind == provider.FormatText && !t.HasImages()
 }
 
 func (c cascade) Simplify(req *provider.Request, model string) *provider.Request {
@@ -392,7 +394,7 @@ func (c cascade) Simplify(req *provider.Request, model string) *provider.Request
 }
 
 func (c cascade) question(t *gateway.Turn) fallback.Question {
-	return fallback.Question{Text: t.Message, Locale: t.Locale, PromptVersion: t.PromptVersion, NoCache: len(t.Tools) > 0 || t.Format.Kind != provider.FormatText || t.Prefill != ""}
+	return fallback.Question{Text: t.Message, Locale: t.Locale, PromptVersion: t.PromptVersion, NoCache: len(t.Tools) > 0 || t.Format.Kind != provider.FormatText || t.Prefill != "" || t.HasImages()}
 }
 
 func localize(locale, en, ja string) string {

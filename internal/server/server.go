@@ -42,6 +42,7 @@ import (
 	"github.com/fmgate/fmgate/internal/ratelimit"
 	"github.com/fmgate/fmgate/internal/redishealth"
 	"github.com/fmgate/fmgate/internal/retry"
+	"github.com/fmgate/fmgate/internal/vision"
 	"github.com/fmgate/fmgate/internal/webui"
 )
 
@@ -213,15 +214,16 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("/dashboard/", dash)
 	mux.Handle("GET /metrics", s.metricsHandler(auth))
 	mux.Handle("/admin/", requireAdmin(auth, s.admin))
-	// The OpenAI-compatible front door.
-	oai := openaidoor.New(s.Gateway, openaidoor.Options{})
+	// The vendor front doors, sharing one bound on images.
+	images := imageLimits(s.cfg.Server.Images)
+	oai := openaidoor.New(s.Gateway, openaidoor.Options{Images: images})
 	mux.Handle("/v1/chat/completions", oai)
 	mux.Handle("/v1/models", oai)
 	mux.Handle("/v1/models/", oai)
-	anth := anthropicdoor.New(s.Gateway, anthropicdoor.Options{})
+	anth := anthropicdoor.New(s.Gateway, anthropicdoor.Options{Images: images})
 	mux.Handle("POST /v1/messages", anth)
 	mux.Handle("POST /v1/messages/count_tokens", anth)
-	mux.Handle("POST /model/", bedrockdoor.New(s.Gateway, bedrockdoor.Options{}))
+	mux.Handle("POST /model/", bedrockdoor.New(s.Gateway, bedrockdoor.Options{Images: images}))
 	mux.Handle("/debug/pprof/", requireAdmin(auth, pprofHandler()))
 	mux.Handle("/metrics", gateway.MethodNotAllowed("GET", "HEAD"))
 	gw := s.Gateway.Handler(adminToken, webui.Handler())
@@ -297,4 +299,9 @@ func unknownAPI(w http.ResponseWriter, r *http.Request) {
 		"and its own POST /v1/chat, GET /ws and /v1/batch.", r.Method, r.URL.Path)
 	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error",
 		"error": map[string]string{"type": "not_found_error", "code": "not_found", "message": msg}})
+}
+
+// imageLimits are the vendor doors' bounds on images, from server.images.
+func imageLimits(c config.Images) vision.Limits {
+	return vision.Limits{MaxBytes: c.MaxBytes, MaxPerRequest: c.MaxPerRequest, MaxSide: c.MaxSide}
 }

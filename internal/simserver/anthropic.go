@@ -10,6 +10,7 @@ import (
 	"github.com/fmgate/fmgate/internal/frontdoor/anthropic"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
+	"github.com/fmgate/fmgate/internal/vision"
 )
 
 // anthropicMessages serves the Anthropic Messages API (POST /v1/messages)
@@ -27,7 +28,7 @@ import (
 //   - cutAfterTokens: the connection dropped mid-answer.
 func anthropicMessages(s *sim.Sim) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		req, werr := anthropic.DecodeRequest(r.Body, 0)
+		req, werr := anthropic.DecodeRequest(r.Body, 0, vision.Limits{})
 		if werr != nil {
 			anthropic.WriteError(w, werr)
 			return
@@ -60,7 +61,7 @@ func resolveAnthropic(w http.ResponseWriter, s *sim.Sim, model string) (string, 
 // an outage answers 500 api_error, as its Messages route does.
 func anthropicCountTokens(s *sim.Sim) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		req, werr := anthropic.DecodeCountTokens(r.Body, 0)
+		req, werr := anthropic.DecodeCountTokens(r.Body, 0, vision.Limits{})
 		if werr != nil {
 			anthropic.WriteError(w, werr)
 			return

@@ -215,6 +215,9 @@ func Attributes(e *events.Event) []attribute.KeyValue {
 			attribute.StringSlice("fmgate.resource.tool_names", r.ToolNames),
 		)
 	}
+	if r := e.Resource; r.Images != 0 {
+		kv = append(kv, attribute.Int("fmgate.resource.images", r.Images))
+	}
 	str("fmgate.resource.cache_hit", string(e.Resource.CacheHit))
 	if len(e.Resource.CapabilityFlagsActive) > 0 {
 		kv = append(kv, attribute.StringSlice("fmgate.resource.capability_flags_active", e.Resource.CapabilityFlagsActive))

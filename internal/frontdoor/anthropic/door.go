@@ -16,6 +16,7 @@ import (
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/stream"
+	"github.com/fmgate/fmgate/internal/vision"
 )
 
 // Pipeline is what the front door needs of the gateway.
@@ -32,6 +33,9 @@ type Options struct {
 	// MaxBodyBytes bounds a request body (the whole conversation).
 	// Default DefaultMaxBodyBytes (4 MiB).
 	MaxBodyBytes int64
+	// Images bound the images a request may carry; zero fields are
+	// vision's defaults.
+	Images vision.Limits
 }
 
 // Response headers saying how an answer was served.
@@ -65,7 +69,7 @@ const (
 //     draining or the client was too slow), 500 api_error. A stream that
 //     breaks after its first event ends with an `error` event.
 func New(g Pipeline, opts Options) http.Handler {
-	d := &door{g: g, maxBody: opts.MaxBodyBytes}
+	d := &door{g: g, maxBody: opts.MaxBodyBytes, images: opts.Images}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", d.serveMessages)
 	mux.HandleFunc("POST /v1/messages/count_tokens", d.countTokens)
@@ -75,10 +79,11 @@ func New(g Pipeline, opts Options) http.Handler {
 type door struct {
 	g       Pipeline
 	maxBody int64
+	images  vision.Limits
 }
 
 func (d *door) serveMessages(w http.ResponseWriter, r *http.Request) {
-	req, werr := DecodeRequest(r.Body, d.maxBody)
+	req, werr := DecodeRequest(r.Body, d.maxBody, d.images)
 	if werr != nil {
 		WriteError(w, werr)
 		return
@@ -132,7 +137,7 @@ const HeaderTokenCount = "x-fmgate-token-count"
 // as the tier its model names would be sent it, fmgate's system prompt
 // included (see gateway.Gateway.CountTokens).
 func (d *door) countTokens(w http.ResponseWriter, r *http.Request) {
-	req, werr := DecodeCountTokens(r.Body, d.maxBody)
+	req, werr := DecodeCountTokens(r.Body, d.maxBody, d.images)
 	if werr != nil {
 		WriteError(w, werr)
 		return
@@ -178,6 +183,7 @@ func (d *door) turn(r *http.Request, req *Request, m config.Model) *gateway.Turn
 		Tools:             req.Tools,
 		ToolChoice:        req.ToolChoice,
 		ToolResults:       req.Messages[last].ToolResults,
+		Images:            req.Messages[last].Images,
 		Route:             "chat",
 		Surface:           "anthropic",
 		Feature:           feature,

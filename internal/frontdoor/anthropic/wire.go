@@ -25,6 +25,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/vision"
 )
 
 // Anthropic's error types, sent in {"type":"error","error":{"type":…}}.
@@ -133,16 +134,18 @@ var supported = []string{"model", "messages", "max_tokens", "system", "stop_sequ
 // (DefaultMaxBodyBytes when <= 0). A refusal is an *Error in Anthropic's
 // shape: 413 request_too_large, or 400 invalid_request_error naming the
 // field and what to do about it.
-func DecodeRequest(body io.Reader, maxBytes int64) (*Request, *Error) {
+//
+// Its images are bounded by images (zero fields: vision's defaults).
+func DecodeRequest(body io.Reader, maxBytes int64, images vision.Limits) (*Request, *Error) {
 	fields, werr := readFields(body, maxBytes, supported)
 	if werr != nil {
 		return nil, werr
 	}
-	return decodeWithModel(fields)
+	return decodeWithModel(fields, images)
 }
 
 // decodeWithModel decodes a body whose model is required.
-func decodeWithModel(fields map[string]json.RawMessage) (*Request, *Error) {
+func decodeWithModel(fields map[string]json.RawMessage, images vision.Limits) (*Request, *Error) {
 	r := &Request{}
 	if err := decodeString(fields, "model", &r.Model); err != nil {
 		return nil, err
@@ -150,7 +153,7 @@ func decodeWithModel(fields map[string]json.RawMessage) (*Request, *Error) {
 	if r.Model == "" {
 		return nil, invalid("model: Field required")
 	}
-	if err := r.decode(fields); err != nil {
+	if err := r.decode(fields, images); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -161,13 +164,13 @@ var countFields = []string{"model", "messages", "system", "tools", "tool_choice"
 
 // DecodeCountTokens reads a count_tokens body: model, messages and system,
 // refused as DecodeRequest refuses them (tools, thinking… by name).
-func DecodeCountTokens(body io.Reader, maxBytes int64) (*Request, *Error) {
+func DecodeCountTokens(body io.Reader, maxBytes int64, images vision.Limits) (*Request, *Error) {
 	fields, werr := readFields(body, maxBytes, countFields)
 	if werr != nil {
 		return nil, werr
 	}
 	fields["max_tokens"] = json.RawMessage("1") // counting asks for no answer
-	return decodeWithModel(fields)
+	return decodeWithModel(fields, images)
 }
 
 // BedrockVersion is the anthropic_version of a Messages body sent to
@@ -181,7 +184,7 @@ var invokeFields = []string{"anthropic_version", "messages", "max_tokens", "syst
 // DecodeInvokeBody reads and validates the Messages body of a Bedrock
 // InvokeModel call (anthropic_version bedrock-2023-05-31, no model): the
 // same fields as DecodeRequest, refused the same way.
-func DecodeInvokeBody(body io.Reader, maxBytes int64) (*Request, *Error) {
+func DecodeInvokeBody(body io.Reader, maxBytes int64, images vision.Limits) (*Request, *Error) {
 	fields, werr := readFields(body, maxBytes, nil)
 	if werr != nil {
 		return nil, werr
@@ -200,7 +203,7 @@ func DecodeInvokeBody(body io.Reader, maxBytes int64) (*Request, *Error) {
 		return nil, invalid("anthropic_version: must be %q (got %q)", BedrockVersion, version)
 	}
 	r := &Request{}
-	if err := r.decode(fields); err != nil {
+	if err := r.decode(fields, images); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -254,7 +257,7 @@ func checkKeys(fields map[string]json.RawMessage, allowed []string) *Error {
 }
 
 // decode fills r from the fields every Messages body shares.
-func (r *Request) decode(fields map[string]json.RawMessage) *Error {
+func (r *Request) decode(fields map[string]json.RawMessage, images vision.Limits) *Error {
 	mt, ok := fields["max_tokens"]
 	if !ok || isNull(mt) {
 		return invalid("max_tokens: Field required")
@@ -322,7 +325,7 @@ func (r *Request) decode(fields map[string]json.RawMessage) *Error {
 	if r.ToolChoice, werr = decodeToolChoice(fields["tool_choice"], r.Tools); werr != nil {
 		return werr
 	}
-	msgs, merr := decodeMessages(fields["messages"])
+	msgs, merr := decodeMessages(fields["messages"], vision.NewReader(images))
 	if merr != nil {
 		return merr
 	}
@@ -375,7 +378,7 @@ type wireMessage struct {
 	Content json.RawMessage `json:"content"`
 }
 
-func decodeMessages(v json.RawMessage) ([]provider.Message, *Error) {
+func decodeMessages(v json.RawMessage, rd *vision.Reader) ([]provider.Message, *Error) {
 	if v == nil || isNull(v) {
 		return nil, invalid("messages: Field required")
 	}
@@ -408,7 +411,7 @@ func decodeMessages(v json.RawMessage) ([]provider.Message, *Error) {
 		if role != provider.RoleUser && role != provider.RoleAssistant {
 			return nil, invalid("messages.%d.role: must be \"user\" or \"assistant\"", i)
 		}
-		c, err := decodeBlocks(m.Content, fmt.Sprintf("messages.%d.content", i), role)
+		c, err := decodeBlocks(m.Content, fmt.Sprintf("messages.%d.content", i), role, rd)
 		if err != nil {
 			return nil, err
 		}
@@ -427,9 +430,10 @@ func decodeMessages(v json.RawMessage) ([]provider.Message, *Error) {
 			prev.Content += c.text
 			prev.ToolCalls = append(prev.ToolCalls, c.calls...)
 			prev.ToolResults = append(prev.ToolResults, c.results...)
+			prev.Images = append(prev.Images, c.images...)
 			continue
 		}
-		out = append(out, provider.Message{Role: role, Content: c.text, Cache: c.marks, ToolCalls: c.calls, ToolResults: c.results})
+		out = append(out, provider.Message{Role: role, Content: c.text, Cache: c.marks, ToolCalls: c.calls, ToolResults: c.results, Images: c.images})
 	}
 	last := out[len(out)-1]
 	if last.Role == provider.RoleAssistant {
@@ -448,7 +452,7 @@ func decodeMessages(v json.RawMessage) ([]provider.Message, *Error) {
 		}
 		last = out[len(out)-2]
 	}
-	if strings.TrimSpace(last.Content) == "" && len(last.ToolResults) == 0 {
+	if strings.TrimSpace(last.Content) == "" && len(last.ToolResults) == 0 && len(last.Images) == 0 {
 		return nil, invalid("messages: the last user message must not be empty")
 	}
 	if err := provider.CheckToolPairing(out); err != nil {
@@ -460,7 +464,7 @@ func decodeMessages(v json.RawMessage) ([]provider.Message, *Error) {
 // decodeContent reads a string, or a list of text blocks joined by a blank
 // line, with a cache mark where a block with cache_control ends.
 func decodeContent(v json.RawMessage, path string) (string, []provider.CacheMark, *Error) {
-	c, err := decodeBlocks(v, path, "")
+	c, err := decodeBlocks(v, path, "", nil)
 	if err != nil {
 		return "", nil, err
 	}
@@ -468,20 +472,21 @@ func decodeContent(v json.RawMessage, path string) (string, []provider.CacheMark
 }
 
 // content is a message's content: its text blocks joined by a blank line,
-// the cache marks in it, and its tool blocks.
+// the cache marks in it, its tool blocks and its images.
 type content struct {
 	text    string
 	marks   []provider.CacheMark
 	calls   []provider.ToolCall
 	results []provider.ToolResult
+	images  []provider.Image
 }
 
 // decodeBlocks reads a string, or a list of blocks: text, and tool_use
-// blocks for an assistant message (role), tool_result blocks for a user
-// message. A block's cache_control marks where it ends; a tool block's
+// blocks for an assistant message (role), tool_result and image blocks for
+// a user message (rd reads the images). A block's cache_control marks where it ends; a tool block's
 // mark is placed at the end of the text before it (the tool blocks of a
 // message travel around its text: results before, calls after).
-func decodeBlocks(v json.RawMessage, path string, role provider.Role) (content, *Error) {
+func decodeBlocks(v json.RawMessage, path string, role provider.Role, rd *vision.Reader) (content, *Error) {
 	var c content
 	if v == nil || isNull(v) {
 		return c, invalid("%s: Field required", path)
@@ -536,10 +541,18 @@ func decodeBlocks(v json.RawMessage, path string, role provider.Role) (content, 
 				return c, err
 			}
 			c.results = append(c.results, r)
+		case typ == "image" && role == provider.RoleUser && rd != nil:
+			im, err := decodeImage(b, bp, rd)
+			if err != nil {
+				return c, err
+			}
+			c.images = append(c.images, im)
+		case typ == "image":
+			return c, invalid("%s: image blocks are supported in user messages only (not in system prompts, tool results or assistant messages)", bp)
 		case typ == "tool_use" || typ == "tool_result":
 			return c, invalid("%s: %s blocks belong in %s messages", bp, typ, map[string]string{"tool_use": "assistant", "tool_result": "user"}[typ])
 		default:
-			return c, invalid("%s: content blocks of type %q are not supported (text, tool_use and tool_result are)", bp, typ)
+			return c, invalid("%s: content blocks of type %q are not supported (text, image, tool_use and tool_result are)", bp, typ)
 		}
 		if cc, ok := b["cache_control"]; ok && !isNull(cc) {
 			ttl, err := decodeCacheControl(cc, bp+".cache_control")
@@ -551,6 +564,42 @@ func decodeBlocks(v json.RawMessage, path string, role provider.Role) (content, 
 	}
 	c.text = text.String()
 	return c, nil
+}
+
+// decodeImage reads an image block: its source base64 data of a media
+// type. A url or file source is refused: fmgate fetches no images.
+func decodeImage(b map[string]json.RawMessage, path string, rd *vision.Reader) (provider.Image, *Error) {
+	if err := onlyKeys(b, path, "type", "source", "cache_control"); err != nil {
+		return provider.Image{}, err
+	}
+	var src map[string]json.RawMessage
+	if err := json.Unmarshal(b["source"], &src); err != nil || src == nil {
+		return provider.Image{}, invalid("%s.source: Field required (an object with type base64, media_type and data)", path)
+	}
+	var typ, mediaType, data string
+	if err := decodeString(src, "type", &typ); err != nil {
+		return provider.Image{}, invalid("%s.source.type: must be a string", path)
+	}
+	switch typ {
+	case "base64":
+	case "url":
+		return provider.Image{}, invalid("%s.source.type: %v", path, vision.ErrRemote)
+	case "file":
+		return provider.Image{}, invalid("%s.source.type: file sources are not supported (fmgate holds no Files API); send the image base64-encoded", path)
+	default:
+		return provider.Image{}, invalid("%s.source.type: must be \"base64\" (got %q)", path, typ)
+	}
+	if err := onlyKeys(src, path+".source", "type", "media_type", "data"); err != nil {
+		return provider.Image{}, err
+	}
+	if decodeString(src, "media_type", &mediaType) != nil || decodeString(src, "data", &data) != nil {
+		return provider.Image{}, invalid("%s.source: media_type and data must be strings", path)
+	}
+	im, err := rd.Base64(mediaType, data)
+	if err != nil {
+		return provider.Image{}, invalid("%s.source: %v", path, err)
+	}
+	return im, nil
 }
 
 // onlyKeys refuses the first key of block b not among keys.
@@ -601,7 +650,7 @@ func decodeToolResult(b map[string]json.RawMessage, path string) (provider.ToolR
 		}
 	}
 	if v, ok := b["content"]; ok && !isNull(v) {
-		c, err := decodeBlocks(v, path+".content", "")
+		c, err := decodeBlocks(v, path+".content", "", nil)
 		if err != nil {
 			return r, err
 		}

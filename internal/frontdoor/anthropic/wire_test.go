@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/vision"
+	"github.com/fmgate/fmgate/internal/vision/visiontest"
 )
 
 func TestDecodeRequest(t *testing.T) {
@@ -15,7 +17,7 @@ func TestDecodeRequest(t *testing.T) {
 		"system":[{"type":"text","text":"Be brief."},{"type":"text","text":"Be kind.","cache_control":{"type":"ephemeral"}}],
 		"messages":[{"role":"user","content":"hi"},{"role":"user","content":[{"type":"text","text":"there"}]},
 		{"role":"assistant","content":"Hello!"},{"role":"user","content":"Recommend a manga"}]}`
-	r, err := DecodeRequest(strings.NewReader(body), 0)
+	r, err := DecodeRequest(strings.NewReader(body), 0, vision.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func TestDecodeRequestRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := DecodeRequest(strings.NewReader(tt.body), 256)
+			_, err := DecodeRequest(strings.NewReader(tt.body), 256, vision.Limits{})
 			if err == nil || err.Status != tt.status || !strings.Contains(err.Message, tt.want) {
 				t.Fatalf("error %v, want %d mentioning %q", err, tt.status, tt.want)
 			}
@@ -88,8 +90,11 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"assistant","content":[{"type":"text","text":"\ud800"}]}]}`))
 	f.Add([]byte(`{"model":"m","max_tokens":9,"tools":[{"name":"get_weather","input_schema":{"type":"object"}}],"tool_choice":{"type":"any","disable_parallel_tool_use":true},"messages":[{"role":"user","content":"w"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"get_weather","input":{"city":"東京"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"晴れ"}],"cache_control":{"type":"ephemeral"}}]}]}`))
 	f.Add([]byte(`{"model":"m","max_tokens":9,"top_k":3,"top_p":0.5,"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"Well,"}]}`))
+	f.Add(imageRequest(imageBlock("image/png", visiontest.Base64(visiontest.PNG(3, 2))), `{"type":"text","text":"what is it?"}`))
+	f.Add(imageRequest(imageBlock("image/gif", visiontest.Base64(visiontest.PNG(3, 2)))))
+	f.Add(imageRequest(`{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		r, err := DecodeRequest(bytes.NewReader(body), 1<<16)
+		r, err := DecodeRequest(bytes.NewReader(body), 1<<16, vision.Limits{})
 		if err != nil {
 			if (err.Status != 400 || err.Type != ErrInvalidRequest) && (err.Status != 413 || err.Type != ErrRequestTooLarge) {
 				t.Fatalf("refusal %+v is not Anthropic's 400/413 shape", err)
@@ -129,7 +134,7 @@ func BenchmarkDecodeRequest(b *testing.B) {
 		`{"role":"user","content":[{"type":"text","text":"Fantasy, please"}]}]}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := DecodeRequest(bytes.NewReader(body), 0); err != nil {
+		if _, err := DecodeRequest(bytes.NewReader(body), 0, vision.Limits{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -140,7 +145,7 @@ func TestCacheControlBecomesCacheMarks(t *testing.T) {
 		"system":[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}},{"type":"text","text":"Use the catalog."}],
 		"messages":[{"role":"user","content":[{"type":"text","text":"Shared context.","cache_control":{"type":"ephemeral","ttl":"1h"}},{"type":"text","text":"Hi"}]},
 			{"role":"user","content":[{"type":"text","text":"More","cache_control":{"type":"ephemeral"}}]}]}`
-	req, err := DecodeRequest(strings.NewReader(body), 0)
+	req, err := DecodeRequest(strings.NewReader(body), 0, vision.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +167,7 @@ func TestCacheControlBecomesCacheMarks(t *testing.T) {
 		{`{"model":"s","max_tokens":1,"messages":[{"role":"user","content":[{"type":"text","text":"x","cache_control":{"type":"persistent"}}]}]}`, "ephemeral"},
 		{`{"model":"s","max_tokens":1,"messages":[{"role":"user","content":[` + strings.Repeat(`{"type":"text","text":"x","cache_control":{"type":"ephemeral"}},`, 4) + `{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]}]}`, "maximum of 4"},
 	} {
-		if _, err := DecodeRequest(strings.NewReader(bad.body), 0); err == nil || err.Status != 400 || !strings.Contains(err.Message, bad.want) {
+		if _, err := DecodeRequest(strings.NewReader(bad.body), 0, vision.Limits{}); err == nil || err.Status != 400 || !strings.Contains(err.Message, bad.want) {
 			t.Errorf("%s: %v, want a 400 naming %q", bad.body, err, bad.want)
 		}
 	}
@@ -171,7 +176,7 @@ func TestCacheControlBecomesCacheMarks(t *testing.T) {
 // A message thread is refused with the details the SDKs read to send the
 // whole conversation again, unthreaded.
 func TestThreadIsRefusedInTheFormTheSDKsRetryWithout(t *testing.T) {
-	_, err := DecodeRequest(strings.NewReader(`{"model":"m","max_tokens":1,"thread":{"type":"create"},"messages":[{"role":"user","content":"x"}]}`), 0)
+	_, err := DecodeRequest(strings.NewReader(`{"model":"m","max_tokens":1,"thread":{"type":"create"},"messages":[{"role":"user","content":"x"}]}`), 0, vision.Limits{})
 	if err == nil || err.Status != 400 || err.Details["error_code"] != "thread_unsupported_request" {
 		t.Fatalf("error %+v; want a 400 with error_code thread_unsupported_request", err)
 	}
@@ -179,5 +184,66 @@ func TestThreadIsRefusedInTheFormTheSDKsRetryWithout(t *testing.T) {
 	WriteError(rec, err)
 	if !strings.Contains(rec.Body.String(), `"details":{"error_code":"thread_unsupported_request","unsupported":["thread"]}`) {
 		t.Fatalf("body %s", rec.Body)
+	}
+}
+
+// imageRequest is a Messages body whose one user message holds blocks.
+func imageRequest(blocks ...string) []byte {
+	return []byte(`{"model":"sonnet","max_tokens":100,"messages":[{"role":"user","content":[` + strings.Join(blocks, ",") + `]}]}`)
+}
+
+func imageBlock(mediaType, data string) string {
+	return `{"type":"image","source":{"type":"base64","media_type":"` + mediaType + `","data":"` + data + `"}}`
+}
+
+func TestDecodeImages(t *testing.T) {
+	pngData := visiontest.Base64(visiontest.PNG(800, 600))
+	jpegData := visiontest.Base64(visiontest.JPEG(40, 30))
+	text := `{"type":"text","text":"What is on the cover?"}`
+	tests := []struct {
+		name   string
+		lim    vision.Limits
+		give   []byte
+		want   []string // the last message's images, as provider.Image.String
+		wantIn string   // a piece of the refusal
+	}{
+		{name: "png and jpeg", give: imageRequest(imageBlock("image/png", pngData), imageBlock("image/jpeg", jpegData), text), want: []string{"800×600 png", "40×30 jpeg"}},
+		{name: "image alone", give: imageRequest(imageBlock("image/jpeg", jpegData)), want: []string{"40×30 jpeg"}},
+		{name: "too large", lim: vision.Limits{MaxBytes: 1000}, give: imageRequest(imageBlock("image/png", pngData), text),
+			wantIn: "messages.0.content.0.source: the image is"},
+		{name: "too many", lim: vision.Limits{MaxPerRequest: 1}, give: imageRequest(imageBlock("image/jpeg", jpegData), imageBlock("image/jpeg", jpegData), text),
+			wantIn: "messages.0.content.1.source: a request may carry at most 1 images"},
+		{name: "lying media type", give: imageRequest(imageBlock("image/webp", pngData), text), wantIn: "a png image, not image/webp"},
+		{name: "bad base64", give: imageRequest(imageBlock("image/png", "@@@@"), text), wantIn: "not valid base64"},
+		{name: "remote URL", give: imageRequest(`{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}`, text),
+			wantIn: "messages.0.content.0.source.type: remote image URLs are off"},
+		{name: "file", give: imageRequest(`{"type":"image","source":{"type":"file","file_id":"file_1"}}`, text), wantIn: "file sources are not supported"},
+		{name: "in the system prompt", give: []byte(`{"model":"m","max_tokens":9,"system":[` + imageBlock("image/jpeg", jpegData) + `],"messages":[{"role":"user","content":"hi"}]}`),
+			wantIn: "system.0: image blocks are supported in user messages only"},
+		{name: "in a tool result", give: []byte(`{"model":"m","max_tokens":9,"tools":[{"name":"w","input_schema":{"type":"object"}}],"messages":[` +
+			`{"role":"user","content":"weather?"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"w","input":{}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[` + imageBlock("image/jpeg", jpegData) + `]}]}]}`),
+			wantIn: "messages.2.content.0.content.0: image blocks are supported in user messages only"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := DecodeRequest(bytes.NewReader(tt.give), 0, tt.lim)
+			if tt.wantIn != "" {
+				if err == nil || err.Status != 400 || !strings.Contains(err.Message, tt.wantIn) {
+					t.Fatalf("refusal %+v; want a 400 saying %q", err, tt.wantIn)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, im := range r.Messages[len(r.Messages)-1].Images {
+				got = append(got, im.String())
+			}
+			if strings.Join(got, "; ") != strings.Join(tt.want, "; ") {
+				t.Fatalf("images %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

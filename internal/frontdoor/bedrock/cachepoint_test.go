@@ -5,12 +5,13 @@ import (
 	"testing"
 
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/vision"
 )
 
 func TestCachePointBecomesACacheMark(t *testing.T) {
 	body := `{"system":[{"text":"Be brief."},{"cachePoint":{"type":"default"}},{"text":"Use the catalog."}],
 		"messages":[{"role":"user","content":[{"text":"Shared context."},{"cachePoint":{"type":"default","ttl":"1h"}},{"text":"Hi"}]}]}`
-	req, err := Decode("sonnet", []byte(body))
+	req, err := Decode("sonnet", []byte(body), vision.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestCachePointBecomesACacheMark(t *testing.T) {
 		{`{"messages":[{"role":"user","content":[{"text":"x"},{"cachePoint":{"type":"default","ttl":"2h"}}]}]}`, "ttl"},
 		{`{"messages":[{"role":"user","content":[` + strings.Repeat(`{"text":"x"},{"cachePoint":{"type":"default"}},`, 5) + `{"text":"x"}]}]}`, "limit is 4"},
 	} {
-		if _, err := Decode("sonnet", []byte(bad.body)); err == nil || !strings.Contains(err.Error(), bad.want) {
+		if _, err := Decode("sonnet", []byte(bad.body), vision.Limits{}); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: %v, want a refusal naming %q", bad.body, err, bad.want)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/stream"
+	"github.com/fmgate/fmgate/internal/vision"
 )
 
 // Pipeline is what the door needs of the gateway (*gateway.Gateway).
@@ -39,6 +40,9 @@ type Options struct {
 	Getenv func(string) string
 	// MaxBodyBytes bounds a request body; default DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// Images bound the images a request may carry; zero fields are
+	// vision's defaults.
+	Images vision.Limits
 }
 
 // FeatureHeader names the product feature a turn is attributed to
@@ -74,7 +78,7 @@ const (
 // stream, whole once the answer is in). Fields fmgate does not support get
 // a ValidationException.
 func New(g Pipeline, opts Options) http.Handler {
-	d := &door{g: g, now: opts.Now, getenv: opts.Getenv, maxBody: opts.MaxBodyBytes}
+	d := &door{g: g, now: opts.Now, getenv: opts.Getenv, maxBody: opts.MaxBodyBytes, images: opts.Images}
 	if d.now == nil {
 		d.now = time.Now
 	}
@@ -92,6 +96,7 @@ type door struct {
 	now     func() time.Time
 	getenv  func(string) string
 	maxBody int64
+	images  vision.Limits
 }
 
 func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -137,7 +142,7 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.countTokens(w, r, t, modelID, body)
 		return
 	}
-	req, err := Decode(modelID, body)
+	req, err := Decode(modelID, body, d.images)
 	if err != nil {
 		WriteException(w, Validation(err.Error()))
 		return
@@ -150,6 +155,7 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.Message = req.Messages[last].Content
 	t.MessageCache = req.Messages[last].Cache
 	t.ToolResults = req.Messages[last].ToolResults
+	t.Images = req.Messages[last].Images
 	t.History = req.Messages[:last]
 	t.Tools, t.ToolChoice = req.Tools, req.ToolChoice
 	t.ClientSystem, t.ClientSystemCache = req.System, req.SystemCache

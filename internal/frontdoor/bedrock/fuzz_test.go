@@ -13,6 +13,7 @@ import (
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/stream"
+	"github.com/fmgate/fmgate/internal/vision"
 )
 
 // fakePipeline answers every turn at once with a fixed text, trusting any
@@ -20,7 +21,7 @@ import (
 type fakePipeline struct{}
 
 func (fakePipeline) Run(_ context.Context, t *gateway.Turn, out gateway.Output) (*gateway.Result, error) {
-	if t.Message == "" && len(t.ToolResults) == 0 || t.StartTier == "" {
+	if t.Message == "" && len(t.ToolResults) == 0 && len(t.Images) == 0 || t.StartTier == "" {
 		return nil, errors.New("the door passed an empty turn")
 	}
 	if err := out.Write("ok"); err != nil {
@@ -57,6 +58,9 @@ var seeds = []string{
 	`{"messages":[{"role":"user","content":[{"text":"hello"}]}]}`,
 	`{"messages":[{"role":"user","content":[{"text":"こんにちは"},{"text":"!"}]},{"role":"assistant","content":[{"text":"はい"}]},{"role":"user","content":[{"text":"続けて"}]}],"system":[{"text":"be brief"}],"inferenceConfig":{"maxTokens":10,"temperature":0.5,"stopSequences":["END"]}}`,
 	`{"messages":[{"role":"user","content":[{"image":{"format":"png","source":{"bytes":"AAAA"}}}]}]}`,
+	`{"messages":[{"role":"user","content":[{"image":{"format":"png","source":{"bytes":"iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAIAAAASFvFNAAAAGklEQVR4nGJhYGhgZGBgZGBgARFgAAgAAP//CTEAjOq97YwAAAAASUVORK5CYII="}}},{"text":"what is it?"}]}]}`,
+	`{"messages":[{"role":"user","content":[{"image":{"format":"jpeg","source":{"s3Location":{"uri":"s3://b/k.jpg"}}}},{"text":"x"}]}]}`,
+	`{"messages":[{"role":"user","content":[{"image":{"format":"bmp","source":{"bytes":"Qk0="}}}]}]}`,
 	`{"messages":[],"toolConfig":{"tools":[]}}`,
 	`{"messages":[{"role":"user","content":[{"text":1}]}]}`,
 	`{"messages":[{"role":"user","content":[{"text":"x"}]}],"inferenceConfig":{"topP":0.1}}`,
@@ -72,7 +76,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := Decode("sonnet", body)
+		req, err := Decode("sonnet", body, vision.Limits{})
 		if err != nil {
 			var ve *ValidationError
 			if !errors.As(err, &ve) || ve.Msg == "" {

@@ -24,7 +24,7 @@ import (
 // decoded and refused as the Messages door does; any other model family's
 // body is refused by name.
 func (d *door) invoke(w http.ResponseWriter, r *http.Request, t *gateway.Turn, modelID string, body []byte, stream bool, start time.Time) {
-	req, werr := anthropic.DecodeInvokeBody(bytes.NewReader(body), d.maxBody)
+	req, werr := anthropic.DecodeInvokeBody(bytes.NewReader(body), d.maxBody, d.images)
 	if werr != nil {
 		WriteException(w, Validation(werr.Message))
 		return
@@ -33,7 +33,7 @@ func (d *door) invoke(w http.ResponseWriter, r *http.Request, t *gateway.Turn, m
 	last := len(req.Messages) - 1
 	t.RequestID = "msg_bdrk_" + newRequestID()
 	t.SessionID = "bedrock:" + t.RequestID
-	t.Message, t.MessageCache = req.Messages[last].Content, req.Messages[last].Cache
+	t.Message, t.MessageCache, t.Images = req.Messages[last].Content, req.Messages[last].Cache, req.Messages[last].Images
 	t.History = req.Messages[:last]
 	t.ClientSystem, t.ClientSystemCache = req.System, req.SystemCache
 	t.StartTier = tier.Name
@@ -212,7 +212,7 @@ func (d *door) countTokens(w http.ResponseWriter, r *http.Request, t *gateway.Tu
 	var msgs []provider.Message
 	switch {
 	case len(in.Input.Converse) > 0 && in.Input.InvokeModel == nil:
-		req, err := Decode(modelID, in.Input.Converse)
+		req, err := Decode(modelID, in.Input.Converse, d.images)
 		if err != nil {
 			WriteException(w, Validation(err.Error()))
 			return
@@ -220,7 +220,7 @@ func (d *door) countTokens(w http.ResponseWriter, r *http.Request, t *gateway.Tu
 		msgs, t.ClientSystem, t.ClientSystemCache = req.Messages, req.System, req.SystemCache
 		t.Tools, t.ToolChoice, t.ToolResults = req.Tools, req.ToolChoice, req.Messages[len(req.Messages)-1].ToolResults
 	case in.Input.InvokeModel != nil && len(in.Input.Converse) == 0:
-		req, werr := anthropic.DecodeInvokeBody(bytes.NewReader(in.Input.InvokeModel.Body), d.maxBody)
+		req, werr := anthropic.DecodeInvokeBody(bytes.NewReader(in.Input.InvokeModel.Body), d.maxBody, d.images)
 		if werr != nil {
 			WriteException(w, Validation(werr.Message))
 			return
@@ -232,7 +232,7 @@ func (d *door) countTokens(w http.ResponseWriter, r *http.Request, t *gateway.Tu
 	}
 	tier, _ := d.g.ResolveModel(modelID)
 	last := len(msgs) - 1
-	t.Message, t.MessageCache, t.History = msgs[last].Content, msgs[last].Cache, msgs[:last]
+	t.Message, t.MessageCache, t.History, t.Images = msgs[last].Content, msgs[last].Cache, msgs[:last], msgs[last].Images
 	t.StartTier = tier.Name
 	n, estimated := d.g.CountTokens(r.Context(), t)
 	w.Header().Set(HeaderTokenCount, map[bool]string{true: "estimate", false: "vendor"}[estimated])

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
+	"github.com/fmgate/fmgate/internal/vision"
 )
 
 // guardrailText is what the simulator answers when its guardrail fault
@@ -64,7 +65,7 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 			}
 			body = in.Input.Converse
 		}
-		req, err := Decode(modelID, body)
+		req, err := Decode(modelID, body, vision.Limits{})
 		if err != nil {
 			WriteException(w, Validation(err.Error()))
 			return

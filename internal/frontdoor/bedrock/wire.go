@@ -18,6 +18,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
 
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/vision"
 )
 
 // Limits of a decoded request. Bedrock's own limits are higher; these bound
@@ -66,8 +68,8 @@ const (
 )
 
 // Request is a decoded Converse / ConverseStream request: the parts fmgate
-// supports. Everything else Bedrock accepts (image and document blocks,
-// cachePoint entries among tools, guardrailConfig,
+// supports. Everything else Bedrock accepts (images from s3Location,
+// document blocks, cachePoint entries among tools, guardrailConfig,
 // additionalModelRequestFields, …) is refused by Decode with a
 // ValidationException, never silently dropped.
 type Request struct {
@@ -79,11 +81,12 @@ type Request struct {
 	// Messages alternate user and assistant turns and end with a user turn.
 	// Assistant messages carry their toolUse blocks as ToolCalls, user
 	// messages their toolResult blocks as ToolResults; the last user
-	// message may hold tool results alone.
+	// message may hold tool results alone. User messages carry their
+	// image blocks as Images.
 	Messages []provider.Message
 	// Prefill is a final assistant message's text: the start of the
 	// answer, which the model continues.
-	Prefill       string
+	Prefill string
 	MaxTokens     int // 0: not set
 	Temperature   *float64
 	TopP          *float64
@@ -160,9 +163,10 @@ func invalidf(format string, args ...any) *ValidationError {
 	return &ValidationError{Msg: fmt.Sprintf(format, args...)}
 }
 
-// Decode parses and checks a Converse request body for modelID. Every
-// refusal is a *ValidationError naming the field.
-func Decode(modelID string, body []byte) (*Request, error) {
+// Decode parses and checks a Converse request body for modelID, its images
+// bounded by images (zero fields: vision's defaults). Every refusal is a
+// *ValidationError naming the field.
+func Decode(modelID string, body []byte, images vision.Limits) (*Request, error) {
 	if !utf8.Valid(body) {
 		return nil, invalidf("the request body must be UTF-8 JSON")
 	}
@@ -197,7 +201,7 @@ func Decode(modelID string, body []byte) (*Request, error) {
 		return nil, err
 	}
 	req.System, req.SystemCache = system, marks
-	if err := decodeMessages(w.Messages, req); err != nil {
+	if err := decodeMessages(w.Messages, req, vision.NewReader(images)); err != nil {
 		return nil, err
 	}
 	if isSet(w.ToolConfig) {
@@ -259,7 +263,7 @@ func decodeBlocks(blocks []json.RawMessage, path, sep string) (string, []provide
 	return text.String(), marks, nil
 }
 
-func decodeMessages(msgs []wireMessage, req *Request) error {
+func decodeMessages(msgs []wireMessage, req *Request, rd *vision.Reader) error {
 	switch {
 	case len(msgs) == 0:
 		return invalidf("messages must hold at least one user message")
@@ -283,7 +287,7 @@ func decodeMessages(msgs []wireMessage, req *Request) error {
 		if len(m.Content) == 0 {
 			return invalidf("messages[%d].content must hold at least one block", i)
 		}
-		msg, err := decodeContent(m.Content, role, fmt.Sprintf("messages[%d].content", i))
+		msg, err := decodeContent(m.Content, role, fmt.Sprintf("messages[%d].content", i), rd)
 		if err != nil {
 			return err
 		}
@@ -310,10 +314,10 @@ func decodeMessages(msgs []wireMessage, req *Request) error {
 }
 
 // decodeContent reads a message's content blocks: text, cachePoint, and
-// toolUse (an assistant's) or toolResult (a user's). The text blocks are
-// joined; a cachePoint marks the end of the text before it, and must
-// follow a text or tool block.
-func decodeContent(blocks []json.RawMessage, role provider.Role, path string) (provider.Message, error) {
+// toolUse (an assistant's) or toolResult and image (a user's; rd reads the
+// images). The text blocks are joined; a cachePoint marks the end of the
+// text before it, and must follow a text or tool block.
+func decodeContent(blocks []json.RawMessage, role provider.Role, path string, rd *vision.Reader) (provider.Message, error) {
 	msg := provider.Message{Role: role}
 	var text strings.Builder
 	for i, raw := range blocks {
@@ -344,6 +348,15 @@ func decodeContent(blocks []json.RawMessage, role provider.Role, path string) (p
 				return msg, err
 			}
 			msg.ToolResults = append(msg.ToolResults, r)
+		case len(block) == 1 && block["image"] != nil:
+			if role != provider.RoleUser {
+				return msg, invalidf("%s: image blocks belong in user messages", where)
+			}
+			im, err := decodeImage(block["image"], where+".image", rd)
+			if err != nil {
+				return msg, err
+			}
+			msg.Images = append(msg.Images, im)
 		default:
 			t, mark, err := textBlock(block, where)
 			switch {
@@ -362,6 +375,38 @@ func decodeContent(blocks []json.RawMessage, role provider.Role, path string) (p
 	msg.Content = text.String()
 	return msg, nil
 }
+
+// decodeImage reads an image block, {"format": "png", "source": {"bytes":
+// "<base64>"}}. An s3Location source is refused: fmgate reads no buckets.
+func decodeImage(raw json.RawMessage, where string, rd *vision.Reader) (provider.Image, error) {
+	var w struct {
+		Format string `json:"format"`
+		Source struct {
+			Bytes      *string         `json:"bytes"`
+			S3Location json.RawMessage `json:"s3Location"`
+		} `json:"source"`
+	}
+	if err := strictUnmarshal(raw, &w); err != nil {
+		return provider.Image{}, invalidf("%s must be {\"format\": \"png\", \"source\": {\"bytes\": \"<base64>\"}}: %s", where, jsonProblem(err))
+	}
+	if isSet(w.Source.S3Location) {
+		return provider.Image{}, invalidf("%s.source.s3Location is not supported by this endpoint: fmgate reads no S3 objects; send the image's bytes", where)
+	}
+	if !slices.Contains(imageFormats, w.Format) {
+		return provider.Image{}, invalidf("%s.format must be one of %s, not %q", where, strings.Join(imageFormats, ", "), truncate(w.Format, 20))
+	}
+	if w.Source.Bytes == nil {
+		return provider.Image{}, invalidf("%s.source.bytes is required", where)
+	}
+	im, err := rd.Base64("image/"+w.Format, *w.Source.Bytes)
+	if err != nil {
+		return provider.Image{}, invalidf("%s.source.bytes: %v", where, err)
+	}
+	return im, nil
+}
+
+// imageFormats are Bedrock's ImageFormat values.
+var imageFormats = []string{"png", "jpeg", "gif", "webp"}
 
 // blockMembers reads a content block as its members.
 func blockMembers(raw json.RawMessage, where string) (map[string]json.RawMessage, error) {
@@ -386,7 +431,7 @@ func textBlock(block map[string]json.RawMessage, where string) (string, *provide
 	}
 	for k := range block {
 		if k != "text" {
-			return "", nil, invalidf("%s: %s blocks are not supported by this endpoint; send text, cachePoint, toolUse and toolResult blocks only", where, truncate(k, 40))
+			return "", nil, invalidf("%s: %s blocks are not supported by this endpoint; send text, cachePoint, image, toolUse and toolResult blocks only", where, truncate(k, 40))
 		}
 	}
 	var text string

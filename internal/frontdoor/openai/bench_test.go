@@ -1,6 +1,10 @@
 package openai
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/fmgate/fmgate/internal/vision"
+)
 
 var benchBody = []byte(`{"model":"sonnet","stream":true,"stream_options":{"include_usage":true},"max_tokens":256,` +
 	`"messages":[{"role":"system","content":"Answer briefly."},{"role":"user","content":"hello"},` +
@@ -10,7 +14,7 @@ func BenchmarkDecodeChat(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(benchBody)))
 	for b.Loop() {
-		if _, e := DecodeChat(benchBody); e != nil {
+		if _, e := DecodeChat(benchBody, vision.Limits{}); e != nil {
 			b.Fatal(e)
 		}
 	}

@@ -8,11 +8,11 @@
 //
 // Supported request fields: model, messages (system, developer, user,
 // assistant with tool_calls, and tool roles; string or text-part content;
-// a message name), stream, stream_options.include_usage, max_tokens /
+// image_url parts with a data URL in user messages; a message name), stream, stream_options.include_usage, max_tokens /
 // max_completion_tokens, temperature, stop (a string or up to 4 strings),
 // tools (functions), tool_choice, parallel_tool_calls, prompt_cache_key and
 // user. Fields that would change an OpenAI answer but that fmgate cannot
-// honour (images, n>1, logprobs, penalties, audio …) are refused
+// honour (remote image URLs, n>1, logprobs, penalties, audio …) are refused
 // with a 400 naming the field, never dropped. response_format json_object
 // and json_schema are honoured: every answer is checked against them.
 package openai
@@ -24,10 +24,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/vision"
 )
 
 // Limits of a request, as OpenAI documents them.
@@ -52,8 +54,9 @@ type Chat struct {
 	// History is the conversation before the last user message;
 	// consecutive messages of one role are joined.
 	History []provider.Message
-	// Message is the last user message.
+	// Message is the last user message, and Images the images sent with it.
 	Message string
+	Images  []provider.Image
 	Stream  bool
 	// IncludeUsage asks for the final usage chunk of a stream.
 	IncludeUsage bool
@@ -83,7 +86,7 @@ type Chat struct {
 func (c *Chat) Messages() []provider.Message {
 	msgs := make([]provider.Message, 0, len(c.History)+1)
 	msgs = append(msgs, c.History...)
-	return append(msgs, provider.Message{Role: provider.RoleUser, Content: c.Message, ToolResults: c.ToolResults})
+	return append(msgs, provider.Message{Role: provider.RoleUser, Content: c.Message, ToolResults: c.ToolResults, Images: c.Images})
 }
 
 // chatRequest is the JSON body. Fields fmgate refuses whenever they carry
@@ -154,8 +157,9 @@ type chatMessage struct {
 }
 
 // ReadChat reads and decodes a request body of at most limit bytes (0:
-// DefaultMaxBodyBytes). Every error is an *Error in OpenAI's shape.
-func ReadChat(r *http.Request, limit int64) (Chat, *Error) {
+// DefaultMaxBodyBytes), its images bounded by images. Every error is an
+// *Error in OpenAI's shape.
+func ReadChat(r *http.Request, limit int64, images vision.Limits) (Chat, *Error) {
 	if limit <= 0 {
 		limit = DefaultMaxBodyBytes
 	}
@@ -168,12 +172,13 @@ func ReadChat(r *http.Request, limit int64) (Chat, *Error) {
 		e.Status = http.StatusRequestEntityTooLarge
 		return Chat{}, e
 	}
-	return DecodeChat(data)
+	return DecodeChat(data, images)
 }
 
-// DecodeChat decodes a request body. Every error is an *Error with status
-// 400 in OpenAI's shape, naming the offending parameter.
-func DecodeChat(data []byte) (Chat, *Error) {
+// DecodeChat decodes a request body, its images bounded by images. Every
+// error is an *Error with status 400 in OpenAI's shape, naming the
+// offending parameter.
+func DecodeChat(data []byte, images vision.Limits) (Chat, *Error) {
 	var c Chat
 	if !utf8.Valid(data) {
 		return c, invalidRequest("", "The request body must be UTF-8 encoded JSON.")
@@ -261,7 +266,7 @@ func DecodeChat(data []byte) (Chat, *Error) {
 	if p := req.ParallelToolCalls; p != nil {
 		c.ToolChoice.Sequential = !*p
 	}
-	if e := c.decodeMessages(req.Messages); e != nil {
+	if e := c.decodeMessages(req.Messages, vision.NewReader(images)); e != nil {
 		return c, e
 	}
 	return c, nil
@@ -339,8 +344,8 @@ func decodeStop(raw json.RawMessage) ([]string, *Error) {
 }
 
 // decodeMessages splits the conversation into the system prompt, the
-// history and the last user message.
-func (c *Chat) decodeMessages(msgs []chatMessage) *Error {
+// history and the last user message; rd reads the user messages' images.
+func (c *Chat) decodeMessages(msgs []chatMessage, rd *vision.Reader) *Error {
 	if len(msgs) == 0 {
 		return invalidRequest("messages", "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.")
 	}
@@ -369,9 +374,14 @@ func (c *Chat) decodeMessages(msgs []chatMessage) *Error {
 			return e
 		}
 		var text string
+		var images []provider.Image
 		var e *Error
 		if m.Role != "assistant" || isSet(m.Content) || !isSet(m.ToolCalls) {
-			if text, e = decodeContent(m.Content, param); e != nil {
+			var userImages *vision.Reader
+			if m.Role == "user" {
+				userImages = rd
+			}
+			if text, images, e = decodeContent(m.Content, param, userImages); e != nil {
 				return e
 			}
 		}
@@ -404,7 +414,7 @@ func (c *Chat) decodeMessages(msgs []chatMessage) *Error {
 			if e != nil {
 				return e
 			}
-			if n := len(conv); n > 0 && conv[n-1].Role == provider.RoleUser && conv[n-1].Content == "" {
+			if n := len(conv); n > 0 && conv[n-1].Role == provider.RoleUser && conv[n-1].Content == "" && len(conv[n-1].Images) == 0 {
 				conv[n-1].ToolResults = append(conv[n-1].ToolResults, r)
 			} else {
 				conv = append(conv, provider.Message{Role: provider.RoleUser, ToolResults: []provider.ToolResult{r}})
@@ -419,9 +429,10 @@ func (c *Chat) decodeMessages(msgs []chatMessage) *Error {
 		}
 		if n := len(conv); n > 0 && conv[n-1].Role == role && len(conv[n-1].ToolCalls) == 0 {
 			conv[n-1].Content = joinText(conv[n-1].Content, text)
+			conv[n-1].Images = append(conv[n-1].Images, images...)
 			continue
 		}
-		conv = append(conv, provider.Message{Role: role, Content: text})
+		conv = append(conv, provider.Message{Role: role, Content: text, Images: images})
 	}
 	c.System = strings.Join(system, "\n\n")
 	if len(conv) == 0 || conv[len(conv)-1].Role != provider.RoleUser {
@@ -431,10 +442,10 @@ func (c *Chat) decodeMessages(msgs []chatMessage) *Error {
 		return invalidRequest("messages", "Invalid 'messages': %v.", err)
 	}
 	last := conv[len(conv)-1]
-	if strings.TrimSpace(last.Content) == "" && len(last.ToolResults) == 0 {
+	if strings.TrimSpace(last.Content) == "" && len(last.ToolResults) == 0 && len(last.Images) == 0 {
 		return invalidRequest("messages", "The last user message must not be empty.")
 	}
-	c.Message, c.ToolResults = last.Content, last.ToolResults
+	c.Message, c.ToolResults, c.Images = last.Content, last.ToolResults, last.Images
 	c.History = conv[:len(conv)-1]
 	return nil
 }
@@ -451,24 +462,26 @@ func joinText(a, b string) string {
 }
 
 // decodeContent reads a message's content: a string, or an array of text
-// parts, joined.
-func decodeContent(raw json.RawMessage, param string) (string, *Error) {
+// parts, joined, and of image_url parts when rd reads images (a user
+// message's).
+func decodeContent(raw json.RawMessage, param string, rd *vision.Reader) (string, []provider.Image, *Error) {
 	param += ".content"
 	if !isSet(raw) {
-		return "", invalidRequest(param, "Missing required parameter: '%s'.", param)
+		return "", nil, invalidRequest(param, "Missing required parameter: '%s'.", param)
 	}
 	var s string
 	if raw[0] == '"' {
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", invalidRequest(param, "Invalid '%s': expected a string or an array of text parts.", param)
+			return "", nil, invalidRequest(param, "Invalid '%s': expected a string or an array of text parts.", param)
 		}
-		return s, nil
+		return s, nil, nil
 	}
 	var parts []json.RawMessage
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", invalidRequest(param, "Invalid '%s': expected a string or an array of text parts.", param)
+		return "", nil, invalidRequest(param, "Invalid '%s': expected a string or an array of text parts.", param)
 	}
 	var b strings.Builder
+	var images []provider.Image
 	for j, p := range parts {
 		pp := fmt.Sprintf("%s[%d]", param, j)
 		var part struct {
@@ -477,24 +490,78 @@ func decodeContent(raw json.RawMessage, param string) (string, *Error) {
 		}
 		dec := json.NewDecoder(bytes.NewReader(p))
 		if err := dec.Decode(&part); err != nil {
-			return "", invalidRequest(pp, "Invalid '%s': expected an object with a type.", pp)
+			return "", nil, invalidRequest(pp, "Invalid '%s': expected an object with a type.", pp)
 		}
-		if part.Type != "text" {
-			return "", invalidRequest(pp+".type", "fmgate does not support content parts of type %q; send text parts only.", truncate(part.Type, 40))
+		switch {
+		case part.Type == "image_url" && rd != nil:
+			im, e := decodeImagePart(p, pp, rd)
+			if e != nil {
+				return "", nil, e
+			}
+			images = append(images, im)
+			continue
+		case part.Type == "image_url":
+			return "", nil, invalidRequest(pp+".type", "Only user messages may carry images.")
+		case part.Type != "text":
+			return "", nil, invalidRequest(pp+".type", "fmgate does not support content parts of type %q; send text and image_url parts only.", truncate(part.Type, 40))
 		}
 		if part.Text == nil {
-			return "", invalidRequest(pp+".text", "Missing required parameter: '%s.text'.", pp)
+			return "", nil, invalidRequest(pp+".text", "Missing required parameter: '%s.text'.", pp)
 		}
-		var extra map[string]json.RawMessage
-		_ = json.Unmarshal(p, &extra)
-		for k, v := range extra {
-			if k != "type" && k != "text" && isSet(v) {
-				return "", invalidRequest(pp+"."+k, "fmgate does not support '%s.%s' on a text part.", pp, truncate(k, 40))
-			}
+		if e := onlyMembers(p, pp, "text part", "type", "text"); e != nil {
+			return "", nil, e
 		}
 		b.WriteString(*part.Text)
 	}
-	return b.String(), nil
+	return b.String(), images, nil
+}
+
+// onlyMembers refuses a part with a member other than keys set.
+func onlyMembers(p json.RawMessage, pp, what string, keys ...string) *Error {
+	var extra map[string]json.RawMessage
+	_ = json.Unmarshal(p, &extra)
+	for k, v := range extra {
+		if !slices.Contains(keys, k) && isSet(v) {
+			return invalidRequest(pp+"."+k, "fmgate does not support '%s.%s' on a %s.", pp, truncate(k, 40), what)
+		}
+	}
+	return nil
+}
+
+// Image detail levels OpenAI takes; Anthropic and Bedrock read every image
+// at one level, so the detail reaches only an OpenAI tier.
+var imageDetails = []string{"auto", "low", "high", "original"}
+
+// decodeImagePart reads an image_url part: a data URL and its detail.
+func decodeImagePart(p json.RawMessage, pp string, rd *vision.Reader) (provider.Image, *Error) {
+	var part struct {
+		ImageURL json.RawMessage `json:"image_url"`
+	}
+	if err := json.Unmarshal(p, &part); err != nil || !isSet(part.ImageURL) {
+		return provider.Image{}, invalidRequest(pp+".image_url", "Missing required parameter: '%s.image_url' (an object with a url).", pp)
+	}
+	if e := onlyMembers(p, pp, "image_url part", "type", "image_url"); e != nil {
+		return provider.Image{}, e
+	}
+	var iu struct {
+		URL    string `json:"url"`
+		Detail string `json:"detail"`
+	}
+	if err := json.Unmarshal(part.ImageURL, &iu); err != nil {
+		return provider.Image{}, invalidRequest(pp+".image_url", "Invalid '%s.image_url': expected an object with a url.", pp)
+	}
+	if e := onlyMembers(part.ImageURL, pp+".image_url", "image_url part", "url", "detail"); e != nil {
+		return provider.Image{}, e
+	}
+	if d := iu.Detail; d != "" && !slices.Contains(imageDetails, d) {
+		return provider.Image{}, invalidRequest(pp+".image_url.detail", "Invalid '%s.image_url.detail': expected one of auto, low, high, original, but got %q.", pp, truncate(d, 20))
+	}
+	im, err := rd.DataURL(iu.URL)
+	if err != nil {
+		return provider.Image{}, invalidRequest(pp+".image_url.url", "Invalid '%s.image_url.url': %v.", pp, err)
+	}
+	im.Detail = iu.Detail
+	return im, nil
 }
 
 // jsonError explains a body encoding/json refused.

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/vision"
+	"github.com/fmgate/fmgate/internal/vision/visiontest"
 )
 
 func TestDecodeChat(t *testing.T) {
@@ -63,7 +65,8 @@ func TestDecodeChat(t *testing.T) {
 			want: Chat{Model: "m", Message: "x", History: []provider.Message{}, Format: provider.Format{Kind: provider.FormatJSONObject}}},
 		{name: "schema without name", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object"}}}}`, wantParam: "response_format.json_schema.name", wantErr: true},
 		{name: "unknown format", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"yaml"}}`, wantParam: "response_format.type", wantErr: true},
-		{name: "image part", give: `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, wantParam: "messages[0].content[0].type", wantErr: true},
+		{name: "image part not a data URL", give: `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, wantParam: "messages[0].content[0].image_url.url", wantErr: true},
+		{name: "image part in a system message", give: `{"model":"m","messages":[{"role":"system","content":[{"type":"image_url","image_url":{"url":"x"}}]},{"role":"user","content":"hi"}]}`, wantParam: "messages[0].content[0].type", wantErr: true},
 		{name: "tool message first", give: `{"model":"m","messages":[{"role":"tool","content":"x","tool_call_id":"c"}]}`, wantParam: "messages", wantErr: true},
 		{name: "tool message without id", give: `{"model":"m","messages":[{"role":"tool","content":"x"}]}`, wantParam: "messages[0].tool_call_id", wantErr: true},
 		{name: "unknown field", give: `{"model":"m","messages":[{"role":"user","content":"x"}],"frobnicate":1}`, wantParam: "frobnicate", wantErr: true},
@@ -81,7 +84,7 @@ func TestDecodeChat(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, e := DecodeChat([]byte(tt.give))
+			got, e := DecodeChat([]byte(tt.give), vision.Limits{})
 			if tt.wantErr {
 				if e == nil || e.Status != 400 || e.Type != "invalid_request_error" || e.Param != tt.wantParam || e.Message == "" {
 					t.Fatalf("error %+v; want a 400 naming %q", e, tt.wantParam)
@@ -140,18 +143,23 @@ func FuzzDecodeChat(f *testing.F) {
 		`[]`, `null`, `{"model":"m","messages":[{}]}`, "{\"model\":\"\xff\"}",
 		`{"model":"m","messages":[{"role":"user","content":"w"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"東京\"}"}}]},{"role":"tool","tool_call_id":"c","content":"晴れ"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"},"strict":true}}],"tool_choice":"required","parallel_tool_calls":false}`,
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object"},"strict":true}},"top_p":0.5,"metadata":{"k":"v"}}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,!!"}}]}]}`,
 	} {
 		f.Add([]byte(seed))
 	}
+	for _, im := range []string{visiontest.DataURL("image/png", visiontest.PNG(3, 2)), visiontest.DataURL("image/jpeg", visiontest.PNG(3, 2))} {
+		f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + im + `","detail":"low"}},{"type":"text","text":"what is this?"}]}]}`))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, e := DecodeChat(data)
+		c, e := DecodeChat(data, vision.Limits{})
 		if e != nil {
 			if e.Status != 400 || e.Type == "" || e.Message == "" || !json.Valid(e.AppendJSON(nil)) {
 				t.Fatalf("error %+v", e)
 			}
 			return
 		}
-		if strings.TrimSpace(c.Message) == "" && len(c.ToolResults) == 0 || c.Model == "" || len(c.Stop) > MaxStop {
+		if strings.TrimSpace(c.Message) == "" && len(c.ToolResults) == 0 && len(c.Images) == 0 || c.Model == "" || len(c.Stop) > MaxStop {
 			t.Fatalf("decoded %+v", c)
 		}
 		for i := 1; i < len(c.History); i++ {
@@ -160,4 +168,92 @@ func FuzzDecodeChat(f *testing.F) {
 			}
 		}
 	})
+}
+
+// imageChat is a chat whose one user message carries parts, a JSON array's
+// elements.
+func imageChat(parts ...string) []byte {
+	return []byte(`{"model":"m","messages":[{"role":"user","content":[` + strings.Join(parts, ",") + `]}]}`)
+}
+
+func imagePart(url, detail string) string {
+	b, _ := json.Marshal(map[string]any{"type": "image_url", "image_url": map[string]string{"url": url, "detail": detail}})
+	return string(b)
+}
+
+func TestDecodeChatImages(t *testing.T) {
+	pngURL := visiontest.DataURL("image/png", visiontest.PNG(800, 600))
+	jpegURL := visiontest.DataURL("image/jpeg", visiontest.JPEG(40, 30))
+	text := `{"type":"text","text":"What is on the cover?"}`
+	tests := []struct {
+		name      string
+		lim       vision.Limits
+		give      []byte
+		want      []string // the images, as provider.Image.String
+		wantParam string
+		wantMsg   string
+	}{
+		{name: "png and jpeg", give: imageChat(imagePart(pngURL, "high"), text, imagePart(jpegURL, "")), want: []string{"800×600 png", "40×30 jpeg"}},
+		{name: "image alone", give: imageChat(imagePart(pngURL, "auto")), want: []string{"800×600 png"}},
+		{name: "too large", lim: vision.Limits{MaxBytes: 1000}, give: imageChat(imagePart(pngURL, ""), text),
+			wantParam: "messages[0].content[0].image_url.url", wantMsg: "the limit is 1000 bytes"},
+		{name: "too many", lim: vision.Limits{MaxPerRequest: 1}, give: imageChat(imagePart(jpegURL, ""), imagePart(jpegURL, ""), text),
+			wantParam: "messages[0].content[1].image_url.url", wantMsg: "at most 1 images"},
+		{name: "too many pixels", lim: vision.Limits{MaxSide: 500}, give: imageChat(imagePart(pngURL, ""), text),
+			wantParam: "messages[0].content[0].image_url.url", wantMsg: "the limit is 500 on each side"},
+		{name: "lying media type", give: imageChat(imagePart(strings.Replace(pngURL, "image/png", "image/jpeg", 1), ""), text),
+			wantParam: "messages[0].content[0].image_url.url", wantMsg: "a png image, not image/jpeg"},
+		{name: "remote URL", give: imageChat(imagePart("https://example.com/cover.png", ""), text),
+			wantParam: "messages[0].content[0].image_url.url", wantMsg: "remote image URLs are off"},
+		{name: "bad base64", give: imageChat(imagePart("data:image/png;base64,%%%%", ""), text),
+			wantParam: "messages[0].content[0].image_url.url", wantMsg: "not valid base64"},
+		{name: "unknown detail", give: imageChat(imagePart(jpegURL, "ultra"), text),
+			wantParam: "messages[0].content[0].image_url.detail"},
+		{name: "unknown member", give: imageChat(`{"type":"image_url","image_url":{"url":"`+jpegURL+`","crop":1}}`, text),
+			wantParam: "messages[0].content[0].image_url.crop"},
+		{name: "image in a tool message", give: []byte(`{"model":"m","messages":[{"role":"user","content":"weather?"},` +
+			`{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"w","arguments":"{}"}}]},` +
+			`{"role":"tool","tool_call_id":"c1","content":[` + imagePart(jpegURL, "") + `]}],"tools":[{"type":"function","function":{"name":"w"}}]}`),
+			wantParam: "messages[2].content[0].type"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, e := DecodeChat(tt.give, tt.lim)
+			if tt.wantParam != "" {
+				if e == nil || e.Status != 400 || e.Param != tt.wantParam || !strings.Contains(e.Message, tt.wantMsg) {
+					t.Fatalf("error %+v; want a 400 naming %q and saying %q", e, tt.wantParam, tt.wantMsg)
+				}
+				return
+			}
+			if e != nil {
+				t.Fatal(e)
+			}
+			var got []string
+			for _, im := range c.Images {
+				got = append(got, im.String())
+			}
+			if strings.Join(got, "; ") != strings.Join(tt.want, "; ") {
+				t.Fatalf("images %q, want %q", got, tt.want)
+			}
+			if msgs := c.Messages(); len(msgs[len(msgs)-1].Images) != len(tt.want) {
+				t.Fatalf("the provider's last message carries %d images, want %d", len(msgs[len(msgs)-1].Images), len(tt.want))
+			}
+		})
+	}
+}
+
+func TestDecodeChatImagesInHistoryCountTowardsTheLimit(t *testing.T) {
+	jpegURL := visiontest.DataURL("image/jpeg", visiontest.JPEG(8, 8))
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":[` + imagePart(jpegURL, "") + `]},` +
+		`{"role":"assistant","content":"A cat."},{"role":"user","content":[` + imagePart(jpegURL, "low") + `,{"type":"text","text":"And this?"}]}]}`)
+	c, e := DecodeChat(body, vision.Limits{})
+	if e != nil {
+		t.Fatal(e)
+	}
+	if len(c.History[0].Images) != 1 || len(c.Images) != 1 || c.Images[0].Detail != "low" || c.Message != "And this?" {
+		t.Fatalf("history %+v, images %v, message %q", c.History, c.Images, c.Message)
+	}
+	if _, e := DecodeChat(body, vision.Limits{MaxPerRequest: 1}); e == nil || e.Param != "messages[2].content[0].image_url.url" {
+		t.Fatalf("error %+v; want the second image refused", e)
+	}
 }

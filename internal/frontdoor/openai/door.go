@@ -15,6 +15,7 @@ import (
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/stream"
+	"github.com/fmgate/fmgate/internal/vision"
 )
 
 // Pipeline is what the front door needs of the gateway.
@@ -31,6 +32,9 @@ type Options struct {
 	// MaxBodyBytes bounds a request body, the whole conversation included.
 	// Default DefaultMaxBodyBytes (4 MiB).
 	MaxBodyBytes int64
+	// Images bound the images a request may carry; zero fields are
+	// vision's defaults.
+	Images vision.Limits
 	// Now stamps the answers' created time; nil is time.Now.
 	Now func() time.Time
 }
@@ -60,7 +64,7 @@ const (
 // System and developer messages follow fmgate's configured prompt. "user"
 // names the end user when fmgate trusts a user header (no auth.keys).
 func New(g Pipeline, opts Options) http.Handler {
-	d := &door{g: g, maxBody: opts.MaxBodyBytes, now: opts.Now}
+	d := &door{g: g, maxBody: opts.MaxBodyBytes, images: opts.Images, now: opts.Now}
 	if d.maxBody <= 0 {
 		d.maxBody = DefaultMaxBodyBytes
 	}
@@ -77,11 +81,12 @@ func New(g Pipeline, opts Options) http.Handler {
 type door struct {
 	g       Pipeline
 	maxBody int64
+	images  vision.Limits
 	now     func() time.Time
 }
 
 func (d *door) chat(w http.ResponseWriter, r *http.Request) {
-	c, e := ReadChat(r, d.maxBody)
+	c, e := ReadChat(r, d.maxBody, d.images)
 	if e != nil {
 		e.Write(w)
 		return
@@ -115,6 +120,7 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 		Tools:          c.Tools,
 		ToolChoice:     c.ToolChoice,
 		ToolResults:    c.ToolResults,
+		Images:         c.Images,
 		Format:         c.Format,
 	}
 	if m, ok := d.g.ResolveModel(c.Model); ok {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
+	"github.com/fmgate/fmgate/internal/vision"
 )
 
 // Sim serves POST /v1/chat/completions from the simulator, as an
@@ -34,7 +35,7 @@ type simHandler struct {
 }
 
 func (h *simHandler) chat(w http.ResponseWriter, r *http.Request) {
-	c, e := ReadChat(r, 0)
+	c, e := ReadChat(r, 0, vision.Limits{})
 	if e != nil {
 		e.Write(w)
 		return

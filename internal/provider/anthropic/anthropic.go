@@ -29,6 +29,7 @@ package anthropic
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -139,7 +140,11 @@ func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 		for _, r := range m.ToolResults {
 			blocks = append(blocks, sdk.NewToolResultBlock(r.CallID, r.Content, r.IsError))
 		}
-		toolOnly := m.Content == "" && len(m.ToolResults)+len(m.ToolCalls) > 0
+		// Images come before the text, as Anthropic recommends.
+		for _, im := range m.Images {
+			blocks = append(blocks, sdk.NewImageBlockBase64(im.MediaType, base64.StdEncoding.EncodeToString(im.Data)))
+		}
+		toolOnly := m.Content == "" && len(m.ToolResults)+len(m.ToolCalls)+len(m.Images) > 0
 		if !toolOnly {
 			for _, b := range textBlocks(m.Content, m.Cache) {
 				blocks = append(blocks, sdk.ContentBlockParamUnion{OfText: &b})
@@ -267,7 +272,7 @@ func textBlocks(text string, marks []provider.CacheMark) []sdk.TextBlockParam {
 	return out
 }
 
-// markBlock sets a tool block's cache_control from mark.
+// markBlock sets a tool or image block's cache_control from mark.
 func markBlock(b sdk.ContentBlockParamUnion, mark provider.CacheMark) {
 	cc := sdk.NewCacheControlEphemeralParam()
 	if mark.TTL >= provider.CacheTTLLong {
@@ -278,6 +283,8 @@ func markBlock(b sdk.ContentBlockParamUnion, mark provider.CacheMark) {
 		b.OfToolResult.CacheControl = cc
 	case b.OfToolUse != nil:
 		b.OfToolUse.CacheControl = cc
+	case b.OfImage != nil:
+		b.OfImage.CacheControl = cc
 	}
 }
 

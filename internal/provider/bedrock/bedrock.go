@@ -462,21 +462,34 @@ func (p *Provider) CountTokens(ctx context.Context, req *provider.Request) (int,
 
 // estimate is the usage of a stream that ended before Bedrock reported it:
 // the input and the text received counted by an estimator calibrated on
-// Bedrock's own reports (learn), the input split by the cache reads the
-// last report for the same prompt had.
+// Bedrock's own reports (learn) and the images at provider.ImageTokens,
+// the input split by the cache reads the last report for the same prompt
+// had.
 func (p *Provider) estimate(req *provider.Request, text string) provider.Usage {
 	out := 0
 	if text != "" {
 		out = int(math.Ceil(p.est.Tokens(p.outputKey(), budget.Count(text))))
 	}
-	return p.hints.Split(req, provider.Usage{InputTokens: int(math.Ceil(p.est.Tokens(p.name, inputCounts(req)))), OutputTokens: out, Estimated: true})
+	in := int(math.Ceil(p.est.Tokens(p.name, inputCounts(req)))) + imageTokens(req)
+	return p.hints.Split(req, provider.Usage{InputTokens: in, OutputTokens: out, Estimated: true})
+}
+
+// imageTokens estimates the input tokens of req's images.
+func imageTokens(req *provider.Request) int {
+	n := 0
+	for i := range req.Messages {
+		n += req.Messages[i].ImageTokens()
+	}
+	return n
 }
 
 // learn calibrates the estimate with a usage Bedrock reported for req and
 // its answer text.
 func (p *Provider) learn(req *provider.Request, text string, u provider.Usage) {
 	p.hints.Learn(req, u)
-	if n := u.Input(); n > 0 {
+	// Images are billed by Bedrock's own measure: a request with any
+	// would skew the text's calibration.
+	if n := u.Input(); n > 0 && provider.CountImages(req.Messages) == 0 {
 		p.est.Observe(p.name, inputCounts(req), n)
 	}
 	if text != "" && u.OutputTokens > 0 {

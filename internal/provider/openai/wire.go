@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +38,9 @@ func (p *Provider) body(req *provider.Request, stream bool) ([]byte, error) {
 	size := 160 + len(p.cfg.ModelID) + len(req.System)
 	for _, m := range req.Messages {
 		size += 32 + len(m.Content)
+		for _, im := range m.Images {
+			size += 80 + base64.StdEncoding.EncodedLen(len(im.Data))
+		}
 	}
 	for _, s := range req.StopSequences {
 		size += 4 + len(s)
@@ -89,7 +93,14 @@ func (p *Provider) body(req *provider.Request, stream bool) ([]byte, error) {
 				b = appendString(b, resultText(r))
 				b = append(b, '}')
 			}
-			if m.Content != "" || len(m.ToolResults) == 0 {
+			switch {
+			case len(m.Images) > 0:
+				if !first {
+					b = append(b, ',')
+				}
+				first = false
+				b = appendImageMessage(b, m)
+			case m.Content != "" || len(m.ToolResults) == 0:
 				message("user", m.Content)
 			}
 		}
@@ -146,6 +157,33 @@ func (p *Provider) body(req *provider.Request, stream bool) ([]byte, error) {
 }
 
 func appendString(b []byte, s string) []byte { return stream.AppendJSONString(b, s) }
+
+// appendImageMessage appends a user message with images: its content an
+// array of image_url parts (data URLs, with their detail), then its text.
+func appendImageMessage(b []byte, m provider.Message) []byte {
+	b = append(b, `{"role":"user","content":[`...)
+	for i, im := range m.Images {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"type":"image_url","image_url":{"url":"data:`...)
+		b = append(b, im.MediaType...)
+		b = append(b, ";base64,"...)
+		b = base64.StdEncoding.AppendEncode(b, im.Data)
+		b = append(b, '"')
+		if im.Detail != "" {
+			b = append(b, `,"detail":`...)
+			b = appendString(b, im.Detail)
+		}
+		b = append(b, "}}"...)
+	}
+	if m.Content != "" {
+		b = append(b, `,{"type":"text","text":`...)
+		b = appendString(b, m.Content)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
 
 // appendTools appends tools, tool_choice and parallel_tool_calls.
 func appendTools(b []byte, tools []provider.Tool, c provider.ToolChoice) []byte {

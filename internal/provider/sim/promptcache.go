@@ -98,8 +98,12 @@ func promptPrefixes(req *provider.Request, minTokens int) ([]prefix, int) {
 			input += whole + MessageOverheadTokens
 		}
 	}
-	// Tools and tool blocks are billed, never cached.
-	return out, input + toolTokens(req)
+	// Tools, tool blocks and images are billed, never cached.
+	images := 0
+	for i := range req.Messages {
+		images += req.Messages[i].ImageTokens()
+	}
+	return out, input + toolTokens(req) + images
 }
 
 // tokenEnds returns the byte offset at which each token of text ends.

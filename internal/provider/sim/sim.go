@@ -330,7 +330,7 @@ func (s *Sim) generate(ctx context.Context, req *provider.Request, st Settings, 
 	if calls := toolCalls(req); len(calls) > 0 {
 		return s.callTools(ctx, req, st, p, resp, calls)
 	}
-	answer, seq := cutAtStop(formatAnswer(req, composeAnswer(req, p.words, s.countLine)), req.StopSequences)
+	answer, seq := cutAtStop(formatAnswer(req, withImages(req, composeAnswer(req, p.words, s.countLine))), req.StopSequences)
 	pieces := tokenPieces(answer)
 	stop := StopEndTurn
 	if seq != "" {

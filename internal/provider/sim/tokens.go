@@ -89,14 +89,15 @@ func CountTokens(text string) int {
 // InputTokens returns the input tokens the simulator bills for req: the
 // system prompt and every message, each plus MessageOverheadTokens (the
 // system prompt only when non-empty), and the tools offered and the tool
-// calls and results the messages carry.
+// calls and results the messages carry, and their images at
+// provider.ImageTokens each (what fmgate's budgets estimate them at).
 func InputTokens(req *provider.Request) int {
 	n := toolTokens(req)
 	if req.System != "" {
 		n += CountTokens(req.System) + MessageOverheadTokens
 	}
-	for _, m := range req.Messages {
-		n += CountTokens(m.Content) + MessageOverheadTokens
+	for i, m := range req.Messages {
+		n += CountTokens(m.Content) + MessageOverheadTokens + req.Messages[i].ImageTokens()
 	}
 	return n
 }

@@ -1,0 +1,85 @@
+package provider
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Image is a picture in a user message, checked by the front door that
+// decoded it: Data holds the whole file, in MediaType's format, and Width
+// and Height are its size in pixels as its header gives them.
+type Image struct {
+	// MediaType is one of ImagePNG, ImageJPEG, ImageGIF and ImageWebP.
+	MediaType string
+	Data      []byte
+	Width     int
+	Height    int
+	// Detail is OpenAI's detail level, "auto", "low", "high" or
+	// "original" (empty is auto): it reaches an OpenAI tier; the other
+	// vendors have none.
+	Detail string
+}
+
+// Image media types every vendor takes.
+const (
+	ImagePNG  = "image/png"
+	ImageJPEG = "image/jpeg"
+	ImageGIF  = "image/gif"
+	ImageWebP = "image/webp"
+)
+
+// ImageMediaTypes are the media types of images a request may carry.
+var ImageMediaTypes = []string{ImagePNG, ImageJPEG, ImageGIF, ImageWebP}
+
+// Format is the media type's subtype: "png", "jpeg", "gif" or "webp",
+// Bedrock's ImageFormat.
+func (im Image) Format() string {
+	_, f, _ := strings.Cut(im.MediaType, "/")
+	return f
+}
+
+// String describes the image without its bytes, for answers and logs:
+// "800×600 png".
+func (im Image) String() string { return fmt.Sprintf("%d×%d %s", im.Width, im.Height, im.Format()) }
+
+// ImageLongSide is the longest side, in pixels, a vendor reads an image
+// at: a larger image is scaled down to fit before it is tokenised.
+const ImageLongSide = 1568
+
+// ImageTokens estimates the input tokens of an image of w×h pixels by
+// Anthropic's published formula, width×height/750 after scaling the image
+// to fit ImageLongSide on its long side. fmgate uses it for every vendor:
+// budgets and quotas need one figure before the tier is known.
+func ImageTokens(w, h int) int {
+	if w <= 0 || h <= 0 {
+		return 0
+	}
+	fw, fh := float64(w), float64(h)
+	if long := math.Max(fw, fh); long > ImageLongSide {
+		s := ImageLongSide / long
+		fw, fh = math.Round(fw*s), math.Round(fh*s)
+	}
+	return max(1, int(math.Ceil(fw*fh/750)))
+}
+
+// ImageTokens is the estimated input tokens of m's images.
+func (m *Message) ImageTokens() int { return ImagesTokens(m.Images) }
+
+// ImagesTokens is the estimated input tokens of images.
+func ImagesTokens(images []Image) int {
+	n := 0
+	for _, im := range images {
+		n += ImageTokens(im.Width, im.Height)
+	}
+	return n
+}
+
+// CountImages counts the images of msgs.
+func CountImages(msgs []Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Images)
+	}
+	return n
+}
