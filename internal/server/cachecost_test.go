@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -314,8 +315,8 @@ func streamIn(t *testing.T, base, user, session, message, locale string, stopAft
 // with -v to print the table.
 func TestPromptCachingWorkedExample(t *testing.T) {
 	type bill struct {
-		cost, saved      float64
-		in, read, writes int64
+		cost, saved           float64
+		in, out, read, writes int64
 	}
 	run := func(caching string) bill {
 		cfg := config.Default()
@@ -327,7 +328,13 @@ func TestPromptCachingWorkedExample(t *testing.T) {
 		for i := range cfg.Models {
 			cfg.Models[i].PromptCaching = caching
 		}
-		sc := newScenario(t, cfg)
+		// One seed and no judge: both runs are the same conversation,
+		// word for word, whatever else the machine is doing.
+		cfg.Judge.SampleRate, cfg.Judge.SaturatedSampleRate = 0, 0
+		// The model's cost alone: the gateway's own unit costs (compute by
+		// the second, state writes) vary with the machine.
+		cfg.UnitCosts = config.UnitCosts{}
+		sc := newScenarioSim(t, cfg, sim.Options{Rand: rand.New(rand.NewPCG(27, 11))})
 		for i, turn := range mangaConversation {
 			a := sc.chatSession("reader", "worked-example", turn.message, turn.locale)
 			if a.Status != http.StatusOK || a.Tier != "sonnet" {
@@ -340,6 +347,7 @@ func TestPromptCachingWorkedExample(t *testing.T) {
 				Turns            int     `json:"turns"`
 				CostUSD          float64 `json:"costUsd"`
 				TokensIn         int64   `json:"tokensIn"`
+				TokensOut        int64   `json:"tokensOut"`
 				CacheReadTokens  int64   `json:"cacheReadTokens"`
 				CacheWriteTokens int64   `json:"cacheWriteTokens"`
 				CacheSavedUSD    float64 `json:"cacheSavedUsd"`
@@ -350,7 +358,7 @@ func TestPromptCachingWorkedExample(t *testing.T) {
 			getJSON(t, sc.srv, "/admin/cost?by=model", &rep)
 			for _, r := range rep.Rows {
 				if r.Key == sonnet && r.Turns == len(mangaConversation) {
-					return bill{cost: r.CostUSD, saved: r.CacheSavedUSD, in: r.TokensIn, read: r.CacheReadTokens, writes: r.CacheWriteTokens}
+					return bill{cost: r.CostUSD, saved: r.CacheSavedUSD, in: r.TokensIn, out: r.TokensOut, read: r.CacheReadTokens, writes: r.CacheWriteTokens}
 				}
 			}
 			if time.Now().After(deadline) {
@@ -358,6 +366,7 @@ func TestPromptCachingWorkedExample(t *testing.T) {
 			}
 		}
 	}
+	cfg0 := config.Default()
 	on, off := run(config.PromptCachingAuto), run(config.PromptCachingOff)
 	t.Logf("ten turns on Sonnet   | input tokens | read from cache | written | model cost | saved")
 	t.Logf("promptCaching: auto   | %12d | %15d | %7d | $%.5f  | $%.5f", on.in, on.read, on.writes, on.cost, on.saved)
@@ -379,8 +388,19 @@ func TestPromptCachingWorkedExample(t *testing.T) {
 	if on.cost >= off.cost {
 		t.Fatalf("caching cost $%.5f, without $%.5f; want it cheaper", on.cost, off.cost)
 	}
-	// What the cache saved, added back, is the bill without it.
-	if rel := math.Abs(on.cost+on.saved-off.cost) / off.cost; rel > 0.01 {
-		t.Errorf("with caching $%.5f + $%.5f saved = $%.5f; without, $%.5f (%.2f%% apart)", on.cost, on.saved, on.cost+on.saved, off.cost, rel*100)
+	// What the cache saved, added back, is the same tokens' bill without
+	// it: every input token at the plain input price. (The two runs'
+	// answers may differ by a few output tokens, so each is priced on its
+	// own tokens.)
+	price := cfg0.Models[0].Price()
+	plain := func(b bill) float64 {
+		return float64(b.in)*price.InputPerMTok/1e6 + float64(b.out)*price.OutputPerMTok/1e6
+	}
+	if rel := math.Abs(off.cost-plain(off)) / plain(off); rel > 0.001 {
+		t.Errorf("without caching $%.5f; its %d input and %d output tokens at plain prices are $%.5f", off.cost, off.in, off.out, plain(off))
+	}
+	if rel := math.Abs(on.cost+on.saved-plain(on)) / plain(on); rel > 0.001 {
+		t.Errorf("with caching $%.5f + $%.5f saved = $%.5f; its %d input and %d output tokens at plain prices are $%.5f (%.2f%% apart)",
+			on.cost, on.saved, on.cost+on.saved, on.in, on.out, plain(on), rel*100)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/provider/sim"
 )
 
 // counting wraps a provider and counts upstream attempts and their outcomes.
@@ -64,8 +65,15 @@ func quickConfig() config.Config {
 
 func newScenario(t *testing.T, cfg config.Config) *scenario {
 	t.Helper()
+	return newScenarioSim(t, cfg, sim.Options{})
+}
+
+// newScenarioSim is newScenario with the simulator's options (its random
+// source, for a conversation that must come out the same twice).
+func newScenarioSim(t *testing.T, cfg config.Config, simOpts sim.Options) *scenario {
+	t.Helper()
 	sc := &scenario{t: t, upstream: map[string]*counting{}}
-	s, err := New(context.Background(), isolate(t, cfg), Options{Catalog: sharedCatalog(t), WrapProvider: func(model string, p provider.Provider) provider.Provider {
+	s, err := New(context.Background(), isolate(t, cfg), Options{Catalog: sharedCatalog(t), SimOptions: simOpts, WrapProvider: func(model string, p provider.Provider) provider.Provider {
 		c := &counting{Provider: p}
 		sc.upstream[model] = c
 		return c
