@@ -86,7 +86,7 @@ type Request struct {
 	Messages []provider.Message
 	// Prefill is a final assistant message's text: the start of the
 	// answer, which the model continues.
-	Prefill string
+	Prefill       string
 	MaxTokens     int // 0: not set
 	Temperature   *float64
 	TopP          *float64
