@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider"
@@ -217,23 +216,13 @@ func badAnswer(model string, err error) error {
 
 // heldOutput keeps a turn's text from the client until the whole answer
 // is in and checked: a JSON answer that fails its schema never reaches
-// the client half-sent.
-type heldOutput struct {
-	Output
-	buf strings.Builder
-}
+// the client half-sent. The deltas are dropped; release sends the
+// provider's whole text (or the answer tool's input) once checked.
+type heldOutput struct{ Output }
 
-func (h *heldOutput) Write(text string) error { h.buf.WriteString(text); return nil }
-func (h *heldOutput) Started() bool           { return false }
-func (h *heldOutput) WholeAnswer() bool       { return true }
+func (h *heldOutput) Write(string) error { return nil }
+func (h *heldOutput) Started() bool      { return false }
+func (h *heldOutput) WholeAnswer() bool  { return true }
 
-func (h *heldOutput) Discard() {
-	h.buf.Reset()
-	h.Output.Discard()
-}
-
-// release sends text, the checked answer, in place of what was held.
-func (h *heldOutput) release(text string) error {
-	h.buf.Reset()
-	return h.Output.Write(text)
-}
+// release sends text, the checked answer.
+func (h *heldOutput) release(text string) error { return h.Output.Write(text) }

@@ -40,7 +40,8 @@ func toolCalls(req *provider.Request) []provider.ToolCall {
 	if len(last.ToolResults) > 0 && !c.Forced() {
 		return nil
 	}
-	words := strings.ToLower(questionText(req))
+	question := questionText(req)
+	words := strings.ToLower(question)
 	var picked []provider.Tool
 	switch c.Mode {
 	case provider.ToolNamed:
@@ -64,7 +65,7 @@ func toolCalls(req *provider.Request) []provider.ToolCall {
 	}
 	calls := make([]provider.ToolCall, 0, len(picked))
 	for i, t := range picked {
-		input := argumentsFor(t.Schema, questionText(req))
+		input := argumentsFor(t.Schema, question)
 		calls = append(calls, provider.ToolCall{ID: toolCallID(len(req.Messages), i, t.Name, input), Name: t.Name, Input: input})
 	}
 	return calls
