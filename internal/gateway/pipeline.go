@@ -83,16 +83,18 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 		return nil, edge
 	}
 	res.TraceID = g.traceID(ctx, t)
+
+	// 10. Record usage, history, cache: owed whatever the client does now,
+	// and written before the client hears "done", so the next message it
+	// sends, to whichever instance, finds its history and its spend.
+	owedCtx, cancel := owed(ctx)
+	defer cancel()
+	g.record(owedCtx, t, res)
 	// The turn's records are in the event log before the client hears "done".
 	g.endTurn(span, t, out, res, nil)
 	if err := out.Finish(res); err != nil {
 		g.log.LogAttrs(ctx, slogInfo, "client gone before done", turnAttrs(t, err)...)
 	}
-
-	// 10. Record usage, history, cache: owed whatever the client does now.
-	ctx, cancel := owed(ctx)
-	defer cancel()
-	g.record(ctx, t, res)
 	return res, nil
 }
 
