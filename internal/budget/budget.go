@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,16 @@ type Config struct {
 	SessionOutput int `yaml:"sessionOutput"`
 	// DailyCostUSD bounds a user's spend per day. Default 5.00.
 	DailyCostUSD float64 `yaml:"dailyCostUsd"`
+	// MonthlyCostUSD bounds a user's spend per calendar month. Default 0:
+	// none.
+	MonthlyCostUSD float64 `yaml:"monthlyCostUsd"`
+	// Teams bounds the spend of every key of a team (auth.keys.*.tenant),
+	// by team name. A team not listed has no budget of its own.
+	Teams map[string]Limits `yaml:"teams"`
+	// Features bounds the spend of a product feature (the turn's feature
+	// attribution: the X-Fmgate-Feature header on the vendors' doors, a
+	// batch job's feature), by feature name.
+	Features map[string]Limits `yaml:"features"`
 	// Timezone is the IANA zone whose midnight starts a new day. Default "UTC".
 	Timezone string `yaml:"timezone"`
 	// SessionTTL is how long session counters live after their last update.
@@ -54,6 +65,26 @@ type Config struct {
 	// StoreTimeout bounds every read or write of shared counters (Redis).
 	// Default 100ms. In-process counters answer at once and are not bounded.
 	StoreTimeout time.Duration `yaml:"storeTimeout"`
+}
+
+// Limits are a spender's budgets in dollars; zero disables one.
+type Limits struct {
+	// DailyCostUSD bounds the spend per day.
+	DailyCostUSD float64 `yaml:"dailyCostUsd"`
+	// MonthlyCostUSD bounds the spend per calendar month.
+	MonthlyCostUSD float64 `yaml:"monthlyCostUsd"`
+}
+
+// Validate reports negative limits, each named under field.
+func (l Limits) Validate(field string) error {
+	var errs []error
+	if l.DailyCostUSD < 0 {
+		errs = append(errs, fmt.Errorf("%s.dailyCostUsd: must be >= 0", field))
+	}
+	if l.MonthlyCostUSD < 0 {
+		errs = append(errs, fmt.Errorf("%s.monthlyCostUsd: must be >= 0", field))
+	}
+	return errors.Join(errs...)
 }
 
 // DefaultConfig returns the MangaAssist limits.
@@ -95,6 +126,15 @@ func (c Config) Validate() error {
 	nonNegative("sessionOutput", c.SessionOutput)
 	if c.DailyCostUSD < 0 {
 		errs = append(errs, errors.New("dailyCostUsd: must be >= 0"))
+	}
+	if c.MonthlyCostUSD < 0 {
+		errs = append(errs, errors.New("monthlyCostUsd: must be >= 0"))
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Teams)) {
+		errs = append(errs, c.Teams[name].Validate("teams."+name))
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Features)) {
+		errs = append(errs, c.Features[name].Validate("features."+name))
 	}
 	if c.ContextWindow > 0 && c.ContextWindow-c.PromptOverhead-c.SafetyTokens-c.RequestOutput <= 0 {
 		errs = append(errs, errors.New("contextWindow: leaves no room for input after overhead, safety and output"))
@@ -185,11 +225,18 @@ func (e *Estimator) Estimate(model string, p Parts) Estimate {
 
 // Budget names in ExceededError.
 const (
-	BudgetRequestInput  = "request_input"
-	BudgetContextWindow = "context_window"
-	BudgetSessionInput  = "session_input"
-	BudgetSessionOutput = "session_output"
-	BudgetDailyCost     = "daily_cost"
+	BudgetRequestInput   = "request_input"
+	BudgetContextWindow  = "context_window"
+	BudgetSessionInput   = "session_input"
+	BudgetSessionOutput  = "session_output"
+	BudgetDailyCost      = "daily_cost"
+	BudgetMonthlyCost    = "monthly_cost"
+	BudgetKeyDaily       = "key_daily_cost"
+	BudgetKeyMonthly     = "key_monthly_cost"
+	BudgetTeamDaily      = "team_daily_cost"
+	BudgetTeamMonthly    = "team_monthly_cost"
+	BudgetFeatureDaily   = "feature_daily_cost"
+	BudgetFeatureMonthly = "feature_monthly_cost"
 )
 
 // ErrExceeded is matched (errors.Is) by every *ExceededError.
@@ -257,11 +304,36 @@ func (e *ExceededError) Message(locale string) string {
 			return fmt.Sprintf("本日のご利用上限（$%.2f）に達しました。%s にリセットされます。", e.Limit, reset)
 		}
 		return fmt.Sprintf("You have reached today's usage limit ($%.2f). It resets at %s.", e.Limit, reset)
+	case BudgetMonthlyCost, BudgetKeyDaily, BudgetKeyMonthly, BudgetTeamDaily, BudgetTeamMonthly, BudgetFeatureDaily, BudgetFeatureMonthly:
+		return e.spenderMessage(ja, reset)
 	}
 	if ja {
 		return "ご利用上限に達しました。"
 	}
 	return "A usage limit was reached."
+}
+
+// spenderMessage explains a refusal by a budget other than the user's day.
+func (e *ExceededError) spenderMessage(ja bool, reset string) string {
+	whose := map[string][2]string{
+		BudgetMonthlyCost:    {"今月のご利用上限", "this month's usage limit"},
+		BudgetKeyDaily:       {"このAPIキーの本日の予算", "this API key's budget for today"},
+		BudgetKeyMonthly:     {"このAPIキーの今月の予算", "this API key's budget for this month"},
+		BudgetTeamDaily:      {"チームの本日の予算", "your team's budget for today"},
+		BudgetTeamMonthly:    {"チームの今月の予算", "your team's budget for this month"},
+		BudgetFeatureDaily:   {"この機能の本日の予算", "this feature's budget for today"},
+		BudgetFeatureMonthly: {"この機能の今月の予算", "this feature's budget for this month"},
+	}[e.Budget]
+	if e.Held {
+		if ja {
+			return fmt.Sprintf("処理中の他のリクエストが%s（$%.2f）の残りを使用中です。少し待ってからもう一度お試しください。", whose[0], e.Limit)
+		}
+		return fmt.Sprintf("Requests in progress are using the rest of %s ($%.2f). Please try again in a moment.", whose[1], e.Limit)
+	}
+	if ja {
+		return fmt.Sprintf("%s（$%.2f）に達しました。%s にリセットされます。", whose[0], e.Limit, reset)
+	}
+	return fmt.Sprintf("The request would go over %s ($%.2f). It resets at %s.", whose[1], e.Limit, reset)
 }
 
 func thousands(v float64) string {
@@ -285,10 +357,32 @@ type Request struct {
 	// its prompt cache (CacheHints.Expect): the cost estimate prices them
 	// as cache reads.
 	ExpectCached int
-	// Hold asks for the turn's estimated cost to be held against the daily
-	// cost budget (see Counters) until Record settles it or Release ends
-	// it: Plan.Hold names the hold.
+	// Hold asks for the turn's estimated cost to be held against its
+	// spending budgets (see Counters) until Record settles it or Release
+	// ends it: Plan.Hold names the hold. Without it, the user's daily
+	// budget is checked against what was spent, and Accounts are refused:
+	// their budgets are enforced only by holding.
 	Hold bool
+	// Accounts are the spenders besides the user whose budgets the turn is
+	// held against and charged to: its API key, team, feature.
+	Accounts []Account
+}
+
+// Account scopes.
+const (
+	ScopeKey     = "key"
+	ScopeTeam    = "team"
+	ScopeFeature = "feature"
+)
+
+// An Account is a spender whose budgets a turn is held against and charged
+// to besides its user's.
+type Account struct {
+	// Scope is ScopeKey, ScopeTeam or ScopeFeature.
+	Scope string
+	// ID names the spender in its scope: a key's hash, a team, a feature.
+	ID string
+	Limits
 }
 
 // newHoldID names a hold: random, since two turns must never share one.
@@ -303,13 +397,16 @@ func newHoldID() string {
 // than any turn, short enough that a user is not held back for long.
 const HoldTTL = 10 * time.Minute
 
-// Hold is a turn's hold on its user's daily cost budget; the zero Hold
-// holds nothing.
+// Hold is a turn's hold on its spending budgets; the zero Hold holds
+// nothing.
 type Hold struct {
 	ID string
 	// Day is the day the hold was taken on: the turn is charged to it even
 	// when it ends after midnight.
 	Day string
+	// meters are those the turn is charged to, on the day and month it
+	// was held.
+	meters []Meter
 }
 
 // Plan is an admitted request.
@@ -398,25 +495,70 @@ func (b *Enforcer) Day(t time.Time) string {
 	return d
 }
 
-// day returns the counter key of the day t falls in and when it ends. The
-// last day asked for is kept: every turn of a day asks for the same one.
+// day returns the counter key of the day t falls in and when it ends.
 func (b *Enforcer) day(t time.Time) (string, time.Time) {
-	loc := b.limits.Load().loc
-	if d := b.today.Load(); d != nil && d.loc == loc && !t.Before(d.start) && t.Before(d.end) {
-		return d.key, d.end
-	}
-	t = t.In(loc)
-	y, m, dd := t.Date()
-	d := &calendarDay{key: t.Format("2006-01-02"), start: time.Date(y, m, dd, 0, 0, 0, 0, loc), end: time.Date(y, m, dd+1, 0, 0, 0, 0, loc), loc: loc}
-	b.today.Store(d)
+	d := b.calendar(t)
 	return d.key, d.end
 }
 
-// calendarDay is one day in the enforcer's zone and its counter key.
+// calendar returns the day t falls in. The last day asked for is kept:
+// every turn of a day asks for the same one.
+func (b *Enforcer) calendar(t time.Time) *calendarDay {
+	loc := b.limits.Load().loc
+	if d := b.today.Load(); d != nil && d.loc == loc && !t.Before(d.start) && t.Before(d.end) {
+		return d
+	}
+	t = t.In(loc)
+	y, m, dd := t.Date()
+	d := &calendarDay{key: t.Format("2006-01-02"), start: time.Date(y, m, dd, 0, 0, 0, 0, loc), end: time.Date(y, m, dd+1, 0, 0, 0, 0, loc), loc: loc,
+		month: t.Format("2006-01"), monthEnd: time.Date(y, m+1, 1, 0, 0, 0, 0, loc)}
+	b.today.Store(d)
+	return d
+}
+
+// calendarDay is one day in the enforcer's zone and its counter key, and
+// the month it falls in.
 type calendarDay struct {
 	key        string
 	start, end time.Time
 	loc        *time.Location
+	month      string
+	monthEnd   time.Time
+}
+
+// budgetMeter is a limited meter and the budget it enforces.
+type budgetMeter struct {
+	name    string
+	usd     float64
+	resetAt time.Time
+}
+
+// meters returns the meters a turn of userID on day d with accounts is
+// charged to — the user's day always, the others when limited — and, in
+// step, the limited ones for the hold and their budgets.
+func meters(cfg *limits, d *calendarDay, userID string, accounts []Account) (charge, hold []Meter, budgets []budgetMeter) {
+	charge = []Meter{UserDayMeter(userID, d.key, cfg.DailyCostUSD)}
+	if cfg.DailyCostUSD > 0 {
+		hold = append(hold, charge[0])
+		budgets = append(budgets, budgetMeter{BudgetDailyCost, cfg.DailyCostUSD, d.end})
+	}
+	add := func(name, scope, id string, l Limits) {
+		if l.DailyCostUSD > 0 {
+			m := Meter{Key: meterKey(scope+"_day", d.key, id), Limit: toNano(l.DailyCostUSD), TTL: dayTTL}
+			charge, hold = append(charge, m), append(hold, m)
+			budgets = append(budgets, budgetMeter{name + "daily_cost", l.DailyCostUSD, d.end})
+		}
+		if l.MonthlyCostUSD > 0 {
+			m := Meter{Key: meterKey(scope+"_month", d.month, id), Limit: toNano(l.MonthlyCostUSD), TTL: monthTTL}
+			charge, hold = append(charge, m), append(hold, m)
+			budgets = append(budgets, budgetMeter{name + "monthly_cost", l.MonthlyCostUSD, d.monthEnd})
+		}
+	}
+	add("", "user", userID, Limits{MonthlyCostUSD: cfg.MonthlyCostUSD})
+	for _, a := range accounts {
+		add(a.Scope+"_", a.Scope, a.ID, a.Limits)
+	}
+	return charge, hold, budgets
 }
 
 // Check applies the budgets in order — per-request input and output, context
@@ -462,8 +604,11 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 		return Plan{}, &ExceededError{Budget: BudgetContextWindow, Limit: float64(window), Used: float64(est.Total)}
 	}
 
-	now := b.now()
-	day, next := b.day(now)
+	if len(req.Accounts) > 0 && !req.Hold {
+		return Plan{}, errors.New("budget: accounts are enforced only by holding: set Request.Hold")
+	}
+	cal := b.calendar(b.now())
+	day, next := cal.key, cal.end
 	tctx, cancel := b.storeCtx(ctx)
 	tot, err := b.counters.Load(tctx, req.UserID, req.SessionID, day)
 	cancel()
@@ -483,26 +628,27 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 	}
 	cached := min(max(req.ExpectCached, 0), est.Total)
 	cost := price.Cost(provider.Usage{InputTokens: est.Total - cached, CachedInputTokens: cached, OutputTokens: maxOut})
-	if lim := cfg.DailyCostUSD; err == nil && lim > 0 {
-		if tot.DayCostUSD+cost > lim {
-			return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next}
-		}
-		if req.Hold {
-			// The day's spend read above may already be spoken for by
-			// turns in flight: hold this turn's estimate against it, so
-			// that concurrent turns cannot together spend past the limit.
-			hctx, cancel := b.storeCtx(ctx)
-			id := newHoldID()
-			held, herr := b.counters.Hold(hctx, req.UserID, day, id, toNano(cost), toNano(lim), HoldTTL)
-			cancel()
-			switch {
-			case herr != nil:
-				plan.CountersErr = fmt.Errorf("budget: hold: %w", herr)
-			case !held:
-				return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next, Held: true}
-			default:
-				plan.Hold = Hold{ID: id, Day: day}
-			}
+	if lim := cfg.DailyCostUSD; err == nil && lim > 0 && tot.DayCostUSD+cost > lim {
+		return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next}
+	}
+	if charge, hold, budgets := meters(cfg, cal, req.UserID, req.Accounts); err == nil && req.Hold && len(hold) > 0 {
+		// What was spent may already be spoken for by turns in flight:
+		// hold this turn's estimate on every budget at once, so that
+		// concurrent turns cannot together spend past any of them.
+		hctx, cancel := b.storeCtx(ctx)
+		id := newHoldID()
+		nano := toNano(cost)
+		refused, spent, herr := b.counters.Hold(hctx, id, nano, hold, HoldTTL)
+		cancel()
+		switch {
+		case herr != nil:
+			plan.CountersErr = fmt.Errorf("budget: hold: %w", herr)
+		case refused >= 0:
+			by := budgets[refused]
+			return Plan{}, &ExceededError{Budget: by.name, Limit: by.usd, Used: float64(spent) / nanoUSD, ResetAt: by.resetAt,
+				Held: spent+nano <= hold[refused].Limit}
+		default:
+			plan.Hold = Hold{ID: id, Day: day, meters: charge}
 		}
 	}
 	plan.Estimate = est
@@ -555,18 +701,19 @@ func shorten(history []Message, each []int, excess int) []Message {
 	return out
 }
 
-// Record adds a finished request's billed usage to the session and daily
-// counters, on the day of its hold h (ending it), or today without one.
+// Record adds a finished request's billed usage to its session and to the
+// spend of its user and accounts: on the day and month of its hold h
+// (ending it), or, without one, today's.
 // The error (store unreachable or slow) is for the caller to report; the
 // request has already been served.
-func (b *Enforcer) Record(ctx context.Context, userID, sessionID string, h Hold, in, out int, costUSD float64) error {
-	day := h.Day
-	if day == "" {
-		day, _ = b.day(b.now())
+func (b *Enforcer) Record(ctx context.Context, userID, sessionID string, accounts []Account, h Hold, in, out int, costUSD float64) error {
+	charge := h.meters
+	if h.ID == "" {
+		charge, _, _ = meters(b.limits.Load(), b.calendar(b.now()), userID, accounts)
 	}
 	ctx, cancel := b.storeCtx(ctx)
 	defer cancel()
-	if err := b.counters.Add(ctx, userID, sessionID, day, h.ID, in, out, costUSD); err != nil {
+	if err := b.counters.Add(ctx, userID, sessionID, h.ID, charge, in, out, costUSD); err != nil {
 		return fmt.Errorf("budget: record: %w", err)
 	}
 	return nil
@@ -574,13 +721,13 @@ func (b *Enforcer) Record(ctx context.Context, userID, sessionID string, h Hold,
 
 // Release ends a hold that no usage settles (the turn spent nothing on a
 // model: refused after the budget step, or answered by the cache).
-func (b *Enforcer) Release(ctx context.Context, userID string, h Hold) error {
+func (b *Enforcer) Release(ctx context.Context, h Hold) error {
 	if h.ID == "" {
 		return nil
 	}
 	ctx, cancel := b.storeCtx(ctx)
 	defer cancel()
-	if err := b.counters.Release(ctx, userID, h.Day, h.ID); err != nil {
+	if err := b.counters.Release(ctx, h.ID, h.meters); err != nil {
 		return fmt.Errorf("budget: release: %w", err)
 	}
 	return nil

@@ -133,22 +133,22 @@ func TestCheckRefusals(t *testing.T) {
 		},
 		{
 			name:   "session input",
-			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", Hold{}, 49_990, 0, 0) },
+			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", nil, Hold{}, 49_990, 0, 0) },
 			user:   words(100), want: BudgetSessionInput,
 		},
 		{
 			name:   "session output spent",
-			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", Hold{}, 0, 25_000, 0) },
+			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", nil, Hold{}, 0, 25_000, 0) },
 			user:   "hi", want: BudgetSessionOutput,
 		},
 		{
 			name:   "session output nearly spent shrinks max output",
-			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", Hold{}, 0, 24_900, 0) },
+			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "s", nil, Hold{}, 0, 24_900, 0) },
 			user:   "hi", wantMax: 100,
 		},
 		{
 			name:   "daily cost",
-			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "other", Hold{}, 0, 0, 4.99) },
+			before: func(e *Enforcer) { _ = e.Record(context.Background(), "u", "other", nil, Hold{}, 0, 0, 4.99) },
 			user:   words(500), want: BudgetDailyCost,
 		},
 		{name: "within every budget", user: "hi", wantMax: 1024},
@@ -199,7 +199,7 @@ func TestDailyBudgetResetsAtLocalMidnight(t *testing.T) {
 	cfg.Timezone = "Asia/Tokyo"
 	clk := noon() // 21:00 in Tokyo
 	e := newEnforcer(t, cfg, clk, nil)
-	if err := e.Record(ctx, "u", "s", Hold{}, 1000, 1000, 5.00); err != nil {
+	if err := e.Record(ctx, "u", "s", nil, Hold{}, 1000, 1000, 5.00); err != nil {
 		t.Fatal(err)
 	}
 	req := Request{UserID: "u", SessionID: "s2", Parts: Parts{User: "hi"}}
@@ -253,17 +253,17 @@ func (b brokenCounters) Load(ctx context.Context, _, _, _ string) (Totals, error
 	return Totals{}, errors.New("connection refused")
 }
 
-func (b brokenCounters) Add(ctx context.Context, _, _, _, _ string, _, _ int, _ float64) error {
+func (b brokenCounters) Add(ctx context.Context, _, _, _ string, _ []Meter, _, _ int, _ float64) error {
 	_, err := b.Load(ctx, "", "", "")
 	return err
 }
 
-func (b brokenCounters) Hold(ctx context.Context, _, _, _ string, _, _ int64, _ time.Duration) (bool, error) {
+func (b brokenCounters) Hold(ctx context.Context, _ string, _ int64, _ []Meter, _ time.Duration) (int, int64, error) {
 	_, err := b.Load(ctx, "", "", "")
-	return false, err
+	return 0, 0, err
 }
 
-func (b brokenCounters) Release(ctx context.Context, _, _, _ string) error {
+func (b brokenCounters) Release(ctx context.Context, _ string, _ []Meter) error {
 	_, err := b.Load(ctx, "", "", "")
 	return err
 }
@@ -278,7 +278,7 @@ func TestStoreFailureAdmitsAndReports(t *testing.T) {
 		if err != nil || plan.CountersErr == nil || plan.MaxOutput != 1024 {
 			t.Fatalf("hang=%v: plan %+v, err %v; want admitted with CountersErr", hang, plan, err)
 		}
-		if err := e.Record(context.Background(), "u", "s", Hold{}, 1, 1, 0); err == nil {
+		if err := e.Record(context.Background(), "u", "s", nil, Hold{}, 1, 1, 0); err == nil {
 			t.Fatalf("hang=%v: Record hid the store error", hang)
 		}
 		if d := time.Since(start); d > time.Second {
@@ -401,7 +401,7 @@ func TestCheckHoldsTheDailyBudget(t *testing.T) {
 		t.Fatalf("second turn while the first is in flight: %v; want daily_cost refused as held", err)
 	}
 	// The first turn spent a tenth of its estimate: the second fits now.
-	if err := e.Record(ctx, "u", "s", first.Hold, 10, 10, one.CostUSD/10); err != nil {
+	if err := e.Record(ctx, "u", "s", nil, first.Hold, 10, 10, one.CostUSD/10); err != nil {
 		t.Fatal(err)
 	}
 	second, err := e.Check(ctx, req, sonnet)
@@ -411,7 +411,7 @@ func TestCheckHoldsTheDailyBudget(t *testing.T) {
 	if _, err := e.Check(ctx, req, sonnet); !errors.As(err, &ex) || !ex.Held {
 		t.Fatalf("third turn while the second is in flight: %v; want refused as held", err)
 	}
-	if err := e.Release(ctx, "u", second.Hold); err != nil {
+	if err := e.Release(ctx, second.Hold); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Check(ctx, req, sonnet); err != nil {
@@ -425,7 +425,7 @@ func TestSetConfigKeepsTheCounters(t *testing.T) {
 	ctx := context.Background()
 	cfg := DefaultConfig()
 	e := newEnforcer(t, cfg, noon(), nil)
-	if err := e.Record(ctx, "u", "s", Hold{}, 1000, 1000, 2.00); err != nil {
+	if err := e.Record(ctx, "u", "s", nil, Hold{}, 1000, 1000, 2.00); err != nil {
 		t.Fatal(err)
 	}
 	req := Request{UserID: "u", SessionID: "s", Parts: Parts{User: "hi"}}
@@ -465,5 +465,73 @@ func TestEstimateCountsImages(t *testing.T) {
 	}
 	if seen.Counts != plain.Counts {
 		t.Fatalf("counts %+v differ from the text's %+v", seen.Counts, plain.Counts)
+	}
+}
+
+// An account's budgets (a key's, a team's, a feature's) are held and
+// charged with the user's: a turn over any of them is refused by name,
+// held spend is told apart from spent, and a month resets on the first
+// of the next month in the configured zone.
+func TestAccountBudgets(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.DailyCostUSD = 0
+	cfg.Timezone = "Asia/Tokyo"
+	clk := noon() // 2026-03-10 21:00 in Tokyo
+	e := newEnforcer(t, cfg, clk, nil)
+	key := Account{Scope: ScopeKey, ID: "k1", Limits: Limits{MonthlyCostUSD: 0.05}}
+	req := Request{UserID: "u", SessionID: "s", MaxOutput: 1024, Parts: Parts{User: "hi"}, Hold: true, Accounts: []Account{key}}
+
+	first, err := e.Check(ctx, req, sonnet)
+	if err != nil || first.Hold.ID == "" {
+		t.Fatalf("first turn: %+v, %v", first.Hold, err)
+	}
+	// With the first in flight, the rest of the month is held.
+	held := 0
+	for range 10 {
+		if _, err := e.Check(ctx, req, sonnet); err != nil {
+			var ex *ExceededError
+			if !errors.As(err, &ex) || ex.Budget != BudgetKeyMonthly || !ex.Held || !strings.Contains(ex.Message("en"), "in progress") {
+				t.Fatalf("turn over the key's month while others are in flight: %v", err)
+			}
+			held++
+		}
+	}
+	if held == 0 {
+		t.Fatal("no turn was held back by the key's monthly budget")
+	}
+	// Spend the month: the refusal is no longer "held", and it names when
+	// it resets.
+	if err := e.Record(ctx, "u", "s", []Account{key}, first.Hold, 100, 100, 0.05); err != nil {
+		t.Fatal(err)
+	}
+	other := req
+	other.UserID = "someone-else" // the key's budget is the key's, whoever uses it
+	_, err = e.Check(ctx, other, sonnet)
+	var ex *ExceededError
+	if !errors.As(err, &ex) || ex.Budget != BudgetKeyMonthly || ex.Held {
+		t.Fatalf("after the month was spent: %v", err)
+	}
+	if want := time.Date(2026, 4, 1, 0, 0, 0, 0, e.limits.Load().loc); !ex.ResetAt.Equal(want) {
+		t.Fatalf("ResetAt %v, want %v", ex.ResetAt, want)
+	}
+	if m := ex.Message("ja"); !strings.Contains(m, "APIキーの今月の予算") || !strings.Contains(m, "2026-04-01 00:00 JST") {
+		t.Fatalf("ja message %q", m)
+	}
+	// Another key is not held back, and accounts without a hold are refused
+	// outright: they are enforced only by holding.
+	free := req
+	free.Accounts = []Account{{Scope: ScopeKey, ID: "k2", Limits: Limits{MonthlyCostUSD: 0.05}}}
+	if _, err := e.Check(ctx, free, sonnet); err != nil {
+		t.Fatalf("another key: %v", err)
+	}
+	free.Hold = false
+	if _, err := e.Check(ctx, free, sonnet); err == nil || errors.As(err, &ex) {
+		t.Fatalf("accounts without a hold: %v; want a plain error", err)
+	}
+	// The next month starts afresh.
+	clk.Advance(21*24*time.Hour + 3*time.Hour) // 2026-04-01 00:00 in Tokyo
+	if _, err := e.Check(ctx, other, sonnet); err != nil {
+		t.Fatalf("a new month: %v", err)
 	}
 }

@@ -35,7 +35,7 @@ func TestCheckPricesExpectedCacheReads(t *testing.T) {
 	}
 	// Spend so that only the cheaper estimate fits the day's budget.
 	spent := cfg.DailyCostUSD - (plain.CostUSD+cached.CostUSD)/2
-	if err := e.Record(ctx, "u", "s", Hold{}, 0, 0, spent); err != nil {
+	if err := e.Record(ctx, "u", "s", nil, Hold{}, 0, 0, spent); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Check(ctx, req, price); err != nil {

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -13,28 +14,41 @@ type Totals struct {
 	DayCostUSD    float64
 }
 
-// Counters stores session and per-user daily usage. day is the calendar day
-// ("2006-01-02") in the enforcer's zone; a new day starts from zero.
-// Sessions are keyed by user and session, so one user cannot spend another's
-// session budget by reusing its id.
+// A Meter is one spend counter a turn is held and charged against: a
+// user's day, an API key's month, a team's or a feature's day… Key names
+// it uniquely, period included (see meterKey); Limit is its budget in
+// nano-USD (0: counted, never refused); TTL is how long the counter lives
+// after its last change, longer than its period.
+type Meter struct {
+	Key   string
+	Limit int64
+	TTL   time.Duration
+}
+
+// Counters stores session usage and the spend meters. Sessions are keyed
+// by user and session, so one user cannot spend another's session budget
+// by reusing its id.
 //
-// The daily cost is also held for turns in flight, so that concurrent
-// turns cannot together spend past the budget: Hold reserves a turn's
-// estimated cost when the day's spend and the holds in force leave room for
-// it, Add with the hold's id settles it at the real cost, and Release ends
-// it without one. A hold lapses after its TTL (an instance that died
-// mid-turn releases nothing).
+// Spend is also held for turns in flight, so that concurrent turns cannot
+// together spend past a budget: Hold reserves a turn's estimated cost on
+// every limited meter at once, or on none of them, when each meter's spend
+// and the holds in force leave room for it; Add with the hold's id settles
+// it at the real cost, and Release ends it without one. A hold lapses after
+// its TTL (an instance that died mid-turn releases nothing).
 type Counters interface {
+	// Load reads userID's session and userID's spend on day (its
+	// UserDayMeter).
 	Load(ctx context.Context, userID, sessionID, day string) (Totals, error)
-	// Hold holds nanoUSD of userID's day for turn id when the day's spend
-	// plus the holds in force plus nanoUSD is at most limitNano; false,
-	// holding nothing, when it is not.
-	Hold(ctx context.Context, userID, day, id string, nanoUSD, limitNano int64, ttl time.Duration) (bool, error)
-	// Add adds a turn's usage; with a hold id it ends that hold in the
-	// same step.
-	Add(ctx context.Context, userID, sessionID, day, hold string, in, out int, costUSD float64) error
-	// Release ends hold id without a cost.
-	Release(ctx context.Context, userID, day, hold string) error
+	// Hold holds nanoUSD on each of meters for turn id when each has room
+	// for it under its Limit. When one has not, it holds nothing and
+	// returns that meter's index and what it has spent (holds not
+	// counted); refused is -1 when the hold was taken.
+	Hold(ctx context.Context, id string, nanoUSD int64, meters []Meter, ttl time.Duration) (refused int, spentNano int64, err error)
+	// Add adds a turn's tokens to its session and its cost to each of
+	// meters; with a hold id it ends that hold on them in the same step.
+	Add(ctx context.Context, userID, sessionID, hold string, meters []Meter, in, out int, costUSD float64) error
+	// Release ends hold id on meters without a cost.
+	Release(ctx context.Context, hold string, meters []Meter) error
 }
 
 // nanoUSD is the unit costs are summed in: integers, so that many tiny
@@ -44,18 +58,33 @@ const nanoUSD = 1e9
 func toNano(usd float64) int64 { return int64(usd*nanoUSD + 0.5) }
 
 // dayTTL keeps a day's counter through the whole day in any zone, then lets
-// it go.
-const dayTTL = 48 * time.Hour
+// it go; monthTTL a month's.
+const (
+	dayTTL   = 48 * time.Hour
+	monthTTL = 62 * 24 * time.Hour
+)
+
+// meterKey names scope's meter of id for period: lengths make it
+// unambiguous whatever the id contains.
+func meterKey(scope, period, id string) string {
+	return scope + ":" + period + ":" + strconv.Itoa(len(id)) + ":" + id
+}
+
+// UserDayMeter is userID's spend on day ("2006-01-02"), the meter Load
+// reads, limited to limitUSD (0: none).
+func UserDayMeter(userID, day string, limitUSD float64) Meter {
+	return Meter{Key: meterKey("day", day, userID), Limit: toNano(limitUSD), TTL: dayTTL}
+}
 
 // MemoryCounters keeps counters in the process. Idle sessions are forgotten
-// after the session TTL, days after 48 hours.
+// after the session TTL, meters after theirs.
 type MemoryCounters struct {
 	ttl time.Duration
 	now func() time.Time
 
 	mu        sync.Mutex
 	sessions  map[[2]string]*sessionCount
-	days      map[[2]string]*dayCount
+	meters    map[string]*meterCount
 	lastSweep time.Time
 }
 
@@ -64,7 +93,7 @@ type sessionCount struct {
 	expires time.Time
 }
 
-type dayCount struct {
+type meterCount struct {
 	nano    int64
 	expires time.Time
 	holds   map[string]hold
@@ -81,7 +110,7 @@ func NewMemoryCounters(sessionTTL time.Duration, now func() time.Time) *MemoryCo
 	if now == nil {
 		now = time.Now
 	}
-	return &MemoryCounters{ttl: sessionTTL, now: now, sessions: map[[2]string]*sessionCount{}, days: map[[2]string]*dayCount{}}
+	return &MemoryCounters{ttl: sessionTTL, now: now, sessions: map[[2]string]*sessionCount{}, meters: map[string]*meterCount{}}
 }
 
 // Load implements Counters.
@@ -93,59 +122,65 @@ func (m *MemoryCounters) Load(ctx context.Context, userID, sessionID, day string
 	if s, ok := m.sessions[[2]string{userID, sessionID}]; ok && now.Before(s.expires) {
 		t.SessionInput, t.SessionOutput = s.in, s.out
 	}
-	if d, ok := m.days[[2]string{userID, day}]; ok && now.Before(d.expires) {
+	if d, ok := m.meters[UserDayMeter(userID, day, 0).Key]; ok && now.Before(d.expires) {
 		t.DayCostUSD = float64(d.nano) / nanoUSD
 	}
 	return t, nil
 }
 
-// dayLocked is userID's count for day, created when missing or expired.
-func (m *MemoryCounters) dayLocked(now time.Time, userID, day string) *dayCount {
-	dk := [2]string{userID, day}
-	d, ok := m.days[dk]
+// meterLocked is the count of mt, created when missing or expired.
+func (m *MemoryCounters) meterLocked(now time.Time, mt Meter) *meterCount {
+	d, ok := m.meters[mt.Key]
 	if !ok || !now.Before(d.expires) {
-		d = &dayCount{expires: now.Add(dayTTL)}
-		m.days[dk] = d
+		d = &meterCount{expires: now.Add(mt.TTL)}
+		m.meters[mt.Key] = d
 	}
 	return d
 }
 
 // Hold implements Counters.
-func (m *MemoryCounters) Hold(ctx context.Context, userID, day, id string, nanoUSD, limitNano int64, ttl time.Duration) (bool, error) {
+func (m *MemoryCounters) Hold(ctx context.Context, id string, nanoUSD int64, meters []Meter, ttl time.Duration) (int, int64, error) {
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	d := m.dayLocked(now, userID, day)
-	held := d.nano
-	for k, h := range d.holds {
-		if !now.Before(h.until) {
-			delete(d.holds, k)
-			continue
+	for i, mt := range meters {
+		d := m.meterLocked(now, mt)
+		held := d.nano
+		for k, h := range d.holds {
+			if !now.Before(h.until) {
+				delete(d.holds, k)
+				continue
+			}
+			held += h.nano
 		}
-		held += h.nano
+		if mt.Limit > 0 && held+nanoUSD > mt.Limit {
+			return i, d.nano, nil
+		}
 	}
-	if held+nanoUSD > limitNano {
-		return false, nil
+	for _, mt := range meters {
+		d := m.meterLocked(now, mt)
+		if d.holds == nil {
+			d.holds = map[string]hold{}
+		}
+		d.holds[id] = hold{nano: nanoUSD, until: now.Add(ttl)}
 	}
-	if d.holds == nil {
-		d.holds = map[string]hold{}
-	}
-	d.holds[id] = hold{nano: nanoUSD, until: now.Add(ttl)}
-	return true, nil
+	return -1, 0, nil
 }
 
 // Release implements Counters.
-func (m *MemoryCounters) Release(ctx context.Context, userID, day, id string) error {
+func (m *MemoryCounters) Release(ctx context.Context, id string, meters []Meter) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if d, ok := m.days[[2]string{userID, day}]; ok {
-		delete(d.holds, id)
+	for _, mt := range meters {
+		if d, ok := m.meters[mt.Key]; ok {
+			delete(d.holds, id)
+		}
 	}
 	return nil
 }
 
 // Add implements Counters.
-func (m *MemoryCounters) Add(ctx context.Context, userID, sessionID, day, hold string, in, out int, costUSD float64) error {
+func (m *MemoryCounters) Add(ctx context.Context, userID, sessionID, hold string, meters []Meter, in, out int, costUSD float64) error {
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -161,9 +196,13 @@ func (m *MemoryCounters) Add(ctx context.Context, userID, sessionID, day, hold s
 	s.in += in
 	s.out += out
 	s.expires = now.Add(m.ttl)
-	d := m.dayLocked(now, userID, day)
-	d.nano += toNano(costUSD)
-	delete(d.holds, hold)
+	nano := toNano(costUSD)
+	for _, mt := range meters {
+		d := m.meterLocked(now, mt)
+		d.nano += nano
+		d.expires = now.Add(mt.TTL)
+		delete(d.holds, hold)
+	}
 	return nil
 }
 
@@ -174,9 +213,9 @@ func (m *MemoryCounters) sweep(now time.Time) {
 			delete(m.sessions, k)
 		}
 	}
-	for k, d := range m.days {
+	for k, d := range m.meters {
 		if !now.Before(d.expires) {
-			delete(m.days, k)
+			delete(m.meters, k)
 		}
 	}
 }

@@ -69,7 +69,7 @@ func runCountersConformance(t *testing.T, newCounters func(t *testing.T) Counter
 		t.Run(tt.name, func(t *testing.T) {
 			c := newCounters(t)
 			for _, a := range tt.adds {
-				if err := c.Add(ctx, a.user, a.session, a.day, "", a.in, a.out, a.cost); err != nil {
+				if err := c.Add(ctx, a.user, a.session, "", []Meter{UserDayMeter(a.user, a.day, 0)}, a.in, a.out, a.cost); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -86,7 +86,7 @@ func runCountersConformance(t *testing.T, newCounters func(t *testing.T) Counter
 		c := newCounters(t)
 		var wg sync.WaitGroup
 		for range 50 {
-			wg.Go(func() { _ = c.Add(ctx, "u", "s", "d", "", 10, 1, 0.01) })
+			wg.Go(func() { _ = c.Add(ctx, "u", "s", "", []Meter{UserDayMeter("u", "d", 0)}, 10, 1, 0.01) })
 		}
 		wg.Wait()
 		got, _ := c.Load(ctx, "u", "s", "d")
@@ -97,7 +97,7 @@ func runCountersConformance(t *testing.T, newCounters func(t *testing.T) Counter
 	t.Run("holds keep concurrent turns within the limit", func(t *testing.T) {
 		c := newCounters(t)
 		const limit, each = 1_000, 300 // nano-USD
-		if err := c.Add(ctx, "u", "s", "d", "", 1, 1, 100e-9); err != nil {
+		if err := c.Add(ctx, "u", "s", "", []Meter{UserDayMeter("u", "d", 0)}, 1, 1, 100e-9); err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
@@ -105,11 +105,11 @@ func runCountersConformance(t *testing.T, newCounters func(t *testing.T) Counter
 		held := 0
 		for i := range 20 {
 			wg.Go(func() {
-				ok, err := c.Hold(ctx, "u", "d", fmt.Sprint("turn-", i), each, limit, time.Hour)
+				refused, _, err := c.Hold(ctx, fmt.Sprint("turn-", i), each, []Meter{{Key: UserDayMeter("u", "d", 0).Key, Limit: limit, TTL: dayTTL}}, time.Hour)
 				if err != nil {
 					t.Error(err)
 				}
-				if ok {
+				if refused < 0 {
 					mu.Lock()
 					held++
 					mu.Unlock()
@@ -126,25 +126,27 @@ func runCountersConformance(t *testing.T, newCounters func(t *testing.T) Counter
 	})
 	t.Run("a hold ends when settled or released, and lapses", func(t *testing.T) {
 		c := newCounters(t)
+		day := UserDayMeter("u", "d", 0)
+		day.Limit = 1_000
 		hold := func(id string, nano int64, ttl time.Duration) bool {
 			t.Helper()
-			ok, err := c.Hold(ctx, "u", "d", id, nano, 1_000, ttl)
+			refused, _, err := c.Hold(ctx, id, nano, []Meter{day}, ttl)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return ok
+			return refused < 0
 		}
 		if !hold("a", 600, time.Hour) || hold("b", 600, time.Hour) {
 			t.Fatal("want the first hold of 600 under 1,000 taken and the second refused")
 		}
 		// Settled at a real cost of 200: 800 left.
-		if err := c.Add(ctx, "u", "s", "d", "a", 10, 10, 200e-9); err != nil {
+		if err := c.Add(ctx, "u", "s", "a", []Meter{day}, 10, 10, 200e-9); err != nil {
 			t.Fatal(err)
 		}
 		if !hold("b", 600, time.Hour) {
 			t.Fatal("the settled hold still counts")
 		}
-		if err := c.Release(ctx, "u", "d", "b"); err != nil {
+		if err := c.Release(ctx, "b", []Meter{day}); err != nil {
 			t.Fatal(err)
 		}
 		if !hold("c", 800, 50*time.Millisecond) {
@@ -157,8 +159,41 @@ func runCountersConformance(t *testing.T, newCounters func(t *testing.T) Counter
 		if !hold("d", 800, time.Hour) {
 			t.Fatal("a lapsed hold still counts")
 		}
-		if other, _ := c.Hold(ctx, "other", "d", "x", 1_000, 1_000, time.Hour); !other {
+		other := UserDayMeter("other", "d", 0)
+		other.Limit = 1_000
+		if refused, _, _ := c.Hold(ctx, "x", 1_000, []Meter{other}, time.Hour); refused >= 0 {
 			t.Fatal("holds are per user")
+		}
+	})
+	t.Run("a hold is taken on every meter or on none", func(t *testing.T) {
+		c := newCounters(t)
+		key := Meter{Key: meterKey("key_month", "2026-01", "k"), Limit: 1_000, TTL: monthTTL}
+		team := Meter{Key: meterKey("team_day", "d", "acme"), Limit: 500, TTL: dayTTL}
+		free := UserDayMeter("u", "d", 0) // counted, never refused
+		if err := c.Add(ctx, "u", "s", "", []Meter{free, key, team}, 1, 1, 100e-9); err != nil {
+			t.Fatal(err)
+		}
+		refused, spent, err := c.Hold(ctx, "big", 450, []Meter{free, key, team}, time.Hour)
+		if err != nil || refused != 2 || spent != 100 {
+			t.Fatalf("450 more on a team with 100 of 500 spent: refused %d, spent %d, %v; want the team (2) refused with 100 spent", refused, spent, err)
+		}
+		// Nothing of the refused hold stayed on the key's meter: 900 fit there.
+		if refused, _, err := c.Hold(ctx, "fits", 900, []Meter{key}, time.Hour); err != nil || refused != -1 {
+			t.Fatalf("900 on the key after a refused hold: refused %d, %v; want held", refused, err)
+		}
+		// The key's meter now holds 900 and has spent 100: the next is refused by it.
+		if refused, spent, err := c.Hold(ctx, "next", 10, []Meter{free, key, team}, time.Hour); err != nil || refused != 1 || spent != 100 {
+			t.Fatalf("10 more with the key's budget held: refused %d, spent %d, %v; want the key (1)", refused, spent, err)
+		}
+		// Settling the hold charges its meters and ends it on each.
+		if err := c.Add(ctx, "u", "s", "fits", []Meter{free, key}, 1, 1, 300e-9); err != nil {
+			t.Fatal(err)
+		}
+		if refused, _, err := c.Hold(ctx, "after", 350, []Meter{free, key, team}, time.Hour); err != nil || refused != -1 {
+			t.Fatalf("350 after the hold settled at 300 (key 400 of 1,000, team 100 of 500 spent): refused %d, %v; want held", refused, err)
+		}
+		if got, _ := c.Load(ctx, "u", "s", "d"); got.DayCostUSD != 400e-9 {
+			t.Fatalf("the user's day: %+v, want 400 nano-USD spent", got)
 		}
 	})
 }
@@ -178,7 +213,7 @@ func TestMemoryCountersForgetIdleSessions(t *testing.T) {
 	ctx := context.Background()
 	clk := &fakeClock{t: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
 	c := NewMemoryCounters(time.Hour, clk.Now)
-	_ = c.Add(ctx, "u", "s", "2026-01-01", "", 100, 10, 1)
+	_ = c.Add(ctx, "u", "s", "", []Meter{UserDayMeter("u", "2026-01-01", 0)}, 100, 10, 1)
 	clk.Advance(59 * time.Minute)
 	if got, _ := c.Load(ctx, "u", "s", "2026-01-01"); got.SessionInput != 100 {
 		t.Fatalf("session forgotten early: %+v", got)
@@ -189,9 +224,9 @@ func TestMemoryCountersForgetIdleSessions(t *testing.T) {
 		t.Fatalf("after the session TTL: %+v, want session gone and day kept", got)
 	}
 	clk.Advance(dayTTL)
-	_ = c.Add(ctx, "x", "y", "2026-01-03", "", 1, 1, 0) // sweeps
-	if len(c.days) != 1 || len(c.sessions) != 1 {
-		t.Fatalf("expired entries kept: %d days, %d sessions", len(c.days), len(c.sessions))
+	_ = c.Add(ctx, "x", "y", "", []Meter{UserDayMeter("x", "2026-01-03", 0)}, 1, 1, 0) // sweeps
+	if len(c.meters) != 1 || len(c.sessions) != 1 {
+		t.Fatalf("expired entries kept: %d meters, %d sessions", len(c.meters), len(c.sessions))
 	}
 }
 
@@ -199,11 +234,12 @@ func TestRedisCountersExpire(t *testing.T) {
 	ctx := context.Background()
 	c, prefix := redistest.Client(t)
 	rc := NewRedisCounters(c, prefix, time.Hour)
-	if err := rc.Add(ctx, "u", "s", "2026-01-01", "", 1, 1, 0.1); err != nil {
+	month := Meter{Key: meterKey("key_month", "2026-01", "k"), TTL: monthTTL}
+	if err := rc.Add(ctx, "u", "s", "", []Meter{UserDayMeter("u", "2026-01-01", 0), month}, 1, 1, 0.1); err != nil {
 		t.Fatal(err)
 	}
-	sk, dk := rc.keys("u", "s", "2026-01-01")
-	for key, want := range map[string]time.Duration{sk: time.Hour, dk: dayTTL} {
+	keys := rc.meterKeys([]Meter{UserDayMeter("u", "2026-01-01", 0), month})
+	for key, want := range map[string]time.Duration{rc.sessionKey("u", "s"): time.Hour, keys[0]: dayTTL, keys[1]: monthTTL} {
 		ttl, err := c.PTTL(ctx, key).Result()
 		if err != nil || ttl <= want-time.Minute || ttl > want {
 			t.Errorf("TTL of %s = %s, %v; want about %s", key, ttl, err, want)

@@ -11,12 +11,13 @@ import (
 )
 
 // RedisCounters keeps counters in Redis for a fleet: a hash per session
-// (in, out; expires SessionTTL after the last update) and a hash per user and
-// day (cost in nano-USD; expires after 48 hours). Load is one pipelined round
-// trip, Add one Lua script of HINCRBY and PEXPIRE (atomic, as a MULTI/EXEC
-// would be, but a command that a turn's batch can pipeline with others). The enforcer bounds every
-// call with Config.StoreTimeout; on error Check admits the request and
-// reports it, Record returns it.
+// (in, out; expires SessionTTL after the last update) and a hash per meter
+// (spend in nano-USD and the holds in force; expires its TTL after the last
+// change). Load is one pipelined round trip, Add and Hold one Lua script
+// each over every meter of the turn (atomic, as a MULTI/EXEC would be, but
+// a command that a turn's batch can pipeline with others). The enforcer
+// bounds every call with Config.StoreTimeout; on error Check admits the
+// request and reports it, Record returns it.
 type RedisCounters struct {
 	c      redis.UniversalClient
 	prefix string
@@ -28,18 +29,23 @@ func NewRedisCounters(c redis.UniversalClient, prefix string, sessionTTL time.Du
 	return &RedisCounters{c: c, prefix: prefix, ttl: sessionTTL}
 }
 
-func (r *RedisCounters) keys(userID, sessionID, day string) (string, string) {
-	// Lengths make the keys unambiguous whatever the ids contain.
-	u := strconv.Itoa(len(userID)) + ":" + userID
-	return r.prefix + "budget:sess:" + u + ":" + sessionID, r.prefix + "budget:day:" + day + ":" + u
+func (r *RedisCounters) sessionKey(userID, sessionID string) string {
+	return r.prefix + "budget:sess:" + strconv.Itoa(len(userID)) + ":" + userID + ":" + sessionID
+}
+
+func (r *RedisCounters) meterKeys(meters []Meter) []string {
+	keys := make([]string, len(meters))
+	for i, m := range meters {
+		keys[i] = r.prefix + "budget:" + m.Key
+	}
+	return keys
 }
 
 // Load implements Counters.
 func (r *RedisCounters) Load(ctx context.Context, userID, sessionID, day string) (Totals, error) {
-	sk, dk := r.keys(userID, sessionID, day)
 	pipe := r.c.Pipeline()
-	s := pipe.HMGet(ctx, sk, "in", "out")
-	d := pipe.HGet(ctx, dk, "nusd")
+	s := pipe.HMGet(ctx, r.sessionKey(userID, sessionID), "in", "out")
+	d := pipe.HGet(ctx, r.meterKeys([]Meter{UserDayMeter(userID, day, 0)})[0], "nusd")
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Totals{}, fmt.Errorf("redis load: %w", err)
 	}
@@ -58,75 +64,105 @@ func (r *RedisCounters) Load(ctx context.Context, userID, sessionID, day string)
 }
 
 // addScript adds ARGV[1] input and ARGV[2] output tokens to the session
-// hash KEYS[1] and ARGV[4] nano-USD to the day hash KEYS[2], renewing their
-// expiries to ARGV[3] and ARGV[5] milliseconds, and ends the hold ARGV[6]
-// (none when empty).
+// hash KEYS[1], renewing its expiry to ARGV[3] milliseconds, and ARGV[4]
+// nano-USD to each meter hash KEYS[2…], ending the hold ARGV[5] (none when
+// empty) and renewing the meter's expiry to ARGV[5+i] milliseconds.
 var addScript = redis.NewScript(`
 redis.call('HINCRBY', KEYS[1], 'in', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'out', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('HINCRBY', KEYS[2], 'nusd', ARGV[4])
-if ARGV[6] ~= '' then
-  redis.call('HDEL', KEYS[2], 'h:' .. ARGV[6])
+for i = 2, #KEYS do
+  redis.call('HINCRBY', KEYS[i], 'nusd', ARGV[4])
+  if ARGV[5] ~= '' then
+    redis.call('HDEL', KEYS[i], 'h:' .. ARGV[5])
+  end
+  redis.call('PEXPIRE', KEYS[i], ARGV[4 + i])
 end
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return 1
 `)
 
 // Add implements Counters.
-func (r *RedisCounters) Add(ctx context.Context, userID, sessionID, day, hold string, in, out int, costUSD float64) error {
-	sk, dk := r.keys(userID, sessionID, day)
-	err := addScript.Run(ctx, r.c, []string{sk, dk}, in, out, max(r.ttl.Milliseconds(), 1), toNano(costUSD), dayTTL.Milliseconds(), hold).Err()
-	if err != nil {
+func (r *RedisCounters) Add(ctx context.Context, userID, sessionID, hold string, meters []Meter, in, out int, costUSD float64) error {
+	keys := append([]string{r.sessionKey(userID, sessionID)}, r.meterKeys(meters)...)
+	args := []any{in, out, max(r.ttl.Milliseconds(), 1), toNano(costUSD), hold}
+	for _, m := range meters {
+		args = append(args, max(m.TTL.Milliseconds(), 1))
+	}
+	if err := addScript.Run(ctx, r.c, keys, args...).Err(); err != nil {
 		return fmt.Errorf("redis add: %w", err)
 	}
 	return nil
 }
 
-// holdScript holds ARGV[2] nano-USD for turn ARGV[1] in the day hash
-// KEYS[1] when its spend (nusd) and the unexpired holds (fields h:ID, value
-// "nano:expiry-ms") leave room under ARGV[3]; a hold lapses ARGV[4]
-// milliseconds from now, and lapsed ones are dropped here. The clock is
-// Redis's own (TIME), so every instance agrees on it.
+// holdScript holds ARGV[2] nano-USD for turn ARGV[1] in each meter hash
+// KEYS[i] when, in every one of them, the spend (nusd) and the unexpired
+// holds (fields h:ID, value "nano:expiry-ms") leave room under its limit
+// ARGV[2+2i] (0: no limit); else it holds nothing and returns {i, spend}.
+// A hold lapses ARGV[3] milliseconds from now, lapsed ones are dropped
+// here, and the meter expires ARGV[3+2i] milliseconds after the change.
+// The clock is Redis's own (TIME), so every instance agrees on it.
 var holdScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local total = tonumber(redis.call('HGET', KEYS[1], 'nusd') or '0')
-local fields = redis.call('HGETALL', KEYS[1])
-for i = 1, #fields, 2 do
-  local f = fields[i]
-  if string.sub(f, 1, 2) == 'h:' then
-    local v = fields[i + 1]
-    local sep = string.find(v, ':', 1, true)
-    if tonumber(string.sub(v, sep + 1)) <= now then
-      redis.call('HDEL', KEYS[1], f)
-    else
-      total = total + tonumber(string.sub(v, 1, sep - 1))
+local want = tonumber(ARGV[2])
+for i = 1, #KEYS do
+  local spent = tonumber(redis.call('HGET', KEYS[i], 'nusd') or '0')
+  local total = spent
+  local fields = redis.call('HGETALL', KEYS[i])
+  for j = 1, #fields, 2 do
+    local f = fields[j]
+    if string.sub(f, 1, 2) == 'h:' then
+      local v = fields[j + 1]
+      local sep = string.find(v, ':', 1, true)
+      if tonumber(string.sub(v, sep + 1)) <= now then
+        redis.call('HDEL', KEYS[i], f)
+      else
+        total = total + tonumber(string.sub(v, 1, sep - 1))
+      end
     end
   end
+  local limit = tonumber(ARGV[2 + 2 * i])
+  if limit > 0 and total + want > limit then
+    return {i, spent}
+  end
 end
-if total + tonumber(ARGV[2]) > tonumber(ARGV[3]) then
-  return 0
+local value = ARGV[2] .. ':' .. (now + tonumber(ARGV[3]))
+for i = 1, #KEYS do
+  redis.call('HSET', KEYS[i], 'h:' .. ARGV[1], value)
+  redis.call('PEXPIRE', KEYS[i], ARGV[3 + 2 * i])
 end
-redis.call('HSET', KEYS[1], 'h:' .. ARGV[1], ARGV[2] .. ':' .. (now + tonumber(ARGV[4])))
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return 1
+return {0, 0}
 `)
 
 // Hold implements Counters.
-func (r *RedisCounters) Hold(ctx context.Context, userID, day, id string, nanoUSD, limitNano int64, ttl time.Duration) (bool, error) {
-	_, dk := r.keys(userID, "", day)
-	n, err := holdScript.Run(ctx, r.c, []string{dk}, id, nanoUSD, limitNano, max(ttl.Milliseconds(), 1), dayTTL.Milliseconds()).Int()
-	if err != nil {
-		return false, fmt.Errorf("redis hold: %w", err)
+func (r *RedisCounters) Hold(ctx context.Context, id string, nanoUSD int64, meters []Meter, ttl time.Duration) (int, int64, error) {
+	if len(meters) == 0 {
+		return -1, 0, nil
 	}
-	return n == 1, nil
+	args := []any{id, nanoUSD, max(ttl.Milliseconds(), 1)}
+	for _, m := range meters {
+		args = append(args, m.Limit, max(m.TTL.Milliseconds(), 1))
+	}
+	res, err := holdScript.Run(ctx, r.c, r.meterKeys(meters), args...).Int64Slice()
+	if err != nil {
+		return 0, 0, fmt.Errorf("redis hold: %w", err)
+	}
+	if len(res) != 2 {
+		return 0, 0, fmt.Errorf("redis hold: unexpected answer %v", res)
+	}
+	return int(res[0]) - 1, res[1], nil
 }
 
 // Release implements Counters.
-func (r *RedisCounters) Release(ctx context.Context, userID, day, id string) error {
-	_, dk := r.keys(userID, "", day)
-	if err := r.c.HDel(ctx, dk, "h:"+id).Err(); err != nil {
+func (r *RedisCounters) Release(ctx context.Context, id string, meters []Meter) error {
+	if len(meters) == 0 {
+		return nil
+	}
+	pipe := r.c.Pipeline()
+	for _, k := range r.meterKeys(meters) {
+		pipe.HDel(ctx, k, "h:"+id)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("redis release: %w", err)
 	}
 	return nil

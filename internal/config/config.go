@@ -441,6 +441,18 @@ type Caller struct {
 	// turns in any 30 days (a bucket that refills over the month, shared
 	// by the fleet); 0: no quota.
 	MonthlyRequests int `yaml:"monthlyRequests"`
+	// DailyCostUSD bounds the key's spend per day (in budget.timezone),
+	// on every door, fleet-wide: each turn's estimated cost is held
+	// against it before the model is called and settled to the real cost.
+	// 0: no budget.
+	DailyCostUSD float64 `yaml:"dailyCostUsd"`
+	// MonthlyCostUSD bounds the key's spend per calendar month, as
+	// DailyCostUSD does per day. 0: no budget.
+	MonthlyCostUSD float64 `yaml:"monthlyCostUsd"`
+	// Models are the model tiers the key may use, by tier name; a request
+	// naming another is refused with 403, and the cascade skips the
+	// others. Empty: every tier.
+	Models []string `yaml:"models"`
 }
 
 // Fleet configures shared state for several gateway instances.
@@ -810,6 +822,17 @@ func (c Config) Validate() error {
 		if caller.MonthlyRequests < 0 {
 			v.add(p+".monthlyRequests", "must be >= 0 (0: no quota)")
 		}
+		if caller.DailyCostUSD < 0 {
+			v.add(p+".dailyCostUsd", "must be >= 0 (0: no budget)")
+		}
+		if caller.MonthlyCostUSD < 0 {
+			v.add(p+".monthlyCostUsd", "must be >= 0 (0: no budget)")
+		}
+		for _, m := range caller.Models {
+			if _, ok := c.Model(m); !ok {
+				v.add(p+".models", fmt.Sprintf("unknown model tier %q (want one of %s)", m, strings.Join(c.ModelNames(), ", ")))
+			}
+		}
 	}
 	b := c.Batch
 	for _, f := range []struct {
@@ -999,6 +1022,15 @@ func bedrockForms(name string) []string {
 		}
 	}
 	return forms
+}
+
+// ModelNames are the model tiers' names, in cascade order.
+func (c Config) ModelNames() []string {
+	names := make([]string, len(c.Models))
+	for i, m := range c.Models {
+		names[i] = m.Name
+	}
+	return names
 }
 
 // Model returns the named model tier.

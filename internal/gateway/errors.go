@@ -14,6 +14,7 @@ const (
 	CodeRequestTimeout = "request_timeout"
 	CodeNotAllowed     = "method_not_allowed"
 	CodeUnauthorized   = "unauthorized"
+	CodeModelForbidden = "model_not_allowed"
 	CodeDuplicate      = "duplicate_request"
 	CodeRateLimited    = "rate_limited"
 	CodeQuotaExhausted = "quota_exhausted"

@@ -36,6 +36,7 @@ type Gateway struct {
 	now       func() time.Time
 	prompts   Prompts
 	hasher    UserHasher
+	stateHash UserHasher     // for the ids of shared state (Deps.StateHasher)
 	proxies   []netip.Prefix // server.trustedProxies, fixed at start
 	streamCfg stream.Config
 	tracer    *events.Tracer
@@ -77,6 +78,10 @@ type Deps struct {
 	// UserHasher hashes user ids for logs and events; it should be the
 	// tracer's, so both join. Nil draws a per-process key.
 	UserHasher UserHasher
+	// StateHasher names API keys and client addresses in shared state
+	// (rate limits, quotas, budgets): every instance of a fleet must hash
+	// them alike, whatever the user hash's key. Nil: UserHasher.
+	StateHasher UserHasher
 
 	// EstimateTokens counts a request's input tokens when its tier's vendor
 	// cannot (CountTokens); nil counts a token per four bytes.
@@ -130,6 +135,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		now:       d.Now,
 		prompts:   d.Prompts,
 		hasher:    d.UserHasher,
+		stateHash: d.StateHasher,
 		proxies:   cfg.Server.Proxies(),
 		streamCfg: cfg.Stream,
 		admit:     d.Admitter,
@@ -160,6 +166,9 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 	}
 	if g.hasher == nil {
 		g.hasher = events.NewHasher(nil)
+	}
+	if g.stateHash == nil {
+		g.stateHash = g.hasher
 	}
 	if g.sessions == nil {
 		g.sessions = session.NewMemory(cfg.Session.HistoryExchanges, cfg.Session.MaxSessions, cfg.Session.TTL, nil)
@@ -285,27 +294,33 @@ func (g *Gateway) primary() string { return g.tiers[0] }
 // vision). The slice may not be appended to.
 func (g *Gateway) tiersFor(t *Turn) []string {
 	models := g.cfgOf(t).Models
-	from := 0
-	if start := t.StartTier; start != "" {
-		for i, m := range models {
-			if m.Name == start || m.ModelID == start {
-				from = i
-				break
-			}
-		}
-	}
+	from := max(startTier(models, t.StartTier), 0)
 	tiers := g.tiers[from:len(g.tiers):len(g.tiers)]
 	needs := t.needs()
-	if len(needs) == 0 {
+	if len(needs) == 0 && len(t.KeyModels) == 0 {
 		return tiers
 	}
 	able := make([]string, 0, len(tiers))
 	for i, name := range tiers {
-		if canAll(models[from+i], needs) {
+		if canAll(models[from+i], needs) && t.mayUse(name) {
 			able = append(able, name)
 		}
 	}
 	return able
+}
+
+// startTier is the index of the model tier a turn asking for start (a
+// tier's name or its model id) starts at; -1 for none.
+func startTier(models []config.Model, start string) int {
+	if start == "" {
+		return -1
+	}
+	return slices.IndexFunc(models, func(m config.Model) bool { return m.Name == start || m.ModelID == start })
+}
+
+// mayUse reports whether t's API key may use the model tier named tier.
+func (t *Turn) mayUse(tier string) bool {
+	return len(t.KeyModels) == 0 || slices.Contains(t.KeyModels, tier)
 }
 
 // needs are the capabilities a tier must have to serve t.

@@ -176,7 +176,7 @@ func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn
 	cfg := g.cfg.Load()
 	auth := cfg.Auth // one authentication, one set of keys
 	if cfg.RateLimit.IP.Enabled() {
-		t.ClientIP = g.hasher.Hash(g.clientIP(r))
+		t.ClientIP = g.stateHash.Hash(g.clientIP(r))
 	}
 	if key != "" && len(auth.Keys) > 0 {
 		c, found := auth.Keys[key]
@@ -189,8 +189,9 @@ func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn
 		}
 		t.UserID = c.UserID
 		t.Tenant = c.Tenant
-		if c.MonthlyRequests > 0 {
-			t.KeyHash, t.KeyMonthly = g.hasher.Hash(key), c.MonthlyRequests
+		t.KeyMonthly, t.KeyDailyUSD, t.KeyMonthlyUSD, t.KeyModels = c.MonthlyRequests, c.DailyCostUSD, c.MonthlyCostUSD, c.Models
+		if c.MonthlyRequests > 0 || c.DailyCostUSD > 0 || c.MonthlyCostUSD > 0 {
+			t.KeyHash = g.stateHash.Hash(key)
 		}
 		t.Premium = c.Tier == "premium"
 		if p, ok := config.ParsePriority(c.Priority); ok {

@@ -159,6 +159,10 @@ func (g *Gateway) validate(t *Turn) error {
 	if asked != "" && !g.supportsLocale(asked) {
 		return invalid("locale %q is not supported (use one of %s)", asked, strings.Join(cfg.Locales, ", "))
 	}
+	if i := startTier(cfg.Models, t.StartTier); i >= 0 && !t.mayUse(cfg.Models[i].Name) {
+		return &Error{Status: http.StatusForbidden, Code: CodeModelForbidden,
+			Message: fmt.Sprintf("This API key may not use the model %q; it may use %s.", t.StartTier, strings.Join(t.KeyModels, ", "))}
+	}
 	return compileShapes(t)
 }
 

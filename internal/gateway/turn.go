@@ -88,13 +88,18 @@ type Turn struct {
 	// prose by the tiers below the models.
 	Format provider.Format
 
-	// ClientIP is the client's address through the user hash's key (see
-	// Gateway.clientIP), for the per-address rate limit; empty skips it.
+	// ClientIP is the client's address through the state hash (see
+	// Gateway.clientIP, Deps.StateHasher), for the per-address rate limit;
+	// empty skips it.
 	ClientIP string
-	// KeyHash is the caller's API key through the user hash's key, and
+	// KeyHash is the caller's API key through the state hash, and
 	// KeyMonthly its quota of turns per 30 days (0: none).
 	KeyHash    string
 	KeyMonthly int
+	// KeyDailyUSD and KeyMonthlyUSD are the key's spending budgets (0:
+	// none), and KeyModels the model tiers it may use (empty: any).
+	KeyDailyUSD, KeyMonthlyUSD float64
+	KeyModels                  []string
 	// Caller, from the front door's authentication. Tenant is the API key's
 	// tenant, for fair queueing; empty means the user id.
 	Tenant   string

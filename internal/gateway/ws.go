@@ -36,7 +36,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	// upgrade: a refusal is a plain 429 with Retry-After.
 	connect := &Turn{RequestID: "connect", Route: RouteConnect, Surface: "ws", Locale: g.cfg.Load().Locales[0]}
 	if g.cfg.Load().RateLimit.IP.Enabled() {
-		connect.ClientIP = g.hasher.Hash(g.clientIP(r))
+		connect.ClientIP = g.stateHash.Hash(g.clientIP(r))
 	}
 	if err := g.admit.Admit(r.Context(), connect); err != nil {
 		writeError(w, err)

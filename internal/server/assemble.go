@@ -214,12 +214,13 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		sessions = aheadSessions{sessions}
 	}
 	return gateway.Deps{
-		Batcher:    batcher,
-		Jobs:       jobs,
-		Retriever:  retr,
-		Tracer:     tracer,
-		Sessions:   sessions,
-		UserHasher: s.hasher,
+		Batcher:     batcher,
+		Jobs:        jobs,
+		Retriever:   retr,
+		Tracer:      tracer,
+		Sessions:    sessions,
+		UserHasher:  s.hasher,
+		StateHasher: stateHasher(cfg),
 		// A vendor that cannot count tokens is estimated with the same
 		// tokenizer as a cut stream's usage (estimateTokens).
 		EstimateTokens: sim.InputTokens,

@@ -10,6 +10,7 @@ import (
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/fallback"
 	"github.com/fmgate/fmgate/internal/fallback/faq"
 	"github.com/fmgate/fmgate/internal/gateway"
@@ -57,13 +58,15 @@ type budgeter struct {
 }
 
 func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) error {
+	cfg := configOf(t, b.current)
 	plan, err := b.enf.Check(ctx, budget.Request{
 		UserID: t.UserID, SessionID: t.SessionID, Model: model, MaxOutput: t.MaxOutput,
 		Parts: budget.Parts{System: t.System + provider.ToolsText(t.Tools), History: t.History,
 			User: t.Message + (&provider.Message{ToolResults: t.ToolResults}).ToolText(), ImageTokens: provider.ImagesTokens(t.Images)},
 		ExpectCached: b.hints.Expect(model, t.System),
 		Hold:         true,
-	}, priceOf(configOf(t, b.current), model))
+		Accounts:     accounts(cfg, t),
+	}, priceOf(cfg, model))
 	if ex, ok := errors.AsType[*budget.ExceededError](err); ok {
 		e := &gateway.Error{Status: http.StatusPaymentRequired, Code: gateway.CodeBudgetExceeded, Message: ex.Message(t.Locale), Err: err}
 		switch {
@@ -76,6 +79,11 @@ func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) erro
 	}
 	if err != nil {
 		return err
+	}
+	if plan.CountersErr != nil {
+		// Admitted without the session and spending checks: say so on
+		// the budget step's span, so the gap shows in the turn's trace.
+		events.SpanFromContext(ctx).SetErrorCode("budget_counters_unavailable")
 	}
 	t.History = plan.History
 	t.MaxOutput = plan.MaxOutput
@@ -92,7 +100,7 @@ func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) erro
 // (budget.HoldTTL).
 func (b budgeter) Release(ctx context.Context, t *gateway.Turn) {
 	if h, ok := t.BudgetHold.(budget.Hold); ok {
-		_ = b.enf.Release(ctx, t.UserID, h)
+		_ = b.enf.Release(ctx, h)
 		t.BudgetHold = nil
 	}
 }
@@ -110,7 +118,7 @@ func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Resu
 		b.hints.Observe(res.Tier, t.System, res.Usage)
 	}
 	hold, _ := t.BudgetHold.(budget.Hold)
-	err := b.enf.Record(ctx, t.UserID, t.SessionID, hold, res.Usage.Input(), res.Usage.OutputTokens, res.CostUSD)
+	err := b.enf.Record(ctx, t.UserID, t.SessionID, accounts(configOf(t, b.current), t), hold, res.Usage.Input(), res.Usage.OutputTokens, res.CostUSD)
 	if err == nil {
 		t.BudgetHold = nil // settled
 	}
@@ -118,6 +126,23 @@ func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Resu
 		return nil // counters fail open while Redis is down; the outage was logged once
 	}
 	return err
+}
+
+// accounts are the spenders besides its user whose budgets t is held
+// against and charged to: its API key, its team and its feature, each when
+// it has a budget.
+func accounts(cfg *config.Config, t *gateway.Turn) []budget.Account {
+	var a []budget.Account
+	if t.KeyHash != "" && (t.KeyDailyUSD > 0 || t.KeyMonthlyUSD > 0) {
+		a = append(a, budget.Account{Scope: budget.ScopeKey, ID: t.KeyHash, Limits: budget.Limits{DailyCostUSD: t.KeyDailyUSD, MonthlyCostUSD: t.KeyMonthlyUSD}})
+	}
+	if l, ok := cfg.Budget.Teams[t.Tenant]; ok && t.Tenant != "" {
+		a = append(a, budget.Account{Scope: budget.ScopeTeam, ID: t.Tenant, Limits: l})
+	}
+	if l, ok := cfg.Budget.Features[t.Feature]; ok && t.Feature != "" {
+		a = append(a, budget.Account{Scope: budget.ScopeFeature, ID: t.Feature, Limits: l})
+	}
+	return a
 }
 
 // planner is step 5: the configured tiers minus models whose breaker is

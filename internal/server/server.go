@@ -288,6 +288,21 @@ func userHasher(cfg config.Config) *events.Hasher {
 	return events.NewHasher([]byte(secret))
 }
 
+// stateHasher names API keys and client addresses in shared state. Its
+// key is the user hash's secret when one is set, else a fixed one: the
+// instances of a fleet must agree on these names even when each draws its
+// own key for the user hashes of its logs.
+func stateHasher(cfg config.Config) *events.Hasher {
+	secret := cfg.Events.Privacy.HashSecret
+	if v := os.Getenv("FMGATE_HASH_SECRET"); v != "" {
+		secret = v
+	}
+	if secret == "" {
+		secret = "fmgate shared-state names"
+	}
+	return events.NewHasher([]byte(secret))
+}
+
 // unknownAPI answers a path under /v1/ that fmgate does not serve, in the
 // error shape the OpenAI and Anthropic SDKs read.
 func unknownAPI(w http.ResponseWriter, r *http.Request) {

@@ -357,6 +357,8 @@ func exceptionForCode(code string) Exception {
 		return Exception{Status: http.StatusBadRequest, Type: ValidationException}
 	case gateway.CodeUnauthorized:
 		return Exception{Status: http.StatusForbidden, Type: UnrecognizedClientException}
+	case gateway.CodeModelForbidden:
+		return Exception{Status: http.StatusForbidden, Type: AccessDeniedException}
 	case gateway.CodeRateLimited, gateway.CodeQuotaExhausted, gateway.CodeQueueFull, gateway.CodeQueueTimeout:
 		return Exception{Status: http.StatusTooManyRequests, Type: ThrottlingException}
 	case gateway.CodeBudgetExceeded:

@@ -497,3 +497,26 @@ func TestMidStreamFailureIsAnException(t *testing.T) {
 		t.Fatalf("err %v after %d deltas (messageStop %v); want ModelStreamErrorException after some deltas, no messageStop", es.Err(), deltas, stopped)
 	}
 }
+
+// A key whose models list leaves a tier out gets AccessDeniedException for
+// it through the real SDK, and is served by the tiers it names.
+func TestKeyModelListOnConverse(t *testing.T) {
+	cfg := gatewayConfig(t)
+	c := cfg.Auth.Keys[testKeyID]
+	c.Models = []string{"haiku"}
+	cfg.Auth.Keys[testKeyID] = c
+	_, srv := startGateway(t, cfg)
+	cl := client(srv.URL, testKeyID, testSecret)
+	_, err := cl.Converse(context.Background(), &bedrockruntime.ConverseInput{ModelId: aws.String(sonnetModelID), Messages: userMessage("Recommend a manga")})
+	wantAPIError(t, err, "AccessDeniedException", http.StatusForbidden)
+	if !strings.Contains(err.Error(), "may use haiku") {
+		t.Fatalf("err = %v; want the models the key may use named", err)
+	}
+	out, err := cl.Converse(context.Background(), &bedrockruntime.ConverseInput{ModelId: aws.String("haiku"), Messages: userMessage("Recommend a manga")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tier := header(out.ResultMetadata, "X-Fmgate-Tier"); tier != "haiku" {
+		t.Fatalf("served by %q, want haiku", tier)
+	}
+}

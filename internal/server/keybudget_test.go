@@ -1,0 +1,276 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fmgate/fmgate/internal/budget"
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/ratelimit"
+	"github.com/fmgate/fmgate/internal/redistest"
+)
+
+// keyPost sends body to path with key as its bearer key.
+func keyPost(t *testing.T, base, key, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// keyTurn sends one turn on the gateway's own door with key, streamed or
+// not, and returns its status and its cost as the door reports it.
+func keyTurn(t *testing.T, base, key, session string, stream bool) (int, float64) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"sessionId": session, "message": "Recommend a fantasy manga", "locale": "en", "stream": stream})
+	status, got := keyPost(t, base, key, "/v1/chat", string(body))
+	if status != http.StatusOK {
+		return status, 0
+	}
+	var cost float64
+	if !stream {
+		var a answer
+		if err := json.Unmarshal([]byte(got), &a); err != nil {
+			t.Fatalf("decode %q: %v", got, err)
+		}
+		return status, a.CostUSD
+	}
+	i := strings.Index(got, `"costUsd":`)
+	if i < 0 || !strings.Contains(got, `"type":"done"`) {
+		// Refused after the stream began: the error frame carries the status.
+		if strings.Contains(got, "budget_exceeded") {
+			return http.StatusPaymentRequired, 0
+		}
+		t.Fatalf("stream ended without done: %s", got)
+	}
+	_, _ = fmt.Sscanf(got[i+len(`"costUsd":`):], "%g", &cost)
+	return status, cost
+}
+
+// floodKey sends waves of turns, each many streams and JSON requests at
+// once spread over the fleet's instances, all with one key, until a whole
+// wave is refused, and returns what they spent and how many were served
+// and refused for the budget.
+func floodKey(t *testing.T, fleet []*scenario, key string, wave int) (spent float64, served, refused int) {
+	t.Helper()
+	for round := 0; ; round++ {
+		if round == 20 {
+			t.Fatalf("after %d waves the key is still served: %d served, $%.5f spent", round, served, spent)
+		}
+		before := served
+		s, r, _ := floodWave(t, fleet, key, fmt.Sprintf("w%d", round), wave, &spent)
+		served += s
+		refused += r
+		if served == before {
+			return spent, served, refused
+		}
+	}
+}
+
+func floodWave(t *testing.T, fleet []*scenario, key, name string, turns int, spent *float64) (served, refused int, _ error) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range turns {
+		sc := fleet[i%len(fleet)]
+		wg.Go(func() {
+			status, cost := keyTurn(t, sc.srv.URL, key, fmt.Sprintf("flood-%s-%d", name, i), i%2 == 1)
+			mu.Lock()
+			defer mu.Unlock()
+			*spent += cost
+			switch status {
+			case http.StatusOK:
+				served++
+			case http.StatusPaymentRequired:
+				refused++
+			default:
+				t.Errorf("turn %d: status %d", i, status)
+			}
+		})
+	}
+	wg.Wait()
+	return served, refused, nil
+}
+
+// keyBudgetConfig is a config whose only budget in the way is one key's
+// month: the users' daily budget and the rate limits are off.
+func keyBudgetConfig() config.Config {
+	cfg := quickConfig()
+	cfg.Budget.DailyCostUSD = 0
+	cfg.RateLimit.User = ratelimit.UserRules{}
+	cfg.Auth.TrustUserHeader = false
+	cfg.Auth.Keys = map[string]config.Caller{
+		"sk-team-a": {UserID: "team-a-app", Tenant: "team-a", MonthlyCostUSD: 0.05},
+		"sk-team-b": {UserID: "team-b-app", Tenant: "team-b"},
+	}
+	for name, st := range cfg.Sim.Models {
+		st.TTFTMs = 300 // many turns in flight at once
+		cfg.Sim.Models[name] = st
+	}
+	return cfg
+}
+
+// A key's monthly budget holds however its turns arrive: from three
+// instances sharing Redis (and from one instance in memory), many streams
+// and JSON turns at once, the key never spends more than its budget and
+// one turn's estimate; another key is not held back by it; and once it is
+// spent, every door refuses the key in its own vendor's words.
+func TestKeyBudgetHoldsUnderAFlood(t *testing.T) {
+	for _, fleetMode := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "fleet"}[fleetMode], func(t *testing.T) {
+			cfg := keyBudgetConfig()
+			n := 1
+			if fleetMode {
+				cfg.Fleet.Redis = redistest.Addr()
+				cfg.Fleet.KeyPrefix = fleetConfig(t)
+				n = 3
+			}
+			var fleet []*scenario
+			for range n {
+				fleet = append(fleet, newScenario(t, cfg))
+			}
+			spent, served, refused := floodKey(t, fleet, "sk-team-a", 30)
+			m := cfg.Models[0]
+			oneTurn := m.Price().Cost(provider.Usage{InputTokens: cfg.Budget.RequestInput, OutputTokens: cfg.Budget.RequestOutput})
+			budgetUSD := cfg.Auth.Keys["sk-team-a"].MonthlyCostUSD
+			t.Logf("%d served, %d refused; spent $%.5f of a $%.2f monthly key budget (one turn's estimate at most $%.5f)", served, refused, spent, budgetUSD, oneTurn)
+			if served == 0 || refused == 0 {
+				t.Fatalf("%d served, %d refused: the flood must both spend the budget and be stopped by it", served, refused)
+			}
+			if spent > budgetUSD+oneTurn {
+				t.Fatalf("spent $%.5f against a $%.2f key budget: more than one turn ($%.5f) over", spent, budgetUSD, oneTurn)
+			}
+
+			// Spent: each door refuses the key, naming the key's budget.
+			base := fleet[len(fleet)-1].srv.URL
+			for _, d := range []struct{ path, body, want string }{
+				{"/v1/chat", `{"sessionId":"after","message":"Hi"}`, "budget_exceeded"},
+				{"/v1/chat/completions", `{"model":"sonnet","messages":[{"role":"user","content":"Hi"}]}`, "API key's budget for this month"},
+				{"/v1/messages", `{"model":"sonnet","max_tokens":1024,"messages":[{"role":"user","content":"Hi"}]}`, "API key's budget for this month"},
+			} {
+				status, body := keyPost(t, base, "sk-team-a", d.path, d.body)
+				if status == http.StatusOK || !strings.Contains(body, d.want) {
+					t.Errorf("%s after the key's budget is spent: %d %s; want a refusal naming %q", d.path, status, body, d.want)
+				}
+			}
+			if status, body := keyPost(t, base, "sk-team-b", "/v1/chat/completions", `{"model":"sonnet","messages":[{"role":"user","content":"Hi"}]}`); status != http.StatusOK {
+				t.Fatalf("another key: %d %s; want it served", status, body)
+			}
+		})
+	}
+}
+
+// A team's and a feature's budgets (budget.teams, budget.features) stop
+// their turns and only theirs.
+func TestTeamAndFeatureBudgets(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Budget.DailyCostUSD = 0
+	cfg.RateLimit.User = ratelimit.UserRules{}
+	cfg.Auth.TrustUserHeader = false
+	cfg.Auth.Keys = map[string]config.Caller{
+		"sk-a1": {UserID: "a1", Tenant: "acme"},
+		"sk-a2": {UserID: "a2", Tenant: "acme"},
+		"sk-z":  {UserID: "z", Tenant: "zeta"},
+	}
+	cfg.Budget.Teams = map[string]budget.Limits{"acme": {DailyCostUSD: 0.005}}
+	cfg.Budget.Features = map[string]budget.Limits{"gift-finder": {MonthlyCostUSD: 0.05}}
+	sc := newScenario(t, cfg)
+
+	// acme's two keys share the team's day: once one has spent it, the
+	// other is refused too, and zeta is not.
+	spendUntilRefused := func(key, feature string) string {
+		t.Helper()
+		for i := range 100 {
+			body := `{"model":"sonnet","messages":[{"role":"user","content":"Recommend a fantasy manga"}]}`
+			req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/chat/completions", bytes.NewReader([]byte(body)))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", "application/json")
+			if feature != "" {
+				req.Header.Set("X-Fmgate-Feature", feature)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusPaymentRequired {
+				return string(b)
+			}
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s turn %d: %d %s", key, i, resp.StatusCode, b)
+			}
+		}
+		t.Fatalf("%s was never refused", key)
+		return ""
+	}
+	if body := spendUntilRefused("sk-a1", ""); !strings.Contains(body, "team's budget for today") {
+		t.Fatalf("refusal %s; want the team's daily budget named", body)
+	}
+	if status, body := keyPost(t, sc.srv.URL, "sk-a2", "/v1/chat", `{"sessionId":"a2","message":"Hi"}`); status != http.StatusPaymentRequired || !strings.Contains(body, "team_daily_cost") && !strings.Contains(body, "team's budget") {
+		t.Fatalf("acme's other key: %d %s; want refused by the team's budget", status, body)
+	}
+	if status, body := keyPost(t, sc.srv.URL, "sk-z", "/v1/chat", `{"sessionId":"z","message":"Hi"}`); status != http.StatusOK {
+		t.Fatalf("zeta: %d %s; want served", status, body)
+	}
+	if body := spendUntilRefused("sk-z", "gift-finder"); !strings.Contains(body, "feature's budget for this month") {
+		t.Fatalf("refusal %s; want the feature's monthly budget named", body)
+	}
+	if status, body := keyPost(t, sc.srv.URL, "sk-z", "/v1/chat", `{"sessionId":"z2","message":"Hi"}`); status != http.StatusOK {
+		t.Fatalf("zeta outside the feature: %d %s; want served", status, body)
+	}
+}
+
+// A key's model list (auth.keys.*.models) refuses the tiers it does not
+// name on every door, in the door's own words, and its turns cascade only
+// through the tiers it names.
+func TestKeyModelAllowList(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Auth.TrustUserHeader = false
+	cfg.Auth.Keys = map[string]config.Caller{"sk-haiku": {UserID: "cheap-app", Models: []string{"haiku"}}}
+	sc := newScenario(t, cfg)
+	for _, d := range []struct{ path, body, want string }{
+		{"/v1/chat/completions", `{"model":"sonnet","messages":[{"role":"user","content":"Hi"}]}`, `"type":"permission_error"`},
+		{"/v1/messages", `{"model":"sonnet","max_tokens":100,"messages":[{"role":"user","content":"Hi"}]}`, `"type":"permission_error"`},
+	} {
+		status, body := keyPost(t, sc.srv.URL, "sk-haiku", d.path, d.body)
+		if status != http.StatusForbidden || !strings.Contains(body, d.want) || !strings.Contains(body, "may use haiku") {
+			t.Errorf("%s asking for sonnet: %d %s; want 403 %s naming what the key may use", d.path, status, body, d.want)
+		}
+		status, body = keyPost(t, sc.srv.URL, "sk-haiku", d.path, strings.Replace(d.body, "sonnet", "haiku", 1))
+		if status != http.StatusOK {
+			t.Errorf("%s asking for haiku: %d %s", d.path, status, body)
+		}
+	}
+	// The gateway's own door starts at the first tier: the key's turn
+	// goes to haiku, and sonnet is never called for it.
+	before := sc.upstream["sonnet"].calls.Load()
+	status, body := keyPost(t, sc.srv.URL, "sk-haiku", "/v1/chat", `{"sessionId":"s","message":"Recommend a manga"}`)
+	var a answer
+	_ = json.Unmarshal([]byte(body), &a)
+	if status != http.StatusOK || a.Tier != "haiku" {
+		t.Fatalf("/v1/chat: %d %s; want answered by haiku", status, body)
+	}
+	if n := sc.upstream["sonnet"].calls.Load(); n != before {
+		t.Fatalf("sonnet called %d times for a haiku-only key", n-before)
+	}
+	// The model list names tiers the config has.
+	bad := cfg
+	bad.Auth.Keys = map[string]config.Caller{"sk-x": {UserID: "x", Models: []string{"opus"}}}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `unknown model tier "opus"`) {
+		t.Fatalf("validate: %v; want the unknown tier named", err)
+	}
+}
