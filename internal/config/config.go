@@ -449,6 +449,9 @@ type Caller struct {
 	// MonthlyCostUSD bounds the key's spend per calendar month, as
 	// DailyCostUSD does per day. 0: no budget.
 	MonthlyCostUSD float64 `yaml:"monthlyCostUsd"`
+	// Signs marks a key managed at run time that is an access key id
+	// signing Bedrock requests, as secretKeyEnv does for a configured one.
+	Signs bool `yaml:"-"`
 	// Models are the model tiers the key may use, by tier name; a request
 	// naming another is refused with 403, and the cascade skips the
 	// others. Empty: every tier.

@@ -36,7 +36,8 @@ type Gateway struct {
 	now       func() time.Time
 	prompts   Prompts
 	hasher    UserHasher
-	stateHash UserHasher     // for the ids of shared state (Deps.StateHasher)
+	stateHash UserHasher // for the ids of shared state (Deps.StateHasher)
+	keys      RuntimeKeys
 	proxies   []netip.Prefix // server.trustedProxies, fixed at start
 	streamCfg stream.Config
 	tracer    *events.Tracer
@@ -78,6 +79,8 @@ type Deps struct {
 	// UserHasher hashes user ids for logs and events; it should be the
 	// tracer's, so both join. Nil draws a per-process key.
 	UserHasher UserHasher
+	// Keys are the API keys managed at run time; nil: only auth.keys.
+	Keys RuntimeKeys
 	// StateHasher names API keys and client addresses in shared state
 	// (rate limits, quotas, budgets): every instance of a fleet must hash
 	// them alike, whatever the user hash's key. Nil: UserHasher.
@@ -136,6 +139,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		prompts:   d.Prompts,
 		hasher:    d.UserHasher,
 		stateHash: d.StateHasher,
+		keys:      d.Keys,
 		proxies:   cfg.Server.Proxies(),
 		streamCfg: cfg.Stream,
 		admit:     d.Admitter,

@@ -178,12 +178,15 @@ func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn
 	if cfg.RateLimit.IP.Enabled() {
 		t.ClientIP = g.stateHash.Hash(g.clientIP(r))
 	}
-	if key != "" && len(auth.Keys) > 0 {
+	if key != "" && (len(auth.Keys) > 0 || g.keys != nil && !g.keys.Empty()) {
 		c, found := auth.Keys[key]
+		if !found && g.keys != nil {
+			c, found = g.keys.Caller(key)
+		}
 		if !found {
 			return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "The API key is not valid."}
 		}
-		if c.SecretKeyEnv != "" && !signed {
+		if (c.SecretKeyEnv != "" || c.Signs) && !signed {
 			return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
 				Message: "This key is an access key id: sign the request with its secret (AWS SigV4); it is not accepted as a bearer key."}
 		}
@@ -217,11 +220,37 @@ func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn
 	return nil
 }
 
-// Caller returns the auth.keys entry of key, for a door that verifies more
-// than the key itself (a SigV4 signature).
-func (g *Gateway) Caller(key string) (config.Caller, bool) {
-	c, ok := g.cfg.Load().Auth.Keys[key]
-	return c, ok
+// SigningSecret returns the secret access key requests signed with the
+// access key id akid are checked with (SigV4): its auth.keys entry's
+// secretKeyEnv, read with getenv now (so a rotated secret applies at
+// once), or a run-time key's own. found is false when akid is no key; the
+// secret is empty for a key that cannot sign.
+func (g *Gateway) SigningSecret(akid string, getenv func(string) string) (secret string, found bool) {
+	if c, ok := g.cfg.Load().Auth.Keys[akid]; ok {
+		if c.SecretKeyEnv == "" {
+			return "", true
+		}
+		return getenv(c.SecretKeyEnv), true
+	}
+	if g.keys != nil {
+		if _, ok := g.keys.Caller(akid); ok {
+			secret, _ := g.keys.SigningSecret(akid)
+			return secret, true
+		}
+	}
+	return "", false
+}
+
+// RuntimeKeys are the API keys managed while the gateway runs (POST
+// /admin/keys), looked up after auth.keys.
+type RuntimeKeys interface {
+	// Caller returns the caller of key when it is usable now.
+	Caller(key string) (config.Caller, bool)
+	// SigningSecret returns the secret access key of a key that signs
+	// Bedrock requests.
+	SigningSecret(akid string) (string, bool)
+	// Empty reports whether there is no run-time key at all.
+	Empty() bool
 }
 
 // Bearer returns the token of r's Authorization: Bearer header.

@@ -183,6 +183,13 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	deps.Log = log
 	deps.Now = opts.Now
 	deps.AdminRoutes = s.admin
+	keys, err := s.openKeys(context.Background(), cfg)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("keys: %w", err)
+	}
+	deps.Keys = runtimeKeys{keys}
+	s.mountKeys(keys)
 	gw, err := gateway.New(cfg, deps)
 	if err != nil {
 		s.Close()
@@ -293,6 +300,12 @@ func userHasher(cfg config.Config) *events.Hasher {
 // instances of a fleet must agree on these names even when each draws its
 // own key for the user hashes of its logs.
 func stateHasher(cfg config.Config) *events.Hasher {
+	return events.NewHasher([]byte(stateSecret(cfg)))
+}
+
+// stateSecret is the state hasher's key; it also keys the hashes API keys
+// created at run time are stored as.
+func stateSecret(cfg config.Config) string {
 	secret := cfg.Events.Privacy.HashSecret
 	if v := os.Getenv("FMGATE_HASH_SECRET"); v != "" {
 		secret = v
@@ -300,7 +313,7 @@ func stateHasher(cfg config.Config) *events.Hasher {
 	if secret == "" {
 		secret = "fmgate shared-state names"
 	}
-	return events.NewHasher([]byte(secret))
+	return secret
 }
 
 // unknownAPI answers a path under /v1/ that fmgate does not serve, in the

@@ -26,7 +26,7 @@ type Pipeline interface {
 	NewStreamOutput(ctx context.Context, s stream.Sender, requestID string) *gateway.StreamOutput
 	Authenticate(r *http.Request, key, bodyUser string, t *gateway.Turn) error
 	AuthenticateSigned(r *http.Request, key string, t *gateway.Turn) error
-	Caller(key string) (config.Caller, bool)
+	SigningSecret(akid string, getenv func(string) string) (secret string, known bool)
 	ResolveModel(name string) (config.Model, bool)
 	CountTokens(ctx context.Context, t *gateway.Turn) (n int, estimated bool)
 }
@@ -178,11 +178,7 @@ func (d *door) authenticate(r *http.Request, body []byte, t *gateway.Turn) (Exce
 		if err != nil {
 			return Exception{Status: http.StatusForbidden, Type: InvalidSignatureException, Message: err.Error()}, false
 		}
-		if caller, found := d.g.Caller(akid); found {
-			secret := ""
-			if caller.SecretKeyEnv != "" {
-				secret = d.getenv(caller.SecretKeyEnv)
-			}
+		if secret, found := d.g.SigningSecret(akid, d.getenv); found {
 			if secret == "" {
 				return Exception{Status: http.StatusForbidden, Type: UnrecognizedClientException,
 					Message: "This access key has no secret configured for signed requests (auth.keys secretKeyEnv)."}, false

@@ -520,3 +520,54 @@ func TestKeyModelListOnConverse(t *testing.T) {
 		t.Fatalf("served by %q, want haiku", tier)
 	}
 }
+
+// A key created at run time to sign Bedrock requests works through the
+// real SDK with the access key pair POST /admin/keys returns, and stops
+// at once when it is revoked.
+func TestRuntimeSigningKey(t *testing.T) {
+	t.Setenv("FMGATE_KEY_SEAL_KEY", strings.Repeat("5a", 32))
+	_, srv := startGateway(t, gatewayConfig(t))
+	admin := func(method, path, body string) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer admin-token")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	status, body := admin(http.MethodPost, "/admin/keys", `{"name":"bedrock app","bedrock":true}`)
+	var k struct {
+		Key struct {
+			ID          string `json:"id"`
+			AccessKeyID string `json:"accessKeyId"`
+		} `json:"key"`
+		Secret string `json:"secret"`
+	}
+	if err := json.Unmarshal(body, &k); status != http.StatusCreated || err != nil || k.Key.AccessKeyID == "" {
+		t.Fatalf("POST /admin/keys: %d %s", status, body)
+	}
+	c := client(srv.URL, k.Key.AccessKeyID, k.Secret)
+	in := &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("Recommend a manga")}
+	if _, err := c.Converse(context.Background(), in); err != nil {
+		t.Fatalf("signed with the new pair: %v", err)
+	}
+	_, err := client(srv.URL, k.Key.AccessKeyID, "not-the-secret").Converse(context.Background(), in)
+	wantAPIError(t, err, "InvalidSignatureException", http.StatusForbidden)
+	// The access key id alone is no bearer key.
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/model/sonnet/converse", strings.NewReader(`{"messages":[{"role":"user","content":[{"text":"Hi"}]}]}`))
+	req.Header.Set("Authorization", "Bearer "+k.Key.AccessKeyID)
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode == http.StatusOK {
+		t.Fatalf("the access key id as a bearer key: %v %v", resp.StatusCode, err)
+	}
+	if status, body := admin(http.MethodDelete, "/admin/keys/"+k.Key.ID, ""); status != http.StatusOK {
+		t.Fatalf("revoke: %d %s", status, body)
+	}
+	_, err = c.Converse(context.Background(), in)
+	wantAPIError(t, err, "UnrecognizedClientException", http.StatusForbidden)
+}

@@ -44,7 +44,7 @@ func (fakePipeline) AuthenticateSigned(*http.Request, string, *gateway.Turn) err
 	return errors.New("no signed keys in the fuzz targets")
 }
 
-func (fakePipeline) Caller(string) (config.Caller, bool) { return config.Caller{}, false }
+func (fakePipeline) SigningSecret(string, func(string) string) (string, bool) { return "", false }
 
 func (fakePipeline) CountTokens(_ context.Context, t *gateway.Turn) (int, bool) {
 	return len(t.Message), true

@@ -1,0 +1,277 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/eventstore"
+	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/keystore"
+)
+
+// keyRefresh is how often an instance re-reads the shared key store, so
+// that a key revoked on another instance is refused here within it.
+const keyRefresh = 500 * time.Millisecond
+
+// defaultRotationGrace is how long a rotated key's old secret still works
+// when the rotation names no grace.
+const defaultRotationGrace = 24 * time.Hour
+
+// openKeys opens the store of run-time keys beside the event store (the
+// SQLite file keys.db in its directory, or its PostgreSQL database) and
+// the registry over it.
+func (s *Server) openKeys(ctx context.Context, cfg config.Config) (*keystore.Registry, error) {
+	var store keystore.Store
+	var err error
+	poll := false
+	switch {
+	case cfg.EventStore.Driver == eventstore.DriverPostgres:
+		store, err = keystore.OpenPostgres(ctx, cfg.EventStore.PostgresDSN(), "")
+		poll = true
+	case cfg.EventStore.Path != "" && cfg.EventStore.Path != ":memory:":
+		store, err = keystore.OpenSQLite(ctx, filepath.Join(filepath.Dir(cfg.EventStore.Path), "keys.db"))
+	default:
+		s.log.Info("no event store on disk: API keys created at run time are kept in memory, and lost at exit")
+		store, err = keystore.OpenSQLite(ctx, ":memory:")
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { _ = store.Close() })
+	var seal []byte
+	if v := os.Getenv("FMGATE_KEY_SEAL_KEY"); v != "" {
+		if seal, err = keystore.ParseSealKey(v); err != nil {
+			return nil, fmt.Errorf("FMGATE_KEY_SEAL_KEY: %w", err)
+		}
+	}
+	reg, err := keystore.NewRegistry(ctx, store, keystore.Options{
+		HashKey: []byte(stateSecret(cfg)), SealKey: seal, Log: s.log,
+		Validate: func(r keystore.Record) error { return s.checkKeyPolicy(r) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	if poll {
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); reg.Run(rctx, keyRefresh) }()
+		s.closers = append(s.closers, func() { cancel(); <-done })
+	}
+	return reg, nil
+}
+
+// checkKeyPolicy checks a key's policy against the config in force, as
+// config validation checks auth.keys.
+func (s *Server) checkKeyPolicy(r keystore.Record) error {
+	probe := *s.config()
+	probe.Auth.Keys = map[string]config.Caller{"(this key)": callerOf(r)}
+	var problems []string
+	if err := probe.Validate(); err != nil {
+		if p, ok := errors.AsType[*config.Problems](err); ok {
+			for _, line := range p.List {
+				if strings.Contains(line, "auth.keys.") {
+					_, rest, _ := strings.Cut(line, ".") // auth.keys.<key>.field: problem → field: problem
+					_, rest, _ = strings.Cut(rest, ".")
+					_, rest, _ = strings.Cut(rest, ".")
+					problems = append(problems, rest)
+				}
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// callerOf is the caller a run-time key stands for.
+func callerOf(r keystore.Record) config.Caller {
+	return config.Caller{UserID: r.UserID, Tier: r.Tier, Priority: r.Priority, Tenant: r.Team, Models: r.Models,
+		MonthlyRequests: r.MonthlyRequests, DailyCostUSD: r.DailyCostUSD, MonthlyCostUSD: r.MonthlyCostUSD, Signs: r.AccessKeyID != ""}
+}
+
+// runtimeKeys is the registry as the gateway looks keys up.
+type runtimeKeys struct{ reg *keystore.Registry }
+
+func (k runtimeKeys) Caller(key string) (config.Caller, bool) {
+	r, ok := k.reg.Lookup(key)
+	if !ok {
+		return config.Caller{}, false
+	}
+	return callerOf(r), true
+}
+
+func (k runtimeKeys) SigningSecret(akid string) (string, bool) { return k.reg.SigningSecret(akid) }
+func (k runtimeKeys) Empty() bool                              { return k.reg.Empty() }
+
+// keyView is a key as the admin API shows it.
+type keyView struct {
+	keystore.Record
+	Status string `json:"status"`
+}
+
+func (s *Server) viewKey(r keystore.Record) keyView {
+	return keyView{Record: r, Status: r.Status(time.Now())}
+}
+
+// mountKeys serves /admin/keys: create, list, read, change, rotate and
+// revoke the API keys managed at run time.
+func (s *Server) mountKeys(reg *keystore.Registry) {
+	s.admin.HandleFunc("GET /admin/keys", func(w http.ResponseWriter, r *http.Request) {
+		all, err := reg.List(r.Context())
+		if err != nil {
+			keyStoreDown(w, err)
+			return
+		}
+		out := make([]keyView, len(all))
+		for i, k := range all {
+			out[i] = s.viewKey(k)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"keys": out})
+	})
+	s.admin.HandleFunc("GET /admin/keys/{id}", func(w http.ResponseWriter, r *http.Request) {
+		k, ok, err := reg.Get(r.Context(), r.PathValue("id"))
+		switch {
+		case err != nil:
+			keyStoreDown(w, err)
+		case !ok:
+			keyError(w, keystore.ErrNotFound)
+		default:
+			writeJSON(w, http.StatusOK, s.viewKey(k))
+		}
+	})
+	s.admin.HandleFunc("POST /admin/keys", func(w http.ResponseWriter, r *http.Request) {
+		var spec keystore.Spec
+		if !decodeAdmin(w, r, &spec) {
+			return
+		}
+		issued, err := reg.Create(r.Context(), spec, operator(r))
+		if err != nil {
+			keyError(w, err)
+			return
+		}
+		s.auditKey(r, "created", issued.Record)
+		writeJSON(w, http.StatusCreated, map[string]any{"key": s.viewKey(issued.Record), "secret": issued.Secret,
+			"note": "The secret is shown this once: fmgate keeps only a hash of it."})
+	})
+	s.admin.HandleFunc("PATCH /admin/keys/{id}", func(w http.ResponseWriter, r *http.Request) {
+		var p keystore.Patch
+		if !decodeAdmin(w, r, &p) {
+			return
+		}
+		k, err := reg.Update(r.Context(), r.PathValue("id"), p, operator(r))
+		if err != nil {
+			keyError(w, err)
+			return
+		}
+		s.auditKey(r, "updated", k)
+		writeJSON(w, http.StatusOK, s.viewKey(k))
+	})
+	s.admin.HandleFunc("POST /admin/keys/{id}/rotate", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			GraceSeconds *int `json:"graceSeconds"`
+		}
+		if r.ContentLength != 0 && !decodeAdmin(w, r, &body) {
+			return
+		}
+		grace := defaultRotationGrace
+		if body.GraceSeconds != nil {
+			if *body.GraceSeconds < 0 || *body.GraceSeconds > 30*24*3600 {
+				writeJSON(w, http.StatusBadRequest, adminError("invalid_request", "graceSeconds: must be between 0 and 2592000 (30 days)"))
+				return
+			}
+			grace = time.Duration(*body.GraceSeconds) * time.Second
+		}
+		issued, err := reg.Rotate(r.Context(), r.PathValue("id"), grace, operator(r))
+		if err != nil {
+			keyError(w, err)
+			return
+		}
+		s.auditKey(r, "rotated", issued.Record)
+		writeJSON(w, http.StatusOK, map[string]any{"key": s.viewKey(issued.Record), "secret": issued.Secret,
+			"note": fmt.Sprintf("The secret is shown this once. The previous one works until %s.", issued.Record.PrevUntil.Format(time.RFC3339))})
+	})
+	s.admin.HandleFunc("DELETE /admin/keys/{id}", func(w http.ResponseWriter, r *http.Request) {
+		k, err := reg.Revoke(r.Context(), r.PathValue("id"), operator(r))
+		if err != nil {
+			keyError(w, err)
+			return
+		}
+		s.auditKey(r, "revoked", k)
+		writeJSON(w, http.StatusOK, s.viewKey(k))
+	})
+}
+
+// decodeAdmin reads an admin request's JSON body (at most 64 KiB) into v,
+// refusing unknown fields by name.
+func decodeAdmin(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeJSON(w, http.StatusBadRequest, adminError("invalid_request", "the body must be one JSON object of the documented fields: "+err.Error()))
+		return false
+	}
+	return true
+}
+
+func adminError(code, msg string) map[string]any {
+	return map[string]any{"error": map[string]string{"code": code, "message": msg}}
+}
+
+func keyError(w http.ResponseWriter, err error) {
+	var inv *keystore.InvalidError
+	switch {
+	case errors.Is(err, keystore.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, adminError("not_found", "No key has this id."))
+	case errors.As(err, &inv):
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": map[string]any{"code": "invalid_key", "message": inv.Error(), "problems": inv.Problems}})
+	default:
+		keyStoreDown(w, err)
+	}
+}
+
+func keyStoreDown(w http.ResponseWriter, err error) {
+	w.Header().Set("Retry-After", "5")
+	writeJSON(w, http.StatusServiceUnavailable, adminError("key_store_unavailable", "The key store did not answer; nothing was changed. Try again shortly. ("+err.Error()+")"))
+}
+
+// operator names who made an admin change: the dashboard session or the
+// admin token, with the X-Fmgate-Operator name the caller gives, if any.
+func operator(r *http.Request) string {
+	by := "admin token"
+	if _, ok := gateway.Bearer(r); !ok {
+		by = "dashboard session"
+	}
+	if name := strings.TrimSpace(r.Header.Get("X-Fmgate-Operator")); name != "" {
+		if len(name) > 64 {
+			name = name[:64]
+		}
+		by += " (" + name + ")"
+	}
+	return by
+}
+
+// auditKey records a change to a key as a key_audit span in the event
+// store: what happened, to which key (its id and name, never its secret),
+// by whom, when.
+func (s *Server) auditKey(r *http.Request, action string, k keystore.Record) {
+	if s.tracer == nil {
+		return
+	}
+	_, span := s.tracer.Start(context.WithoutCancel(r.Context()), "key_audit", events.WithKind(events.KindInternal), events.WithMustPersist())
+	span.SetAttribution(events.Attribution{Feature: "key_admin"})
+	span.SetSession(k.ID)
+	span.SetErrorCode("key_" + action)
+	span.SetExcerpt(fmt.Sprintf("%s key %s (%q, team %q) by %s", action, k.ID, k.Name, k.Team, operator(r)))
+	span.End()
+	s.log.Info("API key "+action, "key", k.ID, "name", k.Name, "team", k.Team, "by", operator(r))
+}

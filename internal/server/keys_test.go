@@ -1,0 +1,243 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/eventstore"
+	"github.com/fmgate/fmgate/internal/pgtest"
+	"github.com/fmgate/fmgate/internal/redistest"
+)
+
+// adminDo sends an admin request with the admin token and returns its
+// status and body.
+func adminDo(t *testing.T, base, method, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Fmgate-Operator", "ops-kenji")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+type issuedKey struct {
+	Key struct {
+		ID                 string    `json:"id"`
+		Status             string    `json:"status"`
+		Prefix             string    `json:"prefix"`
+		Models             []string  `json:"models"`
+		PreviousValidUntil time.Time `json:"previousValidUntil"`
+	} `json:"key"`
+	Secret string `json:"secret"`
+}
+
+func createKey(t *testing.T, base, spec string) issuedKey {
+	t.Helper()
+	status, body := adminDo(t, base, http.MethodPost, "/admin/keys", spec)
+	if status != http.StatusCreated {
+		t.Fatalf("POST /admin/keys %s: %d %s", spec, status, body)
+	}
+	var k issuedKey
+	if err := json.Unmarshal([]byte(body), &k); err != nil || k.Secret == "" || k.Key.ID == "" {
+		t.Fatalf("POST /admin/keys answered %s (%v)", body, err)
+	}
+	return k
+}
+
+// onDoors sends a turn with key on each door and returns each status.
+func onDoors(t *testing.T, base, key, model string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for door, d := range map[string]struct{ path, body string }{
+		"chat":      {"/v1/chat", `{"sessionId":"k","message":"Recommend a manga"}`},
+		"openai":    {"/v1/chat/completions", `{"model":"` + model + `","messages":[{"role":"user","content":"Recommend a manga"}]}`},
+		"anthropic": {"/v1/messages", `{"model":"` + model + `","max_tokens":200,"messages":[{"role":"user","content":"Recommend a manga"}]}`},
+	} {
+		out[door], _ = keyPost(t, base, key, d.path, d.body)
+	}
+	return out
+}
+
+func allStatus(got map[string]int, want int) bool {
+	for _, s := range got {
+		if s != want {
+			return false
+		}
+	}
+	return len(got) > 0
+}
+
+// A key's whole life through the admin API, on a gateway whose config has
+// no key at all: created (its secret shown once), used on every door,
+// narrowed to haiku, rotated (both secrets work through the grace, then
+// only the new), revoked — each change effective at once, none needing a
+// restart, and each an audit span in the event store.
+func TestKeyLifecycleThroughTheAdminAPI(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Auth.TrustUserHeader = false
+	spans := filepath.Join(t.TempDir(), "events.jsonl")
+	cfg.Events.Sinks.JSONL.Path = spans
+	sc := newScenario(t, cfg)
+	base := sc.srv.URL
+
+	if got := onDoors(t, base, "fmk_nothing", "sonnet"); !allStatus(got, http.StatusUnauthorized) {
+		t.Fatalf("before any key: %v, want 401 everywhere", got)
+	}
+	k := createKey(t, base, `{"name":"shop app","team":"acme","app":"shop","monthlyCostUsd":20}`)
+	if !strings.HasPrefix(k.Secret, "fmk_") || k.Key.Status != "active" || k.Key.Prefix != k.Secret[:10] {
+		t.Fatalf("created %+v", k)
+	}
+	if got := onDoors(t, base, k.Secret, "sonnet"); !allStatus(got, http.StatusOK) {
+		t.Fatalf("the new key: %v, want 200 on every door", got)
+	}
+	// The list and the key show no secret and no hash.
+	status, list := adminDo(t, base, http.MethodGet, "/admin/keys", "")
+	if status != http.StatusOK || !strings.Contains(list, k.Key.ID) || strings.Contains(list, k.Secret) || strings.Contains(list, "hash") {
+		t.Fatalf("GET /admin/keys: %d %s", status, list)
+	}
+
+	if status, body := adminDo(t, base, http.MethodPatch, "/admin/keys/"+k.Key.ID, `{"models":["haiku"]}`); status != http.StatusOK || !strings.Contains(body, `"models":["haiku"]`) {
+		t.Fatalf("PATCH models: %d %s", status, body)
+	}
+	if got := onDoors(t, base, k.Secret, "sonnet"); got["openai"] != http.StatusForbidden || got["anthropic"] != http.StatusForbidden || got["chat"] != http.StatusOK {
+		t.Fatalf("a haiku-only key asking for sonnet: %v, want 403 on the vendors' doors (the gateway's own door starts at haiku)", got)
+	}
+	if status, body := adminDo(t, base, http.MethodPatch, "/admin/keys/"+k.Key.ID, `{"models":["opus"]}`); status != http.StatusUnprocessableEntity || !strings.Contains(body, `unknown model tier \"opus\"`) {
+		t.Fatalf("PATCH an unknown tier: %d %s", status, body)
+	}
+	if status, body := adminDo(t, base, http.MethodPatch, "/admin/keys/"+k.Key.ID, `{"modles":["haiku"]}`); status != http.StatusBadRequest || !strings.Contains(body, "modles") {
+		t.Fatalf("PATCH a misspelled field: %d %s", status, body)
+	}
+
+	status, body := adminDo(t, base, http.MethodPost, "/admin/keys/"+k.Key.ID+"/rotate", `{"graceSeconds":2}`)
+	var rot issuedKey
+	if err := json.Unmarshal([]byte(body), &rot); status != http.StatusOK || err != nil || rot.Secret == "" || rot.Secret == k.Secret {
+		t.Fatalf("rotate: %d %s", status, body)
+	}
+	for name, secret := range map[string]string{"old": k.Secret, "new": rot.Secret} {
+		if got := onDoors(t, base, secret, "haiku"); !allStatus(got, http.StatusOK) {
+			t.Fatalf("the %s secret during the grace: %v", name, got)
+		}
+	}
+	time.Sleep(time.Until(rot.Key.PreviousValidUntil) + 50*time.Millisecond)
+	if got := onDoors(t, base, k.Secret, "haiku"); !allStatus(got, http.StatusUnauthorized) {
+		t.Fatalf("the old secret after the grace: %v, want 401", got)
+	}
+	if got := onDoors(t, base, rot.Secret, "haiku"); !allStatus(got, http.StatusOK) {
+		t.Fatalf("the new secret after the grace: %v", got)
+	}
+
+	if status, body := adminDo(t, base, http.MethodDelete, "/admin/keys/"+k.Key.ID, ""); status != http.StatusOK || !strings.Contains(body, `"status":"revoked"`) {
+		t.Fatalf("DELETE: %d %s", status, body)
+	}
+	if got := onDoors(t, base, rot.Secret, "haiku"); !allStatus(got, http.StatusUnauthorized) {
+		t.Fatalf("a revoked key: %v, want 401 everywhere", got)
+	}
+	if status, _ := adminDo(t, base, http.MethodDelete, "/admin/keys/key_none", ""); status != http.StatusNotFound {
+		t.Fatalf("DELETE an unknown key: %d", status)
+	}
+	// Without the admin token nothing of this is reachable.
+	req, _ := http.NewRequest(http.MethodGet, base+"/admin/keys", nil)
+	req.Header.Set("Authorization", "Bearer "+rot.Secret)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET /admin/keys with an API key: %v %v", resp.StatusCode, err)
+	}
+
+	// Every change is an audit span: what, which key, by whom.
+	sc.s.Close()
+	var audit []string
+	for _, e := range readSpans(t, spans) {
+		if e.Name == "key_audit" {
+			audit = append(audit, e.Outcome.ErrorCode)
+		}
+	}
+	if want := "key_created key_updated key_rotated key_revoked"; strings.Join(audit, " ") != want {
+		t.Fatalf("audit spans %q, want %q", audit, want)
+	}
+}
+
+// In a fleet (keys in PostgreSQL, state in Redis), a key created on one
+// instance works on the others within a second, and a revocation on one
+// is refused by all three within a second.
+func TestKeyRevocationIsFleetWide(t *testing.T) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	stream, subject := "FMGATE_TEST_"+id, "fmgate.test."+id+".events"
+	t.Cleanup(func() {
+		if nc, err := nats.Connect("nats://127.0.0.1:4222"); err == nil {
+			js, _ := jetstream.New(nc)
+			_ = js.DeleteStream(context.Background(), stream)
+			nc.Close()
+		}
+	})
+	cfg := quickConfig()
+	cfg.Auth.TrustUserHeader = false
+	cfg.Fleet.Redis = redistest.Addr()
+	cfg.Fleet.KeyPrefix = fleetConfig(t)
+	cfg.EventStore.Path = ""
+	cfg.Events.Sinks.NATS.URL, cfg.Events.Sinks.NATS.Stream, cfg.Events.Sinks.NATS.Subject = "nats://127.0.0.1:4222", stream, subject
+	cfg.EventStore.Driver, cfg.EventStore.DSN = eventstore.DriverPostgres, pgtest.DSN()+"&search_path="+pgtest.Schema(t)
+	var fleet []*scenario
+	for range 3 {
+		fleet = append(fleet, newScenario(t, cfg))
+	}
+	k := createKey(t, fleet[0].srv.URL, `{"name":"fleet app","team":"acme"}`)
+	within := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within a second", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for i, sc := range fleet {
+		within("the new key on instance "+string(rune('1'+i)), func() bool {
+			s, _ := keyPost(t, sc.srv.URL, k.Secret, "/v1/chat", `{"sessionId":"f","message":"Hi"}`)
+			return s == http.StatusOK
+		})
+	}
+	if status, body := adminDo(t, fleet[1].srv.URL, http.MethodDelete, "/admin/keys/"+k.Key.ID, ""); status != http.StatusOK {
+		t.Fatalf("revoke on instance 2: %d %s", status, body)
+	}
+	for i, sc := range fleet {
+		within("the revocation on instance "+string(rune('1'+i)), func() bool {
+			s, _ := keyPost(t, sc.srv.URL, k.Secret, "/v1/chat", `{"sessionId":"f","message":"Hi"}`)
+			return s == http.StatusUnauthorized
+		})
+	}
+}
+
+// Keys in the config file keep working next to run-time keys.
+func TestConfigKeysAndRuntimeKeysTogether(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Auth.TrustUserHeader = false
+	cfg.Auth.Keys = map[string]config.Caller{"sk-config": {UserID: "from-config"}}
+	sc := newScenario(t, cfg)
+	k := createKey(t, sc.srv.URL, `{"name":"runtime"}`)
+	for _, key := range []string{"sk-config", k.Secret} {
+		if got := onDoors(t, sc.srv.URL, key, "sonnet"); !allStatus(got, http.StatusOK) {
+			t.Fatalf("key %.10s: %v", key, got)
+		}
+	}
+}
