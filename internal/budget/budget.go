@@ -542,21 +542,31 @@ func meters(cfg *limits, d *calendarDay, userID string, accounts []Account) (cha
 		hold = append(hold, charge[0])
 		budgets = append(budgets, budgetMeter{BudgetDailyCost, cfg.DailyCostUSD, d.end})
 	}
-	add := func(name, scope, id string, l Limits) {
-		if l.DailyCostUSD > 0 {
-			m := Meter{Key: meterKey(scope+"_day", d.key, id), Limit: toNano(l.DailyCostUSD), TTL: dayTTL}
-			charge, hold = append(charge, m), append(hold, m)
-			budgets = append(budgets, budgetMeter{name + "daily_cost", l.DailyCostUSD, d.end})
-		}
-		if l.MonthlyCostUSD > 0 {
-			m := Meter{Key: meterKey(scope+"_month", d.month, id), Limit: toNano(l.MonthlyCostUSD), TTL: monthTTL}
-			charge, hold = append(charge, m), append(hold, m)
-			budgets = append(budgets, budgetMeter{name + "monthly_cost", l.MonthlyCostUSD, d.monthEnd})
+	// add charges a spender's day and month (always, or only when
+	// limited) and holds them when limited.
+	add := func(name, scope, id string, l Limits, always bool) {
+		for _, p := range []struct {
+			suffix, period, budget string
+			usd                    float64
+			ttl                    time.Duration
+			reset                  time.Time
+		}{
+			{"_day", d.key, "daily_cost", l.DailyCostUSD, dayTTL, d.end},
+			{"_month", d.month, "monthly_cost", l.MonthlyCostUSD, monthTTL, d.monthEnd},
+		} {
+			m := Meter{Key: meterKey(scope+p.suffix, p.period, id), Limit: toNano(p.usd), TTL: p.ttl}
+			switch {
+			case p.usd > 0:
+				charge, hold = append(charge, m), append(hold, m)
+				budgets = append(budgets, budgetMeter{name + p.budget, p.usd, p.reset})
+			case always:
+				charge = append(charge, m)
+			}
 		}
 	}
-	add("", "user", userID, Limits{MonthlyCostUSD: cfg.MonthlyCostUSD})
+	add("", "user", userID, Limits{MonthlyCostUSD: cfg.MonthlyCostUSD}, false)
 	for _, a := range accounts {
-		add(a.Scope+"_", a.Scope, a.ID, a.Limits)
+		add(a.Scope+"_", a.Scope, a.ID, a.Limits, true)
 	}
 	return charge, hold, budgets
 }
@@ -717,6 +727,33 @@ func (b *Enforcer) Record(ctx context.Context, userID, sessionID string, account
 		return fmt.Errorf("budget: record: %w", err)
 	}
 	return nil
+}
+
+// Spend is what an account has spent today and this month, in the
+// configured zone.
+type Spend struct {
+	TodayUSD float64 `json:"todayUsd"`
+	MonthUSD float64 `json:"monthUsd"`
+}
+
+// Spend reads what each of accounts has spent today and this month.
+func (b *Enforcer) Spend(ctx context.Context, accounts []Account) ([]Spend, error) {
+	cal := b.calendar(b.now())
+	meters := make([]Meter, 0, 2*len(accounts))
+	for _, a := range accounts {
+		meters = append(meters, Meter{Key: meterKey(a.Scope+"_day", cal.key, a.ID)}, Meter{Key: meterKey(a.Scope+"_month", cal.month, a.ID)})
+	}
+	ctx, cancel := b.storeCtx(ctx)
+	defer cancel()
+	nano, err := b.counters.Spent(ctx, meters)
+	if err != nil {
+		return nil, fmt.Errorf("budget: spent: %w", err)
+	}
+	out := make([]Spend, len(accounts))
+	for i := range out {
+		out[i] = Spend{TodayUSD: float64(nano[2*i]) / nanoUSD, MonthUSD: float64(nano[2*i+1]) / nanoUSD}
+	}
+	return out, nil
 }
 
 // Release ends a hold that no usage settles (the turn spent nothing on a

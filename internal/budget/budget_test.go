@@ -263,6 +263,11 @@ func (b brokenCounters) Hold(ctx context.Context, _ string, _ int64, _ []Meter, 
 	return 0, 0, err
 }
 
+func (b brokenCounters) Spent(ctx context.Context, m []Meter) ([]int64, error) {
+	_, err := b.Load(ctx, "", "", "")
+	return nil, err
+}
+
 func (b brokenCounters) Release(ctx context.Context, _ string, _ []Meter) error {
 	_, err := b.Load(ctx, "", "", "")
 	return err

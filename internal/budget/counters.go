@@ -49,6 +49,9 @@ type Counters interface {
 	Add(ctx context.Context, userID, sessionID, hold string, meters []Meter, in, out int, costUSD float64) error
 	// Release ends hold id on meters without a cost.
 	Release(ctx context.Context, hold string, meters []Meter) error
+	// Spent reads what each of meters has spent, in nano-USD (holds not
+	// counted).
+	Spent(ctx context.Context, meters []Meter) ([]int64, error)
 }
 
 // nanoUSD is the unit costs are summed in: integers, so that many tiny
@@ -204,6 +207,20 @@ func (m *MemoryCounters) Add(ctx context.Context, userID, sessionID, hold string
 		delete(d.holds, hold)
 	}
 	return nil
+}
+
+// Spent implements Counters.
+func (m *MemoryCounters) Spent(ctx context.Context, meters []Meter) ([]int64, error) {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]int64, len(meters))
+	for i, mt := range meters {
+		if d, ok := m.meters[mt.Key]; ok && now.Before(d.expires) {
+			out[i] = d.nano
+		}
+	}
+	return out, nil
 }
 
 func (m *MemoryCounters) sweep(now time.Time) {

@@ -195,6 +195,10 @@ func runCountersConformance(t *testing.T, newCounters func(t *testing.T) Counter
 		if got, _ := c.Load(ctx, "u", "s", "d"); got.DayCostUSD != 400e-9 {
 			t.Fatalf("the user's day: %+v, want 400 nano-USD spent", got)
 		}
+		got, err := c.Spent(ctx, []Meter{key, team, {Key: meterKey("key_month", "2026-02", "k")}})
+		if err != nil || len(got) != 3 || got[0] != 400 || got[1] != 100 || got[2] != 0 {
+			t.Fatalf("Spent = %v, %v; want [400 100 0] (holds not counted, an unused meter 0)", got, err)
+		}
 	})
 }
 

@@ -153,6 +153,23 @@ func (r *RedisCounters) Hold(ctx context.Context, id string, nanoUSD int64, mete
 	return int(res[0]) - 1, res[1], nil
 }
 
+// Spent implements Counters: one pipelined round trip.
+func (r *RedisCounters) Spent(ctx context.Context, meters []Meter) ([]int64, error) {
+	pipe := r.c.Pipeline()
+	cmds := make([]*redis.StringCmd, len(meters))
+	for i, k := range r.meterKeys(meters) {
+		cmds[i] = pipe.HGet(ctx, k, "nusd")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("redis spent: %w", err)
+	}
+	out := make([]int64, len(meters))
+	for i, c := range cmds {
+		out[i], _ = c.Int64()
+	}
+	return out, nil
+}
+
 // Release implements Counters.
 func (r *RedisCounters) Release(ctx context.Context, id string, meters []Meter) error {
 	if len(meters) == 0 {

@@ -449,6 +449,9 @@ type Caller struct {
 	// MonthlyCostUSD bounds the key's spend per calendar month, as
 	// DailyCostUSD does per day. 0: no budget.
 	MonthlyCostUSD float64 `yaml:"monthlyCostUsd"`
+	// KeyID is the stable id of a key managed at run time: its budgets and
+	// quota are counted under it, so a rotation does not reset them.
+	KeyID string `yaml:"-"`
 	// Signs marks a key managed at run time that is an access key id
 	// signing Bedrock requests, as secretKeyEnv does for a configured one.
 	Signs bool `yaml:"-"`

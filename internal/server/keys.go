@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/eventstore"
@@ -95,7 +96,7 @@ func (s *Server) checkKeyPolicy(r keystore.Record) error {
 
 // callerOf is the caller a run-time key stands for.
 func callerOf(r keystore.Record) config.Caller {
-	return config.Caller{UserID: r.UserID, Tier: r.Tier, Priority: r.Priority, Tenant: r.Team, Models: r.Models,
+	return config.Caller{KeyID: r.ID, UserID: r.UserID, Tier: r.Tier, Priority: r.Priority, Tenant: r.Team, Models: r.Models,
 		MonthlyRequests: r.MonthlyRequests, DailyCostUSD: r.DailyCostUSD, MonthlyCostUSD: r.MonthlyCostUSD, Signs: r.AccessKeyID != ""}
 }
 
@@ -117,10 +118,36 @@ func (k runtimeKeys) Empty() bool                              { return k.reg.Em
 type keyView struct {
 	keystore.Record
 	Status string `json:"status"`
+	// Spend is what the key spent today and this month, in
+	// budget.timezone; absent when the counters did not answer.
+	Spend *budget.Spend `json:"spend,omitempty"`
 }
 
 func (s *Server) viewKey(r keystore.Record) keyView {
-	return keyView{Record: r, Status: r.Status(time.Now())}
+	return s.viewKeys(context.Background(), []keystore.Record{r})[0]
+}
+
+// viewKeys shows keys with their spend, read in one call.
+func (s *Server) viewKeys(ctx context.Context, keys []keystore.Record) []keyView {
+	out := make([]keyView, len(keys))
+	accounts := make([]budget.Account, len(keys))
+	now := time.Now()
+	for i, k := range keys {
+		out[i] = keyView{Record: k, Status: k.Status(now)}
+		accounts[i] = budget.Account{Scope: budget.ScopeKey, ID: k.ID}
+	}
+	if s.enforcer == nil {
+		return out
+	}
+	spend, err := s.enforcer.Spend(ctx, accounts)
+	if err != nil {
+		s.log.Warn("key spend not read", "err", err)
+		return out
+	}
+	for i := range out {
+		out[i].Spend = &spend[i]
+	}
+	return out
 }
 
 // mountKeys serves /admin/keys: create, list, read, change, rotate and
@@ -132,11 +159,7 @@ func (s *Server) mountKeys(reg *keystore.Registry) {
 			keyStoreDown(w, err)
 			return
 		}
-		out := make([]keyView, len(all))
-		for i, k := range all {
-			out[i] = s.viewKey(k)
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"keys": out})
+		writeJSON(w, http.StatusOK, map[string]any{"keys": s.viewKeys(r.Context(), all)})
 	})
 	s.admin.HandleFunc("GET /admin/keys/{id}", func(w http.ResponseWriter, r *http.Request) {
 		k, ok, err := reg.Get(r.Context(), r.PathValue("id"))

@@ -108,6 +108,25 @@ func TestKeyLifecycleThroughTheAdminAPI(t *testing.T) {
 	if got := onDoors(t, base, k.Secret, "sonnet"); !allStatus(got, http.StatusOK) {
 		t.Fatalf("the new key: %v, want 200 on every door", got)
 	}
+	// What it spent shows on the key, and stays through a rotation.
+	spend := func() (today, month float64) {
+		t.Helper()
+		_, body := adminDo(t, base, http.MethodGet, "/admin/keys/"+k.Key.ID, "")
+		var v struct {
+			Spend struct {
+				TodayUSD float64 `json:"todayUsd"`
+				MonthUSD float64 `json:"monthUsd"`
+			} `json:"spend"`
+		}
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			t.Fatalf("GET the key: %s (%v)", body, err)
+		}
+		return v.Spend.TodayUSD, v.Spend.MonthUSD
+	}
+	if today, month := spend(); today <= 0 || today != month {
+		t.Fatalf("spend after three turns: today $%g, month $%g", today, month)
+	}
+	spentBefore, _ := spend()
 	// The list and the key show no secret and no hash.
 	status, list := adminDo(t, base, http.MethodGet, "/admin/keys", "")
 	if status != http.StatusOK || !strings.Contains(list, k.Key.ID) || strings.Contains(list, k.Secret) || strings.Contains(list, "hash") {
@@ -143,6 +162,9 @@ func TestKeyLifecycleThroughTheAdminAPI(t *testing.T) {
 	}
 	if got := onDoors(t, base, rot.Secret, "haiku"); !allStatus(got, http.StatusOK) {
 		t.Fatalf("the new secret after the grace: %v", got)
+	}
+	if today, _ := spend(); today <= spentBefore {
+		t.Fatalf("spend after the rotation: $%g, was $%g: the key's spend must carry on", today, spentBefore)
 	}
 
 	if status, body := adminDo(t, base, http.MethodDelete, "/admin/keys/"+k.Key.ID, ""); status != http.StatusOK || !strings.Contains(body, `"status":"revoked"`) {

@@ -133,7 +133,7 @@ func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Resu
 // it has a budget.
 func accounts(cfg *config.Config, t *gateway.Turn) []budget.Account {
 	var a []budget.Account
-	if t.KeyHash != "" && (t.KeyDailyUSD > 0 || t.KeyMonthlyUSD > 0) {
+	if t.KeyHash != "" { // counted even without a budget: its spend shows on /admin/keys
 		a = append(a, budget.Account{Scope: budget.ScopeKey, ID: t.KeyHash, Limits: budget.Limits{DailyCostUSD: t.KeyDailyUSD, MonthlyCostUSD: t.KeyMonthlyUSD}})
 	}
 	if l, ok := cfg.Budget.Teams[t.Tenant]; ok && t.Tenant != "" {
