@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -321,6 +322,49 @@ type Model struct {
 	// "text" alone for a model that can only write text (e.g. an
 	// OpenAI-compatible server without function calling or images).
 	Capabilities []string `yaml:"capabilities"`
+	// Deployments are the places the tier's model is served from when
+	// there are several: regions, accounts or endpoints. Each inherits the
+	// tier's fields and overrides what it names, and has its own breaker;
+	// a throttled or failing one sheds its calls to its siblings before
+	// the tier falls back to the next tier. Empty: the tier itself is its
+	// one deployment.
+	Deployments []Deployment `yaml:"deployments"`
+	// Balance spreads calls over the deployments: "weighted" (each its
+	// weight's share, the default), "least-busy" (fewest calls in flight
+	// for its weight, fleet-wide) or "lowest-latency" (the fastest on
+	// average).
+	Balance string `yaml:"balance"`
+}
+
+// Deployment is one place a tier's model is served from. Its empty fields
+// are the tier's.
+type Deployment struct {
+	// Name within the tier, e.g. "us-west-2" (letters, digits, - _ .).
+	Name      string `yaml:"name"`
+	Provider  string `yaml:"provider"`
+	ModelID   string `yaml:"modelId"`
+	Region    string `yaml:"region"`
+	Endpoint  string `yaml:"endpoint"`
+	APIKeyEnv string `yaml:"apiKeyEnv"`
+	CAFile    string `yaml:"caFile"`
+	// Weight is the deployment's share of calls against its siblings'.
+	// Default 1.
+	Weight int `yaml:"weight"`
+}
+
+// Deployment is the tier as served by its deployment d: the tier's fields
+// with d's overrides, named "<tier>@<deployment>".
+func (m Model) Deployment(d Deployment) Model {
+	out := m
+	out.Name = m.Name + "@" + d.Name
+	out.Deployments, out.Balance = nil, ""
+	for dst, v := range map[*string]string{&out.Provider: d.Provider, &out.ModelID: d.ModelID, &out.Region: d.Region,
+		&out.Endpoint: d.Endpoint, &out.APIKeyEnv: d.APIKeyEnv, &out.CAFile: d.CAFile} {
+		if v != "" {
+			*dst = v
+		}
+	}
+	return out
 }
 
 // Capabilities a model tier may have (Model.Capabilities).
@@ -744,6 +788,7 @@ func (c Config) Validate() error {
 			names[a] = m.Name
 		}
 		m.validateProvider(&v, p)
+		m.validateDeployments(&v, p)
 		switch {
 		case m.CAFile != "" && m.Provider == "sim":
 			v.add(p+".caFile", "the simulator is called in process: it has no endpoint to trust")
@@ -1093,4 +1138,44 @@ func (v *validator) err() error {
 		return nil
 	}
 	return &Problems{List: v.list}
+}
+
+// deploymentName is a deployment's name: it goes into breaker, state and
+// simulator names.
+var deploymentName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// validateDeployments checks m's deployments as tiers of their own.
+func (m Model) validateDeployments(v *validator, p string) {
+	switch m.Balance {
+	case "", "weighted", "least-busy", "lowest-latency":
+	default:
+		v.add(p+".balance", fmt.Sprintf("unknown balance %q (want weighted, least-busy or lowest-latency)", m.Balance))
+	}
+	if m.Balance != "" && len(m.Deployments) == 0 {
+		v.add(p+".balance", "needs deployments to balance")
+	}
+	seen := map[string]bool{}
+	for i, d := range m.Deployments {
+		dp := fmt.Sprintf("%s.deployments[%d]", p, i)
+		switch {
+		case !deploymentName.MatchString(d.Name):
+			v.add(dp+".name", fmt.Sprintf("%q: want 1 to 64 letters, digits, '.', '_' or '-'", d.Name))
+		case seen[d.Name]:
+			v.add(dp+".name", fmt.Sprintf("duplicate deployment %q", d.Name))
+		}
+		seen[d.Name] = true
+		if d.Weight < 0 {
+			v.add(dp+".weight", "must be >= 0 (0: 1)")
+		}
+		dm := m.Deployment(d)
+		if dm.Provider != m.Provider && (dm.Provider == "sim") != (m.Provider == "sim") {
+			v.add(dp+".provider", "a tier's deployments are all simulated or all real")
+		}
+		dm.validateProvider(v, dp)
+		if dm.CAFile != "" && dm.Provider != "sim" {
+			if _, err := dm.RootCAs(); err != nil {
+				v.add(dp+".caFile", err.Error())
+			}
+		}
+	}
 }

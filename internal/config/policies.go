@@ -162,6 +162,15 @@ func (c Config) SimConfig() sim.Config {
 			st.ModelID = m.ModelID
 		}
 		out.Models[m.Name] = st
+		// Each deployment of a simulated tier is a model of its own, with
+		// the tier's settings unless sim.models names it: so that one can
+		// be throttled or taken down while its siblings answer.
+		for _, d := range m.Deployments {
+			name := m.Name + "@" + d.Name
+			if _, ok := c.Sim.Models[name]; !ok {
+				out.Models[name] = st
+			}
+		}
 	}
 	return out
 }

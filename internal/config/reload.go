@@ -31,6 +31,7 @@ var reloadable = []string{
 	"rateLimit.global", "rateLimit.routes", "rateLimit.user", "rateLimit.premiumMultiplier", "rateLimit.outageProbe",
 	"budget.requestInput", "budget.requestOutput", "budget.contextWindow", "budget.promptOverhead",
 	"budget.safetyTokens", "budget.sessionInput", "budget.sessionOutput", "budget.dailyCostUsd",
+	"budget.monthlyCostUsd", "budget.teams", "budget.features",
 	"budget.timezone", "budget.storeTimeout",
 	"quota.safetyMargin", "quota.models", "quota.pauseAt", "quota.guaranteed",
 	"retry.strategy", "retry.base", "retry.cap", "retry.multiplier", "retry.maxRetries", "retry.classes",

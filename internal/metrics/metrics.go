@@ -137,7 +137,10 @@ type Metrics struct {
 	spans        *prometheus.CounterVec
 	ttftDropped  *prometheus.CounterVec
 	throttles    *prometheus.CounterVec
-	retries      *prometheus.CounterVec
+	// deployCalls and deploySeconds count the calls to each deployment
+	// of a tier with several (their labels come from the config).
+	deployCalls, deploySeconds *prometheus.CounterVec
+	retries                    *prometheus.CounterVec
 	// OpenTelemetry's GenAI client metrics, in Prometheus's naming.
 	genAITokens   *prometheus.HistogramVec
 	genAIDuration *prometheus.HistogramVec
@@ -193,6 +196,8 @@ func New(opts Options) (*Metrics, error) {
 	m.ttftDropped = counter("fmgate_ttft_pending_dropped_total", "Stream spans dropped before their turn span arrived: evicted (too many waiting) or expired (waited too long).", "reason")
 	m.throttles = counter("fmgate_throttles_total", "Turns refused or held by a limiter, by scope.", "scope")
 	m.retries = counter("fmgate_retries_total", "Retries of a model call, by model and the error kind that caused them.", "model", "reason")
+	m.deployCalls = counter("fmgate_deployment_calls_total", "Calls to a tier's deployments by outcome: ok, throttled, failed, error (the request's fault) or skipped (passed over while throttled or its breaker open).", "tier", "deployment", "outcome")
+	m.deploySeconds = counter("fmgate_deployment_call_seconds_total", "Time spent in calls to a tier's deployments; divided by their calls, the average latency.", "tier", "deployment")
 	m.genAITokens = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gen_ai_client_token_usage",
 		Help:    "Tokens of each model call, input and output, as OpenTelemetry's GenAI conventions measure them (input counts cache reads and writes).",
@@ -220,7 +225,7 @@ func New(opts Options) (*Metrics, error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.turnDuration, m.ttft, m.turns, m.errors, m.fallbacks, m.attempts,
 		m.tokens, m.cost, m.spans, m.ttftDropped, m.throttles, m.retries, m.genAITokens, m.genAIDuration,
-		m.stateCollect, m.dropped, pendingGauge,
+		m.deployCalls, m.deploySeconds, m.stateCollect, m.dropped, pendingGauge,
 	} {
 		if err := m.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
@@ -297,6 +302,15 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // anything else counts as "other".
 func (m *Metrics) Throttle(scope string) {
 	m.throttles.WithLabelValues(boundScope(scope)).Inc()
+}
+
+// Deployment counts one call to a deployment of tier by its outcome, and
+// its time.
+func (m *Metrics) Deployment(tier, deployment, outcome string, latency time.Duration) {
+	m.deployCalls.WithLabelValues(tier, deployment, outcome).Inc()
+	if latency > 0 {
+		m.deploySeconds.WithLabelValues(tier, deployment).Add(latency.Seconds())
+	}
 }
 
 // Retry counts one retry of a model call in fmgate_retries_total{model,reason}.

@@ -144,6 +144,13 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	// The redis breaker is Redis's health (above), not a model's.
 	modelBreakers := maps.Clone(cfg.Breakers)
 	delete(modelBreakers, redishealth.BreakerName)
+	for _, m := range cfg.Models {
+		if bc, ok := cfg.Breakers[m.Name]; ok {
+			for _, d := range m.Deployments { // a deployment's breaker is set as its tier's
+				modelBreakers[m.Name+"@"+d.Name] = bc
+			}
+		}
+	}
 	s.Breakers = breaker.NewSet(factory, modelBreakers, breaker.WithTransitionHook(func(name string, from, to breaker.State) {
 		s.log.Warn("breaker transition", "breaker", name, "from", from.String(), "to", to.String())
 	}))

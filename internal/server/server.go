@@ -27,6 +27,7 @@ import (
 	"github.com/fmgate/fmgate/internal/catalog"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/dashboard"
+	"github.com/fmgate/fmgate/internal/deploy"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/eventstore"
 	anthropicdoor "github.com/fmgate/fmgate/internal/frontdoor/anthropic"
@@ -122,6 +123,7 @@ type Server struct {
 	limiter  *ratelimit.Limiter
 	enforcer *budget.Enforcer
 	tracer   *events.Tracer
+	pools    []*deploy.Pool // the tiers with several deployments
 	// reloading holds one token while a reload runs: reloads take turns.
 	reloading chan struct{}
 	// reloadFailed is why the last reload was refused (nil after a
@@ -158,9 +160,14 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	s.Sim = sm
 	s.admin.Handle("/admin/sim/", sm.Handler())
 
+	s.Catalog = opts.Catalog
+	deps, err := s.policies(cfg, opts.ConfigPath, opts.Now)
+	if err != nil {
+		return nil, err
+	}
 	providers := make(map[string]provider.Provider, len(cfg.Models))
 	for _, m := range cfg.Models {
-		p, err := s.provider(ctx, m)
+		p, err := s.tierProvider(ctx, cfg, m)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("models: %s: %w", m.Name, err)
@@ -169,12 +176,6 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 		if opts.WrapProvider != nil {
 			providers[m.Name] = opts.WrapProvider(m.Name, p)
 		}
-	}
-
-	s.Catalog = opts.Catalog
-	deps, err := s.policies(cfg, opts.ConfigPath, opts.Now)
-	if err != nil {
-		return nil, err
 	}
 	if s.Metrics != nil {
 		deps.OnThrottle = s.Metrics.Throttle
@@ -197,6 +198,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	}
 	s.Gateway = gw
 	s.admin.HandleFunc("POST /admin/reload", s.serveReload)
+	s.admin.HandleFunc("GET /admin/deployments", s.serveDeployments)
 	return s, nil
 }
 

@@ -1,0 +1,349 @@
+// Package deploy spreads a model tier's calls over its deployments: the
+// same model in several regions, accounts or endpoints, each with its own
+// provider, breaker and weight. A Pool is the tier's provider: it picks a
+// deployment for each call (weighted, least busy, or lowest latency), and
+// when one is throttled or failing it sheds the call to its siblings, so
+// that the tier falls back to the next tier only when every deployment
+// has failed it.
+//
+// What the pool learns is shared through a State: in memory for one
+// instance, in Redis for a fleet, so that a deployment one instance saw
+// throttled is spared by all.
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/breaker"
+	"github.com/fmgate/fmgate/internal/provider"
+)
+
+// Strategies of a pool.
+const (
+	Weighted      = "weighted"
+	LeastBusy     = "least-busy"
+	LowestLatency = "lowest-latency"
+)
+
+// Deployment is one place a tier's model is served from.
+type Deployment struct {
+	// Name is the deployment's name within its tier (e.g. "us-west-2").
+	Name string
+	// Model is what the provider is asked for in Request.Model: the name
+	// it knows this deployment by.
+	Model    string
+	Weight   int
+	Provider provider.Provider
+	Breaker  breaker.Breaker
+}
+
+// Stat is what the state knows of a deployment now.
+type Stat struct {
+	// InFlight calls on it, fleet-wide.
+	InFlight int
+	// Latency is the moving average of its calls' time to the end, zero
+	// before the first.
+	Latency time.Duration
+	// ThrottledUntil is when it may be called again after throttling.
+	ThrottledUntil time.Time
+}
+
+// State is what the pools of a fleet share about their deployments.
+// Every call is bounded by its ctx.
+type State interface {
+	// Stats returns the stat of each of deps of tier.
+	Stats(ctx context.Context, tier string, deps []string) ([]Stat, error)
+	// Begin counts a call in flight on dep, until End with the same id or
+	// until ttl passes (its instance died).
+	Begin(ctx context.Context, tier, dep, id string, ttl time.Duration) error
+	// End ends call id and folds its latency into dep's average.
+	End(ctx context.Context, tier, dep, id string, latency time.Duration) error
+	// Throttle spares dep for d from now (extending, never shortening, a
+	// throttle in force).
+	Throttle(ctx context.Context, tier, dep string, d time.Duration) error
+}
+
+// ewmaWeight is the weight of the newest latency in the moving average.
+const ewmaWeight = 0.2
+
+// callTTL bounds how long a call counts as in flight without its End.
+const callTTL = 5 * time.Minute
+
+// Cooldowns of a throttled deployment: the provider's Retry-After when it
+// gave one, bounded; else the default.
+const (
+	defaultCooldown = 2 * time.Second
+	maxCooldown     = 60 * time.Second
+)
+
+// stateTimeout bounds each call to the state, so that a slow Redis costs
+// a turn little: without the state the pool still balances by weight.
+const stateTimeout = 50 * time.Millisecond
+
+// Observer hears how each call to a deployment went: outcome is "ok",
+// "throttled", "failed" or "error" (a client error, not the deployment's
+// fault), or "skipped" when it was passed over (breaker open, throttled).
+type Observer func(tier, dep, outcome string, latency time.Duration)
+
+// Pool is a tier's provider over its deployments. It is safe for
+// concurrent use.
+type Pool struct {
+	tier     string
+	deps     []Deployment
+	strategy string
+	state    State
+	now      func() time.Time
+	observe  Observer
+
+	mu      sync.Mutex
+	current []int // smooth weighted round robin
+	seq     uint64
+}
+
+// New returns the pool of tier. state may be nil (nothing shared: weights
+// alone, no throttle memory across instances).
+func New(tier string, deps []Deployment, strategy string, state State, now func() time.Time, observe Observer) (*Pool, error) {
+	if len(deps) == 0 {
+		return nil, fmt.Errorf("deploy: tier %s has no deployment", tier)
+	}
+	switch strategy {
+	case "":
+		strategy = Weighted
+	case Weighted, LeastBusy, LowestLatency:
+	default:
+		return nil, fmt.Errorf("deploy: unknown strategy %q (want %s, %s or %s)", strategy, Weighted, LeastBusy, LowestLatency)
+	}
+	if now == nil {
+		now = time.Now
+	}
+	if state == nil {
+		state = NewMemory(now)
+	}
+	if observe == nil {
+		observe = func(string, string, string, time.Duration) {}
+	}
+	for i := range deps {
+		if deps[i].Weight <= 0 {
+			deps[i].Weight = 1
+		}
+	}
+	return &Pool{tier: tier, deps: deps, strategy: strategy, state: state, now: now, observe: observe, current: make([]int, len(deps))}, nil
+}
+
+// Deployments names the pool's deployments, in order.
+func (p *Pool) Deployments() []string {
+	names := make([]string, len(p.deps))
+	for i, d := range p.deps {
+		names[i] = d.Name
+	}
+	return names
+}
+
+// Complete implements provider.Provider.
+func (p *Pool) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
+	return p.call(ctx, req, func(ctx context.Context, d Deployment, req *provider.Request) (*provider.Response, error) {
+		return d.Provider.Complete(ctx, req)
+	}, nil)
+}
+
+// Stream implements provider.Provider. Once a deployment has emitted text
+// the call stays on it: a cut stream is the tier's failure, not shed.
+func (p *Pool) Stream(ctx context.Context, req *provider.Request, emit func(text string) error) (*provider.Response, error) {
+	started := false
+	return p.call(ctx, req, func(ctx context.Context, d Deployment, req *provider.Request) (*provider.Response, error) {
+		return d.Provider.Stream(ctx, req, func(text string) error {
+			started = true
+			return emit(text)
+		})
+	}, &started)
+}
+
+// call tries the deployments in the order order gives until one answers.
+func (p *Pool) call(ctx context.Context, req *provider.Request, do func(context.Context, Deployment, *provider.Request) (*provider.Response, error), started *bool) (*provider.Response, error) {
+	order := p.order(ctx)
+	var last error
+	tried := 0
+	for _, i := range order {
+		d := p.deps[i]
+		permit, err := d.Breaker.Allow(ctx)
+		if errors.Is(err, breaker.ErrOpen) {
+			p.observe(p.tier, d.Name, "skipped", 0)
+			last = err
+			continue
+		}
+		tried++
+		id := p.callID()
+		p.withState(ctx, func(ctx context.Context) error { return p.state.Begin(ctx, p.tier, d.Name, id, callTTL) })
+		start := p.now()
+		r := *req
+		r.Model = d.Model
+		resp, err := do(ctx, d, &r)
+		took := p.now().Sub(start)
+		p.withState(ctx, func(ctx context.Context) error { return p.state.End(ctx, p.tier, d.Name, id, took) })
+		if err == nil {
+			permit.Done(ctx, true)
+			p.observe(p.tier, d.Name, "ok", took)
+			return resp, nil
+		}
+		last = fmt.Errorf("deployment %s/%s: %w", p.tier, d.Name, err)
+		switch kind := provider.KindOf(err); kind {
+		case provider.KindThrottled, provider.KindNotReady:
+			permit.Release(ctx)
+			cool := min(max(provider.RetryAfterOf(err), defaultCooldown), maxCooldown)
+			p.withState(ctx, func(ctx context.Context) error { return p.state.Throttle(ctx, p.tier, d.Name, cool) })
+			p.observe(p.tier, d.Name, "throttled", took)
+		case provider.KindUnavailable, provider.KindTimeout, provider.KindUnknown:
+			if ctx.Err() != nil {
+				permit.Release(ctx)
+				return nil, last
+			}
+			permit.Done(ctx, false)
+			p.observe(p.tier, d.Name, "failed", took)
+		default:
+			// The request's fault (validation, access, a guardrail) or the
+			// caller's: another deployment would answer the same.
+			permit.Release(ctx)
+			p.observe(p.tier, d.Name, "error", took)
+			return nil, last
+		}
+		if started != nil && *started {
+			return nil, last // the client has part of this answer: no other deployment may finish it
+		}
+	}
+	if tried == 0 && last != nil {
+		// Every deployment's breaker is open: the tier is down as a whole.
+		return nil, &provider.Error{Kind: provider.KindUnavailable, Model: p.tier,
+			Err: fmt.Errorf("every deployment of %s is failing: %w", p.tier, last)}
+	}
+	return nil, last
+}
+
+// order is the deployments in the order to try: those throttled now left
+// out, the strategy's choice first, then the others by weight.
+func (p *Pool) order(ctx context.Context) []int {
+	names := p.Deployments()
+	var stats []Stat
+	p.withState(ctx, func(ctx context.Context) (err error) {
+		stats, err = p.state.Stats(ctx, p.tier, names)
+		return err
+	})
+	now := p.now()
+	avail := make([]int, 0, len(p.deps))
+	for i := range p.deps {
+		if stats != nil && now.Before(stats[i].ThrottledUntil) {
+			p.observe(p.tier, p.deps[i].Name, "skipped", 0)
+			continue
+		}
+		avail = append(avail, i)
+	}
+	if len(avail) == 0 {
+		// All throttled: try the one whose throttle ends first, rather
+		// than none, in case it is over.
+		first := 0
+		for i := range stats {
+			if stats[i].ThrottledUntil.Before(stats[first].ThrottledUntil) {
+				first = i
+			}
+		}
+		return []int{first}
+	}
+	pick := p.pick(avail, stats)
+	out := []int{pick}
+	rest := slices.DeleteFunc(slices.Clone(avail), func(i int) bool { return i == pick })
+	slices.SortStableFunc(rest, func(a, b int) int { return p.deps[b].Weight - p.deps[a].Weight })
+	return append(out, rest...)
+}
+
+// pick chooses among avail by the pool's strategy. Without stats (the
+// state did not answer) every strategy falls back to weights.
+func (p *Pool) pick(avail []int, stats []Stat) int {
+	switch {
+	case p.strategy == LeastBusy && stats != nil:
+		return slices.MinFunc(avail, func(a, b int) int {
+			// Fewest in flight for its weight; ties to the heavier.
+			la, lb := stats[a].InFlight*p.deps[b].Weight, stats[b].InFlight*p.deps[a].Weight
+			if la != lb {
+				return la - lb
+			}
+			return p.deps[b].Weight - p.deps[a].Weight
+		})
+	case p.strategy == LowestLatency && stats != nil:
+		// An unmeasured deployment is tried first, so that each gets an
+		// average.
+		return slices.MinFunc(avail, func(a, b int) int { return int(stats[a].Latency - stats[b].Latency) })
+	}
+	return p.weighted(avail)
+}
+
+// weighted is smooth weighted round robin over avail: each deployment gets
+// its weight's share of calls, spread evenly.
+func (p *Pool) weighted(avail []int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	total, best := 0, -1
+	for _, i := range avail {
+		p.current[i] += p.deps[i].Weight
+		total += p.deps[i].Weight
+		if best < 0 || p.current[i] > p.current[best] {
+			best = i
+		}
+	}
+	p.current[best] -= total
+	return best
+}
+
+func (p *Pool) callID() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seq++
+	return fmt.Sprintf("%p-%d", p, p.seq)
+}
+
+// withState runs fn against the state within stateTimeout; a failure costs
+// only the balancing's precision, never the call.
+func (p *Pool) withState(ctx context.Context, fn func(context.Context) error) {
+	if _, local := p.state.(*Memory); local {
+		_ = fn(ctx)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateTimeout)
+	defer cancel()
+	_ = fn(ctx)
+}
+
+// Snapshot is a deployment's state for the admin API and metrics.
+type Snapshot struct {
+	Tier       string        `json:"tier"`
+	Deployment string        `json:"deployment"`
+	Weight     int           `json:"weight"`
+	Strategy   string        `json:"strategy"`
+	Breaker    string        `json:"breaker"`
+	InFlight   int           `json:"inFlight"`
+	Latency    time.Duration `json:"latencyNs"`
+	Throttled  bool          `json:"throttled"`
+	Until      time.Time     `json:"throttledUntil,omitzero"`
+}
+
+// Snapshots reports each deployment's state.
+func (p *Pool) Snapshots(ctx context.Context) ([]Snapshot, error) {
+	stats, err := p.state.Stats(ctx, p.tier, p.Deployments())
+	if err != nil {
+		return nil, err
+	}
+	now := p.now()
+	out := make([]Snapshot, len(p.deps))
+	for i, d := range p.deps {
+		b := "unknown"
+		if s, err := d.Breaker.Snapshot(ctx); err == nil {
+			b = s.State.String()
+		}
+		out[i] = Snapshot{Tier: p.tier, Deployment: d.Name, Weight: d.Weight, Strategy: p.strategy, Breaker: b,
+			InFlight: stats[i].InFlight, Latency: stats[i].Latency, Throttled: now.Before(stats[i].ThrottledUntil), Until: stats[i].ThrottledUntil}
+	}
+	return out, nil
+}

@@ -1,0 +1,98 @@
+package server
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/redistest"
+)
+
+// deploymentCalls reads fmgate_deployment_calls_total{tier,deployment,outcome}.
+func deploymentCalls(t *testing.T, sc *scenario, dep, outcome string) int {
+	t.Helper()
+	fams, err := sc.s.Metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "fmgate_deployment_calls_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["tier"] == "sonnet" && labels["deployment"] == dep && labels["outcome"] == outcome {
+				return int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return 0
+}
+
+// Two deployments of Sonnet on the simulator, in memory and in a fleet:
+// calls split by their weights; one deployment throttled on every call
+// sheds its share to the other and no turn falls to Haiku; both down,
+// the cascade goes on to Haiku.
+func TestTwoSonnetDeployments(t *testing.T) {
+	for _, fleet := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "fleet"}[fleet], func(t *testing.T) {
+			cfg := quickConfig()
+			cfg.Models[0].Deployments = []config.Deployment{{Name: "east", Weight: 3}, {Name: "west", Weight: 1}}
+			for m, c := range cfg.Quota.Models { // the tier's quota is not what is tested here
+				c.TPM, c.RPM = 1<<40, 1<<40
+				cfg.Quota.Models[m] = c
+			}
+			// The split is exact at any count (smooth weighted round robin;
+			// internal/deploy checks it over 2,000 calls): 400 turns show
+			// it through the whole pipeline.
+			const turns = 400
+			if fleet {
+				cfg.Fleet.Redis = redistest.Addr()
+				cfg.Fleet.KeyPrefix = fleetConfig(t)
+			}
+			sc := newScenario(t, cfg)
+
+			tiers, statuses := sc.run(turns, 8, "Recommend a manga")
+			east, west := deploymentCalls(t, sc, "east", "ok"), deploymentCalls(t, sc, "west", "ok")
+			t.Logf("%d turns: tiers %v, statuses %v; east %d, west %d", turns, tiers, statuses, east, west)
+			if tiers["sonnet"] != turns || east+west != turns {
+				t.Fatalf("tiers %v, statuses %v, deployments %d+%d: want every turn on sonnet's deployments", tiers, statuses, east, west)
+			}
+			if share := float64(east) / float64(turns); share < 0.75-0.05 || share > 0.75+0.05 {
+				t.Fatalf("east took %.1f%% of the calls at weights 3:1, want 75%% ± 5", 100*share)
+			}
+
+			adminPut(t, sc.srv, "/admin/sim/"+url.PathEscape("sonnet@east"), `{"errorRate":{"throttled":1}}`)
+			westBefore := west
+			if a := sc.chat("probe", "Recommend a manga", "en"); a.Tier != "sonnet" {
+				t.Fatalf("the first turn with east throttled: %+v", a)
+			}
+			status, body := adminDo(t, sc.srv.URL, http.MethodGet, "/admin/deployments", "")
+			if status != http.StatusOK || !strings.Contains(body, `"deployment":"east","weight":3,"strategy":"weighted","breaker":"closed","inFlight":0`) || !strings.Contains(body, `"throttled":true`) {
+				t.Fatalf("GET /admin/deployments right after east was throttled: %d %s", status, body)
+			}
+			westBefore++
+			tiers, _ = sc.run(200, 8, "Recommend a manga")
+			if tiers["sonnet"] != 200 {
+				t.Fatalf("with east throttled: tiers %v, want all 200 on sonnet", tiers)
+			}
+			if got := deploymentCalls(t, sc, "west", "ok") - westBefore; got != 200 {
+				t.Fatalf("west answered %d of 200 with east throttled", got)
+			}
+			if deploymentCalls(t, sc, "east", "throttled") == 0 {
+				t.Fatal("east was never seen throttled")
+			}
+
+			adminPut(t, sc.srv, "/admin/sim/"+url.PathEscape("sonnet@west"), `{"outage":true}`)
+			tiers, _ = sc.run(20, 4, "Recommend a manga")
+			if tiers["haiku"] != 20 {
+				t.Fatalf("with both deployments down: tiers %v, want all 20 on haiku", tiers)
+			}
+		})
+	}
+}
