@@ -447,10 +447,9 @@ func (g *Gateway) runBatchItem(ctx context.Context, job *batchJob, i int, body b
 		Route:     "batch",
 		Surface:   "batch",
 		Feature:   body.Feature,
-		UserID:    caller.UserID,
-		Premium:   caller.Premium,
 		Priority:  P3,
 	}
+	t.SetCaller(caller)
 	// Batch work is paced by the same rate limits as live chat: a refused
 	// item waits as told and tries again, instead of failing the job.
 	var (

@@ -56,13 +56,20 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	// What the budget step holds is ended on every way out that Record
 	// does not settle.
 	defer g.releaseBudget(ctx, t)
-	if err := g.step(ctx, "budget", func(ctx context.Context) error { return g.budget.Check(ctx, t, g.primary()) }); err != nil {
+	// Its estimate is priced at the first model the turn may reach: the
+	// key's cheaper tier, or the one the client named.
+	tiers := g.tiersFor(t)
+	t.firstTier = g.primary()
+	if len(tiers) > 0 {
+		t.firstTier = tiers[0]
+	}
+	if err := g.step(ctx, "budget", func(ctx context.Context) error { return g.budget.Check(ctx, t, t.firstTier) }); err != nil {
 		return nil, err
 	}
 	// 4½. Retrieve: catalog context for the question, within its share of the deadline.
 	g.retrieveContext(ctx, t)
 	// 5. Plan the route of model tiers.
-	route := g.plan.Plan(ctx, t, g.tiersFor(t))
+	route := g.plan.Plan(ctx, t, tiers)
 
 	// 6–7. Reserve quota and invoke, tier by tier, until a model answers.
 	res, err = g.invokeRoute(ctx, t, route, out)
@@ -340,7 +347,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 	defer cancel()
 	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
 		out.Discard()
-		beginTier(out, model, a.m.ModelID, model != g.primary())
+		beginTier(out, model, a.m.ModelID, model != t.firstTier)
 		sctx, span := g.attemptSpan(ctx, t, model, a.m.ModelID)
 		w, r, err := g.call(sctx, t, p, req, whole, into, &a.ttft)
 		defer w.stop()
@@ -390,7 +397,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		StopReason:    a.resp.StopReason,
 		StopSequence:  a.resp.StopSequence,
 		ToolCalls:     a.resp.ToolCalls,
-		Degraded:      model != g.primary() || t.ContextUnavailable,
+		Degraded:      model != t.firstTier || t.ContextUnavailable,
 		Confidence:    a.m.Confidence,
 		Usage:         a.usage,
 		CostUSD:       cost(a.m, a.usage),

@@ -109,6 +109,10 @@ type Turn struct {
 
 	// Filled by the pipeline.
 	Received time.Time
+	// firstTier is the first model tier the turn may reach (its start
+	// tier, its key's first allowed one): an answer from a later one is
+	// degraded.
+	firstTier string
 	UserHash string
 	// RequestHash is RequestID through the same keyed hash as UserHash:
 	// a client's request id may carry anything, so logs get only this.
@@ -261,4 +265,14 @@ func beginTier(out Output, tier, modelID string, degraded bool) {
 	if ta, ok := out.(TierAware); ok {
 		ta.BeginTier(tier, modelID, degraded)
 	}
+}
+
+// SetCaller gives t the caller of c, as authentication filled it: its
+// user, tenant, tier, and its API key's identity, quotas, budgets and
+// models — everything admission and the budgets decide on, so that work a
+// caller starts (a batch job's items) is held to the caller's limits.
+// The priority stays t's own.
+func (t *Turn) SetCaller(c *Turn) {
+	t.UserID, t.Tenant, t.Premium, t.ClientIP = c.UserID, c.Tenant, c.Premium, c.ClientIP
+	t.KeyHash, t.KeyMonthly, t.KeyDailyUSD, t.KeyMonthlyUSD, t.KeyModels = c.KeyHash, c.KeyMonthly, c.KeyDailyUSD, c.KeyMonthlyUSD, c.KeyModels
 }

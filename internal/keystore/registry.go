@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -417,7 +418,11 @@ func (r *Registry) check(k Record, now time.Time) error {
 	}
 	if r.validate != nil {
 		if err := r.validate(k); err != nil {
-			p = append(p, err.Error())
+			for _, line := range strings.Split(err.Error(), "; ") {
+				if !slices.Contains(p, line) { // the policy's check may repeat one of the above
+					p = append(p, line)
+				}
+			}
 		}
 	}
 	if len(p) > 0 {

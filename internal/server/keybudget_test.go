@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -272,5 +273,69 @@ func TestKeyModelAllowList(t *testing.T) {
 	bad.Auth.Keys = map[string]config.Caller{"sk-x": {UserID: "x", Models: []string{"opus"}}}
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `unknown model tier "opus"`) {
 		t.Fatalf("validate: %v; want the unknown tier named", err)
+	}
+}
+
+// A batch job runs as the key that posted it: its items are held to the
+// key's budget and model list like live turns, so a batch cannot spend
+// past a key's budget or reach a tier the key may not use.
+func TestBatchItemsAreHeldToTheirKey(t *testing.T) {
+	cfg := keyBudgetConfig()
+	cfg.Auth.Keys = map[string]config.Caller{"sk-batch": {UserID: "batch-app", MonthlyCostUSD: 0.004, Models: []string{"haiku"}}}
+	for name, st := range cfg.Sim.Models {
+		st.TTFTMs = 5
+		cfg.Sim.Models[name] = st
+	}
+	sc := newScenario(t, cfg)
+	msgs := make([]map[string]string, 40)
+	for i := range msgs {
+		msgs[i] = map[string]string{"message": fmt.Sprintf("Describe manga series number %d in one line", i), "locale": "en"}
+	}
+	body, _ := json.Marshal(map[string]any{"messages": msgs})
+	status, got := keyPost(t, sc.srv.URL, "sk-batch", "/v1/batch", string(body))
+	var job struct {
+		JobID string `json:"jobId"`
+	}
+	if err := json.Unmarshal([]byte(got), &job); status != http.StatusAccepted || err != nil {
+		t.Fatalf("POST /v1/batch: %d %s", status, got)
+	}
+	var st batchStatus
+	waitFor(t, "the batch job done", func() (bool, string) {
+		req, _ := http.NewRequest(http.MethodGet, sc.srv.URL+"/v1/batch/"+job.JobID, nil)
+		req.Header.Set("Authorization", "Bearer sk-batch")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		st = batchStatus{}
+		_ = json.NewDecoder(resp.Body).Decode(&st)
+		return st.Status == "done" || st.Status == "canceled", st.Status
+	})
+	refused, served := 0, 0
+	for _, r := range st.Results {
+		switch {
+		case strings.Contains(string(r.Error), "budget_exceeded"):
+			refused++
+		case r.Tier == "haiku":
+			served++
+		case r.Tier != "":
+			t.Fatalf("an item answered by %q for a haiku-only key", r.Tier)
+		}
+	}
+	if n := sc.upstream["sonnet"].calls.Load(); n != 0 {
+		t.Fatalf("sonnet called %d times for a haiku-only key's batch", n)
+	}
+	if served == 0 || refused == 0 {
+		t.Fatalf("%d served, %d refused of %d items: the key's budget must both serve and stop the batch", served, refused, len(st.Results))
+	}
+	spend, err := sc.s.enforcer.Spend(context.Background(), []budget.Account{{Scope: budget.ScopeKey, ID: stateHasher(cfg).Hash("sk-batch")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := cfg.Model("haiku")
+	oneTurn := m.Price().Cost(provider.Usage{InputTokens: cfg.Budget.RequestInput, OutputTokens: cfg.Budget.RequestOutput})
+	if spend[0].MonthUSD <= 0 || spend[0].MonthUSD > 0.004+oneTurn {
+		t.Fatalf("the key spent $%.5f of $0.004 (one turn at most $%.5f)", spend[0].MonthUSD, oneTurn)
 	}
 }
