@@ -3,10 +3,12 @@
 // page in words: the server's own message when it sent one.
 
 export class APIError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, problems = []) {
     super(message);
     this.status = status;
     this.code = code;
+    /** Each invalid field of a refused change ("name: must not be empty"), when the server listed them. */
+    this.problems = problems;
   }
 }
 
@@ -44,7 +46,8 @@ async function send(path, init) {
     if (resp.status === 404 && !body?.error) {
       throw new APIError(404, "not_found", `${name} is not available on this gateway (HTTP 404).`);
     }
-    throw new APIError(resp.status, code, `${name}: ${msg} (HTTP ${resp.status})`);
+    const problems = Array.isArray(body?.error?.problems) ? body.error.problems.map(String) : [];
+    throw new APIError(resp.status, code, `${name}: ${msg} (HTTP ${resp.status})`, problems);
   }
   if (body == null) throw new APIError(resp.status, "bad_response", `${name}: the answer is not JSON.`);
   return body;
@@ -58,6 +61,16 @@ export function get(path, params, signal) {
 /** POST a JSON body. */
 export function post(path, body, signal) {
   return send(url(path), { method: "POST", body: JSON.stringify(body), signal, headers: { "Content-Type": "application/json" } });
+}
+
+/** PATCH a JSON body. */
+export function patch(path, body, signal) {
+  return send(url(path), { method: "PATCH", body: JSON.stringify(body), signal, headers: { "Content-Type": "application/json" } });
+}
+
+/** DELETE path (no body). */
+export function del(path, signal) {
+  return send(url(path), { method: "DELETE", signal });
 }
 
 /** The message to show for an error thrown by get/post (or anything else). */

@@ -1,4 +1,4 @@
-// fmgate dashboards: the frame around the five views. It owns the hash
+// fmgate dashboards: the frame around the six views. It owns the hash
 // route (#/view?range=…&graph=…), the time range and version filters, the
 // live connection indicator, and the load/refresh cycle of the current view.
 
@@ -12,8 +12,9 @@ import cost from "./views/cost.js";
 import quality from "./views/quality.js";
 import capacity from "./views/capacity.js";
 import canary from "./views/canary.js";
+import keys from "./views/apikeys.js";
 
-const VIEWS = { ops, cost, quality, capacity, canary };
+const VIEWS = { ops, cost, quality, capacity, canary, keys };
 const RANGES = { "15m": 15 * 60e3, "1h": 3600e3, "24h": 24 * 3600e3, "7d": 7 * 24 * 3600e3 };
 const DIMS = ["graph", "prompt", "model", "tool"];
 const $ = (id) => document.getElementById(id);
@@ -78,8 +79,10 @@ function filters(view) {
 
 function syncFilterBar(view) {
   for (const b of document.querySelectorAll("[data-range]")) b.setAttribute("aria-pressed", String(b.dataset.range === state.range));
-  $("custom").hidden = state.range !== "custom";
-  if (state.range === "custom") {
+  // A view that reads no time range (noRange) shows no range buttons.
+  document.querySelector(".ranges").hidden = !!view.noRange;
+  $("custom").hidden = !!view.noRange || state.range !== "custom";
+  if (state.range === "custom" && !view.noRange) {
     $("custom-from").value = localInput(state.from || new Date(Date.now() - 3600e3));
     $("custom-to").value = localInput(state.to || new Date());
   }
