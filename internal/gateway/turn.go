@@ -113,7 +113,7 @@ type Turn struct {
 	// tier, its key's first allowed one): an answer from a later one is
 	// degraded.
 	firstTier string
-	UserHash string
+	UserHash  string
 	// RequestHash is RequestID through the same keyed hash as UserHash:
 	// a client's request id may carry anything, so logs get only this.
 	RequestHash string
