@@ -485,6 +485,9 @@ type Caller struct {
 	// turns in any 30 days (a bucket that refills over the month, shared
 	// by the fleet); 0: no quota.
 	MonthlyRequests int `yaml:"monthlyRequests"`
+	// RequestsPerMinute is the key's own rate limit, across every user it
+	// serves, fleet-wide; 0: none.
+	RequestsPerMinute int `yaml:"requestsPerMinute"`
 	// DailyCostUSD bounds the key's spend per day (in budget.timezone),
 	// on every door, fleet-wide: each turn's estimated cost is held
 	// against it before the model is called and settled to the real cost.
@@ -872,6 +875,9 @@ func (c Config) Validate() error {
 		}
 		if caller.MonthlyRequests < 0 {
 			v.add(p+".monthlyRequests", "must be >= 0 (0: no quota)")
+		}
+		if caller.RequestsPerMinute < 0 {
+			v.add(p+".requestsPerMinute", "must be >= 0 (0: no limit)")
 		}
 		if caller.DailyCostUSD < 0 {
 			v.add(p+".dailyCostUsd", "must be >= 0 (0: no budget)")

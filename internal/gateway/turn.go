@@ -94,8 +94,9 @@ type Turn struct {
 	ClientIP string
 	// KeyHash is the caller's API key through the state hash, and
 	// KeyMonthly its quota of turns per 30 days (0: none).
-	KeyHash    string
-	KeyMonthly int
+	KeyHash      string
+	KeyMonthly   int
+	KeyPerMinute int
 	// KeyDailyUSD and KeyMonthlyUSD are the key's spending budgets (0:
 	// none), and KeyModels the model tiers it may use (empty: any).
 	KeyDailyUSD, KeyMonthlyUSD float64
@@ -274,5 +275,6 @@ func beginTier(out Output, tier, modelID string, degraded bool) {
 // The priority stays t's own.
 func (t *Turn) SetCaller(c *Turn) {
 	t.UserID, t.Tenant, t.Premium, t.ClientIP = c.UserID, c.Tenant, c.Premium, c.ClientIP
+	t.KeyPerMinute = c.KeyPerMinute
 	t.KeyHash, t.KeyMonthly, t.KeyDailyUSD, t.KeyMonthlyUSD, t.KeyModels = c.KeyHash, c.KeyMonthly, c.KeyDailyUSD, c.KeyMonthlyUSD, c.KeyModels
 }

@@ -24,13 +24,14 @@ type Record struct {
 	Team string `json:"team,omitempty"`
 	App  string `json:"app,omitempty"`
 	// The caller the key stands for and its policy, as auth.keys entries.
-	UserID          string   `json:"userId"`
-	Tier            string   `json:"tier,omitempty"`
-	Priority        string   `json:"priority,omitempty"`
-	Models          []string `json:"models,omitempty"`
-	MonthlyRequests int      `json:"monthlyRequests,omitempty"`
-	DailyCostUSD    float64  `json:"dailyCostUsd,omitempty"`
-	MonthlyCostUSD  float64  `json:"monthlyCostUsd,omitempty"`
+	UserID            string   `json:"userId"`
+	Tier              string   `json:"tier,omitempty"`
+	Priority          string   `json:"priority,omitempty"`
+	Models            []string `json:"models,omitempty"`
+	MonthlyRequests   int      `json:"monthlyRequests,omitempty"`
+	RequestsPerMinute int      `json:"requestsPerMinute,omitempty"`
+	DailyCostUSD      float64  `json:"dailyCostUsd,omitempty"`
+	MonthlyCostUSD    float64  `json:"monthlyCostUsd,omitempty"`
 	// Prefix is the start of the secret, to tell keys apart in lists and
 	// logs; the rest is never kept.
 	Prefix string `json:"prefix"`

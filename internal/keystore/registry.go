@@ -26,17 +26,18 @@ const MaxKeys = 10_000
 // Spec is what an operator sets on a key: at creation, or in part later
 // (Patch).
 type Spec struct {
-	Name            string    `json:"name"`
-	Team            string    `json:"team"`
-	App             string    `json:"app"`
-	UserID          string    `json:"userId"`
-	Tier            string    `json:"tier"`
-	Priority        string    `json:"priority"`
-	Models          []string  `json:"models"`
-	MonthlyRequests int       `json:"monthlyRequests"`
-	DailyCostUSD    float64   `json:"dailyCostUsd"`
-	MonthlyCostUSD  float64   `json:"monthlyCostUsd"`
-	ExpiresAt       time.Time `json:"expiresAt"`
+	Name              string    `json:"name"`
+	Team              string    `json:"team"`
+	App               string    `json:"app"`
+	UserID            string    `json:"userId"`
+	Tier              string    `json:"tier"`
+	Priority          string    `json:"priority"`
+	Models            []string  `json:"models"`
+	MonthlyRequests   int       `json:"monthlyRequests"`
+	RequestsPerMinute int       `json:"requestsPerMinute"`
+	DailyCostUSD      float64   `json:"dailyCostUsd"`
+	MonthlyCostUSD    float64   `json:"monthlyCostUsd"`
+	ExpiresAt         time.Time `json:"expiresAt"`
 	// Bedrock asks for an access key id and secret access key that sign
 	// Bedrock requests (SigV4), instead of a bearer secret.
 	Bedrock bool `json:"bedrock"`
@@ -309,17 +310,18 @@ func (r *Registry) issue(k *Record, bedrock bool) (Issued, error) {
 
 // Patch is a partial Spec: only the fields sent change.
 type Patch struct {
-	Name            *string    `json:"name"`
-	Team            *string    `json:"team"`
-	App             *string    `json:"app"`
-	UserID          *string    `json:"userId"`
-	Tier            *string    `json:"tier"`
-	Priority        *string    `json:"priority"`
-	Models          *[]string  `json:"models"`
-	MonthlyRequests *int       `json:"monthlyRequests"`
-	DailyCostUSD    *float64   `json:"dailyCostUsd"`
-	MonthlyCostUSD  *float64   `json:"monthlyCostUsd"`
-	ExpiresAt       *time.Time `json:"expiresAt"`
+	Name              *string    `json:"name"`
+	Team              *string    `json:"team"`
+	App               *string    `json:"app"`
+	UserID            *string    `json:"userId"`
+	Tier              *string    `json:"tier"`
+	Priority          *string    `json:"priority"`
+	Models            *[]string  `json:"models"`
+	MonthlyRequests   *int       `json:"monthlyRequests"`
+	RequestsPerMinute *int       `json:"requestsPerMinute"`
+	DailyCostUSD      *float64   `json:"dailyCostUsd"`
+	MonthlyCostUSD    *float64   `json:"monthlyCostUsd"`
+	ExpiresAt         *time.Time `json:"expiresAt"`
 }
 
 // Update applies p to key id on behalf of by.
@@ -333,6 +335,7 @@ func (r *Registry) Update(ctx context.Context, id string, p Patch, by string) (R
 		set(&k.Priority, p.Priority)
 		set(&k.Models, p.Models)
 		set(&k.MonthlyRequests, p.MonthlyRequests)
+		set(&k.RequestsPerMinute, p.RequestsPerMinute)
 		set(&k.DailyCostUSD, p.DailyCostUSD)
 		set(&k.MonthlyCostUSD, p.MonthlyCostUSD)
 		set(&k.ExpiresAt, p.ExpiresAt)
@@ -434,6 +437,7 @@ func (r *Registry) check(k Record, now time.Time) error {
 func apply(k *Record, s Spec) {
 	k.Name, k.Team, k.App, k.UserID = strings.TrimSpace(s.Name), s.Team, s.App, s.UserID
 	k.Tier, k.Priority, k.Models = s.Tier, s.Priority, s.Models
+	k.RequestsPerMinute = s.RequestsPerMinute
 	k.MonthlyRequests, k.DailyCostUSD, k.MonthlyCostUSD, k.ExpiresAt = s.MonthlyRequests, s.DailyCostUSD, s.MonthlyCostUSD, s.ExpiresAt
 }
 

@@ -140,6 +140,9 @@ type Request struct {
 	// skips it.
 	Key        string
 	KeyMonthly int
+	// KeyPerMinute is the key's own rate, turns per minute, for the
+	// key_per_minute scope; 0 skips it.
+	KeyPerMinute int
 	// Cost is the number of tokens the turn takes from every bucket; 0 means 1.
 	Cost int
 }
@@ -153,6 +156,7 @@ const (
 	ScopeUserPerDay    = "user_per_day"
 	ScopeIP            = "ip"
 	ScopeKeyPerMonth   = "key_per_month"
+	ScopeKeyPerMinute  = "key_per_minute"
 	// Route scopes are named "route_" + the route name.
 	scopeRoutePrefix = "route_"
 )
@@ -257,6 +261,9 @@ func (l *Limiter) scopes(cfg *Config, r Request, buf *[maxScopes]scope) []scope 
 	add(ScopeUserPerDay, keys[3*n:], cfg.User.PerDay, f)
 	if r.KeyMonthly > 0 {
 		add(ScopeKeyPerMonth, "key_month:"+r.Key, Rule{Limit: Limit{Rate: r.KeyMonthly, Per: Month}}, 1)
+	}
+	if r.KeyPerMinute > 0 {
+		add(ScopeKeyPerMinute, "key_minute:"+r.Key, Rule{Limit: Limit{Rate: r.KeyPerMinute, Per: time.Minute}}, 1)
 	}
 	return s
 }

@@ -555,3 +555,27 @@ func TestLimiterSetConfigKeepsBuckets(t *testing.T) {
 		setConfigKeepsBuckets(t, func(clk *fakeClock) Store { return redisFactory(t, clk.Now) })
 	})
 }
+
+// A key's own rate (auth.keys.*.requestsPerMinute) is one bucket for all
+// its users; other keys are not held back by it.
+func TestLimiterKeyPerMinute(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	l := newLimiter(t, DefaultConfig(), nil, clk)
+	for i, user := range []string{"a", "b"} {
+		if res, _ := l.Check(ctx, Request{UserID: user, Key: "k1", KeyPerMinute: 2}); !res.Allowed {
+			t.Fatalf("turn %d within the key's minute: %+v", i+1, res)
+		}
+	}
+	res, _ := l.Check(ctx, Request{UserID: "c", Key: "k1", KeyPerMinute: 2})
+	if res.Allowed || res.Limit != ScopeKeyPerMinute || !strings.Contains(res.Message("en"), "2 requests per minute") {
+		t.Fatalf("a third turn on the key: %+v (%s)", res, res.Message("en"))
+	}
+	if res, _ := l.Check(ctx, Request{UserID: "c", Key: "k2", KeyPerMinute: 2}); !res.Allowed {
+		t.Fatalf("another key: %+v", res)
+	}
+	clk.Advance(30 * time.Second)
+	if res, _ := l.Check(ctx, Request{UserID: "c", Key: "k1", KeyPerMinute: 2}); !res.Allowed {
+		t.Fatalf("half a minute later a turn has come back: %+v", res)
+	}
+}

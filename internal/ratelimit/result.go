@@ -116,6 +116,11 @@ func (r Result) Message(locale string) string {
 			return fmt.Sprintf("このAPIキーの月間リクエスト上限（%d件）に達しました。%s後にもう一度お試しください。", r.Policy.Quota, wait)
 		}
 		return fmt.Sprintf("This API key has used its %d requests for the month — please try again in %s.", r.Policy.Quota, wait)
+	case ScopeKeyPerMinute:
+		if ja {
+			return fmt.Sprintf("このAPIキーの1分あたりのリクエスト上限（%d件）に達しました。%s待ってから、もう一度お試しください。", r.Policy.Quota, wait)
+		}
+		return fmt.Sprintf("This API key is over its limit of %d requests per minute — please wait %s and try again.", r.Policy.Quota, wait)
 	case ScopeIP:
 		if ja {
 			return fmt.Sprintf("お使いのネットワークからのリクエストが多すぎます。%s待ってから、もう一度お試しください。", wait)

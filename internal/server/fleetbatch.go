@@ -418,7 +418,7 @@ func (f *fleetBatcher) route(start string) []string {
 
 // rateRequest is the rate-limit question a turn asks.
 func rateRequest(t *gateway.Turn) ratelimit.Request {
-	return ratelimit.Request{UserID: t.UserID, Route: t.Route, Premium: t.Premium, Cost: 1, IP: t.ClientIP, Key: t.KeyHash, KeyMonthly: t.KeyMonthly,
+	return ratelimit.Request{UserID: t.UserID, Route: t.Route, Premium: t.Premium, Cost: 1, IP: t.ClientIP, Key: t.KeyHash, KeyMonthly: t.KeyMonthly, KeyPerMinute: t.KeyPerMinute,
 		RouteOnly: t.Route == gateway.RouteConnect}
 }
 
