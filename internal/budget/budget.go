@@ -483,26 +483,10 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 	}
 	cached := min(max(req.ExpectCached, 0), est.Total)
 	cost := price.Cost(provider.Usage{InputTokens: est.Total - cached, CachedInputTokens: cached, OutputTokens: maxOut})
-	if lim := cfg.DailyCostUSD; err == nil && lim > 0 {
-		if tot.DayCostUSD+cost > lim {
-			return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next}
-		}
-		if req.Hold {
-			// The day's spend read above may already be spoken for by
-			// turns in flight: hold this turn's estimate against it, so
-			// that concurrent turns cannot together spend past the limit.
-			hctx, cancel := b.storeCtx(ctx)
-			id := newHoldID()
-			held, herr := b.counters.Hold(hctx, req.UserID, day, id, toNano(cost), toNano(lim), HoldTTL)
-			cancel()
-			switch {
-			case herr != nil:
-				plan.CountersErr = fmt.Errorf("budget: hold: %w", herr)
-			case !held:
-				return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next, Held: true}
-			default:
-				plan.Hold = Hold{ID: id, Day: day}
-			}
+	if err == nil {
+		d := spendDay{userID: req.UserID, day: day, next: next, spent: tot.DayCostUSD, limit: cfg.DailyCostUSD}
+		if err := b.spend(ctx, d, cost, req.Hold, &plan); err != nil {
+			return Plan{}, err
 		}
 	}
 	plan.Estimate = est
@@ -512,6 +496,72 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 	plan.CostUSD = cost
 	plan.Counts = est.Counts
 	return plan, nil
+}
+
+// CheckCost applies the daily cost budget alone to a request priced before
+// it runs at costUSD (an embedding call: input, no output) and, with hold,
+// holds the cost until Record settles it or Release ends it (Plan.Hold).
+// The per-request, context-window and session budgets bound a
+// conversation, and do not apply. As for Check, a counter store failure
+// refuses nothing: see Plan.CountersErr.
+func (b *Enforcer) CheckCost(ctx context.Context, userID string, costUSD float64, hold bool) (Plan, error) {
+	cfg := b.limits.Load()
+	plan := Plan{CostUSD: costUSD}
+	if cfg.DailyCostUSD <= 0 {
+		return plan, nil
+	}
+	day, next := b.day(b.now())
+	tctx, cancel := b.storeCtx(ctx)
+	tot, err := b.counters.Load(tctx, userID, "", day)
+	cancel()
+	if err != nil {
+		plan.CountersErr = fmt.Errorf("budget: load counters: %w", err)
+		return plan, nil
+	}
+	d := spendDay{userID: userID, day: day, next: next, spent: tot.DayCostUSD, limit: cfg.DailyCostUSD}
+	if err := b.spend(ctx, d, costUSD, hold, &plan); err != nil {
+		return Plan{}, err
+	}
+	return plan, nil
+}
+
+// spendDay is a user's day as the daily cost budget sees it: spent so far
+// (holds aside), of limit (0: no limit), until next.
+type spendDay struct {
+	userID, day  string
+	next         time.Time
+	spent, limit float64
+}
+
+// spend checks cost against what is left of d and, with hold, holds it
+// there (plan.Hold). The refusal is an *ExceededError; a store failure of
+// the hold refuses nothing and is set in plan.CountersErr.
+func (b *Enforcer) spend(ctx context.Context, d spendDay, cost float64, hold bool, plan *Plan) error {
+	if d.limit <= 0 {
+		return nil
+	}
+	if d.spent+cost > d.limit {
+		return &ExceededError{Budget: BudgetDailyCost, Limit: d.limit, Used: d.spent, ResetAt: d.next}
+	}
+	if !hold {
+		return nil
+	}
+	// The day's spend read above may already be spoken for by requests in
+	// flight: hold this one's estimate against it, so that concurrent
+	// requests cannot together spend past the limit.
+	hctx, cancel := b.storeCtx(ctx)
+	id := newHoldID()
+	held, err := b.counters.Hold(hctx, d.userID, d.day, id, toNano(cost), toNano(d.limit), HoldTTL)
+	cancel()
+	switch {
+	case err != nil:
+		plan.CountersErr = fmt.Errorf("budget: hold: %w", err)
+	case !held:
+		return &ExceededError{Budget: BudgetDailyCost, Limit: d.limit, Used: d.spent, ResetAt: d.next, Held: true}
+	default:
+		plan.Hold = Hold{ID: id, Day: d.day}
+	}
+	return nil
 }
 
 // truncate drops the oldest history until excess tokens are gone, keeping
