@@ -14,6 +14,7 @@ const (
 	CodeRequestTimeout = "request_timeout"
 	CodeNotAllowed     = "method_not_allowed"
 	CodeUnauthorized   = "unauthorized"
+	CodeNotFound       = "not_found"
 	CodeDuplicate      = "duplicate_request"
 	CodeRateLimited    = "rate_limited"
 	CodeQuotaExhausted = "quota_exhausted"
@@ -40,7 +41,10 @@ type Error struct {
 	RetryAfter time.Duration
 	// Header holds extra response headers (e.g. RateLimit-Policy).
 	Header http.Header
-	Err    error
+	// Param, when set, names the request field at fault ("dimensions",
+	// "input"), for a door whose error shape names it.
+	Param string
+	Err   error
 }
 
 func (e *Error) Error() string {
