@@ -15,9 +15,9 @@ import (
 func credentialProblems(ctx context.Context, cfg config.Config) []string {
 	var lines []string
 	checked := map[string]error{}
-	for i, m := range cfg.Models {
+	check := func(field string, m config.Model) {
 		if m.Provider != "bedrock" || m.Region == "" {
-			continue
+			return
 		}
 		err, ok := checked[m.Region]
 		if !ok {
@@ -25,8 +25,14 @@ func credentialProblems(ctx context.Context, cfg config.Config) []string {
 			checked[m.Region] = err
 		}
 		if err != nil {
-			lines = append(lines, fmt.Sprintf("models[%d] (%s): %v", i, m.Name, err))
+			lines = append(lines, fmt.Sprintf("%s (%s): %v", field, m.Name, err))
 		}
+	}
+	for i, m := range cfg.Models {
+		check(fmt.Sprintf("models[%d]", i), m)
+	}
+	for i, e := range cfg.Embeddings {
+		check(fmt.Sprintf("embeddings[%d]", i), e.Connection())
 	}
 	return lines
 }

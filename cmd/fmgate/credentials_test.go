@@ -55,6 +55,25 @@ func TestValidateNamesMissingAWSCredentials(t *testing.T) {
 	}
 }
 
+// An embedding tier on Bedrock needs credentials as a chat tier does.
+func TestValidateNamesMissingAWSCredentialsOfEmbeddingTiers(t *testing.T) {
+	noAWSCredentials(t)
+	path := filepath.Join(t.TempDir(), "fmgate.yaml")
+	cfg := `embeddings:
+  - {name: titan-embed, provider: bedrock, modelId: amazon.titan-embed-text-v2:0, region: eu-west-1, endpoint: "http://127.0.0.1:9",
+     dimensions: 1024, maxInputTokens: 8192, inputPerMTok: 0.02, quota: {tpm: 1000, rpm: 10}}
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"validate", "-config", path}, &stdout, &stderr)
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if err == nil || len(lines) != 1 || !strings.HasPrefix(lines[0], "embeddings[0] (titan-embed): ") || !strings.Contains(lines[0], "AWS_ACCESS_KEY_ID") {
+		t.Fatalf("err %v, output %q; want one line naming the embedding tier", err, stdout.String())
+	}
+}
+
 func TestValidateNamesMissingDoorSecret(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fmgate.yaml")
 	cfg := `auth:

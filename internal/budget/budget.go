@@ -641,24 +641,9 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 	if lim := cfg.DailyCostUSD; err == nil && lim > 0 && tot.DayCostUSD+cost > lim {
 		return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next}
 	}
-	if charge, hold, budgets := meters(cfg, cal, req.UserID, req.Accounts); err == nil && req.Hold && len(hold) > 0 {
-		// What was spent may already be spoken for by turns in flight:
-		// hold this turn's estimate on every budget at once, so that
-		// concurrent turns cannot together spend past any of them.
-		hctx, cancel := b.storeCtx(ctx)
-		id := newHoldID()
-		nano := toNano(cost)
-		refused, spent, herr := b.counters.Hold(hctx, id, nano, hold, HoldTTL)
-		cancel()
-		switch {
-		case herr != nil:
-			plan.CountersErr = fmt.Errorf("budget: hold: %w", herr)
-		case refused >= 0:
-			by := budgets[refused]
-			return Plan{}, &ExceededError{Budget: by.name, Limit: by.usd, Used: float64(spent) / nanoUSD, ResetAt: by.resetAt,
-				Held: spent+nano <= hold[refused].Limit}
-		default:
-			plan.Hold = Hold{ID: id, Day: day, meters: charge}
+	if err == nil && req.Hold {
+		if err := b.hold(ctx, cfg, cal, req.UserID, req.Accounts, cost, &plan); err != nil {
+			return Plan{}, err
 		}
 	}
 	plan.Estimate = est
@@ -668,6 +653,69 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 	plan.CostUSD = cost
 	plan.Counts = est.Counts
 	return plan, nil
+}
+
+// CheckCost applies the spending budgets alone — the user's and its
+// accounts' — to a request priced before it runs at costUSD (an embedding
+// call: input, no output) and, with hold, holds the cost until Record
+// settles it or Release ends it (Plan.Hold). The per-request,
+// context-window and session budgets bound a conversation, and do not
+// apply. As for Check, a counter store failure refuses nothing: see
+// Plan.CountersErr.
+func (b *Enforcer) CheckCost(ctx context.Context, userID string, accounts []Account, costUSD float64, hold bool) (Plan, error) {
+	if len(accounts) > 0 && !hold {
+		return Plan{}, errors.New("budget: accounts are enforced only by holding: set hold")
+	}
+	cfg := b.limits.Load()
+	plan := Plan{CostUSD: costUSD}
+	cal := b.calendar(b.now())
+	if _, limited, _ := meters(cfg, cal, userID, accounts); len(limited) == 0 {
+		return plan, nil // no budget to check: nothing to read
+	}
+	tctx, cancel := b.storeCtx(ctx)
+	tot, err := b.counters.Load(tctx, userID, "", cal.key)
+	cancel()
+	if err != nil {
+		plan.CountersErr = fmt.Errorf("budget: load counters: %w", err)
+		return plan, nil
+	}
+	if lim := cfg.DailyCostUSD; lim > 0 && tot.DayCostUSD+costUSD > lim {
+		return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: cal.end}
+	}
+	if hold {
+		if err := b.hold(ctx, cfg, cal, userID, accounts, costUSD, &plan); err != nil {
+			return Plan{}, err
+		}
+	}
+	return plan, nil
+}
+
+// hold holds cost on every limited budget of userID and accounts at once
+// (plan.Hold): what was spent may already be spoken for by turns in
+// flight, so concurrent turns cannot together spend past any of them. The
+// refusal is an *ExceededError; a store failure refuses nothing and is set
+// in plan.CountersErr.
+func (b *Enforcer) hold(ctx context.Context, cfg *limits, cal *calendarDay, userID string, accounts []Account, cost float64, plan *Plan) error {
+	charge, hold, budgets := meters(cfg, cal, userID, accounts)
+	if len(hold) == 0 {
+		return nil
+	}
+	hctx, cancel := b.storeCtx(ctx)
+	id := newHoldID()
+	nano := toNano(cost)
+	refused, spent, err := b.counters.Hold(hctx, id, nano, hold, HoldTTL)
+	cancel()
+	switch {
+	case err != nil:
+		plan.CountersErr = fmt.Errorf("budget: hold: %w", err)
+	case refused >= 0:
+		by := budgets[refused]
+		return &ExceededError{Budget: by.name, Limit: by.usd, Used: float64(spent) / nanoUSD, ResetAt: by.resetAt,
+			Held: spent+nano <= hold[refused].Limit}
+	default:
+		plan.Hold = Hold{ID: id, Day: cal.key, meters: charge}
+	}
+	return nil
 }
 
 // truncate drops the oldest history until excess tokens are gone, keeping

@@ -39,12 +39,15 @@ type Config struct {
 	Locales []string `yaml:"locales"`
 	Prompt  Prompt   `yaml:"prompt"`
 	// Models are the model tiers in order: the first is the primary.
-	Models   []Model  `yaml:"models"`
-	Deadline Deadline `yaml:"deadline"`
-	Session  Session  `yaml:"session"`
-	Auth     Auth     `yaml:"auth"`
-	Fleet    Fleet    `yaml:"fleet"`
-	Batch    Batch    `yaml:"batch"`
+	Models []Model `yaml:"models"`
+	// Embeddings are the embedding tiers of POST /v1/embeddings, in
+	// fallback order.
+	Embeddings []Embedding `yaml:"embeddings"`
+	Deadline   Deadline    `yaml:"deadline"`
+	Session    Session     `yaml:"session"`
+	Auth       Auth        `yaml:"auth"`
+	Fleet      Fleet       `yaml:"fleet"`
+	Batch      Batch       `yaml:"batch"`
 	// UnitCosts price what a turn consumes besides model tokens.
 	UnitCosts UnitCosts `yaml:"unitCosts"`
 
@@ -592,6 +595,7 @@ func Default() Config {
 			{Name: "haiku", Provider: "sim", ModelID: "anthropic.claude-3-haiku-20240307-v1:0", Aliases: haikuAliases,
 				InputPerMTok: 0.25, OutputPerMTok: 1.25, ContextWindow: 200_000, MaxOutputTokens: 1024, Confidence: 0.7},
 		},
+		Embeddings: defaultEmbeddings(),
 		Deadline: Deadline{
 			FirstByte:  3 * time.Second,
 			Attempt:    2 * time.Second,
@@ -826,6 +830,7 @@ func (c Config) Validate() error {
 			v.add(p+".upstream", fmt.Sprintf("unknown value %q (want %s or %s)", m.Upstream, UpstreamStream, UpstreamClient))
 		}
 	}
+	c.validateEmbeddings(&v)
 	d := c.Deadline
 	if d.FirstByte <= 0 {
 		v.add("deadline.firstByte", "must be > 0")
@@ -1011,6 +1016,11 @@ func (c Config) CheckSecrets() error {
 	for i, m := range c.Models {
 		if m.APIKeyEnv != "" && os.Getenv(m.APIKeyEnv) == "" {
 			v.add(fmt.Sprintf("models[%d].apiKeyEnv", i), fmt.Sprintf("environment variable %s is not set; export %s=<your %s API key>", m.APIKeyEnv, m.APIKeyEnv, m.Provider))
+		}
+	}
+	for i, e := range c.Embeddings {
+		if e.APIKeyEnv != "" && os.Getenv(e.APIKeyEnv) == "" {
+			v.add(fmt.Sprintf("embeddings[%d].apiKeyEnv", i), fmt.Sprintf("environment variable %s is not set; export %s=<your %s API key>", e.APIKeyEnv, e.APIKeyEnv, e.Provider))
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.Auth.Keys)) {

@@ -32,16 +32,27 @@ func fieldProblems(data []byte) (*fieldWalker, error) {
 }
 
 // unknownSimModels reports each model the file sets under sim.models that
-// is no model tier of cfg: its settings would never be used.
+// is no model tier nor embedding tier of cfg: its settings would never be
+// used.
 func (w *fieldWalker) unknownSimModels(cfg Config) []string {
 	var out []string
 	for _, name := range w.simModels {
-		if _, ok := cfg.Model(name); !ok {
+		_, chat := cfg.Model(name)
+		_, embed := cfg.Embedding(name)
+		if !chat && !embed {
 			tiers := make([]string, len(cfg.Models))
 			for i, m := range cfg.Models {
 				tiers[i] = m.Name
 			}
-			out = append(out, fmt.Sprintf("sim.models.%s: no model tier is named %s (models are %s)", name, name, strings.Join(tiers, ", ")))
+			msg := fmt.Sprintf("sim.models.%s: no model tier is named %s (models are %s", name, name, strings.Join(tiers, ", "))
+			if len(cfg.Embeddings) > 0 {
+				embeds := make([]string, len(cfg.Embeddings))
+				for i, e := range cfg.Embeddings {
+					embeds[i] = e.Name
+				}
+				msg += "; embedding tiers are " + strings.Join(embeds, ", ")
+			}
+			out = append(out, msg+")")
 		}
 	}
 	return out

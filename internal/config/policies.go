@@ -142,7 +142,8 @@ func (c Config) validatePolicies(v *validator) {
 
 // SimConfig is the simulator's configuration for this config: sim.models,
 // plus a model for every tier served by the simulator (Haiku's pace when
-// sim.models has none for it), each reporting its tier's modelId. fmgate sim
+// sim.models has none for it; an embedding tier's latency,
+// simEmbedLatencyMs), each reporting its tier's modelId. fmgate sim
 // serves every tier, whatever its provider, so a config can point its
 // Bedrock, Anthropic or OpenAI tiers at a simulator started from the same
 // file.
@@ -172,5 +173,20 @@ func (c Config) SimConfig() sim.Config {
 			}
 		}
 	}
+	// An embedding tier answers at once unless sim.models slows it down.
+	for _, e := range c.Embeddings {
+		st, ok := out.Models[e.Name]
+		if !ok {
+			st = sim.Settings{LatencyMs: simEmbedLatencyMs}
+		}
+		if st.ModelID == "" || e.Provider != "sim" {
+			st.ModelID = e.ModelID
+		}
+		out.Models[e.Name] = st
+	}
 	return out
 }
+
+// simEmbedLatencyMs is a simulated embedding tier's latency when sim.models
+// sets none: about what a short input takes on Bedrock.
+const simEmbedLatencyMs = 20

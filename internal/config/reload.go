@@ -25,6 +25,8 @@ var reloadable = []string{
 	"models[*].cacheWritePerMTok", "models[*].cacheWrite1hPerMTok",
 	"models[*].contextWindow", "models[*].maxOutputTokens", "models[*].confidence",
 	"models[*].upstream", "models[*].promptCaching",
+	"embeddings[*].aliases", "embeddings[*].inputPerMTok", "embeddings[*].dimensions", "embeddings[*].allowedDimensions",
+	"embeddings[*].maxInputTokens", "embeddings[*].quota",
 	"deadline",
 	"auth.keys",
 	"unitCosts",

@@ -39,6 +39,12 @@ const (
 	ModeScheduled     InvocationMode = "scheduled"
 )
 
+// NodeEmbeddings is the node of an embedding call's "turn" span (POST
+// /v1/embeddings): a turn for the cost views, under its feature and model,
+// but not a chat turn, whose latency, tier mix and errors the live figures
+// and their alert rules follow.
+const NodeEmbeddings = "embeddings"
+
 // ArtifactKind says what kind of work a span did.
 type ArtifactKind string
 

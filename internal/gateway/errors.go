@@ -15,6 +15,7 @@ const (
 	CodeNotAllowed     = "method_not_allowed"
 	CodeUnauthorized   = "unauthorized"
 	CodeModelForbidden = "model_not_allowed"
+	CodeNotFound       = "not_found"
 	CodeDuplicate      = "duplicate_request"
 	CodeRateLimited    = "rate_limited"
 	CodeQuotaExhausted = "quota_exhausted"
@@ -41,7 +42,10 @@ type Error struct {
 	RetryAfter time.Duration
 	// Header holds extra response headers (e.g. RateLimit-Policy).
 	Header http.Header
-	Err    error
+	// Param, when set, names the request field at fault ("dimensions",
+	// "input"), for a door whose error shape names it.
+	Param string
+	Err   error
 }
 
 func (e *Error) Error() string {

@@ -68,6 +68,10 @@ type Gateway struct {
 	admin    http.Handler // extra admin routes (e.g. the simulator's)
 	throttle func(scope string)
 	estimate func(*provider.Request) int
+	// embedders serve the embedding tiers, by name; tokens counts an
+	// embedding input's tokens.
+	embedders map[string]provider.Embedder
+	tokens    func(string) int
 }
 
 // Deps are what a Gateway is built from. Nil policies are pass-throughs.
@@ -89,6 +93,12 @@ type Deps struct {
 	// EstimateTokens counts a request's input tokens when its tier's vendor
 	// cannot (CountTokens); nil counts a token per four bytes.
 	EstimateTokens func(*provider.Request) int
+
+	// Embedders serve the embedding tiers (Embed), by tier name; nil
+	// serves none. CountTokens counts a text's tokens for their budgets,
+	// quotas and input bounds; nil counts a token per four bytes.
+	Embedders   map[string]provider.Embedder
+	CountTokens func(string) int
 
 	Admitter Admitter
 	Budgeter Budgeter
@@ -129,6 +139,11 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 			return nil, errors.New("gateway: no provider for model " + m.Name)
 		}
 	}
+	for _, e := range cfg.Embeddings {
+		if d.Embedders != nil && d.Embedders[e.Name] == nil {
+			return nil, errors.New("gateway: no embedder for embedding tier " + e.Name)
+		}
+	}
 	g := &Gateway{
 		tiers:     tierNames(cfg.Models),
 		providers: d.Providers,
@@ -155,6 +170,8 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		tracer:    d.Tracer,
 		batches:   newBatchJobs(cfg.Batch, d.Jobs, d.Now),
 		throttle:  d.OnThrottle,
+		embedders: d.Embedders,
+		tokens:    d.CountTokens,
 	}
 	g.cfg.Store(&cfg)
 	g.drained, g.startDrain = context.WithCancel(context.Background())
@@ -273,6 +290,11 @@ func (g *Gateway) SetConfig(cfg config.Config) error {
 	}
 	if !slices.Equal(tierNames(cfg.Models), g.tiers) {
 		return errors.New("gateway: the model tiers cannot change without a restart")
+	}
+	for _, e := range cfg.Embeddings {
+		if g.embedders != nil && g.embedders[e.Name] == nil {
+			return errors.New("gateway: the embedding tiers cannot change without a restart")
+		}
 	}
 	g.cfg.Store(&cfg)
 	return nil

@@ -263,8 +263,10 @@ func (a *Aggregator) add(e *events.Event, nowSec int64) {
 	if c := e.Resource.CostUSD; !math.IsNaN(c) && !math.IsInf(c, 0) {
 		b.cost += c // a non-finite cost would make every snapshot unencodable
 	}
-	switch e.Name {
-	case spanTurn:
+	switch {
+	case e.Name == spanTurn && e.Node.NodeID == events.NodeEmbeddings:
+		// An embedding call: its cost counts, but it is no chat turn.
+	case e.Name == spanTurn:
 		b.turns++
 		if e.Outcome.Status == events.StatusFailed {
 			b.failed++
@@ -281,7 +283,7 @@ func (a *Aggregator) add(e *events.Event, nowSec int64) {
 				b.ttft.add(int64((d + time.Millisecond/2) / time.Millisecond))
 			}
 		}
-	case spanModelAttempt:
+	case e.Name == spanModelAttempt:
 		if n := int64(e.Resource.TokensIn) + int64(e.Resource.TokensOut); n > 0 {
 			inc(b.tokens, orDefault(e.Artifact.ModelID, "unknown"), n)
 		}

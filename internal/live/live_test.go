@@ -416,3 +416,29 @@ func TestNonFiniteCostIsIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEmbeddingCallsAreNoChatTurns: an embedding call's turn span adds its
+// cost and its attempt's tokens, but neither a turn nor a tier, a latency
+// or an error: the live figures and their alerts follow the chat turns.
+func TestEmbeddingCallsAreNoChatTurns(t *testing.T) {
+	clk := newClock()
+	a := New(DefaultConfig(), nil, clk.Now)
+	now := clk.Now()
+	chat := turn(turnSpec{end: now, duration: 2 * time.Second, model: "sonnet"})
+	embed := turn(turnSpec{end: now, duration: 20 * time.Millisecond, model: "amazon.titan-embed-text-v2:0"})
+	embed.Node.NodeID = events.NodeEmbeddings
+	embed.Resource.CostUSD = 0.001
+	failed := turn(turnSpec{end: now, duration: 5 * time.Millisecond, status: events.StatusFailed, code: "upstream_failed"})
+	failed.Node.NodeID = events.NodeEmbeddings
+	write(t, a, chat, embed, failed, attempt("amazon.titan-embed-text-v2:0", now, 40, 0, 0.0000008))
+	s := a.Snapshot(context.Background())
+	if s.Turns != 1 || s.Errors != 0 || !maps.Equal(s.Tiers, map[string]int64{"sonnet": 1}) || *s.LatencyMs.P50 < 1900 {
+		t.Fatalf("turns %d errors %d tiers %v p50 %v; want the chat turn alone", s.Turns, s.Errors, s.Tiers, *s.LatencyMs.P50)
+	}
+	if want := (0.001 + 0.0000008) * 60 / float64(s.WindowSeconds); math.Abs(s.CostUSDPerMinute-want) > 1e-12 {
+		t.Errorf("costUsdPerMinute = %v, want %v", s.CostUSDPerMinute, want)
+	}
+	if s.TokensPerMinute["amazon.titan-embed-text-v2:0"] == 0 {
+		t.Errorf("tokensPerMinute = %v; want the embedding model's", s.TokensPerMinute)
+	}
+}

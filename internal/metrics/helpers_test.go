@@ -69,6 +69,8 @@ func at(start time.Time, d time.Duration) spanOpt {
 	}
 }
 
+func node(id string) spanOpt { return func(e *events.Event) { e.Node.NodeID = id } }
+
 func ids(trace, span, parent string) spanOpt {
 	return func(e *events.Event) { e.TraceID, e.SpanID, e.ParentSpanID = trace, span, parent }
 }

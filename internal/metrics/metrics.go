@@ -358,7 +358,9 @@ func (m *Metrics) observe(e *events.Event) {
 	m.c.spans.at(span).Inc()
 	switch e.Name {
 	case "turn":
-		m.observeTurn(e)
+		if e.Node.NodeID != events.NodeEmbeddings { // an embedding call is no chat turn: its attempts count below
+			m.observeTurn(e)
+		}
 		// The turn span summarises its children; counting its tokens or
 		// cost as well would count them twice.
 		return

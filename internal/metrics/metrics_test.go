@@ -165,6 +165,25 @@ func TestWriteSpans(t *testing.T) {
 			},
 		},
 		{
+			name: "an embedding call is no chat turn; its attempt counts",
+			batch: []events.Event{
+				mk("turn", surface("http"), model(sonnet), at(t0, time.Second)),
+				mk("turn", ids("t2", "e1", ""), surface("http"), model(sonnet), at(t0, 20*time.Millisecond), node(events.NodeEmbeddings)),
+				mk("turn", ids("t3", "e2", ""), surface("http"), status(events.StatusFailed), code("upstream_failed"), node(events.NodeEmbeddings)),
+				mk("model_attempt", ids("t2", "a1", "e1"), model(sonnet), tokens(40, 0), cost(0.0001)),
+			},
+			want: []want{
+				{"fmgate_turns_total", []string{"route", "http", "status", "ok"}, 1},
+				{"fmgate_turns_total", []string{"route", "http", "status", "failed"}, 0},
+				{"fmgate_errors_total", []string{"code", "upstream_failed"}, 0},
+				{"fmgate_turn_duration_seconds", []string{"route", "http", "model", sonnet, "tier", "primary"}, 1},
+				{"fmgate_spans_total", []string{"span", "turn"}, 3},
+				{"fmgate_model_attempts_total", []string{"model", sonnet, "outcome", "ok"}, 1},
+				{"fmgate_tokens_total", []string{"model", sonnet, "direction", "in"}, 40},
+				{"fmgate_cost_usd_total", []string{"model", sonnet, "component", "model_attempt"}, 0.0001},
+			},
+		},
+		{
 			name: "negative, NaN-like and absurd costs are ignored",
 			batch: []events.Event{
 				mk("model_attempt", model(sonnet), cost(-1)),

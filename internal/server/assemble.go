@@ -114,12 +114,12 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	var ledger quota.Ledger
 	var q *queue.Queue
 	if rdb != nil {
-		if ledger, err = quota.NewRedis(rdb, prefix+"quota:", cfg.Quota); err != nil {
+		if ledger, err = quota.NewRedis(rdb, prefix+"quota:", cfg.QuotaLedger()); err != nil {
 			return gateway.Deps{}, fmt.Errorf("quota: %w", err)
 		}
 		q = queue.NewRedis(rdb, cfg.Queue, queue.RedisOptions{Prefix: prefix + "queue:"})
 	} else {
-		if ledger, err = quota.NewMemory(cfg.Quota, now); err != nil {
+		if ledger, err = quota.NewMemory(cfg.QuotaLedger(), now); err != nil {
 			return gateway.Deps{}, fmt.Errorf("quota: %w", err)
 		}
 		q = queue.NewMemory(cfg.Queue, now)
@@ -387,13 +387,13 @@ func (s *Server) mountAdmin() {
 	})
 	s.admin.HandleFunc("GET /admin/quota", func(w http.ResponseWriter, r *http.Request) {
 		out := map[string]any{}
-		for _, m := range s.cfg.Models {
-			snap, err := s.Quota.Saturation(r.Context(), m.Name)
+		for _, tier := range quotaTiers(s.cfg) {
+			snap, err := s.Quota.Saturation(r.Context(), tier[0])
 			if err != nil {
-				out[m.Name] = map[string]string{"error": err.Error()}
+				out[tier[0]] = map[string]string{"error": err.Error()}
 				continue
 			}
-			out[m.Name] = snap
+			out[tier[0]] = snap
 		}
 		qs, err := s.Queue.Stats(r.Context())
 		if err == nil {
@@ -405,7 +405,7 @@ func (s *Server) mountAdmin() {
 	// run time (e.g. the provider cut our TPM); {} restores the configured one.
 	s.admin.HandleFunc("PUT /admin/quota/{model}", func(w http.ResponseWriter, r *http.Request) {
 		model := r.PathValue("model")
-		if _, ok := s.cfg.Model(model); !ok {
+		if _, ok := s.cfg.QuotaLedger().Models[model]; !ok {
 			writeAdminError(w, http.StatusNotFound, "unknown model "+model)
 			return
 		}

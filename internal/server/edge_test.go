@@ -166,7 +166,7 @@ func TestBodyDeadlineSparesLongStreams(t *testing.T) {
 // show, naming what is served; the gateway's own /v1 routes still answer.
 func TestUnknownAPIPathsAnswerJSON(t *testing.T) {
 	_, srv := startServer(t, fastConfig())
-	for _, path := range []string{"/v1/embeddings", "/v1/responses", "/v1/messages/batches"} {
+	for _, path := range []string{"/v1/audio/speech", "/v1/responses", "/v1/messages/batches"} {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{}`))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)

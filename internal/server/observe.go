@@ -27,9 +27,13 @@ type observer interface {
 // breakers, quota and the queue are read from the policies at scrape or
 // snapshot time.
 func (s *Server) observers(cfg config.Config) ([]events.Sink, error) {
-	names := make([]string, 0, 2*len(cfg.Models))
-	providers := genAIProviders(cfg.Models) // by tier name
-	for _, m := range cfg.Models {
+	tiers := cfg.Models
+	for _, e := range cfg.Embeddings {
+		tiers = append(tiers[:len(tiers):len(tiers)], e.Connection())
+	}
+	names := make([]string, 0, 2*len(tiers))
+	providers := genAIProviders(tiers) // by tier name
+	for _, m := range tiers {
 		names = append(names, m.Name)
 		if m.ModelID != "" && m.ModelID != m.Name {
 			names = append(names, m.ModelID)
@@ -122,12 +126,12 @@ func (s *Server) readState(ctx context.Context) (live.State, error) {
 		}
 		st.Breakers = append(st.Breakers, live.Breaker{Name: n, State: snaps[n].State.String()})
 	}
-	for _, m := range s.cfg.Models {
-		q, err := s.Quota.Saturation(ctx, m.Name)
+	for _, tier := range quotaTiers(s.cfg) {
+		q, err := s.Quota.Saturation(ctx, tier[0])
 		if err != nil {
-			return live.State{}, fmt.Errorf("quota %s: %w", m.Name, err)
+			return live.State{}, fmt.Errorf("quota %s: %w", tier[0], err)
 		}
-		st.Quota = append(st.Quota, live.Quota{Model: m.Name, ModelID: m.ModelID, TPMUsed: q.TokensUsed, TPMCeiling: q.TPMLimit,
+		st.Quota = append(st.Quota, live.Quota{Model: tier[0], ModelID: tier[1], TPMUsed: q.TokensUsed, TPMCeiling: q.TPMLimit,
 			RPMUsed: q.RequestsUsed, RPMCeiling: q.RPMLimit, Saturation: q.Saturation})
 	}
 	qs, err := s.Queue.Stats(ctx)

@@ -106,7 +106,8 @@ func TestMetricsAndLiveFromTurns(t *testing.T) {
 	if err := json.Unmarshal([]byte(adminGet(t, sc.srv.URL+"/admin/live/snapshot")), &snap); err != nil {
 		t.Fatal(err)
 	}
-	if snap.Turns != 5 || snap.Tiers["haiku"] != 2 || len(snap.Quota) != 2 || len(snap.Breakers) == 0 {
+	// Quota: the two model tiers and the two embedding tiers.
+	if snap.Turns != 5 || snap.Tiers["haiku"] != 2 || len(snap.Quota) != 4 || len(snap.Breakers) == 0 {
 		t.Fatalf("live snapshot %+v", snap)
 	}
 }

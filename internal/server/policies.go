@@ -68,14 +68,7 @@ func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) erro
 		Accounts:     accounts(cfg, t),
 	}, priceOf(cfg, model))
 	if ex, ok := errors.AsType[*budget.ExceededError](err); ok {
-		e := &gateway.Error{Status: http.StatusPaymentRequired, Code: gateway.CodeBudgetExceeded, Message: ex.Message(t.Locale), Err: err}
-		switch {
-		case ex.Held:
-			e.RetryAfter = budget.HeldRetry // the turns in flight end soon, and give back what they did not spend
-		case !ex.ResetAt.IsZero():
-			e.RetryAfter = time.Until(ex.ResetAt)
-		}
-		return e
+		return budgetRefusal(t, ex)
 	}
 	if err != nil {
 		return err
@@ -93,6 +86,18 @@ func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) erro
 		t.BudgetHold = plan.Hold
 	}
 	return nil
+}
+
+// budgetRefusal is the 402 of a turn a budget refused.
+func budgetRefusal(t *gateway.Turn, ex *budget.ExceededError) *gateway.Error {
+	e := &gateway.Error{Status: http.StatusPaymentRequired, Code: gateway.CodeBudgetExceeded, Message: ex.Message(t.Locale), Err: ex}
+	switch {
+	case ex.Held:
+		e.RetryAfter = budget.HeldRetry // the turns in flight end soon, and give back what they did not spend
+	case !ex.ResetAt.IsZero():
+		e.RetryAfter = time.Until(ex.ResetAt)
+	}
+	return e
 }
 
 // Release implements gateway.Budgeter: it ends the hold Check took for a

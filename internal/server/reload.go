@@ -145,7 +145,7 @@ func (s *Server) apply(cfg config.Config) error {
 		return err
 	}
 	if c, ok := s.Quota.(configurer); ok {
-		if err := c.Configure(cfg.Quota); err != nil {
+		if err := c.Configure(cfg.QuotaLedger()); err != nil {
 			return err
 		}
 	}

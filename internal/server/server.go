@@ -60,6 +60,8 @@ type Options struct {
 	// WrapProvider, when set, wraps each model's provider (e.g. to count
 	// upstream attempts in load runs).
 	WrapProvider func(model string, p provider.Provider) provider.Provider
+	// WrapEmbedder, when set, wraps each embedding tier's backend.
+	WrapEmbedder func(tier string, e provider.Embedder) provider.Embedder
 	// ConfigPath is the file cfg was loaded from: Reload (SIGHUP, POST
 	// /admin/reload) reads it again, and the prompt section is re-read from
 	// it while running. Empty: the config and the prompt are fixed.
@@ -177,6 +179,12 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 			providers[m.Name] = opts.WrapProvider(m.Name, p)
 		}
 	}
+	embedders, err := s.embedders(ctx, cfg, opts.WrapEmbedder)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	deps.Embedders, deps.CountTokens = embedders, sim.CountTokens
 	if s.Metrics != nil {
 		deps.OnThrottle = s.Metrics.Throttle
 	}
@@ -233,6 +241,8 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("POST /v1/messages", anth)
 	mux.Handle("POST /v1/messages/count_tokens", anth)
 	mux.Handle("POST /model/", bedrockdoor.New(s.Gateway, bedrockdoor.Options{Images: images}))
+	// OpenAI's embeddings, served by the embedding tiers.
+	mux.Handle("/v1/embeddings", openaidoor.NewEmbeddings(s.Gateway, openaidoor.Options{}))
 	mux.Handle("/debug/pprof/", requireAdmin(auth, pprofHandler()))
 	mux.Handle("/metrics", gateway.MethodNotAllowed("GET", "HEAD"))
 	gw := s.Gateway.Handler(adminToken, webui.Handler())
@@ -323,7 +333,7 @@ func stateSecret(cfg config.Config) string {
 func unknownAPI(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusNotFound)
-	msg := fmt.Sprintf("fmgate does not serve %s %s. It serves POST /v1/chat/completions and GET /v1/models (OpenAI), "+
+	msg := fmt.Sprintf("fmgate does not serve %s %s. It serves POST /v1/chat/completions, POST /v1/embeddings and GET /v1/models (OpenAI), "+
 		"POST /v1/messages and /v1/messages/count_tokens (Anthropic), POST /model/{model}/converse, /converse-stream, /invoke, "+
 		"/invoke-with-response-stream and /count-tokens (Bedrock), "+
 		"and its own POST /v1/chat, GET /ws and /v1/batch.", r.Method, r.URL.Path)

@@ -275,32 +275,8 @@ func (s *Sim) StreamAdmitted(ctx context.Context, req *provider.Request, admitte
 	if req.Seed != nil { // the same seed, the same words
 		p.words = rand.New(rand.NewPCG(uint64(*req.Seed), uint64(*req.Seed)))
 	}
-	fail := func(kind provider.Kind, status int, msg string) *provider.Error {
-		return &provider.Error{Kind: kind, Model: req.Model, Status: status, Err: errors.New(msg)}
-	}
-
-	if err := s.wait(ctx, time.Duration(st.LatencyMs)*time.Millisecond); err != nil {
-		return resp, ctxError(req.Model, err)
-	}
-	if st.Outage {
-		return resp, fail(provider.KindUnavailable, 503, "simulated outage")
-	}
-	switch p.fault {
-	case provider.KindThrottled:
-		err := fail(provider.KindThrottled, 429, "simulated throttling")
-		err.RetryAfter = throttleRetryAfter
+	if err := s.inject(ctx, req.Model, st, p); err != nil {
 		return resp, err
-	case provider.KindUnavailable:
-		return resp, fail(provider.KindUnavailable, 503, "simulated service unavailable")
-	case provider.KindNotReady:
-		return resp, fail(provider.KindNotReady, 503, "simulated model not ready")
-	case provider.KindGuardrail:
-		return resp, fail(provider.KindGuardrail, 400, "simulated guardrail intervention")
-	case provider.KindTimeout:
-		if err := s.sleep(ctx, faultTimeoutWait); err != nil {
-			return resp, ctxError(req.Model, err)
-		}
-		return resp, fail(provider.KindTimeout, 408, "simulated model timeout")
 	}
 
 	auto := automaticCaching(ctx)
@@ -310,9 +286,7 @@ func (s *Sim) StreamAdmitted(ctx context.Context, req *provider.Request, admitte
 	prefixes, input := promptPrefixes(req, st.CacheMinTokens)
 	usage, retryAfter, ok := s.admit(req.Model, st.TPMCeiling, prefixes, input, auto)
 	if !ok {
-		err := fail(provider.KindThrottled, 429, fmt.Sprintf("simulated tokens-per-minute ceiling of %d reached", st.TPMCeiling))
-		err.RetryAfter = retryAfter
-		return resp, err
+		return resp, tpmThrottled(req.Model, st.TPMCeiling, retryAfter)
 	}
 	resp.Usage = usage
 	if admitted != nil {
@@ -321,6 +295,44 @@ func (s *Sim) StreamAdmitted(ctx context.Context, req *provider.Request, admitte
 	err := s.generate(ctx, req, st, p, start, resp, emit)
 	s.bill(req.Model, resp.Usage.OutputTokens)
 	return resp, err
+}
+
+// inject waits the model's latency, then fails the call as its settings
+// say: an outage, or the fault p drew. nil lets the call through.
+func (s *Sim) inject(ctx context.Context, model string, st Settings, p plan) error {
+	fail := func(kind provider.Kind, status int, msg string) *provider.Error {
+		return &provider.Error{Kind: kind, Model: model, Status: status, Err: errors.New(msg)}
+	}
+	if err := s.wait(ctx, time.Duration(st.LatencyMs)*time.Millisecond); err != nil {
+		return ctxError(model, err)
+	}
+	if st.Outage {
+		return fail(provider.KindUnavailable, 503, "simulated outage")
+	}
+	switch p.fault {
+	case provider.KindThrottled:
+		err := fail(provider.KindThrottled, 429, "simulated throttling")
+		err.RetryAfter = throttleRetryAfter
+		return err
+	case provider.KindUnavailable:
+		return fail(provider.KindUnavailable, 503, "simulated service unavailable")
+	case provider.KindNotReady:
+		return fail(provider.KindNotReady, 503, "simulated model not ready")
+	case provider.KindGuardrail:
+		return fail(provider.KindGuardrail, 400, "simulated guardrail intervention")
+	case provider.KindTimeout:
+		if err := s.sleep(ctx, faultTimeoutWait); err != nil {
+			return ctxError(model, err)
+		}
+		return fail(provider.KindTimeout, 408, "simulated model timeout")
+	}
+	return nil
+}
+
+// tpmThrottled is the refusal of a call over the model's TPM ceiling.
+func tpmThrottled(model string, ceiling int, retryAfter time.Duration) *provider.Error {
+	return &provider.Error{Kind: provider.KindThrottled, Model: model, Status: 429, RetryAfter: retryAfter,
+		Err: fmt.Errorf("simulated tokens-per-minute ceiling of %d reached", ceiling)}
 }
 
 // generate produces the answer into resp, keeping resp.Text and
