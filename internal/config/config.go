@@ -491,6 +491,9 @@ type Caller struct {
 	// RequestsPerMinute is the key's own rate limit, across every user it
 	// serves, fleet-wide; 0: none.
 	RequestsPerMinute int `yaml:"requestsPerMinute"`
+	// Concurrent caps the key's turns in flight at once, fleet-wide; one
+	// more is refused with 429 until one ends. 0: no cap.
+	Concurrent int `yaml:"concurrent"`
 	// DailyCostUSD bounds the key's spend per day (in budget.timezone),
 	// on every door, fleet-wide: each turn's estimated cost is held
 	// against it before the model is called and settled to the real cost.
@@ -880,6 +883,9 @@ func (c Config) Validate() error {
 		}
 		if caller.MonthlyRequests < 0 {
 			v.add(p+".monthlyRequests", "must be >= 0 (0: no quota)")
+		}
+		if caller.Concurrent < 0 {
+			v.add(p+".concurrent", "must be >= 0 (0: no cap)")
 		}
 		if caller.RequestsPerMinute < 0 {
 			v.add(p+".requestsPerMinute", "must be >= 0 (0: no limit)")

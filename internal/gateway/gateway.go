@@ -19,6 +19,7 @@ import (
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/session"
+	"github.com/fmgate/fmgate/internal/slots"
 	"github.com/fmgate/fmgate/internal/stream"
 )
 
@@ -38,6 +39,7 @@ type Gateway struct {
 	hasher    UserHasher
 	stateHash UserHasher // for the ids of shared state (Deps.StateHasher)
 	keys      RuntimeKeys
+	slots     slots.Slots
 	proxies   []netip.Prefix // server.trustedProxies, fixed at start
 	streamCfg stream.Config
 	tracer    *events.Tracer
@@ -85,6 +87,9 @@ type Deps struct {
 	UserHasher UserHasher
 	// Keys are the API keys managed at run time; nil: only auth.keys.
 	Keys RuntimeKeys
+	// Slots caps an API key's turns in flight (auth.keys.*.concurrent);
+	// nil: in this process only.
+	Slots slots.Slots
 	// StateHasher names API keys and client addresses in shared state
 	// (rate limits, quotas, budgets): every instance of a fleet must hash
 	// them alike, whatever the user hash's key. Nil: UserHasher.
@@ -155,6 +160,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		hasher:    d.UserHasher,
 		stateHash: d.StateHasher,
 		keys:      d.Keys,
+		slots:     d.Slots,
 		proxies:   cfg.Server.Proxies(),
 		streamCfg: cfg.Stream,
 		admit:     d.Admitter,
@@ -187,6 +193,9 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 	}
 	if g.hasher == nil {
 		g.hasher = events.NewHasher(nil)
+	}
+	if g.slots == nil {
+		g.slots = slots.NewMemory(g.now)
 	}
 	if g.stateHash == nil {
 		g.stateHash = g.hasher

@@ -193,11 +193,11 @@ func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn
 		t.UserID = c.UserID
 		t.Tenant = c.Tenant
 		t.KeyMonthly, t.KeyDailyUSD, t.KeyMonthlyUSD, t.KeyModels = c.MonthlyRequests, c.DailyCostUSD, c.MonthlyCostUSD, c.Models
-		t.KeyPerMinute = c.RequestsPerMinute
+		t.KeyPerMinute, t.KeyConcurrent = c.RequestsPerMinute, c.Concurrent
 		switch {
 		case c.KeyID != "":
 			t.KeyHash = c.KeyID // a run-time key: its spend outlives a rotation
-		case c.MonthlyRequests > 0 || c.RequestsPerMinute > 0 || c.DailyCostUSD > 0 || c.MonthlyCostUSD > 0:
+		case c.MonthlyRequests > 0 || c.RequestsPerMinute > 0 || c.Concurrent > 0 || c.DailyCostUSD > 0 || c.MonthlyCostUSD > 0:
 			t.KeyHash = g.stateHash.Hash(key)
 		}
 		t.Premium = c.Tier == "premium"

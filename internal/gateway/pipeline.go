@@ -52,6 +52,11 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	if err := g.step(ctx, "admit", func(ctx context.Context) error { return g.admit.Admit(ctx, t) }); err != nil {
 		return nil, err
 	}
+	// 3½. Hold one of the API key's slots of concurrency for the whole turn.
+	if err := g.takeSlot(ctx, t); err != nil {
+		return nil, err
+	}
+	defer g.giveSlot(ctx, t)
 	// 4. Budget: estimate tokens, enforce budgets, truncate history.
 	// What the budget step holds is ended on every way out that Record
 	// does not settle.

@@ -94,9 +94,10 @@ type Turn struct {
 	ClientIP string
 	// KeyHash is the caller's API key through the state hash, and
 	// KeyMonthly its quota of turns per 30 days (0: none).
-	KeyHash      string
-	KeyMonthly   int
-	KeyPerMinute int
+	KeyHash       string
+	KeyMonthly    int
+	KeyPerMinute  int
+	KeyConcurrent int
 	// KeyDailyUSD and KeyMonthlyUSD are the key's spending budgets (0:
 	// none), and KeyModels the model tiers it may use (empty: any).
 	KeyDailyUSD, KeyMonthlyUSD float64
@@ -114,6 +115,8 @@ type Turn struct {
 	// tier, its key's first allowed one): an answer from a later one is
 	// degraded.
 	firstTier string
+	// slot is the turn's slot of its key's concurrency (takeSlot).
+	slot string
 	UserHash  string
 	// RequestHash is RequestID through the same keyed hash as UserHash:
 	// a client's request id may carry anything, so logs get only this.
@@ -275,6 +278,6 @@ func beginTier(out Output, tier, modelID string, degraded bool) {
 // The priority stays t's own.
 func (t *Turn) SetCaller(c *Turn) {
 	t.UserID, t.Tenant, t.Premium, t.ClientIP = c.UserID, c.Tenant, c.Premium, c.ClientIP
-	t.KeyPerMinute = c.KeyPerMinute
+	t.KeyPerMinute, t.KeyConcurrent = c.KeyPerMinute, c.KeyConcurrent
 	t.KeyHash, t.KeyMonthly, t.KeyDailyUSD, t.KeyMonthlyUSD, t.KeyModels = c.KeyHash, c.KeyMonthly, c.KeyDailyUSD, c.KeyMonthlyUSD, c.KeyModels
 }

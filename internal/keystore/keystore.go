@@ -30,6 +30,7 @@ type Record struct {
 	Models            []string `json:"models,omitempty"`
 	MonthlyRequests   int      `json:"monthlyRequests,omitempty"`
 	RequestsPerMinute int      `json:"requestsPerMinute,omitempty"`
+	Concurrent        int      `json:"concurrent,omitempty"`
 	DailyCostUSD      float64  `json:"dailyCostUsd,omitempty"`
 	MonthlyCostUSD    float64  `json:"monthlyCostUsd,omitempty"`
 	// Prefix is the start of the secret, to tell keys apart in lists and

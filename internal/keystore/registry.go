@@ -35,6 +35,7 @@ type Spec struct {
 	Models            []string  `json:"models"`
 	MonthlyRequests   int       `json:"monthlyRequests"`
 	RequestsPerMinute int       `json:"requestsPerMinute"`
+	Concurrent        int       `json:"concurrent"`
 	DailyCostUSD      float64   `json:"dailyCostUsd"`
 	MonthlyCostUSD    float64   `json:"monthlyCostUsd"`
 	ExpiresAt         time.Time `json:"expiresAt"`
@@ -319,6 +320,7 @@ type Patch struct {
 	Models            *[]string  `json:"models"`
 	MonthlyRequests   *int       `json:"monthlyRequests"`
 	RequestsPerMinute *int       `json:"requestsPerMinute"`
+	Concurrent        *int       `json:"concurrent"`
 	DailyCostUSD      *float64   `json:"dailyCostUsd"`
 	MonthlyCostUSD    *float64   `json:"monthlyCostUsd"`
 	ExpiresAt         *time.Time `json:"expiresAt"`
@@ -336,6 +338,7 @@ func (r *Registry) Update(ctx context.Context, id string, p Patch, by string) (R
 		set(&k.Models, p.Models)
 		set(&k.MonthlyRequests, p.MonthlyRequests)
 		set(&k.RequestsPerMinute, p.RequestsPerMinute)
+		set(&k.Concurrent, p.Concurrent)
 		set(&k.DailyCostUSD, p.DailyCostUSD)
 		set(&k.MonthlyCostUSD, p.MonthlyCostUSD)
 		set(&k.ExpiresAt, p.ExpiresAt)
@@ -437,7 +440,7 @@ func (r *Registry) check(k Record, now time.Time) error {
 func apply(k *Record, s Spec) {
 	k.Name, k.Team, k.App, k.UserID = strings.TrimSpace(s.Name), s.Team, s.App, s.UserID
 	k.Tier, k.Priority, k.Models = s.Tier, s.Priority, s.Models
-	k.RequestsPerMinute = s.RequestsPerMinute
+	k.RequestsPerMinute, k.Concurrent = s.RequestsPerMinute, s.Concurrent
 	k.MonthlyRequests, k.DailyCostUSD, k.MonthlyCostUSD, k.ExpiresAt = s.MonthlyRequests, s.DailyCostUSD, s.MonthlyCostUSD, s.ExpiresAt
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/fmgate/fmgate/internal/redishealth"
 	"github.com/fmgate/fmgate/internal/retry"
 	"github.com/fmgate/fmgate/internal/session"
+	"github.com/fmgate/fmgate/internal/slots"
 )
 
 // policies builds every pipeline policy: in memory (the embedded default), or
@@ -220,7 +221,12 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		batcher = fb
 		sessions = aheadSessions{sessions}
 	}
+	var keySlots slots.Slots = slots.NewMemory(now)
+	if rdb != nil {
+		keySlots = slots.NewRedis(rdb, prefix)
+	}
 	return gateway.Deps{
+		Slots:       keySlots,
 		Batcher:     batcher,
 		Jobs:        jobs,
 		Retriever:   retr,

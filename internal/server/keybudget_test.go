@@ -339,3 +339,42 @@ func TestBatchItemsAreHeldToTheirKey(t *testing.T) {
 		t.Fatalf("the key spent $%.5f of $0.004 (one turn at most $%.5f)", spend[0].MonthUSD, oneTurn)
 	}
 }
+
+// A key's concurrency cap (auth.keys.*.concurrent) holds across a fleet:
+// with its slots taken by turns in flight, more are refused with 429 on
+// any instance, and a slot is free again once a turn ends.
+func TestKeyConcurrencyCap(t *testing.T) {
+	cfg := keyBudgetConfig()
+	cfg.Auth.Keys = map[string]config.Caller{"sk-two": {UserID: "two-at-a-time", Concurrent: 2}}
+	cfg.Fleet.Redis = redistest.Addr()
+	cfg.Fleet.KeyPrefix = fleetConfig(t)
+	for name, st := range cfg.Sim.Models {
+		st.TTFTMs = 800 // the first turns are still in flight when the rest arrive
+		cfg.Sim.Models[name] = st
+	}
+	fleet := []*scenario{newScenario(t, cfg), newScenario(t, cfg)}
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	var refusal string
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() {
+			status, body := keyPost(t, fleet[i%2].srv.URL, "sk-two", "/v1/chat", fmt.Sprintf(`{"sessionId":"c-%d","message":"Hi"}`, i))
+			mu.Lock()
+			defer mu.Unlock()
+			statuses[status]++
+			if status == http.StatusTooManyRequests {
+				refusal = body
+			}
+		})
+	}
+	wg.Wait()
+	if statuses[http.StatusOK] != 2 || statuses[http.StatusTooManyRequests] != 4 || !strings.Contains(refusal, "2 requests in progress") {
+		t.Fatalf("6 turns at once on a key capped at 2: %v (%s); want 2 served and 4 refused naming the cap", statuses, refusal)
+	}
+	for i, sc := range fleet {
+		if status, body := keyPost(t, sc.srv.URL, "sk-two", "/v1/chat", `{"sessionId":"after","message":"Hi"}`); status != http.StatusOK {
+			t.Fatalf("after the turns ended, instance %d: %d %s", i+1, status, body)
+		}
+	}
+}
