@@ -116,8 +116,8 @@ type Turn struct {
 	// degraded.
 	firstTier string
 	// slot is the turn's slot of its key's concurrency (takeSlot).
-	slot string
-	UserHash  string
+	slot     string
+	UserHash string
 	// RequestHash is RequestID through the same keyed hash as UserHash:
 	// a client's request id may carry anything, so logs get only this.
 	RequestHash string
