@@ -353,6 +353,12 @@ type Deployment struct {
 	// Weight is the deployment's share of calls against its siblings'.
 	// Default 1.
 	Weight int `yaml:"weight"`
+	// TPM and RPM are the deployment's own ceilings (a region's or an
+	// account's quota), kept in the quota ledger as "<tier>@<name>",
+	// fleet-shared: a deployment without room is passed over for its
+	// siblings. Zero: only the tier's quota applies.
+	TPM int `yaml:"tpm"`
+	RPM int `yaml:"rpm"`
 }
 
 // Deployment is the tier as served by its deployment d: the tier's fields
@@ -1188,6 +1194,9 @@ func (m Model) validateDeployments(v *validator, p string) {
 		seen[d.Name] = true
 		if d.Weight < 0 {
 			v.add(dp+".weight", "must be >= 0 (0: 1)")
+		}
+		if d.TPM < 0 || d.RPM < 0 || (d.TPM > 0) != (d.RPM > 0) {
+			v.add(dp, "tpm and rpm: both > 0 for a ceiling of its own, or both 0")
 		}
 		dm := m.Deployment(d)
 		if dm.Provider != m.Provider && (dm.Provider == "sim") != (m.Provider == "sim") {

@@ -215,15 +215,19 @@ func (c Config) ResolveEmbedding(name string) (Embedding, bool) {
 // embedding tiers' ceilings under their names.
 func (c Config) QuotaLedger() quota.Config {
 	q := c.Quota
-	if len(c.Embeddings) == 0 {
-		return q
-	}
 	q.Models = maps.Clone(q.Models)
 	if q.Models == nil {
 		q.Models = map[string]quota.Ceiling{}
 	}
 	for _, e := range c.Embeddings {
 		q.Models[e.Name] = e.Quota
+	}
+	for _, m := range c.Models {
+		for _, d := range m.Deployments {
+			if d.TPM > 0 {
+				q.Models[m.Name+"@"+d.Name] = quota.Ceiling{TPM: d.TPM, RPM: d.RPM}
+			}
+		}
 	}
 	return q
 }

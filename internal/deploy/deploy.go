@@ -40,6 +40,18 @@ type Deployment struct {
 	Weight   int
 	Provider provider.Provider
 	Breaker  breaker.Breaker
+	// Quota names the deployment's own TPM/RPM ceiling in the ledger;
+	// "": only the tier's.
+	Quota string
+}
+
+// Quota is what a pool needs of the quota ledger: a reservation on a
+// deployment's own ceiling (quota.Ledger satisfies it through Ledger).
+type Quota interface {
+	// Reserve takes tokens and one request of model's ceiling; ok is false
+	// when the ceiling has no room. settle ends the reservation with the
+	// tokens billed (release: -1).
+	Reserve(ctx context.Context, model string, tokens int) (settle func(tokens int), ok bool, err error)
 }
 
 // Stat is what the state knows of a deployment now.
@@ -99,6 +111,8 @@ type Pool struct {
 	state    State
 	now      func() time.Time
 	observe  Observer
+	quota    Quota
+	estimate func(*provider.Request) int
 
 	mu      sync.Mutex
 	current []int // smooth weighted round robin
@@ -133,6 +147,14 @@ func New(tier string, deps []Deployment, strategy string, state State, now func(
 		}
 	}
 	return &Pool{tier: tier, deps: deps, strategy: strategy, state: state, now: now, observe: observe, current: make([]int, len(deps))}, nil
+}
+
+// WithQuota makes the pool reserve each call on its deployment's own
+// ceiling (Deployment.Quota) first, with estimate's tokens: a deployment
+// without room is passed over like a throttled one.
+func (p *Pool) WithQuota(q Quota, estimate func(*provider.Request) int) *Pool {
+	p.quota, p.estimate = q, estimate
+	return p
 }
 
 // Deployments names the pool's deployments, in order.
@@ -170,8 +192,16 @@ func (p *Pool) call(ctx context.Context, req *provider.Request, do func(context.
 	tried := 0
 	for _, i := range order {
 		d := p.deps[i]
+		settle, ok := p.reserve(ctx, d, req)
+		if !ok {
+			p.observe(p.tier, d.Name, "skipped", 0)
+			last = &provider.Error{Kind: provider.KindThrottled, Model: d.Model, RetryAfter: defaultCooldown,
+				Err: fmt.Errorf("deployment %s/%s: its own quota is full", p.tier, d.Name)}
+			continue
+		}
 		permit, err := d.Breaker.Allow(ctx)
 		if errors.Is(err, breaker.ErrOpen) {
+			settle(-1)
 			p.observe(p.tier, d.Name, "skipped", 0)
 			last = err
 			continue
@@ -185,6 +215,11 @@ func (p *Pool) call(ctx context.Context, req *provider.Request, do func(context.
 		resp, err := do(ctx, d, &r)
 		took := p.now().Sub(start)
 		p.withState(ctx, func(ctx context.Context) error { return p.state.End(ctx, p.tier, d.Name, id, took) })
+		if resp != nil {
+			settle(resp.Usage.Input() + resp.Usage.OutputTokens)
+		} else {
+			settle(-1)
+		}
 		if err == nil {
 			permit.Done(ctx, true)
 			p.observe(p.tier, d.Name, "ok", took)
@@ -221,6 +256,21 @@ func (p *Pool) call(ctx context.Context, req *provider.Request, do func(context.
 			Err: fmt.Errorf("every deployment of %s is failing: %w", p.tier, last)}
 	}
 	return nil, last
+}
+
+// reserve reserves req on d's own ceiling; ok is false when it has no
+// room. Without a ceiling, or when the ledger does not answer, the call
+// goes on (the tier's own reservation still bounds it).
+func (p *Pool) reserve(ctx context.Context, d Deployment, req *provider.Request) (settle func(int), ok bool) {
+	none := func(int) {}
+	if d.Quota == "" || p.quota == nil {
+		return none, true
+	}
+	settle, ok, err := p.quota.Reserve(ctx, d.Quota, p.estimate(req))
+	if err != nil || settle == nil {
+		return none, err != nil || ok
+	}
+	return settle, ok
 }
 
 // order is the deployments in the order to try: those throttled now left

@@ -260,3 +260,41 @@ func TestNewRefuses(t *testing.T) {
 		t.Fatal("an unknown strategy")
 	}
 }
+
+// fullQuota has room for n calls on one ledger name, then none.
+type fullQuota struct {
+	name    string
+	left    atomic.Int64
+	settled atomic.Int64
+}
+
+func (q *fullQuota) Reserve(_ context.Context, model string, tokens int) (func(int), bool, error) {
+	if model != q.name {
+		return func(int) {}, true, nil
+	}
+	if q.left.Add(-1) < 0 {
+		return nil, false, nil
+	}
+	return func(n int) { q.settled.Add(int64(n)) }, true, nil
+}
+
+// A deployment with its own ceiling is passed over once it is full, and
+// its reservations are settled to the tokens billed.
+func TestDeploymentQuota(t *testing.T) {
+	p, f := pool(t, Weighted, nil, 1, 1)
+	p.deps[0].Quota = "sonnet@east"
+	q := &fullQuota{name: "sonnet@east"}
+	q.left.Store(2)
+	p.WithQuota(q, func(*provider.Request) int { return 100 })
+	for i := range 10 {
+		if _, err := p.Complete(context.Background(), &provider.Request{}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if east, west := f[0].calls.Load(), f[1].calls.Load(); east != 2 || west != 8 {
+		t.Fatalf("east %d, west %d; want east's 2 reservations, then west", east, west)
+	}
+	if q.settled.Load() != 0 {
+		t.Fatalf("settled %d tokens; the fake bills none", q.settled.Load())
+	}
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/deploy"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/quota"
 )
 
 // tierProvider is the provider of tier m: its one provider, or the pool
@@ -33,6 +35,9 @@ func (s *Server) tierProvider(ctx context.Context, cfg config.Config, m config.M
 			model = dm.Name
 		}
 		deps[i] = deploy.Deployment{Name: d.Name, Model: model, Weight: d.Weight, Provider: p, Breaker: s.Breakers.Get(dm.Name)}
+		if d.TPM > 0 {
+			deps[i].Quota = dm.Name
+		}
 	}
 	var state deploy.State = deploy.NewMemory(nil)
 	if s.Redis != nil {
@@ -46,8 +51,45 @@ func (s *Server) tierProvider(ctx context.Context, cfg config.Config, m config.M
 	if err != nil {
 		return nil, err
 	}
+	pool.WithQuota(deploymentQuota{s.Quota}, roughTokens)
 	s.pools = append(s.pools, pool)
 	return pool, nil
+}
+
+// deploymentQuota reserves a call on a deployment's own ceiling in the
+// quota ledger. Its reservation is the tier's P0 class: the tier's own
+// reservation has already decided the turn's priority.
+type deploymentQuota struct{ ledger quota.Ledger }
+
+func (q deploymentQuota) Reserve(ctx context.Context, model string, tokens int) (func(int), bool, error) {
+	res, err := q.ledger.Reserve(ctx, model, quota.P0, tokens)
+	if _, full := errors.AsType[*quota.SaturatedError](err); full {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return func(n int) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if n < 0 {
+			_ = res.Release(ctx)
+			return
+		}
+		_ = res.Settle(ctx, n)
+	}, true, nil
+}
+
+// roughTokens is a call's reservation on a deployment's ceiling: its
+// granted output and its input at four bytes a token, counted without a
+// tokenizer (the tier's reservation was estimated already; this one is
+// settled to the billed tokens).
+func roughTokens(r *provider.Request) int {
+	n := len(r.System)
+	for _, m := range r.Messages {
+		n += len(m.Content)
+	}
+	return n/4 + r.MaxTokens
 }
 
 // serveDeployments answers GET /admin/deployments: each deployment of

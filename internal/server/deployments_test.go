@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -94,5 +96,28 @@ func TestTwoSonnetDeployments(t *testing.T) {
 				t.Fatalf("with both deployments down: tiers %v, want all 20 on haiku", tiers)
 			}
 		})
+	}
+}
+
+// A deployment's own ceiling (deployments[].tpm/rpm) is kept in the quota
+// ledger: once it is full the calls go to its sibling, and the tier's
+// answers stay Sonnet's.
+func TestDeploymentCeiling(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Models[0].Deployments = []config.Deployment{{Name: "east", Weight: 9, TPM: 1_000_000, RPM: 2}, {Name: "west"}}
+	cfg.Quota.SafetyMargin = 1 // the ceiling as written: 2 requests
+	sc := newScenario(t, cfg)
+	for i := range 8 {
+		if a := sc.chat(fmt.Sprintf("ceil-%d", i), "Recommend a manga", "en"); a.Tier != "sonnet" || a.Degraded {
+			t.Fatalf("turn %d: %+v", i, a)
+		}
+	}
+	east, west := deploymentCalls(t, sc, "east", "ok"), deploymentCalls(t, sc, "west", "ok")
+	if east != 2 || west != 6 {
+		t.Fatalf("east %d, west %d of 8 with east's ceiling at 2 requests a minute; want 2 and 6", east, west)
+	}
+	snap, err := sc.s.Quota.Saturation(context.Background(), "sonnet@east")
+	if err != nil || snap.RequestsUsed != 2 {
+		t.Fatalf("east's ledger: %+v, %v", snap, err)
 	}
 }
