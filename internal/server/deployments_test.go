@@ -120,4 +120,20 @@ func TestDeploymentCeiling(t *testing.T) {
 	if err != nil || snap.RequestsUsed != 2 {
 		t.Fatalf("east's ledger: %+v, %v", snap, err)
 	}
+	// The live state the dashboard and alerts read lists the deployment's
+	// quota and breaker beside its tier's.
+	st, err := sc.s.readState(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	quotaOf, breakers := map[string]int{}, map[string]string{}
+	for _, q := range st.Quota {
+		quotaOf[q.Model] = q.RPMUsed
+	}
+	for _, b := range st.Breakers {
+		breakers[b.Name] = b.State
+	}
+	if quotaOf["sonnet@east"] != 2 || breakers["sonnet@east"] != "closed" || breakers["sonnet@west"] != "closed" {
+		t.Fatalf("live state: quota %v, breakers %v; want each deployment listed", quotaOf, breakers)
+	}
 }

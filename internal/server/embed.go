@@ -93,11 +93,18 @@ func (b budgeter) RecordCost(ctx context.Context, t *gateway.Turn, usd float64) 
 }
 
 // quotaTiers are the names and model ids of every tier the quota ledger
-// keeps: the model tiers, then the embedding tiers.
+// keeps: the model tiers (each followed by its deployments with ceilings
+// of their own), then the embedding tiers.
 func quotaTiers(cfg config.Config) [][2]string {
 	out := make([][2]string, 0, len(cfg.Models)+len(cfg.Embeddings))
 	for _, m := range cfg.Models {
 		out = append(out, [2]string{m.Name, m.ModelID})
+		for _, d := range m.Deployments {
+			if d.TPM > 0 { // a deployment with a ceiling of its own
+				dm := m.Deployment(d)
+				out = append(out, [2]string{dm.Name, dm.ModelID})
+			}
+		}
 	}
 	for _, e := range cfg.Embeddings {
 		out = append(out, [2]string{e.Name, e.ModelID})
