@@ -58,6 +58,7 @@ type Registry struct {
 	now      func() time.Time
 	validate Validator
 	log      *slog.Logger
+	changed  func()
 
 	mu      sync.Mutex // serializes changes and refreshes
 	version int64
@@ -80,6 +81,9 @@ type Options struct {
 	Now      func() time.Time
 	Validate Validator
 	Log      *slog.Logger
+	// Changed is called after each change made here (a fleet tells its
+	// other instances, so that they refresh at once); nil: nothing.
+	Changed func()
 }
 
 // NewRegistry returns a registry over store and loads its keys.
@@ -96,7 +100,10 @@ func NewRegistry(ctx context.Context, store Store, opts Options) (*Registry, err
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	r := &Registry{store: store, hashKey: opts.HashKey, sealKey: opts.SealKey, now: opts.Now, validate: opts.Validate, log: opts.Log}
+	if opts.Changed == nil {
+		opts.Changed = func() {}
+	}
+	r := &Registry{store: store, hashKey: opts.HashKey, sealKey: opts.SealKey, now: opts.Now, validate: opts.Validate, log: opts.Log, changed: opts.Changed}
 	r.cache.Store(&cache{byHash: map[string]*Record{}})
 	if err := r.Refresh(ctx); err != nil {
 		// Start without them: Run loads them once the store answers.
@@ -286,6 +293,7 @@ func (r *Registry) Create(ctx context.Context, spec Spec, by string) (Issued, er
 		return Issued{}, err
 	}
 	issued.Record = k
+	defer r.changed()
 	return issued, r.reloadLocked(ctx)
 }
 
@@ -396,6 +404,7 @@ func (r *Registry) change(ctx context.Context, id string, fn func(k *Record, now
 	if err := r.store.Put(ctx, k); err != nil {
 		return Record{}, err
 	}
+	defer r.changed()
 	return k, r.reloadLocked(ctx)
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fmgate/fmgate/internal/budget"
@@ -54,8 +55,18 @@ func (s *Server) openKeys(ctx context.Context, cfg config.Config) (*keystore.Reg
 			return nil, fmt.Errorf("FMGATE_KEY_SEAL_KEY: %w", err)
 		}
 	}
+	channel := cfg.Fleet.KeyPrefix + "keys:changed"
+	changed := func() {}
+	if poll && s.Redis != nil {
+		// Tell the fleet at once; the poll is the backstop.
+		changed = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = s.Redis.Publish(ctx, channel, "1").Err()
+		}
+	}
 	reg, err := keystore.NewRegistry(ctx, store, keystore.Options{
-		HashKey: []byte(stateSecret(cfg)), SealKey: seal, Log: s.log,
+		HashKey: []byte(stateSecret(cfg)), SealKey: seal, Log: s.log, Changed: changed,
 		Validate: func(r keystore.Record) error { return s.checkKeyPolicy(r) },
 	})
 	if err != nil {
@@ -63,9 +74,21 @@ func (s *Server) openKeys(ctx context.Context, cfg config.Config) (*keystore.Reg
 	}
 	if poll {
 		rctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); reg.Run(rctx, keyRefresh) }()
-		s.closers = append(s.closers, func() { cancel(); <-done })
+		var wg sync.WaitGroup
+		wg.Go(func() { reg.Run(rctx, keyRefresh) })
+		if s.Redis != nil {
+			sub := s.Redis.Subscribe(rctx, channel)
+			wg.Go(func() {
+				for range sub.Channel() {
+					c, cancel := context.WithTimeout(rctx, 2*time.Second)
+					_ = reg.Refresh(c)
+					cancel()
+				}
+			})
+			s.closers = append(s.closers, func() { cancel(); _ = sub.Close(); wg.Wait() })
+		} else {
+			s.closers = append(s.closers, func() { cancel(); wg.Wait() })
+		}
 	}
 	return reg, nil
 }
