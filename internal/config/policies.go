@@ -11,6 +11,7 @@ import (
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/eventstore"
 	"github.com/fmgate/fmgate/internal/fallback"
+	"github.com/fmgate/fmgate/internal/guardrail"
 	"github.com/fmgate/fmgate/internal/judge"
 	"github.com/fmgate/fmgate/internal/live"
 	"github.com/fmgate/fmgate/internal/provider/sim"
@@ -26,6 +27,12 @@ import (
 type Policies struct {
 	// RateLimit is step 3: global, per-route and per-user limits.
 	RateLimit ratelimit.Config `yaml:"rateLimit"`
+	// Guardrails is step 3¾: personal data (e-mail, phone, card numbers,
+	// マイナンバー, postal codes) and denied terms in the user's message,
+	// each blocked (the redirect answer), redacted (a typed placeholder
+	// before any model or store sees it) or logged. Default: card numbers
+	// and マイナンバー redacted.
+	Guardrails guardrail.Config `yaml:"guardrails"`
 	// Budget is step 4: token and cost budgets.
 	Budget budget.Config `yaml:"budget"`
 	// Catalog is the retrieval step between budget and plan: the product
@@ -66,16 +73,17 @@ type Policies struct {
 
 func defaultPolicies() Policies {
 	return Policies{
-		RateLimit: ratelimit.DefaultConfig(),
-		Budget:    budget.DefaultConfig(),
-		Catalog:   catalog.DefaultConfig(),
-		Quota:     quota.DefaultConfig(),
-		Queue:     queue.DefaultConfig(),
-		Retry:     retry.DefaultConfig(),
-		Breakers:  breaker.Defaults(),
-		Fallback:  fallback.DefaultConfig(),
-		Stream:    stream.DefaultConfig(),
-		Sim:       sim.DefaultConfig(),
+		RateLimit:  ratelimit.DefaultConfig(),
+		Budget:     budget.DefaultConfig(),
+		Guardrails: guardrail.DefaultConfig(),
+		Catalog:    catalog.DefaultConfig(),
+		Quota:      quota.DefaultConfig(),
+		Queue:      queue.DefaultConfig(),
+		Retry:      retry.DefaultConfig(),
+		Breakers:   breaker.Defaults(),
+		Fallback:   fallback.DefaultConfig(),
+		Stream:     stream.DefaultConfig(),
+		Sim:        sim.DefaultConfig(),
 		// The embedded event store (behind /admin/cost and the dashboards)
 		// and the write-ahead log of must-persist events live under var/.
 		Events: func() events.Config {
@@ -104,6 +112,7 @@ func (c Config) validatePolicies(v *validator) {
 		}
 	}
 	v.sub("budget", p.Budget.Validate())
+	v.sub("guardrails", p.Guardrails.Validate())
 	v.sub("catalog", p.Catalog.Validate())
 	v.sub("quota", p.Quota.Validate())
 	v.sub("queue", p.Queue.Validate())

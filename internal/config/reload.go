@@ -34,6 +34,7 @@ var reloadable = []string{
 	"budget.requestInput", "budget.requestOutput", "budget.contextWindow", "budget.promptOverhead",
 	"budget.safetyTokens", "budget.sessionInput", "budget.sessionOutput", "budget.dailyCostUsd",
 	"budget.monthlyCostUsd", "budget.teams", "budget.features",
+	"guardrails",
 	"budget.timezone", "budget.storeTimeout",
 	"quota.safetyMargin", "quota.models", "quota.pauseAt", "quota.guaranteed",
 	"retry.strategy", "retry.base", "retry.cap", "retry.multiplier", "retry.maxRetries", "retry.classes",

@@ -57,6 +57,13 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 		return nil, err
 	}
 	defer g.giveSlot(ctx, t)
+	// 3¾. Guard: personal data and denied terms are redacted or blocked
+	// before any model or store sees the message; a blocked one gets the
+	// redirect answer.
+	if err := g.guard(ctx, t); err != nil {
+		res, err = g.fallBack(ctx, t, err, out)
+		return g.finish(ctx, span, t, out, res, err)
+	}
 	// 4. Budget: estimate tokens, enforce budgets, truncate history.
 	// What the budget step holds is ended on every way out that Record
 	// does not settle.
@@ -85,7 +92,11 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	if res == nil && !out.Started() {
 		res, err = g.fallBack(ctx, t, err, out)
 	}
+	return g.finish(ctx, span, t, out, res, err)
+}
 
+// finish is steps 9 and 10 of a turn that has its answer, or its error.
+func (g *Gateway) finish(ctx context.Context, span *events.Span, t *Turn, out Output, res *Result, err error) (*Result, error) {
 	// 9. Stream: finish the answer, or end it with an error frame.
 	if err != nil {
 		edge := g.streamError(err)

@@ -1,0 +1,301 @@
+// Package guardrail checks a user's message before any model sees it: it
+// finds personal data (e-mail addresses, phone numbers, payment card
+// numbers that pass the Luhn check, マイナンバー with a valid check digit,
+// Japanese postal codes) and denied terms, and for each kind does what the
+// operator chose — block the message, redact the finding with a typed
+// placeholder, or only log it.
+//
+// Full-width digits and separators (０９０－１２３４－５６７８) are read as
+// their ASCII forms, as Japanese input often carries them.
+package guardrail
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"unicode/utf8"
+)
+
+// Actions.
+const (
+	Block  = "block"
+	Redact = "redact"
+	Log    = "log"
+)
+
+// Kinds of finding.
+const (
+	KindEmail      = "email"
+	KindPhone      = "phone"
+	KindCard       = "card"
+	KindMyNumber   = "my_number"
+	KindPostalCode = "postal_code"
+	KindDenied     = "denied_term"
+)
+
+// Config chooses an action per kind; an empty action turns the kind off.
+type Config struct {
+	// Email, Phone, Card, MyNumber and PostalCode are each "block",
+	// "redact", "log" or "" (not checked).
+	Email      string `yaml:"email"`
+	Phone      string `yaml:"phone"`
+	Card       string `yaml:"card"`
+	MyNumber   string `yaml:"myNumber"`
+	PostalCode string `yaml:"postalCode"`
+	// DenyTerms are words or phrases (case-insensitive) acted on with
+	// DenyAction ("block" by default).
+	DenyTerms  []string `yaml:"denyTerms"`
+	DenyAction string   `yaml:"denyAction"`
+}
+
+// DefaultConfig redacts payment card numbers and マイナンバー: no model
+// needs them to answer, and a transcript must not keep them.
+func DefaultConfig() Config {
+	return Config{Card: Redact, MyNumber: Redact}
+}
+
+// Validate names each action that is not one.
+func (c Config) Validate() error {
+	var errs []error
+	for field, a := range map[string]string{"email": c.Email, "phone": c.Phone, "card": c.Card, "myNumber": c.MyNumber,
+		"postalCode": c.PostalCode, "denyAction": c.DenyAction} {
+		if a != "" && a != Block && a != Redact && a != Log {
+			errs = append(errs, fmt.Errorf("%s: %q is not block, redact or log", field, a))
+		}
+	}
+	for i, t := range c.DenyTerms {
+		if strings.TrimSpace(t) == "" {
+			errs = append(errs, fmt.Errorf("denyTerms[%d]: must not be empty", i))
+		}
+	}
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+	return errors.Join(errs...)
+}
+
+// Enabled reports whether any check is on.
+func (c Config) Enabled() bool {
+	return c.Email != "" || c.Phone != "" || c.Card != "" || c.MyNumber != "" || c.PostalCode != "" || len(c.DenyTerms) > 0
+}
+
+// Finding is one match in the text, by byte offsets.
+type Finding struct {
+	Kind       string
+	Action     string
+	Start, End int
+}
+
+// Verdict is the outcome of a check.
+type Verdict struct {
+	Findings []Finding
+	// Blocked is set when a finding's action is block.
+	Blocked bool
+	// Text is the text with the redacted findings replaced by their
+	// placeholders ([EMAIL], [PHONE], …); the text itself when none is.
+	Text string
+}
+
+// Kinds lists the kinds found, once each, in order.
+func (v Verdict) Kinds() []string {
+	var out []string
+	for _, f := range v.Findings {
+		if !slices.Contains(out, f.Kind) {
+			out = append(out, f.Kind)
+		}
+	}
+	return out
+}
+
+var (
+	emailRE = regexp.MustCompile(`[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}`)
+	// Runs of digits with the separators numbers are written with.
+	digitsRE = regexp.MustCompile(`\+?\d[\d\- ().]{7,22}\d`)
+	postalRE = regexp.MustCompile(`(?:〒\s?)?\b\d{3}-\d{4}\b`)
+)
+
+// Check checks text under c.
+func (c Config) Check(text string) Verdict {
+	v := Verdict{Text: text}
+	if !c.Enabled() || text == "" {
+		return v
+	}
+	norm := normalize(text)
+	add := func(kind, action string, start, end int) {
+		if action == "" {
+			return
+		}
+		for _, f := range v.Findings { // one finding per stretch of text
+			if start < f.End && f.Start < end {
+				return
+			}
+		}
+		v.Findings = append(v.Findings, Finding{Kind: kind, Action: action, Start: start, End: end})
+	}
+	if c.Email != "" {
+		for _, m := range emailRE.FindAllStringIndex(norm.s, -1) {
+			add(KindEmail, c.Email, norm.at(m[0]), norm.at(m[1]))
+		}
+	}
+	for _, m := range digitsRE.FindAllStringIndex(norm.s, -1) {
+		run := norm.s[m[0]:m[1]]
+		digits := onlyDigits(run)
+		start, end := norm.at(m[0]), norm.at(m[1])
+		switch {
+		case len(digits) >= 13 && len(digits) <= 19 && luhn(digits):
+			add(KindCard, c.Card, start, end)
+		case len(digits) == 12 && !strings.ContainsAny(run, "+()") && myNumber(digits):
+			add(KindMyNumber, c.MyNumber, start, end)
+		case isPhone(run, digits):
+			add(KindPhone, c.Phone, start, end)
+		}
+	}
+	if c.PostalCode != "" {
+		for _, m := range postalRE.FindAllStringIndex(norm.s, -1) {
+			add(KindPostalCode, c.PostalCode, norm.at(m[0]), norm.at(m[1]))
+		}
+	}
+	if len(c.DenyTerms) > 0 {
+		action := c.DenyAction
+		if action == "" {
+			action = Block
+		}
+		lower := strings.ToLower(norm.s)
+		for _, term := range c.DenyTerms {
+			term = strings.ToLower(strings.TrimSpace(normalize(term).s))
+			for from := 0; ; {
+				i := strings.Index(lower[from:], term)
+				if i < 0 {
+					break
+				}
+				add(KindDenied, action, norm.at(from+i), norm.at(from+i+len(term)))
+				from += i + len(term)
+			}
+		}
+	}
+	sort.Slice(v.Findings, func(i, j int) bool { return v.Findings[i].Start < v.Findings[j].Start })
+	var b strings.Builder
+	last := 0
+	for _, f := range v.Findings {
+		switch f.Action {
+		case Block:
+			v.Blocked = true
+		case Redact:
+			b.WriteString(text[last:f.Start])
+			b.WriteString("[" + strings.ToUpper(f.Kind) + "]")
+			last = f.End
+		}
+	}
+	if last > 0 {
+		b.WriteString(text[last:])
+		v.Text = b.String()
+	}
+	return v
+}
+
+// isPhone reports whether a run of digits and separators reads as a phone
+// number: a Japanese one (0 and 10 or 11 digits), or an international or
+// North American one.
+func isPhone(run, digits string) bool {
+	switch {
+	case strings.HasPrefix(run, "+"):
+		return len(digits) >= 10 && len(digits) <= 15
+	case strings.HasPrefix(digits, "0"):
+		return len(digits) == 10 || len(digits) == 11
+	case len(digits) == 10:
+		return strings.ContainsAny(run, "-() .") // 555-123-4567, not a bare number
+	}
+	return false
+}
+
+// luhn reports whether digits pass the Luhn check of card numbers.
+func luhn(digits string) bool {
+	sum, double := 0, false
+	for i := len(digits) - 1; i >= 0; i-- {
+		d := int(digits[i] - '0')
+		if double {
+			if d *= 2; d > 9 {
+				d -= 9
+			}
+		}
+		sum += d
+		double = !double
+	}
+	return sum%10 == 0
+}
+
+// myNumber reports whether twelve digits carry a valid マイナンバー check
+// digit: 11 − (Σ Pn×Qn mod 11), 0 when that is 10 or 11, with Qn = n+1 for
+// n ≤ 6 and n−5 beyond, counting the 11 digits from the right.
+func myNumber(digits string) bool {
+	sum := 0
+	for n := 1; n <= 11; n++ {
+		p := int(digits[11-n] - '0')
+		q := n + 1
+		if n > 6 {
+			q = n - 5
+		}
+		sum += p * q
+	}
+	check := 11 - sum%11
+	if check >= 10 {
+		check = 0
+	}
+	return int(digits[11]-'0') == check
+}
+
+func onlyDigits(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] >= '0' && s[i] <= '9' {
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
+
+// normalized is text with full-width digits, letters and separators read
+// as ASCII, and the map from its byte offsets back to the text's.
+type normalized struct {
+	s    string
+	back []int // back[i]: the offset in the original of byte i of s; len(s)+1 entries
+}
+
+func (n normalized) at(i int) int { return n.back[i] }
+
+func normalize(text string) normalized {
+	var b strings.Builder
+	back := make([]int, 0, len(text)+1)
+	for i, r := range text {
+		switch {
+		case r >= '０' && r <= '９':
+			r = '0' + (r - '０')
+		case r >= 'Ａ' && r <= 'Ｚ':
+			r = 'A' + (r - 'Ａ')
+		case r >= 'ａ' && r <= 'ｚ':
+			r = 'a' + (r - 'ａ')
+		case r == '－' || r == 'ー' || r == '‐' || r == '−':
+			r = '-'
+		case r == '＋':
+			r = '+'
+		case r == '＠':
+			r = '@'
+		case r == '．':
+			r = '.'
+		case r == '（':
+			r = '('
+		case r == '）':
+			r = ')'
+		case r == '　':
+			r = ' '
+		}
+		n := utf8.RuneLen(r)
+		for range n {
+			back = append(back, i)
+		}
+		b.WriteRune(r)
+	}
+	back = append(back, len(text))
+	return normalized{s: b.String(), back: back}
+}
