@@ -1,7 +1,6 @@
 package server
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -92,16 +91,7 @@ func TestKeyMonthlyQuota(t *testing.T) {
 	sc := newScenario(t, cfg)
 	post := func(key, path, body string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return keyPost(t, sc.srv.URL, key, path, body)
 	}
 	const oai, anth = `{"model":"sonnet","messages":[{"role":"user","content":"Hi"}]}`, `{"model":"sonnet","max_tokens":100,"messages":[{"role":"user","content":"Hi"}]}`
 	if s, b := post("sk-plan", "/v1/chat/completions", oai); s != 200 {

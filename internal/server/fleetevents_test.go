@@ -18,14 +18,14 @@ import (
 	"github.com/fmgate/fmgate/internal/pgtest"
 )
 
-// TestFleetCostFromPostgres runs two gateways publishing to NATS, an
-// ingester writing to PostgreSQL, and asks either gateway for the fleet's
-// cost: both answer with every turn of both.
-func TestFleetCostFromPostgres(t *testing.T) {
+// natsStream names a JetStream stream and subject of the test's own,
+// deleted when it ends.
+func natsStream(t *testing.T) (stream, subject string) {
+	t.Helper()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	stream, subject := "FMGATE_TEST_"+id, "fmgate.test."+id+".events"
+	stream, subject = "FMGATE_TEST_"+id, "fmgate.test."+id+".events"
 	t.Cleanup(func() {
 		if nc, err := nats.Connect("nats://127.0.0.1:4222"); err == nil {
 			js, _ := jetstream.New(nc)
@@ -33,6 +33,14 @@ func TestFleetCostFromPostgres(t *testing.T) {
 			nc.Close()
 		}
 	})
+	return stream, subject
+}
+
+// TestFleetCostFromPostgres runs two gateways publishing to NATS, an
+// ingester writing to PostgreSQL, and asks either gateway for the fleet's
+// cost: both answer with every turn of both.
+func TestFleetCostFromPostgres(t *testing.T) {
+	stream, subject := natsStream(t)
 	dsn := pgtest.DSN() + "&search_path=" + pgtest.Schema(t)
 
 	cfg := quickConfig()

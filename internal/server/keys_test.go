@@ -1,9 +1,6 @@
 package server
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,9 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/eventstore"
@@ -200,17 +194,7 @@ func TestKeyLifecycleThroughTheAdminAPI(t *testing.T) {
 // instance works on the others within a second, and a revocation on one
 // is refused by all three within a second.
 func TestKeyRevocationIsFleetWide(t *testing.T) {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
-	stream, subject := "FMGATE_TEST_"+id, "fmgate.test."+id+".events"
-	t.Cleanup(func() {
-		if nc, err := nats.Connect("nats://127.0.0.1:4222"); err == nil {
-			js, _ := jetstream.New(nc)
-			_ = js.DeleteStream(context.Background(), stream)
-			nc.Close()
-		}
-	})
+	stream, subject := natsStream(t)
 	cfg := quickConfig()
 	cfg.Auth.TrustUserHeader = false
 	cfg.Fleet.Redis = redistest.Addr()
