@@ -3,6 +3,7 @@ package keystore
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -279,5 +280,28 @@ func TestBedrockSigningKey(t *testing.T) {
 	wrong := newRegistry(t, store, clk, []byte(strings.Repeat("x", 32)))
 	if _, ok := wrong.SigningSecret(rot.Record.AccessKeyID); ok {
 		t.Fatal("opened with another seal key")
+	}
+}
+
+// The key store's files are the gateway's alone: the database and the
+// write-ahead log SQLite keeps beside it.
+func TestSQLiteFilesArePrivate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.db")
+	s, err := OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Put(context.Background(), Record{ID: "key_a", Name: "a", Hash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm()&0o077 != 0 {
+			t.Fatalf("%s has mode %v; want no access for group or others", f, st.Mode().Perm())
+		}
 	}
 }

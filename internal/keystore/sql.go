@@ -27,6 +27,14 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return nil, fmt.Errorf("keystore: %w", err)
 		}
+		// Created 0600 before SQLite opens it, so that its -wal and -shm
+		// files, which SQLite creates with the database's mode, are too:
+		// hashes and sealed secrets are the gateway's alone.
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("keystore: %w", err)
+		}
+		f.Close()
 		dsn = "file:" + (&url.URL{Path: path}).EscapedPath()
 	}
 	db, err := sql.Open("sqlite", dsn+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
@@ -37,9 +45,6 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS api_keys (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, data TEXT NOT NULL)`); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("keystore: create table: %w", err)
-	}
-	if path != ":memory:" {
-		_ = os.Chmod(path, 0o600) // hashes and sealed secrets: the gateway's alone
 	}
 	return &SQLite{db: db}, nil
 }
