@@ -11,19 +11,19 @@ import (
 // guard is step 3¾: it checks t's message under the config's guardrails,
 // redacts what is to be redacted in place, and returns a guardrail error
 // for a message to block — the cascade answers it with the redirect
-// message. Its span names the kinds found and the action taken, never the
-// text.
+// message. A message with findings gets a span naming the kinds found and
+// the action taken, never the text.
 func (g *Gateway) guard(ctx context.Context, t *Turn) error {
 	cfg := g.cfgOf(t).Guardrails
 	if !cfg.Enabled() {
 		return nil
 	}
-	ctx, span := g.tracer.Start(ctx, "guard", events.WithKind(events.KindInternal), events.WithNodeID("guard"))
-	defer span.End()
 	v := cfg.Check(t.Message)
 	if len(v.Findings) == 0 {
-		return nil
+		return nil // a clean message costs no span
 	}
+	ctx, span := g.tracer.Start(ctx, "guard", events.WithKind(events.KindInternal), events.WithNodeID("guard"))
+	defer span.End()
 	kinds := strings.Join(v.Kinds(), ",")
 	if v.Blocked {
 		// None of it is kept: not in the events, not in the session (the

@@ -62,7 +62,7 @@ func TestSessionsBelongToTheirCaller(t *testing.T) {
 	t.Cleanup(s.Close)
 	sc := &scenario{t: t, s: s, srv: httptestServer(t, s)}
 
-	const secret = "my card is 4111 1111 1111 1111 and I live at 1-2-3 Shibuya"
+	const secret = "my membership number is M-88421 and I live at 1-2-3 Shibuya"
 	const question = "What did I order last time?"
 	say := func(user, msg string) answer {
 		return sc.chatIn(user, "shared-session", msg)
