@@ -50,9 +50,9 @@ func TestTwoSonnetDeployments(t *testing.T) {
 				cfg.Quota.Models[m] = c
 			}
 			// The split is exact at any count (smooth weighted round robin;
-			// internal/deploy checks it over 2,000 calls): 400 turns show
+			// internal/deploy checks it over 2,000 calls): 200 turns show
 			// it through the whole pipeline.
-			const turns = 400
+			const turns = 200
 			if fleet {
 				cfg.Fleet.Redis = redistest.Addr()
 				cfg.Fleet.KeyPrefix = fleetConfig(t)
@@ -79,12 +79,12 @@ func TestTwoSonnetDeployments(t *testing.T) {
 				t.Fatalf("GET /admin/deployments right after east was throttled: %d %s", status, body)
 			}
 			westBefore++
-			tiers, _ = sc.run(200, 8, "Recommend a manga")
-			if tiers["sonnet"] != 200 {
-				t.Fatalf("with east throttled: tiers %v, want all 200 on sonnet", tiers)
+			tiers, _ = sc.run(100, 8, "Recommend a manga")
+			if tiers["sonnet"] != 100 {
+				t.Fatalf("with east throttled: tiers %v, want all 100 on sonnet", tiers)
 			}
-			if got := deploymentCalls(t, sc, "west", "ok") - westBefore; got != 200 {
-				t.Fatalf("west answered %d of 200 with east throttled", got)
+			if got := deploymentCalls(t, sc, "west", "ok") - westBefore; got != 100 {
+				t.Fatalf("west answered %d of 100 with east throttled", got)
 			}
 			if deploymentCalls(t, sc, "east", "throttled") == 0 {
 				t.Fatal("east was never seen throttled")
