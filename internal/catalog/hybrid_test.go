@@ -146,3 +146,17 @@ func TestRecallAt5Hybrid(t *testing.T) {
 		})
 	}
 }
+
+// TestHybridOn: catalog.hybrid defaults to on when an embedding tier is
+// configured, is off without one, and can be switched off.
+func TestHybridOn(t *testing.T) {
+	off := false
+	c := catalog.DefaultConfig()
+	if !c.HybridOn(2) || c.HybridOn(0) {
+		t.Errorf("unset: HybridOn(2) = %v, HybridOn(0) = %v; want true, false", c.HybridOn(2), c.HybridOn(0))
+	}
+	c.Hybrid = &off
+	if c.HybridOn(2) {
+		t.Error("hybrid: false: HybridOn(2) = true")
+	}
+}
