@@ -12,7 +12,7 @@ import (
 // TestCatalogHybrid: with an embedding tier the catalog's items are embedded
 // at start and each turn's question is embedded as a call of the turn: its
 // attempt is a model_attempt span under the turn, with its tokens and cost.
-// With the embedding tier down the turn is still answered from the catalog,
+// With the embedding tier down, or too slow for the step's share, the turn is still answered from the catalog,
 // by full text alone, not degraded, and no other embedding tier (whose
 // vectors would not compare) is asked.
 func TestCatalogHybrid(t *testing.T) {
@@ -41,6 +41,11 @@ func TestCatalogHybrid(t *testing.T) {
 	en := es.chat("reader-en", "What is the latest One Piece volume?", "en")
 	if en.Status != 200 || !strings.Contains(en.Text, "Vol. 110") || en.Degraded {
 		t.Fatalf("en answer with the embedding tier down %+v: want the catalog's Vol. 110 from full text, not degraded", en)
+	}
+	adminPut(t, es.srv, "/admin/sim/titan-embed", `{"outage":false,"latencyMs":60000}`)
+	late := es.chat("reader-late", "ワンピースの最新刊は？", "ja")
+	if late.Status != 200 || !strings.Contains(late.Text, "110巻") || late.Degraded {
+		t.Fatalf("ja answer with the embedding tier late %+v: want the catalog's volume 110 from full text, not degraded", late)
 	}
 	if n := es.embeds["cohere-embed"].calls.Load(); n != 0 {
 		t.Errorf("cohere-embed got %d calls; want none: its vectors are not the catalog's", n)
@@ -91,7 +96,7 @@ func TestCatalogHybrid(t *testing.T) {
 	if !failedAttempt {
 		t.Errorf("en turn: no failed titan-embed model_attempt")
 	}
-	for _, a := range []answer{ja, en} {
+	for _, a := range []answer{ja, en, late} {
 		if retrieveErr[a.TraceID] != "" || !slices.Contains(flags[a.TraceID], "catalog") {
 			t.Errorf("turn %s: retrieve error %q, flags %v; want none and the catalog flag", a.TraceID, retrieveErr[a.TraceID], flags[a.TraceID])
 		}
