@@ -102,3 +102,28 @@ func TestCatalogHybrid(t *testing.T) {
 		}
 	}
 }
+
+// TestCatalogHybridBuildFails: a gateway whose embedding tier is down when it
+// starts still starts, its search full text alone, and answers from the
+// catalog without asking for the question's vector.
+func TestCatalogHybridBuildFails(t *testing.T) {
+	cfg := withCatalog(quickConfig())
+	st := cfg.Sim.Models["titan-embed"]
+	st.Outage = true
+	cfg.Sim.Models["titan-embed"] = st
+	es := newEmbedScenario(t, cfg)
+	if v := es.s.catalogSvc.Vectors(); v != nil {
+		t.Fatalf("catalog vectors %+v with the embedding tier down at start; want none", v)
+	}
+	built := es.embeds["titan-embed"].calls.Load()
+	if built == 0 {
+		t.Fatal("the items were never sent to titan-embed")
+	}
+	a := es.chat("reader", "What is the latest One Piece volume?", "en")
+	if a.Status != 200 || !strings.Contains(a.Text, "Vol. 110") || a.Degraded {
+		t.Fatalf("answer %+v: want the catalog's Vol. 110 from full text, not degraded", a)
+	}
+	if n := es.embeds["titan-embed"].calls.Load() - built; n != 0 {
+		t.Errorf("titan-embed got %d calls for the turn; want none without the catalog's vectors", n)
+	}
+}
