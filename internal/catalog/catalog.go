@@ -75,6 +75,22 @@ type Config struct {
 	MaxItems int `yaml:"maxItems"`
 	// BuildTimeout bounds the index build at start. Default 10s.
 	BuildTimeout time.Duration `yaml:"buildTimeout"`
+	// Hybrid fuses the full-text ranking with the items nearest the
+	// question by the first embedding tier's vectors (reciprocal rank
+	// fusion). The items are embedded at start; the question, within
+	// timeout, as one embedding call of the turn. When either fails the
+	// search is full text alone. Unset: on when an embedding tier is
+	// configured.
+	Hybrid *bool `yaml:"hybrid"`
+}
+
+// HybridOn reports whether the search is hybrid with embeddingTiers
+// embedding tiers configured.
+func (c Config) HybridOn(embeddingTiers int) bool {
+	if embeddingTiers == 0 {
+		return false
+	}
+	return c.Hybrid == nil || *c.Hybrid
 }
 
 // DefaultConfig is the MangaAssist profile: the embedded catalog, top 5

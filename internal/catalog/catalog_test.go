@@ -58,12 +58,13 @@ func newTestIndex(t testing.TB) *Index {
 	return sharedIndex
 }
 
-// recallAt5 averages, over questions, the share of labelled items in the top 5.
-func recallAt5(t testing.TB, ix *Index, qs []labelled) (float64, []string) {
+// recallAt5 averages, over questions, the share of labelled items in the
+// top 5 that search returns.
+func recallAt5(t testing.TB, search func(q string, k int) ([]Hit, error), qs []labelled) (float64, []string) {
 	var sum float64
 	var misses []string
 	for _, q := range qs {
-		hits, err := ix.Search(context.Background(), q.Q, 5)
+		hits, err := search(q.Q, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +92,7 @@ func TestRecallAt5(t *testing.T) {
 			if len(qs) < 30 {
 				t.Fatalf("%d labelled questions; want at least 30", len(qs))
 			}
-			r, misses := recallAt5(t, ix, qs)
+			r, misses := recallAt5(t, func(q string, k int) ([]Hit, error) { return ix.Search(context.Background(), q, k) }, qs)
 			t.Logf("recall@5 %s = %.3f over %d questions", lang, r, len(qs))
 			for _, m := range misses {
 				t.Log(m)

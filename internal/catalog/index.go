@@ -35,6 +35,7 @@ type Service struct {
 	ix     *Index
 	mu     sync.Mutex
 	faults Faults
+	vecs   *Vectors // nil: full text alone
 }
 
 // NewService returns the search over ix, without faults.
@@ -43,6 +44,39 @@ func NewService(ix *Index) *Service { return &Service{ix: ix} }
 // Search is Index.Search after the injected faults: a failure, or a delay
 // that still honours ctx's deadline.
 func (s *Service) Search(ctx context.Context, question string, k int) ([]Hit, error) {
+	if err := s.fault(ctx); err != nil {
+		return nil, err
+	}
+	return s.ix.Search(ctx, question, k)
+}
+
+// SearchHybrid is Index.SearchHybrid over the service's vectors, after the
+// injected faults: q is the question's vector from model modelID, nil for
+// full text alone.
+func (s *Service) SearchHybrid(ctx context.Context, question string, k int, q []float32, modelID string) ([]Hit, error) {
+	if err := s.fault(ctx); err != nil {
+		return nil, err
+	}
+	return s.ix.SearchHybrid(ctx, question, k, s.Vectors(), q, modelID)
+}
+
+// Vectors returns the items' vectors, nil when the search is full text alone.
+func (s *Service) Vectors() *Vectors {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.vecs
+}
+
+// SetVectors gives the search the items' vectors (nil: full text alone).
+func (s *Service) SetVectors(v *Vectors) {
+	s.mu.Lock()
+	s.vecs = v
+	s.mu.Unlock()
+}
+
+// fault applies the injected faults: a failure, or a delay that still
+// honours ctx's deadline.
+func (s *Service) fault(ctx context.Context) error {
 	f := s.Faults()
 	if f.LatencyMs > 0 {
 		t := time.NewTimer(time.Duration(f.LatencyMs) * time.Millisecond)
@@ -50,13 +84,13 @@ func (s *Service) Search(ctx context.Context, question string, k int) ([]Hit, er
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("catalog: search: %w", ctx.Err())
+			return fmt.Errorf("catalog: search: %w", ctx.Err())
 		}
 	}
 	if f.Fail {
-		return nil, ErrFault
+		return ErrFault
 	}
-	return s.ix.Search(ctx, question, k)
+	return nil
 }
 
 // Faults returns the injected faults.

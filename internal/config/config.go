@@ -840,6 +840,9 @@ func (c Config) Validate() error {
 		}
 	}
 	c.validateEmbeddings(&v)
+	if h := c.Catalog.Hybrid; h != nil && *h && len(c.Embeddings) == 0 {
+		v.add("catalog.hybrid", "true needs an embedding tier (embeddings) to embed the catalog and the questions with")
+	}
 	d := c.Deadline
 	if d.FirstByte <= 0 {
 		v.add("deadline.firstByte", "must be > 0")

@@ -82,6 +82,7 @@ func TestParseNamesFieldPaths(t *testing.T) {
 		{"inside a map", "sim:\n  models:\n    sonnet: {tokensPerSecnd: 5}\n", "sim.models.sonnet.tokensPerSecnd: unknown field (did you mean tokensPerSecond?)"},
 		{"wrong kind", "server:\n  maxMessageBytes: lots\n", `server.maxMessageBytes: must be a whole number, not "lots"`},
 		{"bad duration", "server:\n  drainTimeout: forever\n", `server.drainTimeout: must be a duration such as 10s or 500ms, not "forever"`},
+		{"hybrid without embeddings", "embeddings: []\ncatalog:\n  hybrid: true\n", "catalog.hybrid: true needs an embedding tier"},
 		{"sim model that is no tier", "sim:\n  models:\n    opus: {ttftMs: 100}\n", "sim.models.opus: no model tier is named opus (models are sonnet, haiku; embedding tiers are titan-embed, cohere-embed)"},
 		{"idle outside the hierarchy", "deadline:\n  idle: 5m\n", "deadline.idle: must be > 0 and shorter than stream.maxDuration"},
 		{"batch bounds", "batch:\n  maxJobs: 0\n", "batch.maxJobs: must be > 0"},

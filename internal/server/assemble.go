@@ -203,6 +203,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		}
 		s.Catalog = ix
 		svc := catalog.NewService(ix)
+		s.catalogSvc = svc
 		s.mountCatalog(svc)
 		retr = retriever{ix: svc, br: s.Breakers.Get(searchBreaker), enf: enf, topK: cfg.Catalog.TopK, primary: cfg.Models[0].Name}
 	}

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/catalog"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/provider"
 )
 
 // retriever is the retrieval step: the catalog search behind the "search"
@@ -26,11 +28,27 @@ type retriever struct {
 }
 
 func (r retriever) Retrieve(ctx context.Context, t *gateway.Turn) error {
+	return r.RetrieveWith(ctx, t, nil, "")
+}
+
+// QueryEmbedding implements gateway.HybridRetriever: the tier the items
+// were embedded with, while the search has their vectors.
+func (r retriever) QueryEmbedding() (string, int, bool) {
+	v := r.ix.Vectors()
+	if v == nil {
+		return "", 0, false
+	}
+	return v.Tier, v.Dims, true
+}
+
+// RetrieveWith implements gateway.HybridRetriever: the search fuses the
+// full-text ranking with the items nearest vector, when there is one.
+func (r retriever) RetrieveWith(ctx context.Context, t *gateway.Turn, vector []float32, modelID string) error {
 	permit, err := allow(ctx, r.br, searchBreaker)
 	if errors.Is(err, breaker.ErrOpen) {
 		return fmt.Errorf("%w: %w", gateway.ErrSearchOpen, err)
 	}
-	hits, err := r.ix.Search(ctx, t.Message, r.topK)
+	hits, err := r.ix.SearchHybrid(ctx, t.Message, r.topK, vector, modelID)
 	if err != nil && ctx.Err() != nil {
 		permit.Release(ctx) // the turn's share of the deadline ran out, or it left: no verdict on the index
 	} else {
@@ -75,6 +93,37 @@ func (s *Server) openCatalog(cfg config.Config) (*catalog.Index, error) {
 	s.closers = append(s.closers, func() { _ = ix.Close() })
 	s.log.Info("catalog indexed", "items", ix.Len(), "build_ms", ix.BuildTime.Milliseconds())
 	return ix, nil
+}
+
+// embedCatalog gives the search the items' vectors from the first embedding
+// tier, when catalog.hybrid is on, within catalog.buildTimeout. A failure
+// leaves the search full text alone: it is logged, never fatal.
+func (s *Server) embedCatalog(cfg config.Config, svc *catalog.Service, embedders map[string]provider.Embedder) {
+	if svc == nil || !cfg.Catalog.HybridOn(len(cfg.Embeddings)) {
+		return
+	}
+	e := cfg.Embeddings[0]
+	emb := embedders[e.Name]
+	if emb == nil {
+		s.log.Warn("catalog search is full text alone: no embedder for the embedding tier", "tier", e.Name)
+		return
+	}
+	items, err := catalog.Load(cfg.Catalog)
+	if err != nil {
+		s.log.Warn("catalog search is full text alone: the catalog could not be read for embedding", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Catalog.BuildTimeout)
+	defer cancel()
+	start := time.Now()
+	v, err := catalog.EmbedItems(ctx, items, emb, e.Name, e.Dimensions)
+	if err != nil {
+		s.log.Warn("catalog search is full text alone: embedding the items failed", "tier", e.Name, "err", err)
+		return
+	}
+	svc.SetVectors(v)
+	s.log.Info("catalog embedded for hybrid search", "tier", e.Name, "model", v.ModelID, "items", v.Len(), "dims", v.Dims,
+		"build_ms", time.Since(start).Milliseconds())
 }
 
 // mountCatalog adds the catalog's admin routes:

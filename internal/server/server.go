@@ -88,6 +88,9 @@ type Server struct {
 	Estimator *budget.Estimator
 	// Catalog is the retrieval step's index; nil when catalog.enabled is off.
 	Catalog *catalog.Index
+	// catalogSvc is the retrieval step's search; nil when catalog.enabled
+	// is off.
+	catalogSvc *catalog.Service
 	// SessionBreaker guards the session store in Redis (fleet mode only;
 	// nil on the embedded default).
 	SessionBreaker *breaker.Memory
@@ -185,6 +188,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 		return nil, err
 	}
 	deps.Embedders, deps.CountTokens = embedders, sim.CountTokens
+	s.embedCatalog(cfg, s.catalogSvc, embedders)
 	if s.Metrics != nil {
 		deps.OnThrottle = s.Metrics.Throttle
 	}
