@@ -455,13 +455,15 @@ type Deadline struct {
 type Session struct {
 	// HistoryExchanges kept per session. Default 10.
 	HistoryExchanges int `yaml:"historyExchanges"`
-	// TTL of an idle session. Default 30m.
+	// TTL of an idle session, and how long a stored response of the
+	// OpenAI Responses API is kept. Default 30m.
 	TTL time.Duration `yaml:"ttl"`
-	// MaxSessions held in memory. Default 100,000.
+	// MaxSessions held in memory, and as many stored responses. Default
+	// 100,000.
 	MaxSessions int `yaml:"maxSessions"`
 	// RedisTimeout bounds each call to the fleet's session store in Redis
 	// (fleet.redis set); a slower call answers the turn without history.
-	// Default 250ms.
+	// It bounds each call to the stored responses too. Default 250ms.
 	RedisTimeout time.Duration `yaml:"redisTimeout"`
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/fmgate/fmgate/internal/eventstore/pgstore"
 	"github.com/fmgate/fmgate/internal/fallback"
 	"github.com/fmgate/fmgate/internal/fallback/cache"
+	openaidoor "github.com/fmgate/fmgate/internal/frontdoor/openai"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/jobstore"
 	"github.com/fmgate/fmgate/internal/provider"
@@ -31,6 +32,7 @@ import (
 	"github.com/fmgate/fmgate/internal/ratelimit"
 	"github.com/fmgate/fmgate/internal/redisbatch"
 	"github.com/fmgate/fmgate/internal/redishealth"
+	"github.com/fmgate/fmgate/internal/respstore"
 	"github.com/fmgate/fmgate/internal/retry"
 	"github.com/fmgate/fmgate/internal/session"
 	"github.com/fmgate/fmgate/internal/slots"
@@ -83,8 +85,10 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		s.Redis = rdb
 	}
 
-	// Step 2: the session store.
+	// Step 2: the session store, and the Responses API's stored responses
+	// beside it.
 	sessions := s.sessions(cfg, rdb, now)
+	s.responses = responseStore(cfg, rdb, now)
 
 	// Step 3: rate limits.
 	rlCfg := cfg.RateLimit
@@ -272,6 +276,20 @@ func (s *Server) sessions(cfg config.Config, rdb *redis.Client, now func() time.
 	}
 	s.SessionBreaker = b
 	return session.Guarded{Store: rs, Breaker: b}
+}
+
+// responseStore keeps the OpenAI door's stored responses as long as an
+// idle session: in memory (at most session.maxSessions of them), or in
+// Redis when fleet.redis is set, so that previous_response_id continues a
+// conversation on whichever instance answers. A response that cannot be
+// read when continued is a 503, never an answer without its conversation.
+func responseStore(cfg config.Config, rdb *redis.Client, now func() time.Time) openaidoor.ResponseStore {
+	if rdb == nil {
+		return respstore.NewMemory(cfg.Session.MaxSessions, 0, cfg.Session.TTL, now)
+	}
+	rs := respstore.NewRedis(rdb, cfg.Fleet.KeyPrefix+"resp:", cfg.Session.TTL)
+	rs.Timeout = cfg.Session.RedisTimeout
+	return rs
 }
 
 // genAIProviders names each tier's vendor as OpenTelemetry's GenAI

@@ -166,7 +166,7 @@ func TestBodyDeadlineSparesLongStreams(t *testing.T) {
 // show, naming what is served; the gateway's own /v1 routes still answer.
 func TestUnknownAPIPathsAnswerJSON(t *testing.T) {
 	_, srv := startServer(t, fastConfig())
-	for _, path := range []string{"/v1/audio/speech", "/v1/responses", "/v1/messages/batches"} {
+	for _, path := range []string{"/v1/audio/speech", "/v1/responses/resp_1/cancel", "/v1/messages/batches"} {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{}`))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
@@ -179,7 +179,8 @@ func TestUnknownAPIPathsAnswerJSON(t *testing.T) {
 		err = json.NewDecoder(resp.Body).Decode(&body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusNotFound || err != nil || body.Error.Type != "not_found_error" ||
-			!strings.Contains(body.Error.Message, path) || !strings.Contains(body.Error.Message, "/v1/chat/completions") {
+			!strings.Contains(body.Error.Message, path) || !strings.Contains(body.Error.Message, "/v1/chat/completions") ||
+			!strings.Contains(body.Error.Message, "POST /v1/responses") {
 			t.Fatalf("POST %s: %d %+v (%v); want a JSON 404 naming what is served", path, resp.StatusCode, body, err)
 		}
 	}

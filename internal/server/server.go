@@ -115,6 +115,8 @@ type Server struct {
 	Canary *canary.Controller
 
 	store eventstore.Views
+	// responses are the OpenAI door's stored responses (previous_response_id).
+	responses openaidoor.ResponseStore
 	// canaryVerdict, when a canary runs, reports its latest verdict to the
 	// alert rules.
 	canaryVerdict func() *alerts.Canary
@@ -237,8 +239,11 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("/admin/", requireAdmin(auth, s.admin))
 	// The vendor front doors, sharing one bound on images.
 	images := imageLimits(s.cfg.Server.Images)
-	oai := openaidoor.New(s.Gateway, openaidoor.Options{Images: images})
+	oai := openaidoor.New(s.Gateway, openaidoor.Options{Images: images, Responses: s.responses, Log: s.log})
 	mux.Handle("/v1/chat/completions", oai)
+	mux.Handle("POST /v1/responses", oai)
+	mux.Handle("GET /v1/responses/{id}", oai)
+	mux.Handle("DELETE /v1/responses/{id}", oai)
 	mux.Handle("/v1/models", oai)
 	mux.Handle("/v1/models/", oai)
 	anth := anthropicdoor.New(s.Gateway, anthropicdoor.Options{Images: images})
@@ -337,7 +342,8 @@ func stateSecret(cfg config.Config) string {
 func unknownAPI(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusNotFound)
-	msg := fmt.Sprintf("fmgate does not serve %s %s. It serves POST /v1/chat/completions, POST /v1/embeddings and GET /v1/models (OpenAI), "+
+	msg := fmt.Sprintf("fmgate does not serve %s %s. It serves POST /v1/chat/completions, POST /v1/embeddings, POST /v1/responses, "+
+		"GET and DELETE /v1/responses/{id} and GET /v1/models (OpenAI), "+
 		"POST /v1/messages and /v1/messages/count_tokens (Anthropic), POST /model/{model}/converse, /converse-stream, /invoke, "+
 		"/invoke-with-response-stream and /count-tokens (Bedrock), "+
 		"and its own POST /v1/chat, GET /ws and /v1/batch.", r.Method, r.URL.Path)

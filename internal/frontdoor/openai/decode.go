@@ -15,6 +15,12 @@
 // honour (remote image URLs, n>1, logprobs, penalties, audio …) are refused
 // with a 400 naming the field, never dropped. response_format json_object
 // and json_schema are honoured: every answer is checked against them.
+//
+// The front door also serves the Responses API (POST /v1/responses, and
+// GET and DELETE /v1/responses/{id} of a stored response): its input items
+// decode into the same conversation as chat messages, with the same tools,
+// formats and images, and its answers are response objects or the API's
+// typed server-sent events (responses_decode.go, responses_encode.go).
 package openai
 
 import (
@@ -160,19 +166,46 @@ type chatMessage struct {
 // DefaultMaxBodyBytes), its images bounded by images. Every error is an
 // *Error in OpenAI's shape.
 func ReadChat(r *http.Request, limit int64, images vision.Limits) (Chat, *Error) {
+	data, e := readBody(r, limit)
+	if e != nil {
+		return Chat{}, e
+	}
+	return DecodeChat(data, images)
+}
+
+// readBody reads a request body of at most limit bytes (0:
+// DefaultMaxBodyBytes); a longer one is a 413.
+func readBody(r *http.Request, limit int64) ([]byte, *Error) {
 	if limit <= 0 {
 		limit = DefaultMaxBodyBytes
 	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return Chat{}, invalidRequest("", "Could not read the request body: %v", err)
+		return nil, invalidRequest("", "Could not read the request body: %v", err)
 	}
 	if int64(len(data)) > limit {
 		e := invalidRequest("", "The request body is larger than %d bytes.", limit)
 		e.Status = http.StatusRequestEntityTooLarge
-		return Chat{}, e
+		return nil, e
 	}
-	return DecodeChat(data, images)
+	return data, nil
+}
+
+// decodeBody decodes one JSON object of UTF-8 into v, refusing a member v
+// does not name and anything after the object.
+func decodeBody(data []byte, v any) *Error {
+	if !utf8.Valid(data) {
+		return invalidRequest("", "The request body must be UTF-8 encoded JSON.")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return invalidRequest("", "The request body must hold one JSON object, with nothing after it.")
+	}
+	return nil
 }
 
 // DecodeChat decodes a request body, its images bounded by images. Every
@@ -180,17 +213,9 @@ func ReadChat(r *http.Request, limit int64, images vision.Limits) (Chat, *Error)
 // offending parameter.
 func DecodeChat(data []byte, images vision.Limits) (Chat, *Error) {
 	var c Chat
-	if !utf8.Valid(data) {
-		return c, invalidRequest("", "The request body must be UTF-8 encoded JSON.")
-	}
 	var req chatRequest
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return c, jsonError(err)
-	}
-	if dec.More() {
-		return c, invalidRequest("", "The request body must hold one JSON object, with nothing after it.")
+	if e := decodeBody(data, &req); e != nil {
+		return c, e
 	}
 	if e := req.refusals(); e != nil {
 		return c, e
@@ -222,37 +247,22 @@ func DecodeChat(data []byte, images vision.Limits) (Chat, *Error) {
 			c.MaxTokens = *lim.v
 		}
 	}
-	if t := req.Temperature; t != nil {
-		if *t < 0 || *t > 2 {
-			return c, invalidRequest("temperature", "Invalid 'temperature': expected a number between 0 and 2, but got %g instead.", *t)
-		}
-		c.Temperature = t
-	}
-	if p := req.TopP; p != nil {
-		if *p < 0 || *p > 1 {
-			return c, invalidRequest("top_p", "Invalid 'top_p': expected a number between 0 and 1, but got %g instead.", *p)
-		}
-		c.TopP = p
+	var e *Error
+	if c.Temperature, c.TopP, e = checkSampling(req.Temperature, req.TopP); e != nil {
+		return c, e
 	}
 	c.Seed = req.Seed
 	if e := checkMetadata(req.Metadata); e != nil {
 		return c, e
 	}
-	var e *Error
 	if c.Stop, e = decodeStop(req.Stop); e != nil {
 		return c, e
 	}
-	if req.User != nil {
-		if len(*req.User) > MaxUserBytes {
-			return c, invalidRequest("user", "Invalid 'user': string too long. Expected a string with maximum length %d.", MaxUserBytes)
-		}
-		c.User = *req.User
+	if c.User, e = checkUser(req.User); e != nil {
+		return c, e
 	}
-	if k := req.PromptCacheKey; k != nil {
-		if len(*k) > MaxPromptCacheKeyBytes {
-			return c, invalidRequest("prompt_cache_key", "Invalid 'prompt_cache_key': string too long. Expected a string with maximum length %d.", MaxPromptCacheKeyBytes)
-		}
-		c.PromptCacheKey = *k
+	if c.PromptCacheKey, e = checkPromptCacheKey(req.PromptCacheKey); e != nil {
+		return c, e
 	}
 	if c.Format, e = decodeFormat(req.ResponseFormat); e != nil {
 		return c, e
@@ -270,6 +280,40 @@ func DecodeChat(data []byte, images vision.Limits) (Chat, *Error) {
 		return c, e
 	}
 	return c, nil
+}
+
+// checkSampling accepts temperature (0 to 2) and top_p (0 to 1).
+func checkSampling(temperature, topP *float64) (*float64, *float64, *Error) {
+	if t := temperature; t != nil && (*t < 0 || *t > 2) {
+		return nil, nil, invalidRequest("temperature", "Invalid 'temperature': expected a number between 0 and 2, but got %g instead.", *t)
+	}
+	if p := topP; p != nil && (*p < 0 || *p > 1) {
+		return nil, nil, invalidRequest("top_p", "Invalid 'top_p': expected a number between 0 and 1, but got %g instead.", *p)
+	}
+	return temperature, topP, nil
+}
+
+// checkUser accepts user, the end user's id, of at most MaxUserBytes.
+func checkUser(user *string) (string, *Error) {
+	if user == nil {
+		return "", nil
+	}
+	if len(*user) > MaxUserBytes {
+		return "", invalidRequest("user", "Invalid 'user': string too long. Expected a string with maximum length %d.", MaxUserBytes)
+	}
+	return *user, nil
+}
+
+// checkPromptCacheKey accepts prompt_cache_key of at most
+// MaxPromptCacheKeyBytes.
+func checkPromptCacheKey(k *string) (string, *Error) {
+	if k == nil {
+		return "", nil
+	}
+	if len(*k) > MaxPromptCacheKeyBytes {
+		return "", invalidRequest("prompt_cache_key", "Invalid 'prompt_cache_key': string too long. Expected a string with maximum length %d.", MaxPromptCacheKeyBytes)
+	}
+	return *k, nil
 }
 
 // refusals names the first field set to a value fmgate cannot honour.
@@ -349,8 +393,7 @@ func (c *Chat) decodeMessages(msgs []chatMessage, rd *vision.Reader) *Error {
 	if len(msgs) == 0 {
 		return invalidRequest("messages", "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.")
 	}
-	var system []string
-	var conv []provider.Message
+	var conv conversation
 	for i, m := range msgs {
 		param := fmt.Sprintf("messages[%d]", i)
 		for _, f := range []struct {
@@ -385,15 +428,12 @@ func (c *Chat) decodeMessages(msgs []chatMessage, rd *vision.Reader) *Error {
 				return e
 			}
 		}
-		var role provider.Role
 		switch m.Role {
 		case "system", "developer":
-			system = append(system, text)
-			continue
+			conv.addSystem(text)
 		case "user":
-			role = provider.RoleUser
+			conv.add(provider.RoleUser, text, images)
 		case "assistant":
-			role = provider.RoleAssistant
 			if isSet(m.Refusal) && !isSet(m.Content) {
 				var refusal string
 				if err := json.Unmarshal(m.Refusal, &refusal); err != nil {
@@ -406,20 +446,16 @@ func (c *Chat) decodeMessages(msgs []chatMessage, rd *vision.Reader) *Error {
 				return e
 			}
 			if len(calls) > 0 {
-				conv = append(conv, provider.Message{Role: role, Content: text, ToolCalls: calls})
+				conv.addCalls(text, calls)
 				continue
 			}
+			conv.add(provider.RoleAssistant, text, nil)
 		case "tool":
 			r, e := decodeToolResult(m.ToolCallID, text, param)
 			if e != nil {
 				return e
 			}
-			if n := len(conv); n > 0 && conv[n-1].Role == provider.RoleUser && conv[n-1].Content == "" && len(conv[n-1].Images) == 0 {
-				conv[n-1].ToolResults = append(conv[n-1].ToolResults, r)
-			} else {
-				conv = append(conv, provider.Message{Role: provider.RoleUser, ToolResults: []provider.ToolResult{r}})
-			}
-			continue
+			conv.addResult(r)
 		case "function":
 			return invalidRequest(param+".role", "fmgate does not support 'function' messages; send the result as a 'tool' message.")
 		case "":
@@ -427,27 +463,87 @@ func (c *Chat) decodeMessages(msgs []chatMessage, rd *vision.Reader) *Error {
 		default:
 			return invalidRequest(param+".role", "Invalid '%s.role': %q is not one of system, developer, user, assistant.", param, truncate(m.Role, 40))
 		}
-		if n := len(conv); n > 0 && conv[n-1].Role == role && len(conv[n-1].ToolCalls) == 0 {
-			conv[n-1].Content = joinText(conv[n-1].Content, text)
-			conv[n-1].Images = append(conv[n-1].Images, images...)
-			continue
-		}
-		conv = append(conv, provider.Message{Role: role, Content: text, Images: images})
 	}
-	c.System = strings.Join(system, "\n\n")
+	c.System = conv.systemPrompt()
+	history, last, e := conv.split("messages", "The last message must come from the user or a tool: fmgate answers a user's message.")
+	if e != nil {
+		return e
+	}
+	c.Message, c.ToolResults, c.Images = last.Content, last.ToolResults, last.Images
+	c.History = history
+	return nil
+}
+
+// conversation gathers a request's messages, in whichever of OpenAI's
+// shapes they come (chat messages, Responses input items), into the system
+// prompt and the conversation a provider takes.
+type conversation struct {
+	system []string
+	msgs   []provider.Message
+}
+
+func (c *conversation) addSystem(text string) { c.system = append(c.system, text) }
+
+// systemPrompt joins the system and developer messages, in order.
+func (c *conversation) systemPrompt() string { return strings.Join(c.system, "\n\n") }
+
+// add appends a user or assistant message, joined to the one before it
+// when that is the same speaker's and calls no tools.
+func (c *conversation) add(role provider.Role, text string, images []provider.Image) {
+	if n := len(c.msgs); n > 0 && c.msgs[n-1].Role == role && len(c.msgs[n-1].ToolCalls) == 0 {
+		c.msgs[n-1].Content = joinText(c.msgs[n-1].Content, text)
+		c.msgs[n-1].Images = append(c.msgs[n-1].Images, images...)
+		return
+	}
+	c.msgs = append(c.msgs, provider.Message{Role: role, Content: text, Images: images})
+}
+
+// addCalls appends an assistant message that calls tools after its text.
+func (c *conversation) addCalls(text string, calls []provider.ToolCall) {
+	c.msgs = append(c.msgs, provider.Message{Role: provider.RoleAssistant, Content: text, ToolCalls: calls})
+}
+
+// addCall adds one tool call to the assistant message before it, or
+// starts one.
+func (c *conversation) addCall(call provider.ToolCall) {
+	if n := len(c.msgs); n > 0 && c.msgs[n-1].Role == provider.RoleAssistant {
+		c.msgs[n-1].ToolCalls = append(c.msgs[n-1].ToolCalls, call)
+		return
+	}
+	c.addCalls("", []provider.ToolCall{call})
+}
+
+// addResult adds a tool's result to the user message of results before
+// it, or starts one.
+func (c *conversation) addResult(r provider.ToolResult) {
+	if n := len(c.msgs); n > 0 && c.msgs[n-1].Role == provider.RoleUser && c.msgs[n-1].Content == "" && len(c.msgs[n-1].Images) == 0 {
+		c.msgs[n-1].ToolResults = append(c.msgs[n-1].ToolResults, r)
+		return
+	}
+	c.msgs = append(c.msgs, provider.Message{Role: provider.RoleUser, ToolResults: []provider.ToolResult{r}})
+}
+
+// split ends the conversation at its last message, which must be the
+// user's: the history before it, and it. param names the request's
+// conversation in errors, and lastRule says what must come last.
+func (c *conversation) split(param, lastRule string) ([]provider.Message, provider.Message, *Error) {
+	conv := c.msgs
 	if len(conv) == 0 || conv[len(conv)-1].Role != provider.RoleUser {
-		return invalidRequest("messages", "The last message must come from the user or a tool: fmgate answers a user's message.")
+		return nil, provider.Message{}, invalidRequest(param, "%s", lastRule)
+	}
+	for _, m := range conv {
+		if len(m.ToolCalls) > provider.MaxToolCallsTurn {
+			return nil, provider.Message{}, invalidRequest(param, "Invalid '%s': at most %d tool calls per assistant message.", param, provider.MaxToolCallsTurn)
+		}
 	}
 	if err := provider.CheckToolPairing(conv); err != nil {
-		return invalidRequest("messages", "Invalid 'messages': %v.", err)
+		return nil, provider.Message{}, invalidRequest(param, "Invalid '%s': %v.", param, err)
 	}
 	last := conv[len(conv)-1]
 	if strings.TrimSpace(last.Content) == "" && len(last.ToolResults) == 0 && len(last.Images) == 0 {
-		return invalidRequest("messages", "The last user message must not be empty.")
+		return nil, provider.Message{}, invalidRequest(param, "The last user message must not be empty.")
 	}
-	c.Message, c.ToolResults, c.Images = last.Content, last.ToolResults, last.Images
-	c.History = conv[:len(conv)-1]
-	return nil
+	return conv[:len(conv)-1], last, nil
 }
 
 // joinText joins two texts of one speaker, skipping an empty one.
@@ -553,14 +649,20 @@ func decodeImagePart(p json.RawMessage, pp string, rd *vision.Reader) (provider.
 	if e := onlyMembers(part.ImageURL, pp+".image_url", "image_url part", "url", "detail"); e != nil {
 		return provider.Image{}, e
 	}
-	if d := iu.Detail; d != "" && !slices.Contains(imageDetails, d) {
-		return provider.Image{}, invalidRequest(pp+".image_url.detail", "Invalid '%s.image_url.detail': expected one of auto, low, high, original, but got %q.", pp, truncate(d, 20))
+	return imageOf(iu.URL, iu.Detail, pp+".image_url.url", pp+".image_url.detail", rd)
+}
+
+// imageOf reads an image sent as a data URL, at detail; urlParam and
+// detailParam name them in errors.
+func imageOf(url, detail, urlParam, detailParam string, rd *vision.Reader) (provider.Image, *Error) {
+	if detail != "" && !slices.Contains(imageDetails, detail) {
+		return provider.Image{}, invalidRequest(detailParam, "Invalid '%s': expected one of auto, low, high, original, but got %q.", detailParam, truncate(detail, 20))
 	}
-	im, err := rd.DataURL(iu.URL)
+	im, err := rd.DataURL(url)
 	if err != nil {
-		return provider.Image{}, invalidRequest(pp+".image_url.url", "Invalid '%s.image_url.url': %v.", pp, err)
+		return provider.Image{}, invalidRequest(urlParam, "Invalid '%s': %v.", urlParam, err)
 	}
-	im.Detail = iu.Detail
+	im.Detail = detail
 	return im, nil
 }
 

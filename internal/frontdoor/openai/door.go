@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/respstore"
 	"github.com/fmgate/fmgate/internal/stream"
 	"github.com/fmgate/fmgate/internal/vision"
 )
@@ -37,7 +39,26 @@ type Options struct {
 	Images vision.Limits
 	// Now stamps the answers' created time; nil is time.Now.
 	Now func() time.Time
+	// Responses keeps the Responses API's stored responses (store: true)
+	// for previous_response_id, GET and DELETE. Nil is a store in this
+	// process's memory (respstore.NewMemory) of DefaultStoredResponses
+	// responses, each kept DefaultStoreTTL.
+	Responses ResponseStore
+	// MaxStoredBytes bounds the conversation a stored response keeps (its
+	// input and the conversation it continues; its own answer comes on
+	// top): a request that would store more is refused. Default
+	// MaxBodyBytes, what a client could send in one request.
+	MaxStoredBytes int64
+	// Log receives what the door cannot tell the client (a response it
+	// could not store); nil discards it.
+	Log *slog.Logger
 }
+
+// Defaults of the in-memory response store.
+const (
+	DefaultStoredResponses = 100_000
+	DefaultStoreTTL        = 30 * time.Minute
+)
 
 // Response headers that say how an answer was served.
 const (
@@ -51,9 +72,12 @@ const (
 
 // New is the OpenAI-compatible front door over g:
 //
-//	POST /v1/chat/completions  a chat completion, JSON or SSE (stream:true)
-//	GET  /v1/models            the model tiers
-//	GET  /v1/models/{model}    one tier
+//	POST   /v1/chat/completions  a chat completion, JSON or SSE (stream:true)
+//	POST   /v1/responses         a response (Responses API), JSON or SSE
+//	GET    /v1/responses/{id}    a stored response, to its owner
+//	DELETE /v1/responses/{id}    deletes a stored response, for its owner
+//	GET    /v1/models            the model tiers
+//	GET    /v1/models/{model}    one tier
 //
 // The caller's key is Authorization: Bearer, an auth.keys entry. "model"
 // names a tier or its modelId and the turn starts there, falling down the
@@ -63,26 +87,46 @@ const (
 // whole conversation: fmgate's session store is neither read nor written.
 // System and developer messages follow fmgate's configured prompt. "user"
 // names the end user when fmgate trusts a user header (no auth.keys).
+//
+// A response of the Responses API carries its conversation too: the
+// request's input, after the conversation of the stored response it names
+// in previous_response_id, which belongs to the caller that stored it.
 func New(g Pipeline, opts Options) http.Handler {
-	d := &door{g: g, maxBody: opts.MaxBodyBytes, images: opts.Images, now: opts.Now}
+	d := &door{g: g, maxBody: opts.MaxBodyBytes, images: opts.Images, now: opts.Now,
+		store: opts.Responses, maxStored: opts.MaxStoredBytes, log: opts.Log}
 	if d.maxBody <= 0 {
 		d.maxBody = DefaultMaxBodyBytes
 	}
 	if d.now == nil {
 		d.now = time.Now
 	}
+	if d.store == nil {
+		d.store = respstore.NewMemory(DefaultStoredResponses, 0, DefaultStoreTTL, d.now)
+	}
+	if d.maxStored <= 0 {
+		d.maxStored = d.maxBody
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", d.chat)
+	mux.HandleFunc("POST /v1/responses", d.responses)
+	mux.HandleFunc("GET /v1/responses/{id}", d.getResponse)
+	mux.HandleFunc("DELETE /v1/responses/{id}", d.deleteResponse)
 	mux.HandleFunc("GET /v1/models", d.models)
 	mux.HandleFunc("GET /v1/models/{model}", d.model)
 	return mux
 }
 
 type door struct {
-	g       Pipeline
-	maxBody int64
-	images  vision.Limits
-	now     func() time.Time
+	g         Pipeline
+	maxBody   int64
+	images    vision.Limits
+	now       func() time.Time
+	store     ResponseStore
+	maxStored int64
+	log       *slog.Logger
 }
 
 func (d *door) chat(w http.ResponseWriter, r *http.Request) {
@@ -91,9 +135,9 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 		e.Write(w)
 		return
 	}
-	feature := r.Header.Get(HeaderFeature)
-	if len(feature) > 64 {
-		invalidRequest("", "The %s header must be at most 64 bytes.", HeaderFeature).Write(w)
+	feature, e := featureOf(r)
+	if e != nil {
+		e.Write(w)
 		return
 	}
 	id := newID()
@@ -312,11 +356,28 @@ func (d *door) model(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *door) authenticate(r *http.Request) *Error {
+	_, e := d.caller(r)
+	return e
+}
+
+// caller authenticates a request that runs no turn, returning the user
+// it comes from.
+func (d *door) caller(r *http.Request) (string, *Error) {
 	key, _ := gateway.Bearer(r)
-	if err := d.g.Authenticate(r, key, "", &gateway.Turn{}); err != nil {
-		return fromGateway(err)
+	var t gateway.Turn
+	if err := d.g.Authenticate(r, key, "", &t); err != nil {
+		return "", fromGateway(err)
 	}
-	return nil
+	return t.UserID, nil
+}
+
+// featureOf is the product feature a request's turn is attributed to.
+func featureOf(r *http.Request) (string, *Error) {
+	feature := r.Header.Get(HeaderFeature)
+	if len(feature) > 64 {
+		return "", invalidRequest("", "The %s header must be at most 64 bytes.", HeaderFeature)
+	}
+	return feature, nil
 }
 
 func appendModel(dst []byte, name string) []byte {

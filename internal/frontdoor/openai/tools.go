@@ -49,21 +49,37 @@ func decodeTools(raw json.RawMessage) ([]provider.Tool, *Error) {
 		if t.Function == nil {
 			return nil, invalidRequest(param+".function", "Missing required parameter: '%s.function'.", param)
 		}
-		if err := provider.CheckToolName(t.Function.Name); err != nil {
-			return nil, invalidRequest(param+".function.name", "Invalid '%s.function.name': %v.", param, err)
-		}
-		tool := provider.Tool{Name: t.Function.Name, Schema: emptySchema, Strict: t.Function.Strict != nil && *t.Function.Strict}
-		if t.Function.Description != nil {
-			tool.Description = *t.Function.Description
-		}
-		if isSet(t.Function.Parameters) {
-			if !provider.IsJSONObject(t.Function.Parameters) {
-				return nil, invalidRequest(param+".function.parameters", "Invalid '%s.function.parameters': expected a JSON Schema object.", param)
-			}
-			tool.Schema = t.Function.Parameters
+		f := t.Function
+		tool, e := functionTool(param+".function", f.Name, f.Description, f.Parameters, f.Strict != nil && *f.Strict)
+		if e != nil {
+			return nil, e
 		}
 		tools = append(tools, tool)
 	}
+	return checkToolList(tools)
+}
+
+// functionTool is a function tool the client offers; param names its
+// object in errors.
+func functionTool(param, name string, description *string, parameters json.RawMessage, strict bool) (provider.Tool, *Error) {
+	if err := provider.CheckToolName(name); err != nil {
+		return provider.Tool{}, invalidRequest(param+".name", "Invalid '%s.name': %v.", param, err)
+	}
+	tool := provider.Tool{Name: name, Schema: emptySchema, Strict: strict}
+	if description != nil {
+		tool.Description = *description
+	}
+	if isSet(parameters) {
+		if !provider.IsJSONObject(parameters) {
+			return provider.Tool{}, invalidRequest(param+".parameters", "Invalid '%s.parameters': expected a JSON Schema object.", param)
+		}
+		tool.Schema = parameters
+	}
+	return tool, nil
+}
+
+// checkToolList checks the tools together (distinct names, their count).
+func checkToolList(tools []provider.Tool) ([]provider.Tool, *Error) {
 	if err := provider.CheckTools(tools, provider.ToolChoice{}); err != nil {
 		return nil, invalidRequest("tools", "Invalid 'tools': %v.", err)
 	}
@@ -98,15 +114,19 @@ func decodeFormat(rf *responseFormat) (provider.Format, *Error) {
 	if !isSet(rf.JSONSchema) || dec.Decode(&js) != nil {
 		return f, invalidRequest("response_format.json_schema", "Invalid 'response_format.json_schema': expected {\"name\",\"schema\",\"strict\"}.")
 	}
-	if err := provider.CheckToolName(js.Name); err != nil {
-		return f, invalidRequest("response_format.json_schema.name", "Invalid 'response_format.json_schema.name': %v.", err)
+	return schemaFormat("response_format.json_schema", js.Name, js.Description, js.Schema, js.Strict != nil && *js.Strict)
+}
+
+// schemaFormat is a json_schema answer format; param names its object in
+// errors.
+func schemaFormat(param, name, description string, schema json.RawMessage, strict bool) (provider.Format, *Error) {
+	if err := provider.CheckToolName(name); err != nil {
+		return provider.Format{}, invalidRequest(param+".name", "Invalid '%s.name': %v.", param, err)
 	}
-	if !provider.IsJSONObject(js.Schema) {
-		return f, invalidRequest("response_format.json_schema.schema", "Invalid 'response_format.json_schema.schema': expected a JSON Schema object.")
+	if !provider.IsJSONObject(schema) {
+		return provider.Format{}, invalidRequest(param+".schema", "Invalid '%s.schema': expected a JSON Schema object.", param)
 	}
-	f = provider.Format{Kind: provider.FormatJSONSchema, Name: js.Name, Description: js.Description, Schema: js.Schema,
-		Strict: js.Strict != nil && *js.Strict}
-	return f, nil
+	return provider.Format{Kind: provider.FormatJSONSchema, Name: name, Description: description, Schema: schema, Strict: strict}, nil
 }
 
 // decodeToolChoice reads tool_choice: none, auto, required or a named
@@ -118,14 +138,9 @@ func decodeToolChoice(raw json.RawMessage, tools []provider.Tool) (provider.Tool
 	}
 	var mode string
 	if err := json.Unmarshal(raw, &mode); err == nil {
-		switch mode {
-		case "auto":
-		case "none":
-			c.Mode = provider.ToolNone
-		case "required":
-			c.Mode = provider.ToolAny
-		default:
-			return c, invalidRequest("tool_choice", "Invalid 'tool_choice': %q is not one of none, auto, required.", truncate(mode, 40))
+		var e *Error
+		if c, e = toolMode(mode); e != nil {
+			return c, e
 		}
 	} else {
 		var named struct {
@@ -139,6 +154,24 @@ func decodeToolChoice(raw json.RawMessage, tools []provider.Tool) (provider.Tool
 		}
 		c = provider.ToolChoice{Mode: provider.ToolNamed, Name: named.Function.Name}
 	}
+	return checkToolChoice(c, tools)
+}
+
+// toolMode reads tool_choice given as a string: none, auto or required.
+func toolMode(mode string) (provider.ToolChoice, *Error) {
+	switch mode {
+	case "auto":
+		return provider.ToolChoice{}, nil
+	case "none":
+		return provider.ToolChoice{Mode: provider.ToolNone}, nil
+	case "required":
+		return provider.ToolChoice{Mode: provider.ToolAny}, nil
+	}
+	return provider.ToolChoice{}, invalidRequest("tool_choice", "Invalid 'tool_choice': %q is not one of none, auto, required.", truncate(mode, 40))
+}
+
+// checkToolChoice checks that the tools offered can honour c.
+func checkToolChoice(c provider.ToolChoice, tools []provider.Tool) (provider.ToolChoice, *Error) {
 	if c.Mode != provider.ToolAuto && c.Mode != provider.ToolNone && len(tools) == 0 {
 		return c, invalidRequest("tool_choice", "Invalid 'tool_choice': a tool is required but 'tools' is empty.")
 	}
@@ -171,25 +204,35 @@ func decodeToolCalls(raw json.RawMessage, param string) ([]provider.ToolCall, *E
 	calls := make([]provider.ToolCall, 0, len(list))
 	for j, tc := range list {
 		p := fmt.Sprintf("%s[%d]", param, j)
-		switch {
-		case tc.Type != "function":
+		if tc.Type != "function" {
 			return nil, invalidRequest(p+".type", "Invalid '%s.type': expected 'function'.", p)
-		case tc.ID == "" || len(tc.ID) > 256:
-			return nil, invalidRequest(p+".id", "Invalid '%s.id': expected the tool call's id, 1 to 256 characters.", p)
 		}
-		if err := provider.CheckToolName(tc.Function.Name); err != nil {
-			return nil, invalidRequest(p+".function.name", "Invalid '%s.function.name': %v.", p, err)
+		c, e := toolCallOf(tc.ID, tc.Function.Name, tc.Function.Arguments, p+".id", p+".function")
+		if e != nil {
+			return nil, e
 		}
-		args := json.RawMessage(tc.Function.Arguments)
-		if tc.Function.Arguments == "" {
-			args = json.RawMessage("{}")
-		}
-		if !provider.IsJSONObject(args) {
-			return nil, invalidRequest(p+".function.arguments", "Invalid '%s.function.arguments': expected a JSON object encoded as a string.", p)
-		}
-		calls = append(calls, provider.ToolCall{ID: tc.ID, Name: tc.Function.Name, Input: args})
+		calls = append(calls, c)
 	}
 	return calls, nil
+}
+
+// toolCallOf is a tool call the conversation carries: its id (named
+// idParam in errors), and the name and JSON arguments in fn.
+func toolCallOf(id, name, arguments, idParam, fn string) (provider.ToolCall, *Error) {
+	if id == "" || len(id) > 256 {
+		return provider.ToolCall{}, invalidRequest(idParam, "Invalid '%s': expected the tool call's id, 1 to 256 characters.", idParam)
+	}
+	if err := provider.CheckToolName(name); err != nil {
+		return provider.ToolCall{}, invalidRequest(fn+".name", "Invalid '%s.name': %v.", fn, err)
+	}
+	args := json.RawMessage(arguments)
+	if arguments == "" {
+		args = json.RawMessage("{}")
+	}
+	if !provider.IsJSONObject(args) {
+		return provider.ToolCall{}, invalidRequest(fn+".arguments", "Invalid '%s.arguments': expected a JSON object encoded as a string.", fn)
+	}
+	return provider.ToolCall{ID: id, Name: name, Input: args}, nil
 }
 
 // decodeToolResult is a tool message's result.
