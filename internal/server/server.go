@@ -244,9 +244,18 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("POST /v1/responses", oai)
 	mux.Handle("GET /v1/responses/{id}", oai)
 	mux.Handle("DELETE /v1/responses/{id}", oai)
-	mux.Handle("/v1/models", oai)
-	mux.Handle("/v1/models/", oai)
 	anth := anthropicdoor.New(s.Gateway, anthropicdoor.Options{Images: images})
+	// The models list in the asking vendor's shape: Anthropic's SDKs say who
+	// they are in their headers.
+	models := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && anthropicdoor.IsAnthropic(r) {
+			anth.ServeHTTP(w, r)
+			return
+		}
+		oai.ServeHTTP(w, r)
+	})
+	mux.Handle("/v1/models", models)
+	mux.Handle("/v1/models/", models)
 	mux.Handle("POST /v1/messages", anth)
 	mux.Handle("POST /v1/messages/count_tokens", anth)
 	mux.Handle("POST /model/", bedrockdoor.New(s.Gateway, bedrockdoor.Options{Images: images}))

@@ -25,6 +25,7 @@ type Pipeline interface {
 	NewStreamOutput(ctx context.Context, s stream.Sender, requestID string) *gateway.StreamOutput
 	Authenticate(r *http.Request, key, bodyUser string, t *gateway.Turn) error
 	ResolveModel(name string) (config.Model, bool)
+	Models() []config.Model
 	CountTokens(ctx context.Context, t *gateway.Turn) (n int, estimated bool)
 }
 
@@ -73,6 +74,8 @@ func New(g Pipeline, opts Options) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", d.serveMessages)
 	mux.HandleFunc("POST /v1/messages/count_tokens", d.countTokens)
+	mux.HandleFunc("GET /v1/models", d.listModels)
+	mux.HandleFunc("GET /v1/models/{model}", d.getModel)
 	return mux
 }
 

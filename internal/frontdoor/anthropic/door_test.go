@@ -474,3 +474,54 @@ func FuzzDoor(f *testing.F) {
 		}
 	})
 }
+
+// The models list answers an Anthropic client in Anthropic's shape
+// (through the real SDK), and an OpenAI client, on the same path, in
+// OpenAI's.
+func TestModelsInTheAskingVendorsShape(t *testing.T) {
+	_, base := gatewayServer(t, testConfig(t))
+	client := sdk.NewClient(option.WithBaseURL(base), option.WithAPIKey(testKey), option.WithMaxRetries(0))
+	ctx := context.Background()
+	page, err := client.Models.List(ctx, sdk.ModelListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range page.Data {
+		if m.Type != "model" || m.CreatedAt.IsZero() || m.DisplayName == "" {
+			t.Fatalf("model %+v", m)
+		}
+		ids = append(ids, m.ID)
+	}
+	if strings.Join(ids, ",") != "sonnet,haiku" || page.HasMore {
+		t.Fatalf("models %v (has_more %v)", ids, page.HasMore)
+	}
+	m, err := client.Models.Get(ctx, "anthropic.claude-3-haiku-20240307-v1:0", sdk.ModelGetParams{})
+	if err != nil || m.ID != "haiku" {
+		t.Fatalf("a model by its id: %+v, %v", m, err)
+	}
+	if _, err := client.Models.Get(ctx, "claude-none", sdk.ModelGetParams{}); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("an unknown model: %v", err)
+	}
+	resp := get(t, base+"/v1/models", map[string]string{"Authorization": "Bearer " + testKey})
+	var oai struct {
+		Object string `json:"object"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&oai); err != nil || oai.Object != "list" {
+		t.Fatalf("an OpenAI client's list: %+v, %v", oai, err)
+	}
+}
+
+func get(t *testing.T, url string, header map[string]string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
