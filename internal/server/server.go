@@ -258,7 +258,7 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("/v1/models/", models)
 	mux.Handle("POST /v1/messages", anth)
 	mux.Handle("POST /v1/messages/count_tokens", anth)
-	mux.Handle("POST /model/", bedrockdoor.New(s.Gateway, bedrockdoor.Options{Images: images}))
+	mux.Handle("/model/", bedrockdoor.New(s.Gateway, bedrockdoor.Options{Images: images}))
 	// OpenAI's embeddings, served by the embedding tiers.
 	mux.Handle("/v1/embeddings", openaidoor.NewEmbeddings(s.Gateway, openaidoor.Options{}))
 	mux.Handle("/debug/pprof/", requireAdmin(auth, pprofHandler()))

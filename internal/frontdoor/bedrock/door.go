@@ -104,7 +104,14 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Amzn-RequestId", newRequestID())
 	modelID, op, err := ParsePath(r.URL.EscapedPath())
 	if err != nil {
-		WriteException(w, Validation(err.Error()))
+		// Not an operation Bedrock Runtime has here: its 404, in its shape.
+		WriteException(w, Exception{Status: http.StatusNotFound, Type: UnknownOperationException, Message: err.Error()})
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		WriteException(w, Exception{Status: http.StatusMethodNotAllowed, Type: ValidationException,
+			Message: fmt.Sprintf("%s %s: Bedrock Runtime operations are POST requests", r.Method, r.URL.Path)})
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, d.maxBody))

@@ -571,3 +571,19 @@ func TestRuntimeSigningKey(t *testing.T) {
 	_, err = c.Converse(context.Background(), in)
 	wantAPIError(t, err, "UnrecognizedClientException", http.StatusForbidden)
 }
+
+// A path under /model/ that is no Bedrock Runtime operation gets
+// Bedrock's own 404, and another method than POST a JSON 405, never the
+// mux's plain text.
+func TestUnknownOperationsInBedrocksShape(t *testing.T) {
+	_, srv := startGateway(t, gatewayConfig(t))
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/model/sonnet/converse-async", strings.NewReader(`{}`))
+	req.Header.Set("Content-Type", "application/json")
+	if status, typ, msg := do(t, req); status != http.StatusNotFound || typ != "UnknownOperationException" || !strings.Contains(msg, "converse-stream") {
+		t.Fatalf("unknown operation: %d %s %q", status, typ, msg)
+	}
+	req, _ = http.NewRequest(http.MethodGet, srv.URL+"/model/sonnet/converse", nil)
+	if status, typ, msg := do(t, req); status != http.StatusMethodNotAllowed || typ != "ValidationException" || !strings.Contains(msg, "POST") {
+		t.Fatalf("GET: %d %s %q", status, typ, msg)
+	}
+}

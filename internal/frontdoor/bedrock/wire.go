@@ -627,6 +627,7 @@ const (
 	ValidationException           = "ValidationException"
 	AccessDeniedException         = "AccessDeniedException"
 	ResourceNotFoundException     = "ResourceNotFoundException"
+	UnknownOperationException     = "UnknownOperationException"
 	UnrecognizedClientException   = "UnrecognizedClientException"
 	InvalidSignatureException     = "InvalidSignatureException"
 )
