@@ -113,9 +113,10 @@ func (g *Gateway) embedQuestion(ctx context.Context, t *Turn, tier string, dims 
 	}
 	// The call's own turn: the caller's identity and class, the question's
 	// tokens for its quota reservation.
-	sub := &Turn{cfg: cfg, RequestID: t.RequestID, Locale: t.Locale, Feature: t.Feature, Tenant: t.Tenant, UserID: t.UserID,
-		UserHash: t.UserHash, RequestHash: t.RequestHash, Premium: t.Premium, Priority: t.Priority, Received: t.Received,
+	sub := &Turn{cfg: cfg, RequestID: t.RequestID, Locale: t.Locale, Feature: t.Feature,
+		UserHash: t.UserHash, RequestHash: t.RequestHash, Priority: t.Priority, Received: t.Received,
 		StartTier: tier, EstimatedInput: tokens}
+	sub.SetCaller(t)
 	route := g.plan.Plan(ctx, sub, []string{tier})
 	if len(route) == 0 {
 		return nil, fmt.Errorf("embedding tier %s: %w", tier, errNoModel)
@@ -127,6 +128,7 @@ func (g *Gateway) embedQuestion(ctx context.Context, t *Turn, tier string, dims 
 	if res.Tier != tier {
 		return nil, fmt.Errorf("embedding tier %s answered for %s", res.Tier, tier)
 	}
+	t.RetrievalCostUSD += res.CostUSD // the turn's, charged with its answer
 	return res, nil
 }
 

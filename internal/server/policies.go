@@ -123,7 +123,7 @@ func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Resu
 		b.hints.Observe(res.Tier, t.System, res.Usage)
 	}
 	hold, _ := t.BudgetHold.(budget.Hold)
-	err := b.enf.Record(ctx, t.UserID, t.SessionID, accounts(configOf(t, b.current), t), hold, res.Usage.Input(), res.Usage.OutputTokens, res.CostUSD)
+	err := b.enf.Record(ctx, t.UserID, t.SessionID, accounts(configOf(t, b.current), t), hold, res.Usage.Input(), res.Usage.OutputTokens, res.CostUSD+t.RetrievalCostUSD)
 	if err == nil {
 		t.BudgetHold = nil // settled
 	}
