@@ -137,6 +137,8 @@ func TestJavaScriptSDK(t *testing.T) {
 		JSONEN, JSONJA, StreamEN, StreamJA, FirstLimited, DegradedJSON, DegradedStream jsAnswer
 		ClaudeID, UnknownModel                                                         jsAnswer
 		WrongKey, WrongToken, Unsupported, RateLimited, RateLimitedStream              jsFailure
+		CountTokens                                                                    int
+		Models                                                                         []string
 	}
 	if err := json.Unmarshal(outb, &got); err != nil {
 		t.Fatalf("script output %s: %v", outb, err)
@@ -204,6 +206,12 @@ func TestJavaScriptSDK(t *testing.T) {
 		if f.Error != tt.wantClass || f.Type != tt.wantType || (f.RetryAfter != "") != tt.wantRetry {
 			t.Errorf("%s: %+v, want %s with type %s (retry-after: %v)", tt.name, f, tt.wantClass, tt.wantType, tt.wantRetry)
 		}
+	}
+	if got.CountTokens <= 0 {
+		t.Errorf("messages.countTokens: %d input tokens", got.CountTokens)
+	}
+	if strings.Join(got.Models, ",") != "sonnet,haiku" {
+		t.Errorf("models.list: %v", got.Models)
 	}
 	if !strings.Contains(got.Unsupported.Message, "thinking") {
 		t.Errorf("the unsupported-field error %q does not name thinking", got.Unsupported.Message)

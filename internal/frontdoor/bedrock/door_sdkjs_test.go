@@ -186,3 +186,33 @@ func TestJavaScriptSDK(t *testing.T) {
 		}
 	})
 }
+
+// The JavaScript client's InvokeModel, InvokeModelWithResponseStream (its
+// chunks' bytes decoded as Anthropic's stream events, the last with
+// Bedrock's invocation metrics) and CountTokens.
+func TestJavaScriptSDKInvokeModel(t *testing.T) {
+	_, srv := startGateway(t, gatewayConfig(t))
+	var got struct {
+		Invoke struct {
+			Type, Text, StopReason string
+			Input, Output          int
+		}
+		Stream struct {
+			Events  []string
+			Text    string
+			Metrics map[string]any
+		}
+		Count int
+	}
+	runJS(t, srv.URL, "invoke", &got)
+	if got.Invoke.Type != "message" || !hasJapanese(got.Invoke.Text) || got.Invoke.StopReason != "end_turn" || got.Invoke.Input == 0 || got.Invoke.Output == 0 {
+		t.Errorf("InvokeModel: %+v", got.Invoke)
+	}
+	ev := got.Stream.Events
+	if len(ev) < 5 || ev[0] != "message_start" || ev[len(ev)-1] != "message_stop" || !hasJapanese(got.Stream.Text) || got.Stream.Metrics["inputTokenCount"] == nil {
+		t.Errorf("InvokeModelWithResponseStream: events %v, text %q, metrics %v", ev, got.Stream.Text, got.Stream.Metrics)
+	}
+	if got.Count <= 0 {
+		t.Errorf("CountTokens: %d", got.Count)
+	}
+}

@@ -74,6 +74,10 @@ async function main() {
   out.wrongToken = await failure(() => new Anthropic({ baseURL: BASE_URL, authToken: 'sk-wrong', maxRetries: 0 }).messages.create(ask('hi')));
   out.unsupported = await failure(() => byKey.messages.create({ ...ask('hi'), thinking: { type: 'enabled', budget_tokens: 1024 } }));
   out.claudeID = await json(byKey, 'Can you recommend a fantasy manga?', 'claude-3-5-sonnet-latest');
+  const counted = await byKey.messages.countTokens({ model: 'claude-3-5-sonnet-latest', messages: [{ role: 'user', content: 'おすすめのファンタジー漫画を教えてください' }] });
+  out.countTokens = counted.input_tokens;
+  const models = await byKey.models.list();
+  out.models = models.data.map((m) => m.id);
   out.unknownModel = await json(byKey, 'Can you recommend a fantasy manga?', 'claude-nowhere');
 
   const limited = new Anthropic({ baseURL: LIMITED_URL, apiKey: KEY, maxRetries: 0 });

@@ -9,6 +9,7 @@
 'use strict';
 const {
   BedrockRuntimeClient, ConverseCommand, ConverseStreamCommand,
+  InvokeModelCommand, InvokeModelWithResponseStreamCommand, CountTokensCommand,
   ThrottlingException, BedrockRuntimeServiceException,
 } = require('@aws-sdk/client-bedrock-runtime');
 
@@ -150,6 +151,35 @@ const scenarios = {
     } catch (e) {
       return { error: describe(e) };
     }
+  },
+  // InvokeModel with Anthropic's Messages body, its stream's chunk bytes
+  // decoded as Anthropic's events, and CountTokens, as Bedrock apps (and
+  // the seeds' own code) call them.
+  async invoke() {
+    const c = client();
+    const body = JSON.stringify({
+      anthropic_version: 'bedrock-2023-05-31', max_tokens: 300,
+      messages: [{ role: 'user', content: questions.ja }],
+    });
+    const out = await c.send(new InvokeModelCommand({ modelId: model, contentType: 'application/json', accept: 'application/json', body }));
+    const msg = JSON.parse(new TextDecoder().decode(out.body));
+    const st = await c.send(new InvokeModelWithResponseStreamCommand({ modelId: model, contentType: 'application/json', body }));
+    const events = [];
+    let text = '';
+    let metrics = null;
+    for await (const ev of st.body) {
+      if (!ev.chunk) continue;
+      const e = JSON.parse(new TextDecoder().decode(ev.chunk.bytes));
+      events.push(e.type);
+      if (e.type === 'content_block_delta' && e.delta.type === 'text_delta') text += e.delta.text;
+      if (e['amazon-bedrock-invocationMetrics']) metrics = e['amazon-bedrock-invocationMetrics'];
+    }
+    const count = await c.send(new CountTokensCommand({ modelId: model, input: { invokeModel: { body: new TextEncoder().encode(body) } } }));
+    return {
+      invoke: { type: msg.type, text: msg.content[0].text, stopReason: msg.stop_reason, input: msg.usage.input_tokens, output: msg.usage.output_tokens },
+      stream: { events, text, metrics },
+      count: count.inputTokens,
+    };
   },
   async degraded() {
     const c = client();
