@@ -132,7 +132,9 @@ func raceEnabled() bool {
 // writeCrashConfig writes a profile that answers fast and never refuses:
 // the simulator streams at once, quota ceilings are out of reach, deadlines
 // leave room for a loaded machine, and small log segments make the log
-// rotate and compact during the run.
+// rotate and compact during the run. Hybrid retrieval is off: its question
+// embedding is an attempt of its own, and each turn's roll-up is checked
+// against the tokens its answer billed.
 func writeCrashConfig(t *testing.T, path, walDir, storePath string) {
 	t.Helper()
 	cfg := fmt.Sprintf(`server:
@@ -150,6 +152,7 @@ quota:
 events:
   wal: {dir: %q, segmentBytes: 32768}
 eventStore: {path: %q}
+catalog: {hybrid: false}
 `, crashAdminToken, walDir, storePath)
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

@@ -233,7 +233,7 @@ func evaluate(r *Result) []Goal {
 		g = append(g, Goal{"sessions continue across instances", "the history follows the user", sp.Skipped, NA})
 	} else {
 		g = append(g, Goal{"sessions continue across instances", "every conversation's history reaches the next instance",
-			fmt.Sprintf("%d of %d conversations continued", sp.Continued, sp.Pairs), verdict(sp.Pairs > 0 && sp.Continued == sp.Pairs)})
+			fmt.Sprintf("%d of %d conversations continued%s", sp.Continued, sp.Pairs, firstExample(sp.Examples)), verdict(sp.Pairs > 0 && sp.Continued == sp.Pairs)})
 	}
 	if r.PrimaryShare > 0 {
 		g = append(g, primaryShareGoal(r))
@@ -279,4 +279,12 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
+}
+
+// firstExample is ": " and the first of examples, or "".
+func firstExample(examples []string) string {
+	if len(examples) == 0 {
+		return ""
+	}
+	return ": " + examples[0]
 }

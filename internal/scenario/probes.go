@@ -119,14 +119,29 @@ func (r *runner) sessionProbe(ctx context.Context) SessionProbe {
 		wg.Go(func() {
 			u := user{id: fmt.Sprintf("sess-probe-%d-%d", r.opts.Seed%1e6, i), locale: []string{"ja", "en"}[i%2], tier: "standard", priority: "P0"}
 			a, b := ins[i%len(ins)], ins[(i+1)%len(ins)]
-			session := "conv-" + u.id
-			first := r.chatOnce(ctx, a, u, session, messageFor(u, i))
-			second := r.chatOnce(ctx, b, u, session, messageFor(u, i+1))
-			fresh := r.chatOnce(ctx, b, u, session+"-fresh", messageFor(u, i+1))
+			var first, second, fresh TurnRecord
+			// The two turns compared must be alike but for the history: an
+			// answer given without its catalog context (a search too slow
+			// under load: marked degraded) is tens of tokens shorter, so a
+			// pair where one had it and the other not is tried again, in a
+			// new conversation.
+			for try := range 3 {
+				session := fmt.Sprintf("conv-%s-%d", u.id, try)
+				first = r.chatOnce(ctx, a, u, session, messageFor(u, i))
+				second = r.chatOnce(ctx, b, u, session, messageFor(u, i+1))
+				fresh = r.chatOnce(ctx, b, u, session+"-fresh", messageFor(u, i+1))
+				if second.Degraded == fresh.Degraded {
+					break
+				}
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if first.Outcome != outAnswered || second.Outcome != outAnswered || fresh.Outcome != outAnswered {
 				p.Examples = append(p.Examples, fmt.Sprintf("pair %d: not answered (%s/%s/%s)", i, first.Outcome, second.Outcome, fresh.Outcome))
+				return
+			}
+			if second.Degraded != fresh.Degraded {
+				p.Examples = append(p.Examples, fmt.Sprintf("pair %d: never answered alike (degraded %v/%v) in 3 tries", i, second.Degraded, fresh.Degraded))
 				return
 			}
 			p.Pairs++
