@@ -293,6 +293,7 @@ func (g *Gateway) embedTier(ctx context.Context, t *Turn, tier string, in EmbedI
 	_, err := g.invoker.Invoke(ctx, tier, func(ctx context.Context) error {
 		actx, span := g.tracer.Start(ctx, "model_attempt", events.WithKind(events.KindLLMCall), events.WithNodeID(tier), events.WithMustPersist())
 		span.SetModel(e.ModelID)
+		span.SetPromptVersion(t.PromptVersion) // a chat turn's question: the turn's prompt; a call of its own: none
 		r, err := p.Embed(actx, req)
 		if err == nil {
 			err = checkVectors(tier, r, len(in.Inputs), dims)

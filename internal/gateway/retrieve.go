@@ -113,7 +113,7 @@ func (g *Gateway) embedQuestion(ctx context.Context, t *Turn, tier string, dims 
 	}
 	// The call's own turn: the caller's identity and class, the question's
 	// tokens for its quota reservation.
-	sub := &Turn{cfg: cfg, RequestID: t.RequestID, Locale: t.Locale, Feature: t.Feature,
+	sub := &Turn{cfg: cfg, RequestID: t.RequestID, Locale: t.Locale, Feature: t.Feature, PromptVersion: t.PromptVersion,
 		UserHash: t.UserHash, RequestHash: t.RequestHash, Priority: t.Priority, Received: t.Received,
 		StartTier: tier, EstimatedInput: tokens}
 	sub.SetCaller(t)
