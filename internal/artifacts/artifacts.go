@@ -82,7 +82,7 @@ type Ledger struct {
 	log    *slog.Logger
 
 	active atomic.Pointer[Prompt]
-	mu     sync.Mutex // serializes Reload and guards seen and graph
+	mu     sync.Mutex // serializes Reload and guards seen, graph and models
 	seen   []Prompt   // every prompt version loaded since start, oldest first
 }
 
@@ -124,6 +124,13 @@ func (l *Ledger) SetConfigHash(h string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.graph.ConfigHash = h
+}
+
+// SetModels replaces the models listed, after a config reload.
+func (l *Ledger) SetModels(models []Model) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.models = models
 }
 
 // Reload re-reads the prompt source. It reports whether the active version

@@ -72,7 +72,11 @@ func (s *Set) transition(name string, from, to State) {
 
 // Get returns the named breaker, creating a DefaultConfig one if the name
 // was not configured.
-func (s *Set) Get(name string) Breaker {
+func (s *Set) Get(name string) Breaker { return s.GetOr(name, DefaultConfig()) }
+
+// GetOr returns the named breaker, creating one with cfg if there is none
+// yet (a model tier's deployment added while running takes its tier's).
+func (s *Set) GetOr(name string, cfg Config) Breaker {
 	s.mu.RLock()
 	b, ok := s.breakers[name]
 	s.mu.RUnlock()
@@ -84,7 +88,7 @@ func (s *Set) Get(name string) Breaker {
 	if b, ok := s.breakers[name]; ok {
 		return b
 	}
-	b = s.factory(name, DefaultConfig(), s.transition)
+	b = s.factory(name, cfg, s.transition)
 	s.breakers[name] = b
 	return b
 }

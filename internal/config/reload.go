@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/fmgate/fmgate/internal/fallback"
 )
 
 // reloadable are the fields a running gateway applies when its config file
@@ -20,11 +22,12 @@ var reloadable = []string{
 	"server.maxMessageBytes",
 	// The prompt is versioned by the artifact ledger, which re-reads it.
 	"prompt.name", "prompt.system", "prompt.file",
-	"models[*].aliases",
-	"models[*].inputPerMTok", "models[*].outputPerMTok", "models[*].cachedInputPerMTok",
-	"models[*].cacheWritePerMTok", "models[*].cacheWrite1hPerMTok",
-	"models[*].contextWindow", "models[*].maxOutputTokens", "models[*].confidence",
-	"models[*].upstream", "models[*].promptCaching",
+	// The model tiers: a tier whose connection changed gets a new
+	// provider (SameConnection); the others keep theirs.
+	"models", "models[*]",
+	// The simulator takes the settings of the simulated tiers a reload
+	// adds or changes.
+	"sim.models",
 	"embeddings[*].aliases", "embeddings[*].inputPerMTok", "embeddings[*].dimensions", "embeddings[*].allowedDimensions",
 	"embeddings[*].maxInputTokens", "embeddings[*].quota",
 	"deadline",
@@ -39,6 +42,29 @@ var reloadable = []string{
 	"quota.safetyMargin", "quota.models", "quota.pauseAt", "quota.guaranteed",
 	"retry.strategy", "retry.base", "retry.cap", "retry.multiplier", "retry.maxRetries", "retry.classes",
 	"retry.minAttemptTime",
+}
+
+// perTurn are the fields of a model tier a turn reads from its config
+// snapshot: a change to them alone keeps the tier's provider.
+var perTurn = []string{
+	"aliases", "inputPerMTok", "outputPerMTok", "cachedInputPerMTok", "cacheWritePerMTok", "cacheWrite1hPerMTok",
+	"contextWindow", "maxOutputTokens", "confidence", "upstream", "promptCaching", "capabilities",
+}
+
+// SameConnection reports whether model tiers a and b differ only in what a
+// turn reads from its config (prices, bounds, aliases, capabilities…), so
+// that b may keep the provider built from a; a change to its name,
+// provider, endpoint, region, model id, credentials, certificates or
+// deployments needs a new one.
+func SameConnection(a, b Model) bool {
+	var changed []string
+	diffValue("", reflect.ValueOf(a), reflect.ValueOf(b), &changed)
+	for _, p := range changed {
+		if !slices.Contains(perTurn, strings.SplitN(p, ".", 2)[0]) && !slices.Contains(perTurn, strings.SplitN(p, "[", 2)[0]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Reloadable reports whether a running gateway applies a change to the
@@ -85,7 +111,11 @@ func CheckReload(current, next Config) ([]string, error) {
 	changed := Diff(current, next)
 	var restart []string
 	for _, p := range changed {
-		if !Reloadable(p) {
+		switch {
+		case Reloadable(p):
+		case strings.HasPrefix(p, "fallback.tiers") && slices.Equal(contentTiers(current), contentTiers(next)):
+			// The model tiers listed there follow models (Validate).
+		default:
 			restart = append(restart, p)
 		}
 	}
@@ -98,6 +128,13 @@ func CheckReload(current, next Config) ([]string, error) {
 		return changed, &RestartError{Fields: restart}
 	}
 	return changed, nil
+}
+
+// contentTiers are the tiers of c's fallback cascade below the models
+// (cache, faq, graceful), with their confidences.
+func contentTiers(c Config) []fallback.Tier {
+	model := c.Fallback.ModelTiers()
+	return slices.DeleteFunc(slices.Clone(c.Fallback.Tiers), func(t fallback.Tier) bool { return slices.Contains(model, t) })
 }
 
 // Diff lists the paths of the fields whose values differ between a and b,

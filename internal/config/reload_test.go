@@ -73,10 +73,17 @@ func TestCheckReloadRefusesRestartFields(t *testing.T) {
 			c.RateLimit.Global.Rate = 1
 		}, []string{"server.addr", "fleet.redis", "rateLimit.global.rate", "eventStore.path"},
 			[]string{"server.addr", "fleet.redis", "eventStore.path"}},
-		{"tiers' set and providers need a restart", func(c *Config) {
+		{"tiers, their providers and the model tiers of the cascade reload", func(c *Config) {
 			c.Models[1].Name = "small"
 			c.Models[0].Provider = "bedrock"
-		}, nil, []string{"models[0].provider", "models[1].name"}},
+			c.Fallback.Tiers[1].Name = "small"
+		}, []string{"models[0].provider", "models[1].name", "fallback.tiers[1].name"}, nil},
+		{"the cascade below the models needs a restart", func(c *Config) {
+			c.Fallback.Tiers[len(c.Fallback.Tiers)-2].Confidence = 0.2
+		}, nil, []string{"fallback.tiers["}},
+		{"embedding tiers need a restart", func(c *Config) {
+			c.Embeddings[0].Endpoint = "https://example.com"
+		}, nil, []string{"embeddings[0].endpoint"}},
 		{"the first key changes the hosts allowed", func(c *Config) {
 			c.Auth.Keys = map[string]Caller{"sk-secret-123": {UserID: "u"}}
 		}, []string{"auth.keys.sk-s…"}, []string{"auth.keys (adding the first key"}},
@@ -124,14 +131,48 @@ func TestCheckReloadKeysWithAllowedHosts(t *testing.T) {
 	}
 }
 
+// A tier keeps its provider across a reload that changes only what turns
+// read per call; a new endpoint, model id or deployment needs a new one.
+func TestSameConnection(t *testing.T) {
+	base := Default().Models[0]
+	tests := []struct {
+		name string
+		give func(*Model)
+		want bool
+	}{
+		{"unchanged", func(*Model) {}, true},
+		{"prices, bounds, aliases and capabilities", func(m *Model) {
+			m.InputPerMTok, m.MaxOutputTokens, m.Confidence = 9, 10, 0.5
+			m.Aliases = append(m.Aliases, "claude-next")
+			m.Capabilities = []string{CapabilityText}
+		}, true},
+		{"model id", func(m *Model) { m.ModelID = "other" }, false},
+		{"endpoint", func(m *Model) { m.Endpoint = "https://example.com" }, false},
+		{"provider", func(m *Model) { m.Provider = "openai" }, false},
+		{"a deployment", func(m *Model) { m.Deployments = []Deployment{{Name: "east", Weight: 1}} }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := base
+			b.Aliases = slices.Clone(base.Aliases)
+			tt.give(&b)
+			if got := SameConnection(base, b); got != tt.want {
+				t.Errorf("SameConnection = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestReloadable(t *testing.T) {
 	tests := []struct {
 		give string
 		want bool
 	}{
 		{"models[3].inputPerMTok", true},
-		{"models[3].endpoint", false},
-		{"models", false},
+		{"models[3].endpoint", true},
+		{"models", true},
+		{"embeddings[0].provider", false},
+		{"sim.models.sonnet.ttftMs", true},
 		{"rateLimit.routes.chat.burst", true},
 		{"rateLimit.redisTimeout", false},
 		{"rateLimit", false},

@@ -112,9 +112,10 @@ type OTLPConfig struct {
 	Insecure bool `yaml:"insecure"`
 	// Providers names each model tier's vendor as OpenTelemetry's GenAI
 	// conventions do (gen_ai.provider.name: anthropic, aws.bedrock,
-	// openai), for the model attempts' spans. Set by the server from the
-	// models, not read from the file.
-	Providers map[string]string `yaml:"-"`
+	// openai), by tier name, for the model attempts' spans; nil names
+	// none. Set by the server from the models in force, not read from the
+	// file.
+	Providers func(tier string) string `yaml:"-" json:"-"`
 }
 
 // NATSConfig configures publishing to NATS JetStream.

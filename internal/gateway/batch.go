@@ -245,7 +245,7 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request) {
 		refuse(err)
 		return
 	}
-	limits := g.cfg.Load().Batch
+	limits := g.Config().Batch
 	data, err := readLimited(r, int64(limits.MaxBytes))
 	if e := asEdgeError(err); err != nil && e.Status == http.StatusRequestEntityTooLarge {
 		refuse(&Error{Status: e.Status, Code: e.Code,
@@ -338,7 +338,7 @@ func (g *Gateway) serveBatchStatus(w http.ResponseWriter, r *http.Request) {
 			Message: "The batch job store cannot be reached right now; ask for the job's status again shortly."})
 	case job == nil:
 		writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found",
-			Message: fmt.Sprintf("You have no batch job with that id (jobs are kept for %s after they finish).", g.cfg.Load().Batch.ResultTTL)})
+			Message: fmt.Sprintf("You have no batch job with that id (jobs are kept for %s after they finish).", g.Config().Batch.ResultTTL)})
 	default:
 		writeJSON(w, http.StatusOK, job)
 	}

@@ -95,7 +95,7 @@ func (g *Gateway) continueWith(ctx context.Context, t *Turn, model, sofar string
 	req := g.request(t, m)
 	req.System += "\n\n" + continuationNote
 	req.Messages = append(req.Messages, provider.Message{Role: provider.RoleAssistant, Content: sofar})
-	p := g.providers[model]
+	p := g.providerOf(t, model)
 	dctx, cancel := context.WithTimeout(ctx, g.cfgOf(t).Deadline.FirstByte)
 	defer cancel()
 	var (

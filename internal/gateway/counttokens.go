@@ -17,12 +17,12 @@ func (g *Gateway) CountTokens(ctx context.Context, t *Turn) (n int, estimated bo
 	t.System = appendPrompt(own, t.ClientSystem)
 	name := t.StartTier
 	if !g.isModel(name) {
-		name = g.primary()
+		name = g.primary(t)
 	}
 	cfg := g.cfgOf(t)
 	m, _ := cfg.Model(name)
 	req := g.request(t, m)
-	if tc, ok := g.providers[name].(provider.TokenCounter); ok {
+	if tc, ok := g.providerOf(t, name).(provider.TokenCounter); ok {
 		cctx, cancel := context.WithTimeout(ctx, cfg.Deadline.Attempt)
 		n, err := tc.CountTokens(cctx, req)
 		cancel()

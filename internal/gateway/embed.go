@@ -86,9 +86,7 @@ func (g *Gateway) Embed(ctx context.Context, t *Turn, in EmbedInput) (res *Embed
 		return nil, err
 	}
 	defer g.inflight.Done()
-	if t.cfg == nil {
-		t.cfg = g.cfg.Load() // the whole call runs under this one
-	}
+	g.enterConfig(t)
 	if t.Feature == "" {
 		t.Feature = defaultEmbedFeature
 	}
@@ -400,7 +398,7 @@ func (g *Gateway) endEmbed(span *events.Span, t *Turn, res *EmbedResult, err err
 // ResolveEmbedding returns the embedding tier name (a tier, its modelId or
 // an alias) names.
 func (g *Gateway) ResolveEmbedding(name string) (config.Embedding, bool) {
-	return g.cfg.Load().ResolveEmbedding(name)
+	return g.Config().ResolveEmbedding(name)
 }
 
 func orElse(s, fallback string) string {

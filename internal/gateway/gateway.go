@@ -27,11 +27,10 @@ type modelConfig = config.Model
 
 // Gateway is one fmgate instance.
 type Gateway struct {
-	// cfg is the config in force; a turn reads the snapshot it started
-	// with (Turn.cfg), so a reload never shows it half of two configs.
-	cfg       atomic.Pointer[config.Config]
-	tiers     []string // the model tiers' names in cascade order
-	providers map[string]provider.Provider
+	// inForce is the config in force with its model tiers' providers; a
+	// turn reads the snapshot it started with (Turn.cfg, Turn.providers),
+	// so a reload never shows it half of two configs.
+	inForce   atomic.Pointer[snapshot]
 	sessions  session.Store
 	log       *slog.Logger
 	now       func() time.Time
@@ -139,10 +138,8 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	for _, m := range cfg.Models {
-		if d.Providers[m.Name] == nil {
-			return nil, errors.New("gateway: no provider for model " + m.Name)
-		}
+	if err := checkProviders(cfg, d.Providers); err != nil {
+		return nil, err
 	}
 	for _, e := range cfg.Embeddings {
 		if d.Embedders != nil && d.Embedders[e.Name] == nil {
@@ -150,8 +147,6 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		}
 	}
 	g := &Gateway{
-		tiers:     tierNames(cfg.Models),
-		providers: d.Providers,
 		estimate:  d.EstimateTokens,
 		sessions:  d.Sessions,
 		log:       d.Log,
@@ -179,7 +174,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		embedders: d.Embedders,
 		tokens:    d.CountTokens,
 	}
-	g.cfg.Store(&cfg)
+	g.inForce.Store(newSnapshot(&cfg, d.Providers))
 	g.drained, g.startDrain = context.WithCancel(context.Background())
 	if g.throttle == nil {
 		g.throttle = func(string) {}
@@ -289,28 +284,89 @@ func (g *Gateway) untilDrain(ctx context.Context) (context.Context, func()) {
 // Ready reports whether the gateway accepts new turns.
 func (g *Gateway) Ready() bool { return !g.draining.Load() }
 
-// SetConfig puts cfg in force for the turns that start from now on; turns
-// in flight finish under the config they started with. The model tiers
-// (their names and order) and the stream settings stay as the gateway was
-// built: config.CheckReload refuses a reload that changes them.
+// snapshot is a config and the providers of its model tiers, put in force
+// together.
+type snapshot struct {
+	cfg       *config.Config
+	tiers     []string // the model tiers' names in cascade order
+	providers map[string]provider.Provider
+}
+
+func newSnapshot(cfg *config.Config, providers map[string]provider.Provider) *snapshot {
+	return &snapshot{cfg: cfg, tiers: tierNames(cfg.Models), providers: providers}
+}
+
+// checkProviders refuses providers that lack one of cfg's model tiers.
+func checkProviders(cfg config.Config, providers map[string]provider.Provider) error {
+	for _, m := range cfg.Models {
+		if providers[m.Name] == nil {
+			return errors.New("gateway: no provider for model " + m.Name)
+		}
+	}
+	return nil
+}
+
+// SetConfig puts cfg in force for the turns that start from now on, with
+// the model tiers' providers in force; turns in flight finish under the
+// config they started with. The embedding tiers and the stream settings
+// stay as the gateway was built: config.CheckReload refuses a reload that
+// changes them.
 func (g *Gateway) SetConfig(cfg config.Config) error {
+	return g.SetTiers(cfg, g.inForce.Load().providers)
+}
+
+// SetTiers is SetConfig with new providers for the model tiers (by tier
+// name; every tier of cfg needs one): a reload that adds, removes,
+// reorders or reconnects tiers. A turn in flight keeps the providers it
+// started with.
+func (g *Gateway) SetTiers(cfg config.Config, providers map[string]provider.Provider) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if !slices.Equal(tierNames(cfg.Models), g.tiers) {
-		return errors.New("gateway: the model tiers cannot change without a restart")
+	if err := checkProviders(cfg, providers); err != nil {
+		return err
 	}
 	for _, e := range cfg.Embeddings {
 		if g.embedders != nil && g.embedders[e.Name] == nil {
 			return errors.New("gateway: the embedding tiers cannot change without a restart")
 		}
 	}
-	g.cfg.Store(&cfg)
+	g.inForce.Store(newSnapshot(&cfg, providers))
 	return nil
 }
 
 // Config is the config in force for the turns starting now.
-func (g *Gateway) Config() *config.Config { return g.cfg.Load() }
+func (g *Gateway) Config() *config.Config { return g.inForce.Load().cfg }
+
+// Providers is the model tiers' providers in force, by tier name; the map
+// may not be changed.
+func (g *Gateway) Providers() map[string]provider.Provider { return g.inForce.Load().providers }
+
+// enterConfig gives t the config and providers in force, unless it took
+// them already: the whole turn runs under these.
+func (g *Gateway) enterConfig(t *Turn) {
+	if t.cfg == nil {
+		t.in = g.inForce.Load()
+		t.cfg = t.in.cfg
+	}
+}
+
+// snapshotOf is the snapshot t runs under, or the one in force.
+func (g *Gateway) snapshotOf(t *Turn) *snapshot {
+	if t != nil && t.in != nil && t.in.cfg == t.cfg {
+		return t.in
+	}
+	if t != nil && t.cfg != nil { // a turn given its config by hand
+		in := g.inForce.Load()
+		return newSnapshot(t.cfg, in.providers)
+	}
+	return g.inForce.Load()
+}
+
+// providerOf is the provider of t's model tier named tier.
+func (g *Gateway) providerOf(t *Turn, tier string) provider.Provider {
+	return g.snapshotOf(t).providers[tier]
+}
 
 // cfgOf is the config t runs under: the snapshot it took when it entered
 // the pipeline, or the one in force for a turn that has not.
@@ -318,19 +374,21 @@ func (g *Gateway) cfgOf(t *Turn) *config.Config {
 	if t != nil && t.cfg != nil {
 		return t.cfg
 	}
-	return g.cfg.Load()
+	return g.Config()
 }
 
-func (g *Gateway) primary() string { return g.tiers[0] }
+// primary is the first model tier of t's config.
+func (g *Gateway) primary(t *Turn) string { return g.cfgOf(t).Models[0].Name }
 
 // tiersFor is the model tiers that may serve t, in cascade order: from its
 // start tier (a tier name or modelId; all tiers when empty or unknown),
 // less those that lack a capability t needs (tools, prefill, top_k,
 // vision). The slice may not be appended to.
 func (g *Gateway) tiersFor(t *Turn) []string {
-	models := g.cfgOf(t).Models
+	in := g.snapshotOf(t)
+	models := in.cfg.Models
 	from := max(startTier(models, t.StartTier), 0)
-	tiers := g.tiers[from:len(g.tiers):len(g.tiers)]
+	tiers := in.tiers[from:len(in.tiers):len(in.tiers)]
 	needs := t.needs()
 	if len(needs) == 0 && len(t.KeyModels) == 0 {
 		return tiers
@@ -398,19 +456,19 @@ func tierNames(models []config.Model) []string {
 
 // ResolveModel returns the tier that name (a tier or its modelId) starts at.
 func (g *Gateway) ResolveModel(name string) (config.Model, bool) {
-	return g.cfg.Load().ResolveModel(name)
+	return g.Config().ResolveModel(name)
 }
 
 // Models is the configured model tiers in cascade order.
-func (g *Gateway) Models() []config.Model { return g.cfg.Load().Models }
+func (g *Gateway) Models() []config.Model { return g.Config().Models }
 
 func (g *Gateway) isModel(tier string) bool {
-	_, ok := g.cfg.Load().Model(tier)
+	_, ok := g.Config().Model(tier)
 	return ok
 }
 
 func (g *Gateway) supportsLocale(l string) bool {
-	for _, s := range g.cfg.Load().Locales {
+	for _, s := range g.Config().Locales {
 		if s == l {
 			return true
 		}

@@ -617,7 +617,7 @@ func TestImageTurnNeedsVision(t *testing.T) {
 		c.Models[0].Capabilities = []string{config.CapabilityText, config.CapabilityTools}
 	})
 	img := []provider.Image{{MediaType: provider.ImagePNG, Width: 8, Height: 8}}
-	sonnet, haiku := g.cfg.Load().Models[0].Name, g.cfg.Load().Models[1].Name
+	sonnet, haiku := g.Config().Models[0].Name, g.Config().Models[1].Name
 	tests := []struct {
 		name string
 		give Turn

@@ -63,7 +63,7 @@ func MethodNotAllowed(allow ...string) http.Handler {
 
 // serveChat is POST /v1/chat: a JSON answer, or SSE frames with "stream":true.
 func (g *Gateway) serveChat(w http.ResponseWriter, r *http.Request) {
-	body, err := decodeChatBody(r.Body, int64(g.cfg.Load().Server.MaxMessageBytes)*2+4096)
+	body, err := decodeChatBody(r.Body, int64(g.Config().Server.MaxMessageBytes)*2+4096)
 	if err != nil {
 		writeError(w, g.Refuse(r.Context(), &Turn{Route: "sendMessage", Surface: "http"}, err))
 		return
@@ -173,7 +173,7 @@ func (g *Gateway) AuthenticateSigned(r *http.Request, key string, t *Turn) error
 }
 
 func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn, signed bool) error {
-	cfg := g.cfg.Load()
+	cfg := g.Config()
 	auth := cfg.Auth // one authentication, one set of keys
 	if cfg.RateLimit.IP.Enabled() {
 		t.ClientIP = g.stateHash.Hash(g.clientIP(r))
@@ -230,7 +230,7 @@ func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn
 // once), or a run-time key's own. found is false when akid is no key; the
 // secret is empty for a key that cannot sign.
 func (g *Gateway) SigningSecret(akid string, getenv func(string) string) (secret string, found bool) {
-	if c, ok := g.cfg.Load().Auth.Keys[akid]; ok {
+	if c, ok := g.Config().Auth.Keys[akid]; ok {
 		if c.SecretKeyEnv == "" {
 			return "", true
 		}

@@ -29,9 +29,7 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 		return nil, err
 	}
 	defer g.inflight.Done()
-	if t.cfg == nil {
-		t.cfg = g.cfg.Load() // the whole turn runs under this one
-	}
+	g.enterConfig(t)
 	ctx, span := g.startTurn(ctx, t)
 	out = g.traceStream(ctx, out)
 	beginTrace(out, g.traceID(ctx, t))
@@ -71,7 +69,7 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	// Its estimate is priced at the first model the turn may reach: the
 	// key's cheaper tier, or the one the client named.
 	tiers := g.tiersFor(t)
-	t.firstTier = g.primary()
+	t.firstTier = g.primary(t)
 	if len(tiers) > 0 {
 		t.firstTier = tiers[0]
 	}
@@ -346,7 +344,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 	if simplified {
 		req = g.fallback.Simplify(req, model)
 	}
-	p := g.providers[model]
+	p := g.providerOf(t, model)
 	// A client that takes its answer whole may get it from one whole call
 	// (the tier's upstream "client"); every other answer is streamed.
 	whole := a.m.Upstream == config.UpstreamClient && takesWhole(out)

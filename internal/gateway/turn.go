@@ -154,6 +154,8 @@ type Turn struct {
 	// cfg is the config in force when the turn entered the pipeline: every
 	// step of the turn reads this one, even if the config is reloaded.
 	cfg *config.Config
+	// in is the snapshot cfg came from, with the model tiers' providers.
+	in *snapshot
 
 	// stallGrace extends the first-byte budget once, for a client taking
 	// its answer whole whose model stalled mid-answer (see invokeRoute).

@@ -34,15 +34,15 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	// The connection rate (rateLimit.routes.connect) is checked before the
 	// upgrade: a refusal is a plain 429 with Retry-After.
-	connect := &Turn{RequestID: "connect", Route: RouteConnect, Surface: "ws", Locale: g.cfg.Load().Locales[0]}
-	if g.cfg.Load().RateLimit.IP.Enabled() {
+	connect := &Turn{RequestID: "connect", Route: RouteConnect, Surface: "ws", Locale: g.Config().Locales[0]}
+	if g.Config().RateLimit.IP.Enabled() {
 		connect.ClientIP = g.stateHash.Hash(g.clientIP(r))
 	}
 	if err := g.admit.Admit(r.Context(), connect); err != nil {
 		writeError(w, err)
 		return
 	}
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.Load().Server.OriginPatterns,
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: g.Config().Server.OriginPatterns,
 		Subprotocols: []string{WSProtocol}})
 	if err != nil {
 		return // Accept has answered the client
@@ -51,7 +51,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	// connection stays open: the library's limit (which would close with
 	// 1009) is off, and readMessage keeps at most frameLimit bytes of a frame.
 	c.SetReadLimit(-1)
-	frameLimit := int64(max(64<<10, 4*g.cfg.Load().Server.MaxMessageBytes))
+	frameLimit := int64(max(64<<10, 4*g.Config().Server.MaxMessageBytes))
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	conn := &wsConn{c: c, g: g, r: r, key: wsKey(r), turns: make(map[string]context.CancelFunc)}
 	defer func() {

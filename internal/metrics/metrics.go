@@ -19,8 +19,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -118,13 +121,12 @@ type Metrics struct {
 	handler http.Handler
 	now     func() time.Time
 
-	models *label // Options.Models and LabelNone
-	tiers  *label // TierPrimary, fallbackTiers and Options.Models
-	none   int    // index of LabelNone in models
+	// named are the model label values and the span path's series by
+	// them; SetModels swaps them.
+	named atomic.Pointer[named]
 
 	mu      sync.Mutex // guards pending and the span path's cells
 	pending *pending
-	c       spanCells
 
 	turnDuration *prometheus.HistogramVec
 	ttft         *prometheus.HistogramVec
@@ -168,11 +170,8 @@ func New(opts Options) (*Metrics, error) {
 	m := &Metrics{
 		reg:     prometheus.NewRegistry(),
 		now:     opts.Now,
-		models:  newLabel(opts.Models, []string{LabelNone}),
-		tiers:   newLabel([]string{TierPrimary}, fallbackTiers, opts.Models),
 		pending: newPending(opts.TTFTPending, opts.TTFTMaxAge),
 	}
-	m.none = m.models.index(LabelNone)
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
@@ -231,27 +230,7 @@ func New(opts Options) (*Metrics, error) {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
 	}
-	m.c = spanCells{
-		turnDuration: newCells(m.turnDuration.WithLabelValues, routeLabel, m.models, m.tiers),
-		ttft:         newCells(m.ttft.WithLabelValues, routeLabel, m.models, m.tiers),
-		turns:        newCells(m.turns.WithLabelValues, routeLabel, statusLabel),
-		errors:       newCells(m.errors.WithLabelValues, codeLabel),
-		fallbacks:    newCells(m.fallbacks.WithLabelValues, m.tiers),
-		attempts:     newCells(m.attempts.WithLabelValues, m.models, outcomeLabel),
-		genAITokens: newCells(func(v ...string) prometheus.Observer {
-			return m.genAITokens.WithLabelValues(genAIOperation, genAIProvider(opts.Providers, v[0]), v[0], v[1])
-		}, m.models, tokenTypeLabel),
-		genAIDuration: newCells(func(v ...string) prometheus.Observer {
-			errType := v[1]
-			if errType == outcomeOK {
-				errType = ""
-			}
-			return m.genAIDuration.WithLabelValues(genAIOperation, genAIProvider(opts.Providers, v[0]), v[0], errType)
-		}, m.models, outcomeLabel),
-		tokens: newCells(m.tokens.WithLabelValues, m.models, directionLabel),
-		cost:   newCells(m.cost.WithLabelValues, m.models, spanLabel),
-		spans:  newCells(m.spans.WithLabelValues, spanLabel),
-	}
+	m.named.Store(m.newNamed(opts.Models, opts.Providers))
 	m.preset()
 	m.handler = promhttp.InstrumentMetricHandler(m.reg, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		Registry:            m.reg,
@@ -259,6 +238,73 @@ func New(opts Options) (*Metrics, error) {
 		MaxRequestsInFlight: 4,
 	}))
 	return m, nil
+}
+
+// named is the model label values allowed (Options.Models, and those
+// SetModels adds) and the span path's series by them.
+type named struct {
+	models    *label // the model names and ids, and LabelNone
+	tiers     *label // TierPrimary, fallbackTiers and the model names and ids
+	none      int    // index of LabelNone in models
+	providers map[string]string
+	c         spanCells
+}
+
+func (m *Metrics) newNamed(models []string, providers map[string]string) *named {
+	n := &named{
+		models:    newLabel(models, []string{LabelNone}),
+		tiers:     newLabel([]string{TierPrimary}, fallbackTiers, models),
+		providers: providers,
+	}
+	n.none = n.models.index(LabelNone)
+	n.c = spanCells{
+		turnDuration: newCells(m.turnDuration.WithLabelValues, routeLabel, n.models, n.tiers),
+		ttft:         newCells(m.ttft.WithLabelValues, routeLabel, n.models, n.tiers),
+		turns:        newCells(m.turns.WithLabelValues, routeLabel, statusLabel),
+		errors:       newCells(m.errors.WithLabelValues, codeLabel),
+		fallbacks:    newCells(m.fallbacks.WithLabelValues, n.tiers),
+		attempts:     newCells(m.attempts.WithLabelValues, n.models, outcomeLabel),
+		genAITokens: newCells(func(v ...string) prometheus.Observer {
+			return m.genAITokens.WithLabelValues(genAIOperation, genAIProvider(providers, v[0]), v[0], v[1])
+		}, n.models, tokenTypeLabel),
+		genAIDuration: newCells(func(v ...string) prometheus.Observer {
+			errType := v[1]
+			if errType == outcomeOK {
+				errType = ""
+			}
+			return m.genAIDuration.WithLabelValues(genAIOperation, genAIProvider(providers, v[0]), v[0], errType)
+		}, n.models, outcomeLabel),
+		tokens: newCells(m.tokens.WithLabelValues, n.models, directionLabel),
+		cost:   newCells(m.cost.WithLabelValues, n.models, spanLabel),
+		spans:  newCells(m.spans.WithLabelValues, spanLabel),
+	}
+	return n
+}
+
+// AddModels adds model names and ids a label may take, and their vendors
+// (Options.Models, Options.Providers): after a reload that adds model
+// tiers. The names allowed before stay, so that a turn that ran on a tier
+// a reload removed is still counted by its name.
+func (m *Metrics) AddModels(models []string, providers map[string]string) error {
+	if err := (Options{Models: models}).Validate(); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := m.named.Load()
+	all := slices.DeleteFunc(slices.Clone(old.models.vals), func(v string) bool { return v == LabelNone || v == LabelOther })
+	vendors := maps.Clone(old.providers)
+	if vendors == nil {
+		vendors = map[string]string{}
+	}
+	for _, v := range models {
+		if !slices.Contains(all, v) {
+			all = append(all, v)
+		}
+	}
+	maps.Copy(vendors, providers)
+	m.named.Store(m.newNamed(all, vendors))
+	return nil
 }
 
 // preset creates the series of the fixed lists at zero, so that rates and
@@ -319,19 +365,22 @@ func (m *Metrics) Deployment(tier, deployment, outcome string, latency time.Dura
 // server, timeout, not_ready, validation, access_denied, not_found,
 // guardrail, canceled, unknown; else "other").
 func (m *Metrics) Retry(model, reason string) {
-	m.retries.WithLabelValues(m.models.vals[m.model(model)], kindLabel.bound(reason)).Inc()
+	m.retries.WithLabelValues(m.modelName(model), kindLabel.bound(reason)).Inc()
 }
 
 // model returns the label index of a model name or id; "" is LabelNone.
-func (m *Metrics) model(v string) int {
+func (n *named) model(v string) int {
 	if v == "" {
-		return m.none
+		return n.none
 	}
-	return m.models.index(v)
+	return n.models.index(v)
 }
 
 // modelName bounds a model name or id for a label value.
-func (m *Metrics) modelName(v string) string { return m.models.vals[m.model(v)] }
+func (m *Metrics) modelName(v string) string {
+	n := m.named.Load()
+	return n.models.vals[n.model(v)]
+}
 
 // spanCells are the span path's series, by label indexes.
 type spanCells struct {
@@ -354,12 +403,13 @@ func (m *Metrics) Write(_ context.Context, batch []events.Event) error {
 
 // observe derives the metrics of one span. Called with m.mu held.
 func (m *Metrics) observe(e *events.Event) {
+	n := m.named.Load()
 	span := spanLabel.index(e.Name)
-	m.c.spans.at(span).Inc()
+	n.c.spans.at(span).Inc()
 	switch e.Name {
 	case "turn":
 		if e.Node.NodeID != events.NodeEmbeddings { // an embedding call is no chat turn: its attempts count below
-			m.observeTurn(e)
+			m.observeTurn(n, e)
 		}
 		// The turn span summarises its children; counting its tokens or
 		// cost as well would count them twice.
@@ -374,29 +424,29 @@ func (m *Metrics) observe(e *events.Event) {
 		if e.Outcome.ErrorCode != "" {
 			outcome = outcomeLabel.index(e.Outcome.ErrorCode)
 		}
-		model := m.model(e.Artifact.ModelID)
-		m.c.attempts.at(model, outcome).Inc()
-		m.c.genAIDuration.at(model, outcome).Observe(float64(e.DurationMS) / 1000)
+		model := n.model(e.Artifact.ModelID)
+		n.c.attempts.at(model, outcome).Inc()
+		n.c.genAIDuration.at(model, outcome).Observe(float64(e.DurationMS) / 1000)
 		if e.Resource.TokensIn > 0 {
-			m.c.genAITokens.at(model, tokenInput).Observe(float64(e.Resource.TokensIn))
+			n.c.genAITokens.at(model, tokenInput).Observe(float64(e.Resource.TokensIn))
 		}
 		if e.Resource.TokensOut > 0 {
-			m.c.genAITokens.at(model, tokenOutput).Observe(float64(e.Resource.TokensOut))
+			n.c.genAITokens.at(model, tokenOutput).Observe(float64(e.Resource.TokensOut))
 		}
 	}
 	r := &e.Resource
 	if r.TokensIn <= 0 && r.TokensOut <= 0 && !(r.CostUSD > 0) {
 		return
 	}
-	model := m.model(e.Artifact.ModelID)
+	model := n.model(e.Artifact.ModelID)
 	if r.TokensIn > 0 {
-		m.c.tokens.at(model, dirIn).Add(float64(r.TokensIn))
+		n.c.tokens.at(model, dirIn).Add(float64(r.TokensIn))
 	}
 	if r.TokensOut > 0 {
-		m.c.tokens.at(model, dirOut).Add(float64(r.TokensOut))
+		n.c.tokens.at(model, dirOut).Add(float64(r.TokensOut))
 	}
 	if r.CostUSD > 0 && r.CostUSD < maxSpanCost {
-		m.c.cost.at(model, span).Add(r.CostUSD)
+		n.c.cost.at(model, span).Add(r.CostUSD)
 	}
 }
 
@@ -412,12 +462,12 @@ var (
 // poison a counter forever.
 const maxSpanCost = 1e6
 
-func (m *Metrics) observeTurn(e *events.Event) {
+func (m *Metrics) observeTurn(n *named, e *events.Event) {
 	route := routeLabel.index(e.Attribution.Surface)
-	model := m.model(e.Artifact.ModelID)
-	tier := m.tiers.index(TierPrimary)
+	model := n.model(e.Artifact.ModelID)
+	tier := n.tiers.index(TierPrimary)
 	if e.Outcome.FallbackUsed != "" {
-		tier = m.tiers.index(e.Outcome.FallbackUsed)
+		tier = n.tiers.index(e.Outcome.FallbackUsed)
 	}
 
 	d := time.Duration(e.DurationMS) * time.Millisecond
@@ -425,22 +475,22 @@ func (m *Metrics) observeTurn(e *events.Event) {
 		d = e.TSEnd.Sub(e.TSStart)
 	}
 	if d >= 0 {
-		m.c.turnDuration.at(route, model, tier).Observe(d.Seconds())
+		n.c.turnDuration.at(route, model, tier).Observe(d.Seconds())
 	}
 	if first, ok, expired := m.pending.take(spanKey{e.TraceID, e.SpanID}, m.now()); ok {
 		if t := first.Sub(e.TSStart); t >= 0 && !e.TSStart.IsZero() {
-			m.c.ttft.at(route, model, tier).Observe(t.Seconds())
+			n.c.ttft.at(route, model, tier).Observe(t.Seconds())
 		}
 	} else if expired {
 		m.countDropped(0, 1)
 	}
 
-	m.c.turns.at(route, statusLabel.index(string(e.Outcome.Status))).Inc()
+	n.c.turns.at(route, statusLabel.index(string(e.Outcome.Status))).Inc()
 	if e.Outcome.ErrorCode != "" {
-		m.c.errors.at(codeLabel.index(e.Outcome.ErrorCode)).Inc()
+		n.c.errors.at(codeLabel.index(e.Outcome.ErrorCode)).Inc()
 	}
 	if e.Outcome.FallbackUsed != "" {
-		m.c.fallbacks.at(tier).Inc()
+		n.c.fallbacks.at(tier).Inc()
 	}
 }
 

@@ -584,3 +584,30 @@ func TestGenAIClientMetrics(t *testing.T) {
 		}
 	}
 }
+
+// A model tier added by a reload is counted by its name from then on, and
+// a removed one keeps its name for the turns still running on it.
+func TestAddModelsNamesNewTiers(t *testing.T) {
+	m, _ := newTest(t, Options{Models: []string{"sonnet"}, Providers: map[string]string{"sonnet": "aws.bedrock"}})
+	write(t, m, mk("model_attempt", model("opus")))
+	if err := m.AddModels([]string{"opus"}, map[string]string{"opus": "anthropic"}); err != nil {
+		t.Fatal(err)
+	}
+	write(t, m, mk("model_attempt", model("opus")), mk("model_attempt", model("sonnet")), mk("model_attempt", model("opus")))
+	fams := gather(t, m)
+	for _, c := range []struct {
+		model string
+		want  float64
+	}{{"opus", 2}, {"sonnet", 1}, {LabelOther, 1}} {
+		if got := value(fams, "fmgate_model_attempts_total", "model", c.model, "outcome", "ok"); got != c.want {
+			t.Errorf("attempts of %s = %v, want %v", c.model, got, c.want)
+		}
+	}
+	if got := value(fams, "gen_ai_client_operation_duration_seconds", "gen_ai_operation_name", "chat",
+		"gen_ai_provider_name", "anthropic", "gen_ai_request_model", "opus", "error_type", ""); got != 2 {
+		t.Errorf("opus's GenAI durations by its vendor = %v, want 2", got)
+	}
+	if err := m.AddModels([]string{LabelOther}, nil); err == nil {
+		t.Error("AddModels took a reserved label value")
+	}
+}

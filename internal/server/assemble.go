@@ -149,13 +149,6 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	// The redis breaker is Redis's health (above), not a model's.
 	modelBreakers := maps.Clone(cfg.Breakers)
 	delete(modelBreakers, redishealth.BreakerName)
-	for _, m := range cfg.Models {
-		if bc, ok := cfg.Breakers[m.Name]; ok {
-			for _, d := range m.Deployments { // a deployment's breaker is set as its tier's
-				modelBreakers[m.Name+"@"+d.Name] = bc
-			}
-		}
-	}
 	s.Breakers = breaker.NewSet(factory, modelBreakers, breaker.WithTransitionHook(func(name string, from, to breaker.State) {
 		s.log.Warn("breaker transition", "breaker", name, "from", from.String(), "to", to.String())
 	}))
@@ -175,12 +168,6 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	if err != nil {
 		return gateway.Deps{}, err
 	}
-	models := map[string]bool{}
-	readsFree := map[string]bool{}
-	for _, m := range cfg.Models {
-		models[m.Name] = true
-		readsFree[m.Name] = !m.CacheReadsInQuota()
-	}
 	hints := provider.NewCacheHints(now)
 	tracer, err := s.events(cfg, versions.Graph().Version)
 	if err != nil {
@@ -196,7 +183,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		return gateway.Deps{}, err
 	}
 	s.admin.HandleFunc("GET /admin/judge", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"tier": judger.tier, "prompt": judger.version,
+		writeJSON(w, http.StatusOK, map[string]any{"tier": judger.tier(), "prompt": judger.version,
 			"sampleRate": cfg.Judge.SampleRate, "saturatedSampleRate": cfg.Judge.SaturatedSampleRate, "stats": judger.stats()})
 	})
 	var retr gateway.Retriever
@@ -209,7 +196,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		svc := catalog.NewService(ix)
 		s.catalogSvc = svc
 		s.mountCatalog(svc)
-		retr = retriever{ix: svc, br: s.Breakers.Get(searchBreaker), enf: enf, topK: cfg.Catalog.TopK, primary: cfg.Models[0].Name}
+		retr = retriever{ix: svc, br: s.Breakers.Get(searchBreaker), enf: enf, topK: cfg.Catalog.TopK, current: s.config}
 	}
 	s.mountAdmin()
 	s.alerting(cfg)
@@ -219,7 +206,8 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		jobs = jobstore.NewRedis(rdb, prefix+"batch:")
 		fb := &fleetBatcher{rdb: rdb, log: s.log, now: now, current: s.config, sessions: sessions,
 			limiter: limiter, enf: enf, counters: counters, breakers: s.Breakers, ledger: ledger, pressure: retrier.Pressure,
-			queue: q, seen: newSeen(cfg)}
+			queue: q}
+		fb.seen.isTier = func(name string) bool { return isModel(s.config(), name) }
 		if retr != nil {
 			fb.search = s.Breakers.Get(searchBreaker)
 		}
@@ -246,10 +234,9 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		Admitter:       admitter{l: limiter, obs: s.Metrics},
 		Budgeter:       budgeter{enf: enf, current: s.config, hints: hints},
 		Planner:        planner{breakers: s.Breakers, ledger: ledger, queue: q},
-		Reserver: reserver{ledger: ledger, breakers: s.Breakers, queue: q, current: s.config,
-			readsFree: readsFree, hints: hints, obs: s.Metrics},
+		Reserver:       reserver{ledger: ledger, breakers: s.Breakers, queue: q, current: s.config, hints: hints, obs: s.Metrics},
 		Invoker:  invoker{retrier: retrier, breakers: s.Breakers, obs: s.Metrics},
-		Fallback: cascade{r: resolver, models: models},
+		Fallback: cascade{r: resolver, current: s.config},
 		Judge:    judger,
 	}, nil
 }
@@ -292,6 +279,15 @@ func responseStore(cfg config.Config, rdb *redis.Client, now func() time.Time) o
 	return rs
 }
 
+// ledgerModels are cfg's model tiers as the artifact ledger lists them.
+func ledgerModels(cfg config.Config) []artifacts.Model {
+	models := make([]artifacts.Model, len(cfg.Models))
+	for i, m := range cfg.Models {
+		models[i] = artifacts.Model{Name: m.Name, ModelID: m.ModelID, Provider: m.Provider}
+	}
+	return models
+}
+
 // genAIProviders names each tier's vendor as OpenTelemetry's GenAI
 // conventions do (gen_ai.provider.name).
 func genAIProviders(models []config.Model) map[string]string {
@@ -308,7 +304,9 @@ func genAIProviders(models []config.Model) map[string]string {
 func (s *Server) events(cfg config.Config, graphVersion string) (*events.Tracer, error) {
 	ctx := context.Background()
 	sinkCfg := cfg.Events.Sinks
-	sinkCfg.OTLP.Providers = genAIProviders(cfg.Models)
+	_, vendors := modelLabels(cfg)
+	s.vendors.Store(&vendors)
+	sinkCfg.OTLP.Providers = s.vendorOf
 	sinkList, err := sinks.FromConfig(ctx, sinkCfg, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
@@ -430,7 +428,7 @@ func (s *Server) mountAdmin() {
 	// run time (e.g. the provider cut our TPM); {} restores the configured one.
 	s.admin.HandleFunc("PUT /admin/quota/{model}", func(w http.ResponseWriter, r *http.Request) {
 		model := r.PathValue("model")
-		if _, ok := s.cfg.QuotaLedger().Models[model]; !ok {
+		if _, ok := s.config().QuotaLedger().Models[model]; !ok {
 			writeAdminError(w, http.StatusNotFound, "unknown model "+model)
 			return
 		}
@@ -488,10 +486,7 @@ func (s *Server) artifacts(cfg config.Config, configPath string, now func() time
 		text, err := c.SystemPrompt()
 		return c.Prompt.Name, text, c.Prompt.File, err
 	}
-	models := make([]artifacts.Model, len(cfg.Models))
-	for i, m := range cfg.Models {
-		models[i] = artifacts.Model{Name: m.Name, ModelID: m.ModelID, Provider: m.Provider}
-	}
+	models := ledgerModels(cfg)
 	graph := artifacts.Graph{Version: cfg.Events.GraphVersion, ConfigHash: configHash(cfg)}
 	l, err := artifacts.New(graph, models, nil, source, now, s.log)
 	if err != nil {
@@ -517,7 +512,10 @@ func configHash(cfg config.Config) string {
 	c.Fleet.RedisPassword = ""
 	c.Events.Privacy.HashSecret = ""
 	c.Prompt = config.Prompt{}
-	b, _ := json.Marshal(c)
+	b, err := json.Marshal(c)
+	if err != nil { // a field JSON cannot encode: a defect, not a config
+		panic("configHash: " + err.Error())
+	}
 	return artifacts.Hash12(b)
 }
 

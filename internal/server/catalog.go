@@ -24,7 +24,9 @@ type retriever struct {
 	br      breaker.Breaker
 	enf     *budget.Enforcer
 	topK    int
-	primary string
+	// current is the config in force, for a turn that took no snapshot;
+	// the context is estimated for the turn's first tier.
+	current func() *config.Config
 }
 
 func (r retriever) Retrieve(ctx context.Context, t *gateway.Turn) error {
@@ -64,7 +66,7 @@ func (r retriever) RetrieveWith(ctx context.Context, t *gateway.Turn, vector []f
 	room := r.enf.ContextRoom(t.EstimatedInput, t.MaxOutput)
 	for ; len(lines) > 0; lines = lines[:len(lines)-1] {
 		text := catalog.Context(lines)
-		n := r.enf.Estimator().Estimate(r.primary, budget.Parts{Context: text}).Context
+		n := r.enf.Estimator().Estimate(configOf(t, r.current).Models[0].Name, budget.Parts{Context: text}).Context
 		if n <= room {
 			t.Context = text
 			t.EstimatedInput += n

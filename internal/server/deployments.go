@@ -7,19 +7,72 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/deploy"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/quota"
 )
 
+// tierSet is the providers of a config's model tiers.
+type tierSet struct {
+	// built is what each tier's provider was built from, by tier name.
+	built map[string]config.Model
+	// raw are the providers as built; providers as the gateway calls them
+	// (Options.WrapProvider).
+	raw, providers map[string]provider.Provider
+	// pools are the tiers with several deployments, in cascade order.
+	pools []*deploy.Pool
+}
+
+// buildTiers builds the providers of cfg's model tiers. A tier that old
+// (nil at start) built from the same connection (config.SameConnection)
+// keeps its provider, and with it its connections and its deployments'
+// balancing state; the others are built anew.
+func (s *Server) buildTiers(ctx context.Context, cfg config.Config, old *tierSet) (*tierSet, error) {
+	ts := &tierSet{built: map[string]config.Model{}, raw: map[string]provider.Provider{}, providers: map[string]provider.Provider{}}
+	for _, m := range cfg.Models {
+		p := provider.Provider(nil)
+		if prev, ok := old.model(m.Name); ok && config.SameConnection(prev, m) {
+			p = old.raw[m.Name]
+		} else {
+			var err error
+			if p, err = s.tierProvider(ctx, cfg, m); err != nil {
+				return nil, fmt.Errorf("models: %s: %w", m.Name, err)
+			}
+		}
+		ts.built[m.Name], ts.raw[m.Name], ts.providers[m.Name] = m, p, p
+		if s.wrapProvider != nil {
+			ts.providers[m.Name] = s.wrapProvider(m.Name, p)
+		}
+		if pool, ok := p.(*deploy.Pool); ok {
+			ts.pools = append(ts.pools, pool)
+		}
+	}
+	return ts, nil
+}
+
+// model is what ts built tier name's provider from; none for a nil ts.
+func (ts *tierSet) model(name string) (config.Model, bool) {
+	if ts == nil {
+		return config.Model{}, false
+	}
+	m, ok := ts.built[name]
+	return m, ok
+}
+
 // tierProvider is the provider of tier m: its one provider, or the pool
 // over its deployments, each with a provider and a breaker of its own
-// ("<tier>@<deployment>", fleet-shared like the tier's) and the pool's
-// state in Redis in fleet mode.
+// ("<tier>@<deployment>", fleet-shared like the tier's, and configured as
+// the tier's unless breakers names it) and the pool's state in Redis in
+// fleet mode.
 func (s *Server) tierProvider(ctx context.Context, cfg config.Config, m config.Model) (provider.Provider, error) {
 	if len(m.Deployments) == 0 {
 		return s.provider(ctx, m)
+	}
+	tierBreaker, ok := cfg.Breakers[m.Name]
+	if !ok {
+		tierBreaker = breaker.DefaultConfig()
 	}
 	deps := make([]deploy.Deployment, len(m.Deployments))
 	for i, d := range m.Deployments {
@@ -34,7 +87,7 @@ func (s *Server) tierProvider(ctx context.Context, cfg config.Config, m config.M
 		if dm.Provider == "sim" {
 			model = dm.Name
 		}
-		deps[i] = deploy.Deployment{Name: d.Name, Model: model, Weight: d.Weight, Provider: p, Breaker: s.Breakers.Get(dm.Name)}
+		deps[i] = deploy.Deployment{Name: d.Name, Model: model, Weight: d.Weight, Provider: p, Breaker: s.Breakers.GetOr(dm.Name, tierBreaker)}
 		if d.TPM > 0 {
 			deps[i].Quota = dm.Name
 		}
@@ -52,7 +105,6 @@ func (s *Server) tierProvider(ctx context.Context, cfg config.Config, m config.M
 		return nil, err
 	}
 	pool.WithQuota(deploymentQuota{s.Quota}, roughTokens)
-	s.pools = append(s.pools, pool)
 	return pool, nil
 }
 
@@ -99,7 +151,7 @@ func (s *Server) serveDeployments(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	out := []deploy.Snapshot{}
-	for _, p := range s.pools {
+	for _, p := range s.tiers.Load().pools {
 		snaps, err := p.Snapshots(ctx)
 		if err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, adminError("unavailable", "the deployments' shared state did not answer: "+err.Error()))

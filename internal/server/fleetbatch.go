@@ -65,9 +65,9 @@ type fleetBatcher struct {
 	searchClosed atomic.Bool
 	// queue is woken when a speculative reservation is released.
 	queue *queue.Queue
-	// seen is what the last turns saw of each model, by name: it picks
-	// the model a P0 turn reserves on ahead. Built by newSeen.
-	seen map[string]*modelSeen
+	// seen is what the last turns saw of each model tier, by name: it
+	// picks the model a P0 turn reserves on ahead.
+	seen seenSet
 	// sizes are the reservations step 6 asked for lately: they size the
 	// reservation taken ahead.
 	sizes recentSizes
@@ -122,15 +122,26 @@ type modelSeen struct {
 	full atomic.Bool
 }
 
-// newSeen returns the last-seen records of cfg's models, all unknown.
-func newSeen(cfg config.Config) map[string]*modelSeen {
-	seen := make(map[string]*modelSeen, len(cfg.Models))
-	for _, m := range cfg.Models {
-		s := &modelSeen{}
-		s.state.Store(-1)
-		seen[m.Name] = s
+// seenSet is what this instance last saw of each model tier.
+type seenSet struct {
+	m sync.Map // tier name → *modelSeen
+	// isTier reports whether a name is a model tier in force: only those
+	// get a record, so that the set stays as small as the config.
+	isTier func(string) bool
+}
+
+// of is name's record, nil for a name that is no model tier.
+func (s *seenSet) of(name string) *modelSeen {
+	if v, ok := s.m.Load(name); ok {
+		return v.(*modelSeen)
 	}
-	return seen
+	if s.isTier == nil || !s.isTier(name) {
+		return nil
+	}
+	fresh := &modelSeen{}
+	fresh.state.Store(-1)
+	v, _ := s.m.LoadOrStore(name, fresh)
+	return v.(*modelSeen)
 }
 
 // searchBreaker is the name of the catalog search's breaker.
@@ -302,11 +313,11 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 // context and all) and the output it may grant. Nil when nothing is to be
 // reserved ahead.
 func (f *fleetBatcher) speculate(t *gateway.Turn, models []string) *specAnswer {
-	if t.Priority != gateway.P0 || f.seen == nil {
+	if t.Priority != gateway.P0 {
 		return nil
 	}
 	for _, m := range models {
-		s := f.seen[m]
+		s := f.seen.of(m)
 		if s == nil {
 			return nil
 		}
@@ -352,7 +363,7 @@ func (f *fleetBatcher) mostTokens(t *gateway.Turn, model string) int {
 
 // seenFull reports whether model's quota was last seen without room.
 func (f *fleetBatcher) seenFull(model string) bool {
-	s := f.seen[model]
+	s := f.seen.of(model)
 	return s != nil && s.full.Load()
 }
 
@@ -363,18 +374,18 @@ func (f *fleetBatcher) remember(a *ahead) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for m, snap := range a.snaps {
-		if s := f.seen[m]; s != nil {
+		if s := f.seen.of(m); s != nil {
 			s.state.Store(int32(snap.State))
 		}
 	}
 	for m, snap := range a.sats {
-		if s := f.seen[m]; s != nil {
+		if s := f.seen.of(m); s != nil {
 			room := snap.TPMLimit - snap.TokensUsed
 			s.full.Store(snap.Saturation >= 1 || snap.RequestsUsed >= snap.RPMLimit || room < limits.RequestInput+limits.RequestOutput)
 		}
 	}
 	if sp := a.spec; sp != nil {
-		if s := f.seen[sp.model]; s != nil {
+		if s := f.seen.of(sp.model); s != nil {
 			switch {
 			case sp.err == nil:
 				s.full.Store(false)

@@ -32,7 +32,6 @@ const judgeUser = "fmgate-eval-judge"
 // judged turn's eval_score.
 type judger struct {
 	cfg     judge.Config
-	tier    string
 	prompt  string
 	version string
 	s       *Server
@@ -65,11 +64,7 @@ func (s *Server) judge(cfg config.Config) (*judger, error) {
 	case c.Prompt.System != "":
 		text = c.Prompt.System
 	}
-	tier := c.Tier
-	if tier == "" {
-		tier = cfg.Models[len(cfg.Models)-1].Name
-	}
-	j := &judger{cfg: c, tier: tier, prompt: text, version: artifacts.Version(c.Prompt.Name, text), s: s,
+	j := &judger{cfg: c, prompt: text, version: artifacts.Version(c.Prompt.Name, text), s: s,
 		queue: make(chan judgeJob, c.Queue), rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -80,13 +75,23 @@ func (s *Server) judge(cfg config.Config) (*judger, error) {
 	return j, nil
 }
 
+// tier is the model tier that grades: judge.tier, else the last tier in
+// force.
+func (j *judger) tier() string {
+	if j.cfg.Tier != "" {
+		return j.cfg.Tier
+	}
+	models := j.s.config().Models
+	return models[len(models)-1].Name
+}
+
 // Consider implements gateway.Judge.
 func (j *judger) Consider(ctx context.Context, t *gateway.Turn, res *gateway.Result) {
 	if t.Feature == judgeFeature || res == nil || res.TraceID == "" || j.cfg.SampleRate == 0 {
 		return
 	}
 	saturation := 0.0
-	if q, err := j.s.Quota.Saturation(ctx, j.tier); err == nil {
+	if q, err := j.s.Quota.Saturation(ctx, j.tier()); err == nil {
 		saturation = q.Saturation
 	}
 	j.rndMu.Lock()
@@ -97,7 +102,7 @@ func (j *judger) Consider(ctx context.Context, t *gateway.Turn, res *gateway.Res
 	}
 	j.sampled.Add(1)
 	source := "model"
-	if res.Degraded && !isModel(j.s.cfg, res.Tier) {
+	if res.Degraded && !isModel(j.s.config(), res.Tier) {
 		source = res.Tier
 	}
 	job := judgeJob{trace: res.TraceID, requestID: t.RequestID, locale: t.Locale,
@@ -109,7 +114,7 @@ func (j *judger) Consider(ctx context.Context, t *gateway.Turn, res *gateway.Res
 	}
 }
 
-func isModel(cfg config.Config, tier string) bool {
+func isModel(cfg *config.Config, tier string) bool {
 	_, ok := cfg.Model(tier)
 	return ok
 }
@@ -149,7 +154,7 @@ func (j *judger) grade(ctx context.Context, job judgeJob) error {
 			UserID:        judgeUser,
 			Priority:      gateway.P2,
 			Stateless:     true,
-			StartTier:     j.tier,
+			StartTier:     j.tier(),
 			System:        j.prompt,
 			PromptVersion: j.version,
 		}
@@ -171,7 +176,7 @@ func (j *judger) grade(ctx context.Context, job judgeJob) error {
 		out = &textOutput{}
 		res, err = j.s.Gateway.Run(ctx, turn(), out)
 	}
-	if !isModel(j.s.cfg, res.Tier) {
+	if !isModel(j.s.config(), res.Tier) {
 		return fmt.Errorf("judge turn answered by %s, not a model", res.Tier)
 	}
 	scores, err := judge.Parse(out.b.String())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/fmgate/fmgate/internal/adminauth"
+	"maps"
 	"net/http"
 	"sort"
 
@@ -27,19 +28,7 @@ type observer interface {
 // breakers, quota and the queue are read from the policies at scrape or
 // snapshot time.
 func (s *Server) observers(cfg config.Config) ([]events.Sink, error) {
-	tiers := cfg.Models
-	for _, e := range cfg.Embeddings {
-		tiers = append(tiers[:len(tiers):len(tiers)], e.Connection())
-	}
-	names := make([]string, 0, 2*len(tiers))
-	providers := genAIProviders(tiers) // by tier name
-	for _, m := range tiers {
-		names = append(names, m.Name)
-		if m.ModelID != "" && m.ModelID != m.Name {
-			names = append(names, m.ModelID)
-			providers[m.ModelID] = providers[m.Name]
-		}
-	}
+	names, providers := modelLabels(cfg)
 	m, err := metrics.New(metrics.Options{Models: names, Providers: providers})
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -160,4 +149,57 @@ func (s *Server) metricsHandler(auth *adminauth.Auth) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// modelLabels are the names and model ids of cfg's model and embedding
+// tiers, and the vendor of each as OpenTelemetry's GenAI conventions name
+// it (gen_ai.provider.name): the model label values of the metrics.
+func modelLabels(cfg config.Config) ([]string, map[string]string) {
+	tiers := cfg.Models
+	for _, e := range cfg.Embeddings {
+		tiers = append(tiers[:len(tiers):len(tiers)], e.Connection())
+	}
+	names := make([]string, 0, 2*len(tiers))
+	providers := genAIProviders(tiers) // by tier name
+	for _, m := range tiers {
+		names = append(names, m.Name)
+		if m.ModelID != "" && m.ModelID != m.Name {
+			names = append(names, m.ModelID)
+			providers[m.ModelID] = providers[m.Name]
+		}
+	}
+	return names, providers
+}
+
+// observeTiers names cfg's model tiers in the metrics and the exported
+// spans, after a reload put them in force.
+func (s *Server) observeTiers(cfg config.Config) {
+	names, providers := modelLabels(cfg)
+	// A span of a turn still running on a tier the reload removed keeps
+	// its vendor's name.
+	vendors := maps.Clone(providers)
+	if old := s.vendors.Load(); old != nil {
+		for k, v := range *old {
+			if _, ok := vendors[k]; !ok {
+				vendors[k] = v
+			}
+		}
+	}
+	s.vendors.Store(&vendors)
+	if s.Metrics != nil {
+		if err := s.Metrics.AddModels(names, providers); err != nil {
+			s.log.Warn("metrics keep the model labels they had", "err", err)
+		}
+	}
+	if s.Ledger != nil {
+		s.Ledger.SetModels(ledgerModels(cfg))
+	}
+}
+
+// vendorOf is tier's gen_ai.provider.name in the config in force.
+func (s *Server) vendorOf(tier string) string {
+	if v := s.vendors.Load(); v != nil {
+		return (*v)[tier]
+	}
+	return ""
 }

@@ -190,26 +190,24 @@ type reserver struct {
 	// current is the config in force, for a turn that took no snapshot;
 	// a tier's maxOutputTokens is the turn's config's (configOf).
 	current func() *config.Config
-	// readsFree are the models whose vendor does not count prompt-cache
-	// reads against its tokens-per-minute limit (Anthropic, Bedrock):
-	// their reservations leave out the reads expected from hints, and
-	// their settlements the reads reported.
-	readsFree map[string]bool
-	hints     *provider.CacheHints
+	hints   *provider.CacheHints
 	obs       observer
 }
 
 func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (gateway.Lease, error) {
 	in := t.EstimatedInput
-	if r.readsFree[model] {
+	m, known := configOf(t, r.current).Model(model)
+	// A vendor that does not count prompt-cache reads against its
+	// tokens-per-minute limit (Anthropic, Bedrock) is reserved without the
+	// reads expected from hints, and settled without the reads reported.
+	free := known && !m.CacheReadsInQuota()
+	if free {
 		in -= min(r.hints.Expect(model, t.System), in)
 	}
-	m, _ := configOf(t, r.current).Model(model)
 	tokens := in + min(t.MaxOutput, m.MaxOutputTokens)
 	if t.MaxOutput == 0 {
 		tokens = in + m.MaxOutputTokens
 	}
-	free := r.readsFree[model]
 	prio := quota.Priority(t.Priority)
 	if t.Priority == gateway.P0 {
 		res, err := reserveAndAllow(ctx, r.ledger, r.breakers, r.queue, model, prio, tokens)
@@ -383,8 +381,9 @@ func (iv invoker) Invoke(ctx context.Context, model string, call func(context.Co
 
 // cascade is step 8 below the model tiers: cache, FAQ, graceful message.
 type cascade struct {
-	r      *fallback.Resolver
-	models map[string]bool
+	r *fallback.Resolver
+	// current is the config in force, for a turn that took no snapshot.
+	current func() *config.Config
 }
 
 func (c cascade) Answer(ctx context.Context, t *gateway.Turn, cause error) (*gateway.Result, error) {
@@ -400,7 +399,7 @@ func (c cascade) Answer(ctx context.Context, t *gateway.Turn, cause error) (*gat
 // are down, it would stand in front of the FAQ's answer.
 func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Result) bool {
 	// An answer given without the catalog (search down) is not worth reusing.
-	if c.models[res.Tier] && !res.Simplified && len(t.History) == 0 && !t.ContextUnavailable && plainAnswer(t, res) &&
+	if isModel(configOf(t, c.current), res.Tier) && !res.Simplified && len(t.History) == 0 && !t.ContextUnavailable && plainAnswer(t, res) &&
 		faq.SharesTopic(t.Message, res.Text) {
 		return c.r.Store(ctx, c.question(t), res.Text)
 	}

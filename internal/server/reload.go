@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -111,10 +112,15 @@ func (s *Server) reload() (ReloadResult, error) {
 		}
 		return ReloadResult{}, &ReloadError{Status: http.StatusUnprocessableEntity, Code: codeNeedsRestart, Problems: problems, Err: err}
 	}
-	if err := s.apply(next); err != nil {
+	oldTiers := s.tiers.Load()
+	tiers, err := s.buildTiers(context.Background(), next, oldTiers)
+	if err != nil {
+		return ReloadResult{}, invalidConfig(err)
+	}
+	if err := s.apply(next, tiers); err != nil {
 		// Each policy checks what config.Load checked already; should one
 		// refuse all the same, the others go back to the config in force.
-		if rerr := s.apply(current); rerr != nil {
+		if rerr := s.apply(current, oldTiers); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("restoring the config in force: %w", rerr))
 		}
 		return ReloadResult{}, &ReloadError{Status: http.StatusInternalServerError, Code: codeReloadFailed,
@@ -133,9 +139,9 @@ func (s *Server) reload() (ReloadResult, error) {
 	return res, nil
 }
 
-// apply gives each policy cfg's limits, then puts cfg in force for the
-// next turns.
-func (s *Server) apply(cfg config.Config) error {
+// apply gives each policy cfg's limits, then puts cfg and its model tiers
+// in force for the next turns.
+func (s *Server) apply(cfg config.Config, tiers *tierSet) error {
 	rl := cfg.RateLimit
 	rl.FleetSize = cfg.Fleet.Size // as at start (policies)
 	if err := s.limiter.SetConfig(rl); err != nil {
@@ -152,9 +158,33 @@ func (s *Server) apply(cfg config.Config) error {
 	if err := s.Retrier.SetConfig(cfg.Retry); err != nil {
 		return err
 	}
-	return s.Gateway.SetConfig(cfg)
+	s.simulate(*s.config(), cfg)
+	if err := s.Gateway.SetTiers(cfg, tiers.providers); err != nil {
+		return err
+	}
+	s.tiers.Store(tiers)
+	s.observeTiers(cfg)
+	return nil
 }
 
+// simulate gives the simulator the settings of the simulated tiers and
+// deployments cfg adds, and of those whose settings it changes from prev
+// (sim.models); the others keep theirs, including what PUT /admin/sim
+// changed.
+func (s *Server) simulate(prev, cfg config.Config) {
+	before := prev.SimConfig().Models
+	for name, st := range cfg.SimConfig().Models {
+		added, err := s.Sim.AddModel(name, st)
+		if err == nil && !added {
+			if was, ok := before[name]; !ok || !reflect.DeepEqual(was, st) {
+				err = s.Sim.SetSettings(name, st)
+			}
+		}
+		if err != nil {
+			s.log.Warn("the simulator keeps a model's settings", "model", name, "err", err)
+		}
+	}
+}
 // invalidConfig is the refusal of a file that does not load or validate.
 func invalidConfig(err error) *ReloadError {
 	problems := []string{err.Error()}

@@ -27,7 +27,6 @@ import (
 	"github.com/fmgate/fmgate/internal/catalog"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/dashboard"
-	"github.com/fmgate/fmgate/internal/deploy"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/eventstore"
 	anthropicdoor "github.com/fmgate/fmgate/internal/frontdoor/anthropic"
@@ -130,7 +129,13 @@ type Server struct {
 	limiter  *ratelimit.Limiter
 	enforcer *budget.Enforcer
 	tracer   *events.Tracer
-	pools    []*deploy.Pool // the tiers with several deployments
+	// tiers are the model tiers' providers in force; wrapProvider is
+	// Options.WrapProvider.
+	tiers        atomic.Pointer[tierSet]
+	wrapProvider func(model string, p provider.Provider) provider.Provider
+	// vendors name each model tier's vendor, by tier name and model id, as
+	// OpenTelemetry's GenAI conventions do.
+	vendors atomic.Pointer[map[string]string]
 	// reloading holds one token while a reload runs: reloads take turns.
 	reloading chan struct{}
 	// reloadFailed is why the last reload was refused (nil after a
@@ -172,18 +177,13 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	if err != nil {
 		return nil, err
 	}
-	providers := make(map[string]provider.Provider, len(cfg.Models))
-	for _, m := range cfg.Models {
-		p, err := s.tierProvider(ctx, cfg, m)
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("models: %s: %w", m.Name, err)
-		}
-		providers[m.Name] = p
-		if opts.WrapProvider != nil {
-			providers[m.Name] = opts.WrapProvider(m.Name, p)
-		}
+	s.wrapProvider = opts.WrapProvider
+	tiers, err := s.buildTiers(ctx, cfg, nil)
+	if err != nil {
+		s.Close()
+		return nil, err
 	}
+	s.tiers.Store(tiers)
 	embedders, err := s.embedders(ctx, cfg, opts.WrapEmbedder)
 	if err != nil {
 		s.Close()
@@ -194,7 +194,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	if s.Metrics != nil {
 		deps.OnThrottle = s.Metrics.Throttle
 	}
-	deps.Providers = providers
+	deps.Providers = tiers.providers
 	deps.Log = log
 	deps.Now = opts.Now
 	deps.AdminRoutes = s.admin

@@ -26,7 +26,7 @@ type OTLP struct {
 	exp       sdktrace.SpanExporter
 	res       *resource.Resource
 	scope     instrumentation.Scope
-	providers map[string]string // model tier → gen_ai.provider.name
+	providers func(tier string) string // gen_ai.provider.name; nil: none
 	buf       []sdktrace.ReadOnlySpan
 }
 
@@ -118,7 +118,11 @@ func (o *OTLP) snapshot(e *events.Event) (sdktrace.ReadOnlySpan, bool) {
 		// that LLM observability tools show it as such.
 		stub.Name = GenAIOperation + " " + e.Artifact.ModelID
 		stub.SpanKind = trace.SpanKindClient
-		stub.Attributes = append(stub.Attributes, GenAIAttributes(e, o.providers[e.Node.NodeID])...)
+		vendor := ""
+		if o.providers != nil {
+			vendor = o.providers(e.Node.NodeID)
+		}
+		stub.Attributes = append(stub.Attributes, GenAIAttributes(e, vendor)...)
 	}
 	return stub.Snapshot(), true
 }

@@ -390,7 +390,7 @@ func TestOTLPModelAttemptsFollowTheGenAIConventions(t *testing.T) {
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
 	s, err := NewOTLP(context.Background(), events.OTLPConfig{Endpoint: strings.TrimPrefix(srv.URL, "http://"), Insecure: true,
-		Providers: map[string]string{"sonnet": "aws.bedrock"}})
+		Providers: func(tier string) string { return map[string]string{"sonnet": "aws.bedrock"}[tier] }})
 	if err != nil {
 		t.Fatal(err)
 	}

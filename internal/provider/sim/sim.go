@@ -165,6 +165,22 @@ func (s *Sim) SetSettings(name string, st Settings) error {
 	return nil
 }
 
+// AddModel simulates model name with st from the next call on; a model
+// the simulator has already keeps its settings and state, and AddModel
+// reports false.
+func (s *Sim) AddModel(name string, st Settings) (bool, error) {
+	if err := st.Validate(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.models[name]; ok {
+		return false, nil
+	}
+	s.models[name] = &model{settings: st.clone()}
+	return true, nil
+}
+
 // Usage returns the tokens the simulator has billed for model since it was
 // created, including the input and partial output of calls that were cut,
 // stalled or cancelled once admitted. Calls refused before admission (outage,
