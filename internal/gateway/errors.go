@@ -27,6 +27,9 @@ const (
 	CodeStreamTimeout  = "stream_timeout"
 	CodeSlowClient     = "slow_client"
 	CodeCanceled       = "canceled"
+	// CodeAnswerWithheld ends a streamed answer the guardrails stopped
+	// part-way: the rest held a finding to block.
+	CodeAnswerWithheld = "answer_withheld"
 	CodeInternal       = "internal"
 	// CodeUnavailable: a shared store the request needs cannot be reached.
 	CodeUnavailable = "unavailable"

@@ -477,12 +477,18 @@ func (g *Gateway) supportsLocale(l string) bool {
 }
 
 // streamError maps a failure to what the client sees.
-func (g *Gateway) streamError(err error) *Error {
+func (g *Gateway) streamError(t *Turn, err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
 		return e
 	}
 	switch {
+	case isAnswerBlocked(err):
+		msg := "The rest of this answer was withheld by the content checks. Please ask in another way."
+		if t.Locale == "ja" {
+			msg = "この回答の続きはコンテンツチェックにより表示できません。別の聞き方でお試しください。"
+		}
+		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeAnswerWithheld, Message: msg, Err: err}
 	case errors.Is(err, context.Canceled):
 		return &Error{Status: 499, Code: CodeCanceled, Message: "The request was cancelled.", Err: err}
 	case errors.Is(err, errSlowClient):

@@ -97,7 +97,7 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 func (g *Gateway) finish(ctx context.Context, span *events.Span, t *Turn, out Output, res *Result, err error) (*Result, error) {
 	// 9. Stream: finish the answer, or end it with an error frame.
 	if err != nil {
-		edge := g.streamError(err)
+		edge := g.streamError(t, err)
 		_ = out.Fail(edge)
 		g.log.LogAttrs(ctx, levelFor(edge), "turn failed mid-stream", turnAttrs(t, edge)...)
 		g.charge(ctx, t, res) // a cut answer's tokens were spent all the same
@@ -363,8 +363,16 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		out.Discard()
 		beginTier(out, model, a.m.ModelID, model != t.firstTier)
 		sctx, span := g.attemptSpan(ctx, t, model, a.m.ModelID)
-		w, r, err := g.call(sctx, t, p, req, whole, into, &a.ttft)
+		// The answer is checked on its way to the client (guardrails.answers).
+		to, guarded := into, g.guardAnswer(t, into)
+		if guarded != nil {
+			to = guarded
+		}
+		w, r, err := g.call(sctx, t, p, req, whole, to, &a.ttft)
 		defer w.stop()
+		if guarded != nil {
+			err = g.settleGuard(sctx, guarded, r, err)
+		}
 		var attempt provider.Usage
 		if r != nil {
 			attempt = r.Usage

@@ -1,5 +1,6 @@
-// Package guardrail checks a user's message before any model sees it: it
-// finds personal data (e-mail addresses, phone numbers, payment card
+// Package guardrail checks a user's message before any model sees it, and
+// the model's answer before the user sees it (Stream, piece by piece as it
+// streams): it finds personal data (e-mail addresses, phone numbers, payment card
 // numbers that pass the Luhn check, マイナンバー with a valid check digit,
 // Japanese postal codes) and denied terms, and for each kind does what the
 // operator chose — block the message, redact the finding with a typed
@@ -49,12 +50,17 @@ type Config struct {
 	// DenyAction ("block" by default).
 	DenyTerms  []string `yaml:"denyTerms"`
 	DenyAction string   `yaml:"denyAction"`
+	// Answers applies the same checks to the models' answers, each streamed
+	// piece before it is sent: a redacted finding reaches neither the
+	// client nor the session, and a blocked one ends the answer (before its
+	// first byte, the turn gets the redirect answer instead). Default true.
+	Answers bool `yaml:"answers"`
 }
 
 // DefaultConfig redacts payment card numbers and マイナンバー: no model
 // needs them to answer, and a transcript must not keep them.
 func DefaultConfig() Config {
-	return Config{Card: Redact, MyNumber: Redact}
+	return Config{Card: Redact, MyNumber: Redact, Answers: true}
 }
 
 // Validate names each action that is not one.
@@ -118,7 +124,7 @@ var (
 // Check checks text under c.
 func (c Config) Check(text string) Verdict {
 	v := Verdict{Text: text}
-	if !c.Enabled() || text == "" {
+	if !c.Enabled() || text == "" || len(c.DenyTerms) == 0 && !strings.ContainsFunc(text, maySpell) {
 		return v
 	}
 	norm := normalize(text)
@@ -298,4 +304,151 @@ func normalize(text string) normalized {
 	}
 	back = append(back, len(text))
 	return normalized{s: b.String(), back: back}
+}
+
+// maySpell reports whether r can be part of a finding other than a deny
+// term: a digit or an at sign, in ASCII or full width. A text with none has
+// no finding but a deny term.
+func maySpell(r rune) bool {
+	return r >= '0' && r <= '9' || r >= '０' && r <= '９' || r == '@' || r == '＠'
+}
+
+// maxHeld bounds the tail a Stream holds back: no finding is longer (an
+// e-mail address is at most 254 bytes).
+const maxHeld = 256
+
+// Stream checks a text that arrives in pieces, a streamed answer: each
+// piece is checked before it is let through, less a tail that may be the
+// start of a finding the next piece completes, held back until then (at
+// most maxHeld bytes, or the longest deny term). Not safe for concurrent
+// use.
+type Stream struct {
+	c    Config
+	held string
+	// term is the length in bytes of the longest deny term, less one.
+	term int
+}
+
+// NewStream starts checking a streamed text under c.
+func (c Config) NewStream() *Stream {
+	s := &Stream{c: c}
+	for _, t := range c.DenyTerms {
+		s.term = max(s.term, len(strings.TrimSpace(t))*3-1) // a full-width form is up to three times as long
+	}
+	return s
+}
+
+// Write takes the next piece. It returns the text to let through, the
+// findings' placeholders in place of what is redacted, and the verdict on
+// it; when the verdict is Blocked nothing is let through.
+func (s *Stream) Write(piece string) (string, Verdict) {
+	text := s.held + piece
+	whole := len(text) // up to an incomplete last rune, held whole
+	if i := lastRuneStart(text); !utf8.FullRuneInString(text[i:]) {
+		whole = i
+	}
+	cut := whole - s.tail(text[:whole])
+	// A finding the cut would split is held whole.
+	for _, f := range s.c.Check(text[:whole]).Findings {
+		if f.Start < cut && cut < f.End {
+			cut = f.Start
+			break
+		}
+	}
+	s.held = text[cut:]
+	return s.check(text[:cut])
+}
+
+// lastRuneStart is the offset of the last rune's first byte in text.
+func lastRuneStart(text string) int {
+	i := len(text)
+	for i > 0 && len(text)-i < utf8.UTFMax {
+		i--
+		if utf8.RuneStart(text[i]) {
+			return i
+		}
+	}
+	return i
+}
+
+// Flush checks and lets through what is held: the text has ended.
+func (s *Stream) Flush() (string, Verdict) {
+	text := s.held
+	s.held = ""
+	return s.check(text)
+}
+
+// Reset drops what is held, for a text that starts over.
+func (s *Stream) Reset() { s.held = "" }
+
+func (s *Stream) check(text string) (string, Verdict) {
+	if text == "" {
+		return "", Verdict{}
+	}
+	v := s.c.Check(text)
+	if v.Blocked {
+		return "", v
+	}
+	return v.Text, v
+}
+
+// tail is how many bytes at the end of text may begin a finding that text
+// does not finish: the e-mail address it may end in, the number (a run of
+// digits and separators from a digit, a plus sign or 〒), or the last
+// bytes a deny term could begin in.
+func (s *Stream) tail(text string) int {
+	addr := suffix(text, inAddress)
+	num := suffix(text, inNumber)
+	if i := strings.IndexFunc(text[len(text)-num:], startsNumber); i >= 0 {
+		num -= i
+	} else {
+		num = 0
+	}
+	n := min(max(addr, num, s.term), len(text))
+	for n > 0 && !utf8.RuneStart(text[len(text)-n]) {
+		n--
+	}
+	return n
+}
+
+// suffix is the length in bytes of the longest end of text whose runes
+// all satisfy in, at most maxHeld.
+func suffix(text string, in func(rune) bool) int {
+	start := len(text)
+	for start > 0 {
+		r, size := utf8.DecodeLastRuneInString(text[:start])
+		if !in(r) || len(text)-(start-size) > maxHeld {
+			break
+		}
+		start -= size
+	}
+	return len(text) - start
+}
+
+// inAddress reports whether r may be part of an e-mail address, in ASCII
+// or full width.
+func inAddress(r rune) bool {
+	switch {
+	case r < utf8.RuneSelf:
+		return r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || strings.ContainsRune("@.%+-_", r)
+	case r >= '０' && r <= '９', r >= 'Ａ' && r <= 'Ｚ', r >= 'ａ' && r <= 'ｚ':
+		return true
+	}
+	return strings.ContainsRune("＠．＋－", r)
+}
+
+// inNumber reports whether r may be part of a phone, card or マイナンバー
+// number or a postal code, in ASCII or full width.
+func inNumber(r rune) bool {
+	switch {
+	case r < utf8.RuneSelf:
+		return r >= '0' && r <= '9' || strings.ContainsRune("+-() .", r)
+	case r >= '０' && r <= '９':
+		return true
+	}
+	return strings.ContainsRune("＋－ー‐−（）　．〒", r)
+}
+
+func startsNumber(r rune) bool {
+	return r >= '0' && r <= '9' || r >= '０' && r <= '９' || r == '+' || r == '＋' || r == '〒'
 }

@@ -68,3 +68,50 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+// A streamed answer is let through piece by piece, each finding redacted
+// or blocked whole wherever the pieces split it, and nothing else held
+// back longer than the next piece.
+func TestStreamSplitsNoFinding(t *testing.T) {
+	c := Config{Email: Redact, Phone: Redact, Card: Block, DenyTerms: []string{"海賊版"}, DenyAction: Redact}
+	answer := "Call ０９０－１２３４－５６７８ or write taro@example.com; 海賊版 is not sold. Vol. 105 costs 528 yen."
+	want := "Call [PHONE] or write [EMAIL]; [DENIED_TERM] is not sold. Vol. 105 costs 528 yen."
+	for size := 1; size <= len(answer); size++ {
+		s := c.NewStream()
+		var got strings.Builder
+		for i := 0; i < len(answer); i += size {
+			out, v := s.Write(answer[i:min(i+size, len(answer))])
+			if v.Blocked {
+				t.Fatalf("pieces of %d: blocked", size)
+			}
+			got.WriteString(out)
+		}
+		out, _ := s.Flush()
+		got.WriteString(out)
+		if got.String() != want {
+			t.Fatalf("pieces of %d bytes: let through %q, want %q", size, got.String(), want)
+		}
+	}
+	// Plain prose is let through at once, but for its last word (and,
+	// with deny terms, the bytes a term could start in).
+	s := Config{Email: Redact, Phone: Redact, Card: Block}.NewStream()
+	if out, _ := s.Write("おすすめは「ワンピース」です。 Enjoy reading"); out != "おすすめは「ワンピース」です。 Enjoy " {
+		t.Errorf("prose let through as %q", out)
+	}
+}
+
+func TestStreamBlocksACardSplitAcrossPieces(t *testing.T) {
+	s := Config{Card: Block}.NewStream()
+	var sent strings.Builder
+	for _, p := range []string{"Your card 4111 11", "11 1111 1111 was", " charged."} {
+		out, v := s.Write(p)
+		if v.Blocked {
+			if strings.Contains(sent.String(), "4111") {
+				t.Fatalf("part of the card was let through before the block: %q", sent.String())
+			}
+			return
+		}
+		sent.WriteString(out)
+	}
+	t.Fatalf("the card was never blocked; let through %q", sent.String())
+}
