@@ -235,9 +235,9 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 		Budgeter:       budgeter{enf: enf, current: s.config, hints: hints},
 		Planner:        planner{breakers: s.Breakers, ledger: ledger, queue: q},
 		Reserver:       reserver{ledger: ledger, breakers: s.Breakers, queue: q, current: s.config, hints: hints, obs: s.Metrics},
-		Invoker:  invoker{retrier: retrier, breakers: s.Breakers, obs: s.Metrics},
-		Fallback: cascade{r: resolver, current: s.config},
-		Judge:    judger,
+		Invoker:        invoker{retrier: retrier, breakers: s.Breakers, obs: s.Metrics},
+		Fallback:       cascade{r: resolver, current: s.config},
+		Judge:          judger,
 	}, nil
 }
 

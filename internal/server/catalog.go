@@ -20,10 +20,10 @@ import (
 // retriever is the retrieval step: the catalog search behind the "search"
 // breaker, its results fitted into what the token budget left.
 type retriever struct {
-	ix      *catalog.Service
-	br      breaker.Breaker
-	enf     *budget.Enforcer
-	topK    int
+	ix   *catalog.Service
+	br   breaker.Breaker
+	enf  *budget.Enforcer
+	topK int
 	// current is the config in force, for a turn that took no snapshot;
 	// the context is estimated for the turn's first tier.
 	current func() *config.Config

@@ -191,7 +191,7 @@ type reserver struct {
 	// a tier's maxOutputTokens is the turn's config's (configOf).
 	current func() *config.Config
 	hints   *provider.CacheHints
-	obs       observer
+	obs     observer
 }
 
 func (r reserver) Reserve(ctx context.Context, t *gateway.Turn, model string) (gateway.Lease, error) {

@@ -185,6 +185,7 @@ func (s *Server) simulate(prev, cfg config.Config) {
 		}
 	}
 }
+
 // invalidConfig is the refusal of a file that does not load or validate.
 func invalidConfig(err error) *ReloadError {
 	problems := []string{err.Error()}
