@@ -204,7 +204,7 @@ func (e *Estimator) Estimate(model string, p Parts) Estimate {
 	}
 	est.HistoryEach = make([]int, len(p.History))
 	for i, m := range p.History {
-		est.HistoryEach[i], f = msg(Count(m.Content+m.ToolText()), true)
+		est.HistoryEach[i], f = msg(Count(m.Content+m.ToolText()+m.ThinkingText()), true)
 		img := m.ImageTokens()
 		est.HistoryEach[i] += img
 		est.History += est.HistoryEach[i]

@@ -316,12 +316,16 @@ type Model struct {
 	// Capabilities are what the tier can do beyond plain text:
 	// CapabilityTools (call the tools a request offers), CapabilityPrefill
 	// (continue an answer the client started), CapabilityTopK (sample
-	// with top_k), CapabilitySeed (repeat an answer for a seed) and
-	// CapabilityVision (read the images a request carries). A request that
-	// needs one skips the tiers without it rather than reach a model that
-	// would ignore it. Default: every capability fmgate can pass to the
-	// tier's provider — tools and vision on every provider, prefill and
-	// top_k on all but openai, seed on openai and the simulator; list
+	// with top_k), CapabilitySeed (repeat an answer for a seed),
+	// CapabilityVision (read the images a request carries) and
+	// CapabilityThinking (reason before answering: Anthropic's extended
+	// thinking). A request that needs one skips the tiers without it
+	// rather than reach a model that would ignore it. Default: every
+	// capability fmgate can pass to the tier's provider — tools and vision
+	// on every provider, prefill and top_k on all but openai, seed on
+	// openai and the simulator, thinking on the simulator and on anthropic
+	// and bedrock tiers whose modelId is a Claude model that thinks
+	// (Claude 3.7 Sonnet, the Claude 4 family and later); list
 	// "text" alone for a model that can only write text (e.g. an
 	// OpenAI-compatible server without function calling or images).
 	Capabilities []string `yaml:"capabilities"`
@@ -384,10 +388,12 @@ const (
 	CapabilityTopK    = "top_k"
 	CapabilitySeed    = "seed"
 	CapabilityVision  = "vision"
+	// CapabilityThinking is Anthropic's extended thinking.
+	CapabilityThinking = "thinking"
 )
 
 // capabilities are every capability a tier may list.
-var capabilities = []string{CapabilityText, CapabilityTools, CapabilityPrefill, CapabilityTopK, CapabilitySeed, CapabilityVision}
+var capabilities = []string{CapabilityText, CapabilityTools, CapabilityPrefill, CapabilityTopK, CapabilitySeed, CapabilityVision, CapabilityThinking}
 
 // Can reports whether the tier has capability c.
 func (m Model) Can(c string) bool {
@@ -402,10 +408,30 @@ func (m Model) Can(c string) bool {
 			return m.Provider != "openai" // OpenAI's API has neither
 		case CapabilitySeed:
 			return m.Provider == "openai" || m.Provider == "" || m.Provider == "sim" // nor Anthropic's and Bedrock's this
+		case CapabilityThinking:
+			return m.Provider == "" || m.Provider == "sim" || (m.Provider == "anthropic" || m.Provider == "bedrock") && ThinkingModel(m.ModelID)
 		}
 		return false
 	}
 	return slices.Contains(m.Capabilities, c)
+}
+
+// ThinkingModel reports whether id, an Anthropic or Bedrock model id
+// (claude-sonnet-4-5, anthropic.claude-3-7-sonnet-20250219-v1:0, an
+// inference profile of one), names a Claude model with extended thinking:
+// Claude 3.7 Sonnet, and the Opus, Sonnet and Haiku models from 4 on.
+// Older Claude models refuse a request that asks for it.
+func ThinkingModel(id string) bool {
+	if strings.Contains(id, "claude-3-7-sonnet") {
+		return true
+	}
+	for _, family := range []string{"claude-opus-", "claude-sonnet-", "claude-haiku-"} {
+		if i := strings.Index(id, family); i >= 0 {
+			rest := id[i+len(family):]
+			return rest != "" && rest[0] >= '4' && rest[0] <= '9'
+		}
+	}
+	return false
 }
 
 // PromptCaching values (Model.PromptCaching).

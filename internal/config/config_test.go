@@ -91,7 +91,7 @@ func TestParseNamesFieldPaths(t *testing.T) {
 		{"empty allowed host", "server:\n  allowedHosts: [\"\"]\n", `server.allowedHosts[0]: "" is not a host name or pattern`},
 		{"no images per request", "server:\n  images: {maxPerRequest: 0}\n", "server.images.maxPerRequest: must be > 0"},
 		{"negative image size", "server:\n  images: {maxBytes: -1}\n", "server.images.maxBytes: must be > 0"},
-		{"unknown capability", "models:\n  - {name: sonnet, provider: sim, modelId: s, contextWindow: 1000, maxOutputTokens: 10, capabilities: [text, eyes]}\n", `models[0].capabilities: "eyes" is not a capability (use one of text, tools, prefill, top_k, seed, vision)`},
+		{"unknown capability", "models:\n  - {name: sonnet, provider: sim, modelId: s, contextWindow: 1000, maxOutputTokens: 10, capabilities: [text, eyes]}\n", `models[0].capabilities: "eyes" is not a capability (use one of text, tools, prefill, top_k, seed, vision, thinking)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

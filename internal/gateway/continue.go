@@ -22,11 +22,12 @@ const continuationNote = "The assistant's last message was cut off by a technica
 // continuation per turn; its first token must come within deadline.attempt
 // and its retries fit in deadline.firstByte. The result bills both parts.
 // Off, when the turn offers tools (a continued answer could not call
-// them), or when no tier is left or the failure was not the model's (the
+// them) or asks for thinking (a continuation is a prefill, which thinking
+// does not allow), or when no tier is left or the failure was not the model's (the
 // client left or was too slow, the stream hit its maximum duration), the
 // cut answer ends with its error as before.
 func (g *Gateway) continueAnswer(ctx context.Context, t *Turn, route []string, res *Result, err error, out Output) (*Result, error) {
-	if err == nil || res == nil || res.Text == "" || len(t.Tools) > 0 || t.Format.Kind != provider.FormatText || t.Prefill != "" ||
+	if err == nil || res == nil || res.Text == "" || len(t.Tools) > 0 || t.Thinking != nil || t.Format.Kind != provider.FormatText || t.Prefill != "" ||
 		!g.cfgOf(t).Stream.Continuation || !out.Started() || ctx.Err() != nil || !continuable(err) {
 		return res, err
 	}

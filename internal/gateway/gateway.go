@@ -395,7 +395,7 @@ func (g *Gateway) tiersFor(t *Turn) []string {
 	}
 	able := make([]string, 0, len(tiers))
 	for i, name := range tiers {
-		if canAll(models[from+i], needs) && t.mayUse(name) {
+		if canAll(models[from+i], needs) && roomToThink(t, models[from+i].MaxOutputTokens) == nil && t.mayUse(name) {
 			able = append(able, name)
 		}
 	}
@@ -434,7 +434,22 @@ func (t *Turn) needs() []string {
 	if t.HasImages() {
 		n = append(n, config.CapabilityVision)
 	}
+	if t.Thinking != nil {
+		n = append(n, config.CapabilityThinking)
+	}
 	return n
+}
+
+// roomToThink refuses a thinking turn whose output, capped at maxOut
+// tokens (a tier's maxOutputTokens, the budgets' grant), leaves no room for
+// an answer after its thinking budget: Anthropic refuses a max_tokens not
+// above budget_tokens, and the gateway does not shrink either silently.
+func roomToThink(t *Turn, maxOut int) error {
+	if t.Thinking == nil || maxOut <= 0 || maxOut > t.Thinking.BudgetTokens {
+		return nil
+	}
+	return invalid("thinking.budget_tokens: %d leaves no room for an answer within the %d output tokens this request is granted (budget.requestOutput, the session's output budget, the tiers' maxOutputTokens); ask for a smaller budget",
+		t.Thinking.BudgetTokens, maxOut)
 }
 
 func canAll(m config.Model, needs []string) bool {

@@ -73,7 +73,12 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	if len(tiers) > 0 {
 		t.firstTier = tiers[0]
 	}
-	if err := g.step(ctx, "budget", func(ctx context.Context) error { return g.budget.Check(ctx, t, t.firstTier) }); err != nil {
+	if err := g.step(ctx, "budget", func(ctx context.Context) error {
+		if err := g.budget.Check(ctx, t, t.firstTier); err != nil {
+			return err
+		}
+		return roomToThink(t, t.MaxOutput) // the output granted must hold the reasoning asked for, and an answer
+	}); err != nil {
 		return nil, err
 	}
 	// 4½. Retrieve: catalog context for the question, within its share of the deadline.
@@ -341,6 +346,9 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 	a.m, _ = g.cfgOf(t).Model(model)
 	req := g.request(t, a.m)
 	shapeRequest(t, a.m, req)
+	// A thinking turn is not simplified: a brief answer's few tokens leave
+	// no room for the reasoning it asked for.
+	simplified = simplified && t.Thinking == nil
 	if simplified {
 		req = g.fallback.Simplify(req, model)
 	}
@@ -419,6 +427,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		StopReason:    a.resp.StopReason,
 		StopSequence:  a.resp.StopSequence,
 		ToolCalls:     a.resp.ToolCalls,
+		Thinking:      a.resp.Thinking,
 		Degraded:      model != t.firstTier || t.ContextUnavailable,
 		Confidence:    a.m.Confidence,
 		Usage:         a.usage,
@@ -452,7 +461,23 @@ func (g *Gateway) call(ctx context.Context, t *Turn, p provider.Provider, req *p
 	if takesWhole(out) {
 		w.byteDeadline, w.shortIdle = t.Received.Add(g.firstByteBudget(t)), g.cfgOf(t).Deadline.Attempt
 	}
-	r, err := p.Stream(w, req, func(text string) error {
+	sctx := context.Context(w)
+	if req.Thinking != nil {
+		// The reasoning is the model's first tokens: they keep the
+		// watchdog from taking a thinking model for a silent one, and go
+		// to a door that shows them.
+		think, _ := out.(Thinker)
+		sctx = provider.WithThinking(w, func(d provider.ThinkingDelta) error {
+			if w.token() {
+				*ttft = g.now().Sub(start)
+			}
+			if think == nil {
+				return nil
+			}
+			return think.Think(d)
+		})
+	}
+	r, err := p.Stream(sctx, req, func(text string) error {
 		if w.token() {
 			*ttft = g.now().Sub(start)
 		}
@@ -553,7 +578,8 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 		maxOut = t.MaxOutput
 	}
 	req := &provider.Request{Model: m.Name, System: withContext(t.System, t.Context), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
-		Temperature: t.Temperature, TopP: t.TopP, TopK: t.TopK, Seed: t.Seed, StopSequences: t.StopSequences, CacheKey: t.PromptCacheKey, Tools: t.Tools, ToolChoice: t.ToolChoice}
+		Temperature: t.Temperature, TopP: t.TopP, TopK: t.TopK, Seed: t.Seed, StopSequences: t.StopSequences, CacheKey: t.PromptCacheKey, Tools: t.Tools, ToolChoice: t.ToolChoice,
+		Thinking: t.Thinking}
 	markPrefixes(t, m, req)
 	return req
 }

@@ -179,6 +179,14 @@ func (o *tracedOutput) BeginTier(tier, modelID string, degraded bool) {
 
 func (o *tracedOutput) BeginTrace(traceID string) { beginTrace(o.Output, traceID) }
 
+// Think reaches the front door's output through the tracing wrapper.
+func (o *tracedOutput) Think(d provider.ThinkingDelta) error {
+	if th, ok := o.Output.(Thinker); ok {
+		return th.Think(d)
+	}
+	return nil
+}
+
 // WholeAnswer is the front door's output's own answer.
 func (o *tracedOutput) WholeAnswer() bool { return takesWhole(o.Output) }
 

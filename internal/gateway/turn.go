@@ -87,6 +87,13 @@ type Turn struct {
 	// schema): checked on every tier's answer, and never answered in
 	// prose by the tiers below the models.
 	Format provider.Format
+	// Thinking asks the model to reason before it answers (a vendor front
+	// door's extended thinking). Only tiers with the thinking capability,
+	// and whose maxOutputTokens exceed its budget, serve the turn; the
+	// reasoning comes back in Result.Thinking and, as it streams, to an
+	// Output that is a Thinker. The tiers below the models may still
+	// answer in prose, without reasoning.
+	Thinking *provider.Thinking
 
 	// ClientIP is the client's address through the state hash (see
 	// Gateway.clientIP, Deps.StateHasher), for the per-address rate limit;
@@ -201,6 +208,9 @@ type Result struct {
 	// ToolCalls are the tools the model called, after Text (StopReason
 	// provider.StopToolUse).
 	ToolCalls []provider.ToolCall
+	// Thinking is the model's reasoning before Text, when the turn asked
+	// for it and the model gave any.
+	Thinking []provider.ThinkingBlock
 	// Continued is set when the next tier finished an answer whose model
 	// failed mid-stream (stream.continuation); Parts are the tiers that wrote
 	// the text, in order. Usage and CostUSD then add up both parts.
@@ -242,6 +252,14 @@ type Output interface {
 // tier after Discard.
 type TierAware interface {
 	BeginTier(tier, modelID string, degraded bool)
+}
+
+// Thinker is an optional Output that takes the model's reasoning as it
+// streams, before the answer's text: a vendor front door that shows
+// thinking blocks. What it took goes with the text on Discard; it must
+// not reach the client before the text may (Started).
+type Thinker interface {
+	Think(d provider.ThinkingDelta) error
 }
 
 // TraceAware is an optional Output that learns the turn's trace id when the

@@ -28,6 +28,10 @@ type Message struct {
 	Content string
 	// Cache marks the ends of prompt prefixes within Content, in order.
 	Cache []CacheMark
+	// Thinking, on an assistant message, is the reasoning the model wrote
+	// before its text and tool calls, passed back to the vendor unchanged
+	// (signatures and redacted data intact).
+	Thinking []ThinkingBlock
 	// ToolCalls, on an assistant message, are the tools it called, after
 	// its text.
 	ToolCalls []ToolCall
@@ -101,6 +105,8 @@ type Request struct {
 	ToolChoice ToolChoice
 	// Format is the answer's required shape; the zero value is free text.
 	Format Format
+	// Thinking, when set, asks the model to reason before it answers.
+	Thinking *Thinking
 }
 
 // TokenCounter is a provider whose vendor counts a request's input tokens
@@ -158,6 +164,9 @@ type Response struct {
 	// ToolCalls are the tools the model called, after Text (StopReason
 	// StopToolUse). A streamed answer's tool calls arrive here whole.
 	ToolCalls []ToolCall
+	// Thinking is the model's reasoning before Text, when the request
+	// asked for it; a streamed answer's blocks arrive here whole too.
+	Thinking []ThinkingBlock
 	// ModelID is the provider's own model identifier that served the call.
 	ModelID string
 	// TTFT is the time from the call until the first token arrived.

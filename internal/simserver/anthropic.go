@@ -115,7 +115,7 @@ func (a anthropicAnswer) json(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	msg.Content = anthropic.Blocks(resp.Text, resp.ToolCalls)
+	msg.Content = anthropic.Blocks(resp.Thinking, resp.Text, resp.ToolCalls)
 	msg.StopReason = anthropic.Ptr(anthropic.StopReason(resp.StopReason))
 	if resp.StopSequence != "" {
 		msg.StopSequence = anthropic.Ptr(resp.StopSequence)
@@ -131,26 +131,73 @@ func (a anthropicAnswer) stream(w http.ResponseWriter, r *http.Request) {
 	// usage is set once the call is admitted: a call refused before then
 	// billed nothing.
 	start := anthropic.NewMessage(a.id, a.modelID())
-	blockOpen := false
-	open := func() error {
-		if blockOpen {
+	// next is the index of the next content block; the thinking blocks
+	// come first, then the text block at textAt.
+	next, thinkingAt, textAt := 0, -1, -1
+	begin := func() error {
+		if ev.Began() {
 			return nil
 		}
-		blockOpen = true
 		if err := ev.MessageStart(start); err != nil {
-			return err
-		}
-		if err := ev.BlockStart(0); err != nil {
 			return err
 		}
 		return ev.Ping()
 	}
+	endThinking := func() error {
+		if thinkingAt < 0 {
+			return nil
+		}
+		at := thinkingAt
+		thinkingAt = -1
+		return ev.BlockStop(at)
+	}
+	open := func() error {
+		if textAt >= 0 {
+			return nil
+		}
+		if err := begin(); err != nil {
+			return err
+		}
+		if err := endThinking(); err != nil {
+			return err
+		}
+		textAt = next
+		next++
+		return ev.BlockStart(textAt)
+	}
+	block := -1 // the model's number of the thinking block being sent
+	think := func(d provider.ThinkingDelta) error {
+		if err := begin(); err != nil {
+			return err
+		}
+		if d.Redacted != "" {
+			if err := endThinking(); err != nil {
+				return err
+			}
+			next++
+			return ev.RedactedThinking(next-1, d.Redacted)
+		}
+		if thinkingAt < 0 || d.Block != block {
+			if err := endThinking(); err != nil {
+				return err
+			}
+			block, thinkingAt = d.Block, next
+			next++
+			if err := ev.ThinkingStart(thinkingAt); err != nil {
+				return err
+			}
+		}
+		if d.Text != "" {
+			return ev.ThinkingDelta(thinkingAt, d.Text)
+		}
+		return ev.SignatureDelta(thinkingAt, d.Signature)
+	}
 	admitted := func(u provider.Usage) { start.Usage = anthropic.UsageOf(u) }
-	resp, err := a.s.StreamAdmitted(r.Context(), a.preq, admitted, func(text string) error {
+	resp, err := a.s.StreamAdmitted(provider.WithThinking(r.Context(), think), a.preq, admitted, func(text string) error {
 		if err := open(); err != nil {
 			return err
 		}
-		return ev.TextDelta(0, text)
+		return ev.TextDelta(textAt, text)
 	})
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -174,14 +221,12 @@ func (a anthropicAnswer) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	next := 0
 	if resp.Text != "" || len(resp.ToolCalls) == 0 {
 		if err := open(); err != nil {
 			return
 		}
-		_ = ev.BlockStop(0)
-		next = 1
-	} else if err := ev.MessageStart(start); err != nil {
+		_ = ev.BlockStop(textAt)
+	} else if err := begin(); err != nil || endThinking() != nil {
 		return
 	}
 	for i, c := range resp.ToolCalls {
@@ -230,6 +275,8 @@ func (a anthropicAnswer) fault(err error) anthropicFault {
 		return anthropicFault{refusal: true}
 	case provider.KindNotFound:
 		return anthropicFault{err: &anthropic.Error{Status: http.StatusNotFound, Type: anthropic.ErrNotFound, Message: msg}}
+	case provider.KindValidation:
+		return anthropicFault{err: &anthropic.Error{Status: http.StatusBadRequest, Type: anthropic.ErrInvalidRequest, Message: msg}}
 	case provider.KindCanceled:
 		return anthropicFault{drop: true}
 	}

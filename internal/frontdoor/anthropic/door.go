@@ -112,7 +112,7 @@ func (d *door) serveMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	servedBy(w.Header(), res.Tier, res.Degraded, res.TraceID)
 	msg := NewMessage(t.RequestID, answeredBy(res.Tier, res.ModelID))
-	msg.Content = Blocks(out.text(), res.ToolCalls)
+	msg.Content = Blocks(res.Thinking, out.text(), res.ToolCalls)
 	msg.StopReason = Ptr(StopReason(res.StopReason))
 	if res.StopSequence != "" {
 		msg.StopSequence = Ptr(res.StopSequence)
@@ -185,6 +185,7 @@ func (d *door) turn(r *http.Request, req *Request, m config.Model) *gateway.Turn
 		StopSequences:     req.StopSequences,
 		Tools:             req.Tools,
 		ToolChoice:        req.ToolChoice,
+		Thinking:          req.Thinking,
 		ToolResults:       req.Messages[last].ToolResults,
 		Images:            req.Messages[last].Images,
 		Route:             "chat",
@@ -207,11 +208,13 @@ type Runner interface {
 }
 
 // Stream runs t through g and answers with the Messages API's event
-// sequence, written by ev: message_start and the text block once the
-// answer begins, the text deltas, pings while the model is silent, then
-// the block's end, message_delta with the stop reason and the usage, and
-// message_stop; a failure after the answer began ends it with an error
-// event. A turn refused or failed before anything was sent returns its
+// sequence, written by ev: message_start once the answer begins, the
+// model's thinking blocks (thinking_delta and signature_delta pieces as
+// the model wrote them, held until the answer's first text so that a
+// failed attempt's reasoning never reaches the client), the text block
+// and its deltas, pings while the model is silent, then the block's end,
+// message_delta with the stop reason and the usage, and message_stop; a
+// failure after the answer began ends it with an error event. A turn refused or failed before anything was sent returns its
 // error, for the caller to answer in its own shape; otherwise nil.
 func Stream(ctx context.Context, g Runner, ev *Events, t *gateway.Turn) error {
 	snd := &sender{ev: ev, id: t.RequestID}
@@ -245,6 +248,25 @@ func (o *streamOutput) BeginTier(tier, modelID string, degraded bool) {
 	o.snd.mu.Unlock()
 }
 
+// Think holds a piece of the model's reasoning until the answer opens.
+func (o *streamOutput) Think(d provider.ThinkingDelta) error {
+	o.snd.mu.Lock()
+	defer o.snd.mu.Unlock()
+	o.snd.thinking = append(o.snd.thinking, d)
+	return nil
+}
+
+// Discard drops the reasoning held with the text, before a retry or a
+// fallback tier answers.
+func (o *streamOutput) Discard() {
+	o.StreamOutput.Discard()
+	o.snd.mu.Lock()
+	defer o.snd.mu.Unlock()
+	if !o.snd.started {
+		o.snd.thinking = nil
+	}
+}
+
 func (o *streamOutput) Finish(res *gateway.Result) error {
 	o.snd.mu.Lock()
 	o.snd.res = res
@@ -267,7 +289,11 @@ type sender struct {
 	degraded bool
 	res      *gateway.Result
 	started  bool
-	text     bool // the text block is open
+	text     bool // the text block is open, at index textAt
+	textAt   int
+	next     int // the index of the next content block
+	// thinking is the reasoning held until the answer opens.
+	thinking []provider.ThinkingDelta
 }
 
 func (s *sender) began() bool {
@@ -295,7 +321,7 @@ func (s *sender) Send(ctx context.Context, frame []byte) error {
 		if err := s.openLocked(true); err != nil {
 			return err
 		}
-		return s.ev.TextDelta(0, f.Chunk.Text)
+		return s.ev.TextDelta(s.textAt, f.Chunk.Text)
 	case stream.TypeHeartbeat:
 		if !s.started {
 			return nil
@@ -320,15 +346,13 @@ func (s *sender) Send(ctx context.Context, frame []byte) error {
 				seq = Ptr(s.res.StopSequence)
 			}
 		}
-		next := 0
 		if s.text {
-			if err := s.ev.BlockStop(0); err != nil {
+			if err := s.ev.BlockStop(s.textAt); err != nil {
 				return err
 			}
-			next = 1
 		}
 		for i, c := range calls {
-			if err := s.ev.ToolUse(next+i, c); err != nil {
+			if err := s.ev.ToolUse(s.next+i, c); err != nil {
 				return err
 			}
 		}
@@ -346,8 +370,9 @@ func (s *sender) Send(ctx context.Context, frame []byte) error {
 	return nil
 }
 
-// openLocked sends the headers and message_start, and with text the text
-// block's start (an answer of tool calls alone has no text block).
+// openLocked sends the headers, message_start and the reasoning held, and
+// with text the text block's start (an answer of tool calls alone has no
+// text block).
 func (s *sender) openLocked(text bool) error {
 	if !s.started {
 		s.started = true
@@ -355,12 +380,63 @@ func (s *sender) openLocked(text bool) error {
 		if err := s.ev.MessageStart(NewMessage(s.id, s.model)); err != nil {
 			return err
 		}
+		if err := s.thinkLocked(); err != nil {
+			return err
+		}
 	}
 	if !text || s.text {
 		return nil
 	}
-	s.text = true
-	return s.ev.BlockStart(0)
+	s.text, s.textAt = true, s.next
+	s.next++
+	return s.ev.BlockStart(s.textAt)
+}
+
+// thinkLocked sends the reasoning held: each thinking block's start, its
+// pieces and its signature, and its stop; a redacted block whole.
+func (s *sender) thinkLocked() error {
+	open, at := -1, 0 // the block being sent, by the model's number, and its index
+	stop := func() error {
+		if open < 0 {
+			return nil
+		}
+		open = -1
+		return s.ev.BlockStop(at)
+	}
+	for _, d := range s.thinking {
+		if d.Redacted != "" {
+			if err := stop(); err != nil {
+				return err
+			}
+			if err := s.ev.RedactedThinking(s.next, d.Redacted); err != nil {
+				return err
+			}
+			s.next++
+			continue
+		}
+		if d.Block != open {
+			if err := stop(); err != nil {
+				return err
+			}
+			open, at = d.Block, s.next
+			s.next++
+			if err := s.ev.ThinkingStart(at); err != nil {
+				return err
+			}
+		}
+		if d.Text != "" {
+			if err := s.ev.ThinkingDelta(at, d.Text); err != nil {
+				return err
+			}
+		}
+		if d.Signature != "" {
+			if err := s.ev.SignatureDelta(at, d.Signature); err != nil {
+				return err
+			}
+		}
+	}
+	s.thinking = nil
+	return stop()
 }
 
 func servedBy(h http.Header, tier string, degraded bool, traceID string) {

@@ -93,6 +93,9 @@ type Request struct {
 	// Tools the model may call, and tool_choice.
 	Tools      []provider.Tool
 	ToolChoice provider.ToolChoice
+	// Thinking is thinking {type: enabled, budget_tokens}; nil when
+	// absent or disabled.
+	Thinking *provider.Thinking
 }
 
 // ProviderRequest is r as a model call for the model named model.
@@ -104,7 +107,7 @@ func (r *Request) ProviderRequest(model string) *provider.Request {
 	return &provider.Request{
 		Model: model, System: r.System, SystemCache: slices.Clone(r.SystemCache), Messages: msgs,
 		MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK, StopSequences: slices.Clone(r.StopSequences),
-		Tools: r.Tools, ToolChoice: r.ToolChoice,
+		Tools: r.Tools, ToolChoice: r.ToolChoice, Thinking: r.Thinking,
 	}
 }
 
@@ -126,9 +129,9 @@ func invalid(format string, args ...any) *Error {
 }
 
 // supported are the request fields this server honours. Every other field
-// Anthropic defines (thinking, service_tier, container, mcp_servers, …) is
-// refused by name, never silently dropped.
-var supported = []string{"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k", "stream", "metadata", "tools", "tool_choice"}
+// Anthropic defines (service_tier, container, mcp_servers, …) is refused
+// by name, never silently dropped.
+var supported = []string{"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k", "stream", "metadata", "tools", "tool_choice", "thinking"}
 
 // DecodeRequest reads and validates a Messages request of at most maxBytes
 // (DefaultMaxBodyBytes when <= 0). A refusal is an *Error in Anthropic's
@@ -160,16 +163,26 @@ func decodeWithModel(fields map[string]json.RawMessage, images vision.Limits) (*
 }
 
 // countFields are the fields of a count_tokens body fmgate counts.
-var countFields = []string{"model", "messages", "system", "tools", "tool_choice"}
+var countFields = []string{"model", "messages", "system", "tools", "tool_choice", "thinking"}
 
-// DecodeCountTokens reads a count_tokens body: model, messages and system,
-// refused as DecodeRequest refuses them (tools, thinking… by name).
+// DecodeCountTokens reads a count_tokens body: model, messages, system,
+// tools and thinking, refused as DecodeRequest refuses them.
 func DecodeCountTokens(body io.Reader, maxBytes int64, images vision.Limits) (*Request, *Error) {
 	fields, werr := readFields(body, maxBytes, countFields)
 	if werr != nil {
 		return nil, werr
 	}
 	fields["max_tokens"] = json.RawMessage("1") // counting asks for no answer
+	if th, ok := fields["thinking"]; ok && !isNull(th) {
+		// Its budget is checked as a request's would be, against a
+		// max_tokens above it: counting asks for no answer.
+		var b struct {
+			BudgetTokens int `json:"budget_tokens"`
+		}
+		if json.Unmarshal(th, &b) == nil && b.BudgetTokens > 0 {
+			fields["max_tokens"] = json.RawMessage(strconv.Itoa(b.BudgetTokens + 1))
+		}
+	}
 	return decodeWithModel(fields, images)
 }
 
@@ -179,7 +192,7 @@ const BedrockVersion = "bedrock-2023-05-31"
 
 // invokeFields are the fields of a Messages body on Bedrock's InvokeModel:
 // the model is in the path and streaming is the route's, not the body's.
-var invokeFields = []string{"anthropic_version", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "tools", "tool_choice"}
+var invokeFields = []string{"anthropic_version", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "tools", "tool_choice", "thinking"}
 
 // DecodeInvokeBody reads and validates the Messages body of a Bedrock
 // InvokeModel call (anthropic_version bedrock-2023-05-31, no model): the
@@ -333,6 +346,9 @@ func (r *Request) decode(fields map[string]json.RawMessage, images vision.Limits
 	if n := len(msgs); n >= 2 && msgs[n-1].Role == provider.RoleAssistant {
 		r.Messages, r.Prefill = msgs[:n-1], msgs[n-1].Content
 	}
+	if r.Thinking, werr = decodeThinking(fields["thinking"], r); werr != nil {
+		return werr
+	}
 	if n := r.ProviderRequest("").CacheMarks(); n > provider.MaxCacheMarks {
 		return invalid("A maximum of %d blocks with cache_control may be provided. Found %d.", provider.MaxCacheMarks, n)
 	}
@@ -431,9 +447,10 @@ func decodeMessages(v json.RawMessage, rd *vision.Reader) ([]provider.Message, *
 			prev.ToolCalls = append(prev.ToolCalls, c.calls...)
 			prev.ToolResults = append(prev.ToolResults, c.results...)
 			prev.Images = append(prev.Images, c.images...)
+			prev.Thinking = append(prev.Thinking, c.thinking...)
 			continue
 		}
-		out = append(out, provider.Message{Role: role, Content: c.text, Cache: c.marks, ToolCalls: c.calls, ToolResults: c.results, Images: c.images})
+		out = append(out, provider.Message{Role: role, Content: c.text, Cache: c.marks, ToolCalls: c.calls, ToolResults: c.results, Images: c.images, Thinking: c.thinking})
 	}
 	last := out[len(out)-1]
 	if last.Role == provider.RoleAssistant {
@@ -443,6 +460,8 @@ func decodeMessages(v json.RawMessage, rd *vision.Reader) ([]provider.Message, *
 			return nil, invalid("messages: the first message must have role \"user\"")
 		case len(last.ToolCalls) > 0:
 			return nil, invalid("messages: the last message may not hold tool_use blocks (a tool call needs its result in a user message)")
+		case len(last.Thinking) > 0:
+			return nil, invalid("messages: a final assistant message (a prefill) cannot contain thinking or redacted_thinking blocks")
 		case strings.TrimSpace(last.Content) == "":
 			return nil, invalid("messages: a final assistant message (a prefill) must not be empty")
 		case strings.TrimRightFunc(last.Content, unicode.IsSpace) != last.Content:
@@ -472,13 +491,14 @@ func decodeContent(v json.RawMessage, path string) (string, []provider.CacheMark
 }
 
 // content is a message's content: its text blocks joined by a blank line,
-// the cache marks in it, its tool blocks and its images.
+// the cache marks in it, its tool blocks, its images and its thinking.
 type content struct {
-	text    string
-	marks   []provider.CacheMark
-	calls   []provider.ToolCall
-	results []provider.ToolResult
-	images  []provider.Image
+	text     string
+	marks    []provider.CacheMark
+	calls    []provider.ToolCall
+	results  []provider.ToolResult
+	images   []provider.Image
+	thinking []provider.ThinkingBlock
 }
 
 // decodeBlocks reads a string, or a list of blocks: text, and tool_use
@@ -549,10 +569,18 @@ func decodeBlocks(v json.RawMessage, path string, role provider.Role, rd *vision
 			c.images = append(c.images, im)
 		case typ == "image":
 			return c, invalid("%s: image blocks are supported in user messages only (not in system prompts, tool results or assistant messages)", bp)
+		case (typ == "thinking" || typ == "redacted_thinking") && role == provider.RoleAssistant:
+			th, err := decodeThinkingBlock(b, bp, typ)
+			if err != nil {
+				return c, err
+			}
+			c.thinking = append(c.thinking, th)
+		case typ == "thinking" || typ == "redacted_thinking":
+			return c, invalid("%s: %s blocks belong in assistant messages", bp, typ)
 		case typ == "tool_use" || typ == "tool_result":
 			return c, invalid("%s: %s blocks belong in %s messages", bp, typ, map[string]string{"tool_use": "assistant", "tool_result": "user"}[typ])
 		default:
-			return c, invalid("%s: content blocks of type %q are not supported (text, image, tool_use and tool_result are)", bp, typ)
+			return c, invalid("%s: content blocks of type %q are not supported (text, image, tool_use, tool_result, thinking and redacted_thinking are)", bp, typ)
 		}
 		if cc, ok := b["cache_control"]; ok && !isNull(cc) {
 			ttl, err := decodeCacheControl(cc, bp+".cache_control")
@@ -660,6 +688,94 @@ func decodeToolResult(b map[string]json.RawMessage, path string) (provider.ToolR
 		r.Content = c.text
 	}
 	return r, nil
+}
+
+// decodeThinkingBlock reads an assistant's thinking block (its thinking
+// text and signature) or redacted_thinking block (its data), to be sent
+// back to the model unchanged.
+func decodeThinkingBlock(b map[string]json.RawMessage, path, typ string) (provider.ThinkingBlock, *Error) {
+	var th provider.ThinkingBlock
+	if typ == "redacted_thinking" {
+		if err := onlyKeys(b, path, "type", "data"); err != nil {
+			return th, err
+		}
+		if err := decodeString(b, "data", &th.Redacted); err != nil || th.Redacted == "" {
+			return th, invalid("%s.data: Field required", path)
+		}
+		return th, nil
+	}
+	if err := onlyKeys(b, path, "type", "thinking", "signature"); err != nil {
+		return th, err
+	}
+	if _, ok := b["thinking"]; !ok {
+		return th, invalid("%s.thinking: Field required", path)
+	}
+	if err := decodeString(b, "thinking", &th.Text); err != nil {
+		return th, invalid("%s.thinking: must be a string", path)
+	}
+	if err := decodeString(b, "signature", &th.Signature); err != nil || th.Signature == "" {
+		return th, invalid("%s.signature: Field required", path)
+	}
+	return th, nil
+}
+
+// decodeThinking reads thinking, {"type": "enabled", "budget_tokens": N}
+// or {"type": "disabled"}, and checks what Anthropic checks of a request
+// that thinks: a budget of at least provider.MinThinkingBudget and below
+// max_tokens, no forced tool, no prefill, temperature 1 if set, top_p of
+// at least 0.95 if set, no top_k. Adaptive thinking is refused by name.
+func decodeThinking(v json.RawMessage, r *Request) (*provider.Thinking, *Error) {
+	if v == nil || isNull(v) {
+		return nil, nil
+	}
+	var f map[string]json.RawMessage
+	if err := json.Unmarshal(v, &f); err != nil || f == nil {
+		return nil, invalid("thinking: must be an object like {\"type\": \"enabled\", \"budget_tokens\": 2048}")
+	}
+	var typ string
+	if err := decodeString(f, "type", &typ); err != nil {
+		return nil, invalid("thinking.type: must be a string")
+	}
+	switch typ {
+	case "disabled":
+		if err := onlyKeys(f, "thinking", "type"); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	case "enabled":
+	case "":
+		return nil, invalid("thinking.type: Field required")
+	default:
+		return nil, invalid("thinking.type: %q is not supported by this server (\"enabled\" with budget_tokens, and \"disabled\", are)", typ)
+	}
+	if err := onlyKeys(f, "thinking", "type", "budget_tokens"); err != nil {
+		return nil, err
+	}
+	raw, ok := f["budget_tokens"]
+	if !ok || isNull(raw) {
+		return nil, invalid("thinking.enabled.budget_tokens: Field required")
+	}
+	th := &provider.Thinking{}
+	if err := json.Unmarshal(raw, &th.BudgetTokens); err != nil {
+		return nil, invalid("thinking.enabled.budget_tokens: must be an integer")
+	}
+	switch {
+	case th.BudgetTokens < provider.MinThinkingBudget:
+		return nil, invalid("thinking.enabled.budget_tokens: Input should be greater than or equal to %d", provider.MinThinkingBudget)
+	case r.MaxTokens <= th.BudgetTokens:
+		return nil, invalid("max_tokens: must be greater than thinking.budget_tokens (%d): the reasoning counts within max_tokens", th.BudgetTokens)
+	case r.ToolChoice.Forced():
+		return nil, invalid("tool_choice: Thinking may not be enabled when tool_choice forces tool use (use \"auto\" or \"none\")")
+	case r.Prefill != "":
+		return nil, invalid("messages: a final assistant message (a prefill) cannot be used when thinking is enabled")
+	case r.Temperature != nil && *r.Temperature != 1:
+		return nil, invalid("temperature: may only be set to 1 when thinking is enabled")
+	case r.TopP != nil && *r.TopP < 0.95:
+		return nil, invalid("top_p: must be at least 0.95, or unset, when thinking is enabled")
+	case r.TopK != nil:
+		return nil, invalid("top_k: is not compatible with thinking")
+	}
+	return th, nil
 }
 
 // decodeTools reads tools: client tools with a name, a description and an
@@ -806,7 +922,8 @@ func NewMessage(id, model string) Message {
 	return Message{ID: id, Type: "message", Role: "assistant", Model: model, Content: []ContentBlock{}}
 }
 
-// ContentBlock is a block of an answer: text, or a tool_use.
+// ContentBlock is a block of an answer: text, a tool_use, or the model's
+// reasoning before them (thinking, redacted_thinking).
 type ContentBlock struct {
 	Type string
 	Text string
@@ -814,11 +931,17 @@ type ContentBlock struct {
 	ID    string
 	Name  string
 	Input json.RawMessage
+	// Thinking and Signature are a thinking block's; Data is a
+	// redacted_thinking block's.
+	Thinking  string
+	Signature string
+	Data      string
 }
 
 // MarshalJSON writes the block's fields for its type.
 func (b ContentBlock) MarshalJSON() ([]byte, error) {
-	if b.Type == "tool_use" {
+	switch b.Type {
+	case "tool_use":
 		input := b.Input
 		if len(input) == 0 {
 			input = json.RawMessage("{}")
@@ -829,6 +952,17 @@ func (b ContentBlock) MarshalJSON() ([]byte, error) {
 			Name  string          `json:"name"`
 			Input json.RawMessage `json:"input"`
 		}{b.Type, b.ID, b.Name, input})
+	case "thinking":
+		return json.Marshal(struct {
+			Type      string `json:"type"`
+			Thinking  string `json:"thinking"`
+			Signature string `json:"signature"`
+		}{b.Type, b.Thinking, b.Signature})
+	case "redacted_thinking":
+		return json.Marshal(struct {
+			Type string `json:"type"`
+			Data string `json:"data"`
+		}{b.Type, b.Data})
 	}
 	return json.Marshal(struct {
 		Type string `json:"type"`
@@ -836,26 +970,44 @@ func (b ContentBlock) MarshalJSON() ([]byte, error) {
 	}{b.Type, b.Text})
 }
 
-// UnmarshalJSON reads a text or tool_use block.
+// UnmarshalJSON reads a text, tool_use, thinking or redacted_thinking
+// block.
 func (b *ContentBlock) UnmarshalJSON(data []byte) error {
 	var v struct {
-		Type  string          `json:"type"`
-		Text  string          `json:"text"`
-		ID    string          `json:"id"`
-		Name  string          `json:"name"`
-		Input json.RawMessage `json:"input"`
+		Type      string          `json:"type"`
+		Text      string          `json:"text"`
+		ID        string          `json:"id"`
+		Name      string          `json:"name"`
+		Input     json.RawMessage `json:"input"`
+		Thinking  string          `json:"thinking"`
+		Signature string          `json:"signature"`
+		Data      string          `json:"data"`
 	}
 	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
-	*b = ContentBlock{Type: v.Type, Text: v.Text, ID: v.ID, Name: v.Name, Input: v.Input}
+	*b = ContentBlock{Type: v.Type, Text: v.Text, ID: v.ID, Name: v.Name, Input: v.Input,
+		Thinking: v.Thinking, Signature: v.Signature, Data: v.Data}
 	return nil
 }
 
-// Blocks is an answer's content: its text, then a tool_use block for each
-// call. The text block is left out when the answer is only tool calls.
-func Blocks(text string, calls []provider.ToolCall) []ContentBlock {
-	out := make([]ContentBlock, 0, 1+len(calls))
+// ThinkingBlock is th as an answer's block: thinking, or
+// redacted_thinking.
+func ThinkingBlock(th provider.ThinkingBlock) ContentBlock {
+	if th.Redacted != "" {
+		return ContentBlock{Type: "redacted_thinking", Data: th.Redacted}
+	}
+	return ContentBlock{Type: "thinking", Thinking: th.Text, Signature: th.Signature}
+}
+
+// Blocks is an answer's content: the model's thinking blocks, its text,
+// then a tool_use block for each call. The text block is left out when
+// the answer is only tool calls.
+func Blocks(thinking []provider.ThinkingBlock, text string, calls []provider.ToolCall) []ContentBlock {
+	out := make([]ContentBlock, 0, len(thinking)+1+len(calls))
+	for _, th := range thinking {
+		out = append(out, ThinkingBlock(th))
+	}
 	if text != "" || len(calls) == 0 {
 		out = append(out, ContentBlock{Type: "text", Text: text})
 	}
@@ -1055,6 +1207,19 @@ type (
 		Type        string `json:"type"`
 		PartialJSON string `json:"partial_json"`
 	}
+	thinkingDelta struct {
+		Type     string `json:"type"`
+		Thinking string `json:"thinking"`
+	}
+	signatureDelta struct {
+		Type      string `json:"type"`
+		Signature string `json:"signature"`
+	}
+	anyDeltaEvent struct {
+		Type  string `json:"type"`
+		Index int    `json:"index"`
+		Delta any    `json:"delta"`
+	}
 	jsonDeltaEvent struct {
 		Type  string    `json:"type"`
 		Index int       `json:"index"`
@@ -1119,6 +1284,36 @@ func (e *Events) ToolUse(index int, call provider.ToolCall) error {
 			return err
 		}
 		input = input[n:]
+	}
+	return e.BlockStop(index)
+}
+
+// ThinkingStart opens thinking block index, its text and signature to
+// come in ThinkingDelta and SignatureDelta.
+func (e *Events) ThinkingStart(index int) error {
+	return e.send("content_block_start", blockStartEvent{Type: "content_block_start", Index: index,
+		ContentBlock: ContentBlock{Type: "thinking"}})
+}
+
+// ThinkingDelta appends text to thinking block index.
+func (e *Events) ThinkingDelta(index int, text string) error {
+	return e.send("content_block_delta", anyDeltaEvent{Type: "content_block_delta", Index: index,
+		Delta: thinkingDelta{Type: "thinking_delta", Thinking: text}})
+}
+
+// SignatureDelta sends the signature of thinking block index, before its
+// stop.
+func (e *Events) SignatureDelta(index int, signature string) error {
+	return e.send("content_block_delta", anyDeltaEvent{Type: "content_block_delta", Index: index,
+		Delta: signatureDelta{Type: "signature_delta", Signature: signature}})
+}
+
+// RedactedThinking sends a redacted_thinking block whole, as block index:
+// its start, with its data, and its stop.
+func (e *Events) RedactedThinking(index int, data string) error {
+	if err := e.send("content_block_start", blockStartEvent{Type: "content_block_start", Index: index,
+		ContentBlock: ContentBlock{Type: "redacted_thinking", Data: data}}); err != nil {
+		return err
 	}
 	return e.BlockStop(index)
 }

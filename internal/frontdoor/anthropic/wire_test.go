@@ -2,6 +2,7 @@ package anthropic
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -245,5 +246,114 @@ func TestDecodeImages(t *testing.T) {
 				t.Fatalf("images %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestDecodeThinking(t *testing.T) {
+	const user = `{"role":"user","content":"Which manga next?"}`
+	body := func(fields, msgs string) string {
+		return `{"model":"m","max_tokens":2048,` + fields + `"messages":[` + msgs + `]}`
+	}
+	tests := []struct {
+		name string
+		give string
+		want *provider.Thinking
+	}{
+		{"enabled", body(`"thinking":{"type":"enabled","budget_tokens":1024},`, user), &provider.Thinking{BudgetTokens: 1024}},
+		{"just below max_tokens", body(`"thinking":{"type":"enabled","budget_tokens":2047},`, user), &provider.Thinking{BudgetTokens: 2047}},
+		{"disabled", body(`"thinking":{"type":"disabled"},`, user), nil},
+		{"null", body(`"thinking":null,`, user), nil},
+		{"absent", body(``, user), nil},
+		{"temperature 1 and top_p 0.95", body(`"thinking":{"type":"enabled","budget_tokens":1024},"temperature":1,"top_p":0.95,`, user), &provider.Thinking{BudgetTokens: 1024}},
+		{"auto tool choice", body(`"thinking":{"type":"enabled","budget_tokens":1024},"tools":[{"name":"a","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto"},`, user), &provider.Thinking{BudgetTokens: 1024}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := DecodeRequest(strings.NewReader(tt.give), 0, vision.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (r.Thinking == nil) != (tt.want == nil) || r.Thinking != nil && *r.Thinking != *tt.want {
+				t.Fatalf("thinking %+v, want %+v", r.Thinking, tt.want)
+			}
+			if got := r.ProviderRequest("sonnet").Thinking; got != r.Thinking {
+				t.Fatalf("the provider request's thinking %+v, want the request's %+v", got, r.Thinking)
+			}
+		})
+	}
+}
+
+// TestDecodeThinkingRefusals: what Anthropic refuses of thinking is a 400
+// invalid_request_error naming the field.
+func TestDecodeThinkingRefusals(t *testing.T) {
+	const user = `{"role":"user","content":"Which manga next?"}`
+	body := func(fields, msgs string) string {
+		return `{"model":"m","max_tokens":2048,` + fields + `"messages":[` + msgs + `]}`
+	}
+	on := `"thinking":{"type":"enabled","budget_tokens":1024},`
+	tests := []struct{ name, give, want string }{
+		{"budget under 1024", body(`"thinking":{"type":"enabled","budget_tokens":1023},`, user), "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"},
+		{"budget equal to max_tokens", body(`"thinking":{"type":"enabled","budget_tokens":2048},`, user), "max_tokens: must be greater than thinking.budget_tokens"},
+		{"budget missing", body(`"thinking":{"type":"enabled"},`, user), "thinking.enabled.budget_tokens: Field required"},
+		{"budget not a number", body(`"thinking":{"type":"enabled","budget_tokens":"lots"},`, user), "thinking.enabled.budget_tokens"},
+		{"no type", body(`"thinking":{"budget_tokens":1024},`, user), "thinking.type: Field required"},
+		{"adaptive", body(`"thinking":{"type":"adaptive"},`, user), `thinking.type: "adaptive" is not supported`},
+		{"display", body(`"thinking":{"type":"enabled","budget_tokens":1024,"display":"omitted"},`, user), "thinking.display"},
+		{"not an object", body(`"thinking":true,`, user), "thinking: must be an object"},
+		{"temperature", body(on+`"temperature":0.5,`, user), "temperature: may only be set to 1"},
+		{"top_p", body(on+`"top_p":0.9,`, user), "top_p: must be at least 0.95"},
+		{"top_k", body(on+`"top_k":5,`, user), "top_k: is not compatible with thinking"},
+		{"forced tool", body(on+`"tools":[{"name":"a","input_schema":{"type":"object"}}],"tool_choice":{"type":"any"},`, user), "tool_choice: Thinking may not be enabled"},
+		{"prefill", body(on, user+`,{"role":"assistant","content":"Start with"}`), "prefill"},
+		{"thinking block from the user", body(``, `{"role":"user","content":[{"type":"thinking","thinking":"x","signature":"s"}]}`), "messages.0.content.0: thinking blocks belong in assistant messages"},
+		{"thinking block without signature", body(``, user+`,{"role":"assistant","content":[{"type":"thinking","thinking":"x"},{"type":"text","text":"Hi"}]},`+user), "messages.1.content.0.signature: Field required"},
+		{"redacted block without data", body(``, user+`,{"role":"assistant","content":[{"type":"redacted_thinking"},{"type":"text","text":"Hi"}]},`+user), "messages.1.content.0.data: Field required"},
+		{"thinking block with cache_control", body(``, user+`,{"role":"assistant","content":[{"type":"thinking","thinking":"x","signature":"s","cache_control":{"type":"ephemeral"}},{"type":"text","text":"Hi"}]},`+user), "messages.1.content.0.cache_control: not supported"},
+		{"thinking in a prefill", body(``, user+`,{"role":"assistant","content":[{"type":"thinking","thinking":"x","signature":"s"},{"type":"text","text":"Start"}]}`), "cannot contain thinking"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeRequest(strings.NewReader(tt.give), 0, vision.Limits{})
+			if err == nil || err.Status != http.StatusBadRequest || err.Type != ErrInvalidRequest || !strings.Contains(err.Message, tt.want) {
+				t.Fatalf("error %v, want a 400 invalid_request_error mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestDecodeThinkingHistory: an assistant's thinking and redacted_thinking
+// blocks are kept, in order and unchanged, to be sent back to the model.
+func TestDecodeThinkingHistory(t *testing.T) {
+	body := `{"model":"m","max_tokens":2048,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[
+		{"role":"user","content":"What is the weather?"},
+		{"role":"assistant","content":[{"type":"redacted_thinking","data":"ZW5jcnlwdGVk"},
+			{"type":"thinking","thinking":"I should call the tool.","signature":"c2lnbmVk"},
+			{"type":"tool_use","id":"t1","name":"get_weather","input":{"city":"Tokyo"}}]},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"Sunny"}]}]}`
+	r, err := DecodeRequest(strings.NewReader(body), 0, vision.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []provider.ThinkingBlock{{Redacted: "ZW5jcnlwdGVk"}, {Text: "I should call the tool.", Signature: "c2lnbmVk"}}
+	got := r.Messages[1].Thinking
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("thinking %+v, want %+v", got, want)
+	}
+	if len(r.Messages[1].ToolCalls) != 1 || r.Messages[1].Content != "" {
+		t.Fatalf("assistant message %+v: want its tool call and no text", r.Messages[1])
+	}
+}
+
+// TestThinkingBlocksEncode: an answer's thinking blocks come before its
+// text, in Anthropic's JSON.
+func TestThinkingBlocksEncode(t *testing.T) {
+	blocks := Blocks([]provider.ThinkingBlock{{Redacted: "ZW5j"}, {Text: "Hmm.", Signature: "c2ln"}}, "Read Frieren.", nil)
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(blocks); err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"type":"redacted_thinking","data":"ZW5j"},{"type":"thinking","thinking":"Hmm.","signature":"c2ln"},{"type":"text","text":"Read Frieren."}]`
+	if got := strings.TrimSpace(buf.String()); got != want {
+		t.Fatalf("blocks %s\nwant %s", got, want)
 	}
 }

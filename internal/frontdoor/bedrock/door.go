@@ -16,6 +16,7 @@ import (
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/stream"
 	"github.com/fmgate/fmgate/internal/vision"
 )
@@ -165,6 +166,7 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.Images = req.Messages[last].Images
 	t.History = req.Messages[:last]
 	t.Tools, t.ToolChoice = req.Tools, req.ToolChoice
+	t.Thinking = req.Thinking
 	t.ClientSystem, t.ClientSystemCache = req.System, req.SystemCache
 	t.StartTier = tier.Name
 	t.MaxOutput = req.MaxTokens
@@ -217,7 +219,7 @@ func (d *door) converse(w http.ResponseWriter, r *http.Request, t *gateway.Turn,
 		return
 	}
 	setServedHeaders(w.Header(), res.Tier, res.Degraded, res.TraceID)
-	WriteConverse(w, out.text.String(), res.ToolCalls, stopReason(res.StopReason), res.Usage, d.now().Sub(start))
+	WriteConverse(w, res.Thinking, out.text.String(), res.ToolCalls, stopReason(res.StopReason), res.Usage, d.now().Sub(start))
 }
 
 // converseStream answers with the event stream: the pipeline's frames,
@@ -243,8 +245,7 @@ func (d *door) converseStream(w http.ResponseWriter, r *http.Request, t *gateway
 	default:
 		// Tool calls go out whole, after the text: the gateway has checked
 		// them before the client can act on them.
-		es.begin()
-		if len(res.ToolCalls) > 0 && es.ew.ToolCalls(res.ToolCalls) != nil {
+		if es.begin() != nil || len(res.ToolCalls) > 0 && es.ew.ToolCalls(res.ToolCalls) != nil {
 			return
 		}
 		_ = es.ew.Stop(stopReason(res.StopReason), res.Usage, d.now().Sub(start))
@@ -278,6 +279,25 @@ type tierOutput struct {
 
 func (o *tierOutput) BeginTier(tier, _ string, degraded bool) { o.s.beginTier(tier, degraded) }
 
+// Think holds a piece of the model's reasoning until the answer opens, so
+// that a failed attempt's reasoning never reaches the client.
+func (o *tierOutput) Think(d provider.ThinkingDelta) error {
+	o.s.mu.Lock()
+	defer o.s.mu.Unlock()
+	o.s.thinking = append(o.s.thinking, d)
+	return nil
+}
+
+// Discard drops the reasoning held with the text.
+func (o *tierOutput) Discard() {
+	o.StreamOutput.Discard()
+	if !o.StreamOutput.Started() {
+		o.s.mu.Lock()
+		o.s.thinking = nil
+		o.s.mu.Unlock()
+	}
+}
+
 // eventSender turns the pipeline's contract frames into Converse stream
 // events. Chunks become contentBlockDelta events; an error frame after the
 // first delta becomes an event-stream exception. The done frame is left to
@@ -291,6 +311,8 @@ type eventSender struct {
 	tier     string
 	degraded bool
 	failed   bool
+	// thinking is the reasoning held until the answer opens.
+	thinking []provider.ThinkingDelta
 }
 
 func (s *eventSender) beginTier(tier string, degraded bool) {
@@ -299,16 +321,26 @@ func (s *eventSender) beginTier(tier string, degraded bool) {
 	s.tier, s.degraded = tier, degraded
 }
 
-// begin sends the headers, naming the tier that writes, and messageStart.
-func (s *eventSender) begin() {
+// begin sends the headers, naming the tier that writes, messageStart and
+// the reasoning held, as reasoningContent deltas.
+func (s *eventSender) begin() error {
 	if s.ew.Started() {
-		return
+		return nil
 	}
 	s.mu.Lock()
-	tier, degraded := s.tier, s.degraded
+	tier, degraded, thinking := s.tier, s.degraded, s.thinking
+	s.thinking = nil
 	s.mu.Unlock()
 	setServedHeaders(s.w.Header(), tier, degraded, s.traceID)
-	_ = s.ew.Start()
+	if err := s.ew.Start(); err != nil {
+		return err
+	}
+	for _, d := range thinking {
+		if err := s.ew.Reasoning(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Send implements stream.Sender.
@@ -322,7 +354,9 @@ func (s *eventSender) Send(ctx context.Context, b []byte) error {
 	}
 	switch f.Type {
 	case stream.TypeChunk:
-		s.begin()
+		if err := s.begin(); err != nil {
+			return err
+		}
 		return s.ew.Delta(f.Chunk.Text)
 	case stream.TypeError:
 		if !s.ew.Started() {

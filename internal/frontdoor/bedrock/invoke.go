@@ -41,6 +41,7 @@ func (d *door) invoke(w http.ResponseWriter, r *http.Request, t *gateway.Turn, m
 	t.Temperature, t.TopP, t.TopK, t.Prefill = req.Temperature, req.TopP, req.TopK, req.Prefill
 	t.StopSequences = req.StopSequences
 	t.Tools, t.ToolChoice, t.ToolResults = req.Tools, req.ToolChoice, req.Messages[last].ToolResults
+	t.Thinking = req.Thinking
 	if stream {
 		f := &invokeFramer{start: start, now: d.now, enc: eventstream.NewEncoder()}
 		ev := anthropic.NewFramedEvents(w, "application/vnd.amazon.eventstream", f.frame)
@@ -63,7 +64,7 @@ func (d *door) invoke(w http.ResponseWriter, r *http.Request, t *gateway.Turn, m
 		model = res.Tier
 	}
 	msg := anthropic.NewMessage(t.RequestID, model)
-	msg.Content = anthropic.Blocks(out.text.String(), res.ToolCalls)
+	msg.Content = anthropic.Blocks(res.Thinking, out.text.String(), res.ToolCalls)
 	msg.StopReason = anthropic.Ptr(anthropic.StopReason(res.StopReason))
 	if res.StopSequence != "" {
 		msg.StopSequence = anthropic.Ptr(res.StopSequence)

@@ -134,7 +134,7 @@ func TestInvokeModelRefusesOtherBodies(t *testing.T) {
 	tests := []struct{ name, body, want string }{
 		{"titan", `{"inputText":"hi","textGenerationConfig":{"maxTokenCount":50}}`, "Messages body"},
 		{"wrong version", `{"anthropic_version":"2023-06-01","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, "bedrock-2023-05-31"},
-		{"thinking", `{"anthropic_version":"bedrock-2023-05-31","max_tokens":10,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`, "thinking"},
+		{"adaptive thinking", `{"anthropic_version":"bedrock-2023-05-31","max_tokens":2048,"thinking":{"type":"adaptive"},"messages":[{"role":"user","content":"hi"}]}`, "thinking.type"},
 		{"no max_tokens", `{"anthropic_version":"bedrock-2023-05-31","messages":[{"role":"user","content":"hi"}]}`, "max_tokens"},
 	}
 	for _, tt := range tests {

@@ -76,7 +76,7 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 		}
 		preq := &provider.Request{Model: name, System: req.System, SystemCache: req.SystemCache, Messages: msgs,
 			MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, StopSequences: req.StopSequences,
-			Tools: req.Tools, ToolChoice: req.ToolChoice}
+			Tools: req.Tools, ToolChoice: req.ToolChoice, Thinking: req.Thinking}
 		if op == OpCountTokens {
 			n, err := s.CountTokens(r.Context(), preq)
 			if err != nil {
@@ -100,11 +100,11 @@ func simConverse(w http.ResponseWriter, r *http.Request, s *sim.Sim, req *provid
 	resp, err := s.Complete(r.Context(), req)
 	switch {
 	case err == nil:
-		WriteConverse(w, resp.Text, resp.ToolCalls, resp.StopReason, resp.Usage, time.Since(start))
+		WriteConverse(w, resp.Thinking, resp.Text, resp.ToolCalls, resp.StopReason, resp.Usage, time.Since(start))
 	case cut(st, resp, err):
 		panic(http.ErrAbortHandler) // the connection drops, as a cut upstream would
 	case provider.KindOf(err) == provider.KindGuardrail:
-		WriteConverse(w, guardrailText, nil, StopGuardrailIntervened, resp.Usage, time.Since(start))
+		WriteConverse(w, nil, guardrailText, nil, StopGuardrailIntervened, resp.Usage, time.Since(start))
 	default:
 		WriteException(w, simException(err))
 	}
@@ -112,7 +112,7 @@ func simConverse(w http.ResponseWriter, r *http.Request, s *sim.Sim, req *provid
 
 func simStream(w http.ResponseWriter, r *http.Request, s *sim.Sim, req *provider.Request, st sim.Settings, start time.Time) {
 	ew := NewEventWriter(w)
-	resp, err := s.Stream(r.Context(), req, ew.Delta)
+	resp, err := s.Stream(provider.WithThinking(r.Context(), ew.Reasoning), req, ew.Delta)
 	switch {
 	case err == nil:
 		if len(resp.ToolCalls) > 0 && ew.ToolCalls(resp.ToolCalls) != nil {

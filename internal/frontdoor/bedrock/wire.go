@@ -70,8 +70,8 @@ const (
 // Request is a decoded Converse / ConverseStream request: the parts fmgate
 // supports. Everything else Bedrock accepts (images from s3Location,
 // document blocks, cachePoint entries among tools, guardrailConfig,
-// additionalModelRequestFields, …) is refused by Decode with a
-// ValidationException, never silently dropped.
+// additionalModelRequestFields other than Claude's thinking, …) is
+// refused by Decode with a ValidationException, never silently dropped.
 type Request struct {
 	ModelID string
 	// System is the request's system blocks joined by blank lines.
@@ -94,6 +94,9 @@ type Request struct {
 	// Tools and ToolChoice are toolConfig's; none without one.
 	Tools      []provider.Tool
 	ToolChoice provider.ToolChoice
+	// Thinking is additionalModelRequestFields.thinking, Claude's extended
+	// thinking; nil when absent or disabled.
+	Thinking *provider.Thinking
 }
 
 // ParsePath splits an escaped request path, /model/{modelId}/{op}, into the
@@ -184,7 +187,6 @@ func Decode(modelID string, body []byte, images vision.Limits) (*Request, error)
 		raw  json.RawMessage
 	}{
 		{"guardrailConfig", w.GuardrailConfig},
-		{"additionalModelRequestFields", w.AdditionalModelRequestFields},
 		{"additionalModelResponseFieldPaths", w.AdditionalModelResponseFieldPaths},
 		{"promptVariables", w.PromptVariables},
 		{"requestMetadata", w.RequestMetadata},
@@ -223,6 +225,14 @@ func Decode(modelID string, body []byte, images vision.Limits) (*Request, error)
 		if err := decodeInference(ic, req); err != nil {
 			return nil, err
 		}
+	}
+	if isSet(w.AdditionalModelRequestFields) {
+		if err := decodeAdditional(w.AdditionalModelRequestFields, req); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkThinking(req); err != nil {
+		return nil, err
 	}
 	return req, nil
 }
@@ -300,6 +310,8 @@ func decodeMessages(msgs []wireMessage, req *Request, rd *vision.Reader) error {
 			return invalidf("the first message must be the user's")
 		case len(last.ToolCalls) > 0:
 			return invalidf("the last message may not hold toolUse blocks (a tool call needs its result in a user message)")
+		case len(last.Thinking) > 0:
+			return invalidf("a final assistant message (a prefill) cannot hold reasoningContent blocks")
 		case strings.TrimSpace(last.Content) == "":
 			return invalidf("a final assistant message (a prefill) must hold text")
 		case strings.TrimRightFunc(last.Content, unicode.IsSpace) != last.Content:
@@ -348,6 +360,15 @@ func decodeContent(blocks []json.RawMessage, role provider.Role, path string, rd
 				return msg, err
 			}
 			msg.ToolResults = append(msg.ToolResults, r)
+		case len(block) == 1 && block["reasoningContent"] != nil:
+			if role != provider.RoleAssistant {
+				return msg, invalidf("%s: reasoningContent blocks belong in assistant messages", where)
+			}
+			th, err := decodeReasoning(block["reasoningContent"], where+".reasoningContent")
+			if err != nil {
+				return msg, err
+			}
+			msg.Thinking = append(msg.Thinking, th)
 		case len(block) == 1 && block["image"] != nil:
 			if role != provider.RoleUser {
 				return msg, invalidf("%s: image blocks belong in user messages", where)
@@ -431,7 +452,7 @@ func textBlock(block map[string]json.RawMessage, where string) (string, *provide
 	}
 	for k := range block {
 		if k != "text" {
-			return "", nil, invalidf("%s: %s blocks are not supported by this endpoint; send text, cachePoint, image, toolUse and toolResult blocks only", where, truncate(k, 40))
+			return "", nil, invalidf("%s: %s blocks are not supported by this endpoint; send text, cachePoint, image, toolUse, toolResult and reasoningContent blocks only", where, truncate(k, 40))
 		}
 	}
 	var text string
@@ -566,10 +587,11 @@ type textContent struct {
 	Text string `json:"text"`
 }
 
-// outBlock is a content block of an answer: text or a toolUse.
+// outBlock is a content block of an answer: reasoning, text or a toolUse.
 type outBlock struct {
-	Text    *string      `json:"text,omitempty"`
-	ToolUse *toolUseJSON `json:"toolUse,omitempty"`
+	ReasoningContent *reasoningJSON `json:"reasoningContent,omitempty"`
+	Text             *string        `json:"text,omitempty"`
+	ToolUse          *toolUseJSON   `json:"toolUse,omitempty"`
 }
 
 type outMessage struct {
@@ -586,12 +608,16 @@ type converseResponse struct {
 	Metrics    metrics `json:"metrics"`
 }
 
-// WriteConverse sends a Converse answer: the assistant's text and its tool
-// calls (toolUse blocks after the text; no text block when there is no
-// text but calls), the stop reason, usage and latency.
-func WriteConverse(w http.ResponseWriter, text string, calls []provider.ToolCall, stopReason string, u provider.Usage, latency time.Duration) {
+// WriteConverse sends a Converse answer: the model's reasoning
+// (reasoningContent blocks first), the assistant's text and its tool calls
+// (toolUse blocks after the text; no text block when there is no text but
+// calls), the stop reason, usage and latency.
+func WriteConverse(w http.ResponseWriter, thinking []provider.ThinkingBlock, text string, calls []provider.ToolCall, stopReason string, u provider.Usage, latency time.Duration) {
 	var body converseResponse
-	content := make([]outBlock, 0, 1+len(calls))
+	content := make([]outBlock, 0, len(thinking)+1+len(calls))
+	for _, th := range thinking {
+		content = append(content, outBlock{ReasoningContent: reasoningOf(th)})
+	}
 	if text != "" || len(calls) == 0 {
 		content = append(content, outBlock{Text: &text})
 	}
@@ -702,9 +728,12 @@ type EventWriter struct {
 	started bool
 	buf     bytes.Buffer
 	// block is the index of the content block being written; text says a
-	// text block is open at it, and tools that toolUse blocks went out.
+	// text block is open at it, reasoning a reasoningContent block (the
+	// model's number thought), and tools that toolUse blocks went out.
 	block       int
 	text, tools bool
+	reasoning   bool
+	thought     int
 }
 
 // NewEventWriter returns an EventWriter over w.
@@ -733,6 +762,9 @@ func (e *EventWriter) Delta(text string) error {
 	if err := e.Start(); err != nil {
 		return err
 	}
+	if err := e.stopReasoning(); err != nil {
+		return err
+	}
 	e.text = true
 	return e.event("contentBlockDelta", struct {
 		Index int         `json:"contentBlockIndex"`
@@ -740,8 +772,12 @@ func (e *EventWriter) Delta(text string) error {
 	}{e.block, textContent{Text: text}})
 }
 
-// stopText sends the contentBlockStop of an open text block.
+// stopText sends the contentBlockStop of an open text block, or
+// reasoning block.
 func (e *EventWriter) stopText() error {
+	if err := e.stopReasoning(); err != nil {
+		return err
+	}
 	if !e.text {
 		return nil
 	}

@@ -137,6 +137,15 @@ func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 	msgs := make([]sdk.MessageParam, 0, len(req.Messages))
 	for _, m := range req.Messages {
 		var blocks []sdk.ContentBlockParamUnion
+		// An assistant's reasoning goes back first and unchanged, as
+		// Anthropic checks its signature.
+		for _, th := range m.Thinking {
+			if th.Redacted != "" {
+				blocks = append(blocks, sdk.NewRedactedThinkingBlock(th.Redacted))
+				continue
+			}
+			blocks = append(blocks, sdk.NewThinkingBlock(th.Signature, th.Text))
+		}
 		for _, r := range m.ToolResults {
 			blocks = append(blocks, sdk.NewToolResultBlock(r.CallID, r.Content, r.IsError))
 		}
@@ -144,7 +153,7 @@ func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 		for _, im := range m.Images {
 			blocks = append(blocks, sdk.NewImageBlockBase64(im.MediaType, base64.StdEncoding.EncodeToString(im.Data)))
 		}
-		toolOnly := m.Content == "" && len(m.ToolResults)+len(m.ToolCalls)+len(m.Images) > 0
+		toolOnly := m.Content == "" && len(m.ToolResults)+len(m.ToolCalls)+len(m.Images)+len(m.Thinking) > 0
 		if !toolOnly {
 			for _, b := range textBlocks(m.Content, m.Cache) {
 				blocks = append(blocks, sdk.ContentBlockParamUnion{OfText: &b})
@@ -185,6 +194,9 @@ func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 	}
 	if len(req.Tools) > 0 {
 		params.Tools, params.ToolChoice = tools(req.Tools, req.ToolChoice)
+	}
+	if req.Thinking != nil {
+		params.Thinking = sdk.ThinkingConfigParamOfEnabled(int64(req.Thinking.BudgetTokens))
 	}
 	return params
 }
@@ -255,6 +267,31 @@ func toolCalls(content []sdk.ContentBlockUnion) []provider.ToolCall {
 	return calls
 }
 
+// thinkingOf is the thinking and redacted_thinking blocks of an answer.
+func thinkingOf(content []sdk.ContentBlockUnion) []provider.ThinkingBlock {
+	var out []provider.ThinkingBlock
+	for _, c := range content {
+		switch c.Type {
+		case "thinking":
+			out = append(out, provider.ThinkingBlock{Text: c.Thinking, Signature: c.Signature})
+		case "redacted_thinking":
+			out = append(out, provider.ThinkingBlock{Redacted: c.Data})
+		}
+	}
+	return out
+}
+
+// output is what the model wrote of resp, for the estimate of its output
+// tokens: its reasoning, which Anthropic bills as output, and its text.
+func output(resp *provider.Response) string {
+	var b strings.Builder
+	for _, th := range resp.Thinking {
+		b.WriteString(th.Text)
+	}
+	b.WriteString(resp.Text)
+	return b.String()
+}
+
 // textBlocks is text as Anthropic's text blocks, one ending at each cache
 // mark with its cache_control.
 func textBlocks(text string, marks []provider.CacheMark) []sdk.TextBlockParam {
@@ -301,6 +338,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 		StopReason:   string(msg.StopReason),
 		StopSequence: msg.StopSequence,
 		ToolCalls:    toolCalls(msg.Content),
+		Thinking:     thinkingOf(msg.Content),
 		ModelID:      p.answeredBy(msg.Model),
 		TTFT:         p.now().Sub(start),
 	}
@@ -308,8 +346,9 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 }
 
 // Stream asks for the answer as server-sent events and emits each text
-// delta. The SDK's accumulator builds the message; its final usage comes
-// from message_delta.
+// delta, and each piece of the model's reasoning to the thinking hook of
+// ctx (provider.WithThinking). The SDK's accumulator builds the message;
+// its final usage comes from message_delta.
 func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(text string) error) (*provider.Response, error) {
 	start := p.now()
 	resp := &provider.Response{ModelID: p.modelID}
@@ -321,9 +360,20 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		text             strings.Builder
 		started, usageIn bool
 		stopped          bool
+		thoughts         = map[int64]int{} // a thinking block's index in the message → its number
 	)
+	think := func(index int64, d provider.ThinkingDelta) error {
+		n, ok := thoughts[index]
+		if !ok {
+			n = len(thoughts)
+			thoughts[index] = n
+		}
+		d.Block = n
+		return provider.EmitThinking(ctx, d)
+	}
 	finish := func(err error) (*provider.Response, error) {
 		resp.Text = text.String()
+		resp.Thinking = thinkingOf(acc.Content)
 		if started {
 			resp.ModelID = p.answeredBy(acc.Model)
 		}
@@ -333,9 +383,9 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		}
 		resp.Usage = usageOf(acc.Usage)
 		if !usageIn {
-			resp.Usage = p.estimate(acc, started, resp.Text)
-		} else if resp.Text != "" {
-			p.est.Observe(p.outputKey(), budget.Count(resp.Text), resp.Usage.OutputTokens)
+			resp.Usage = p.estimate(acc, started, output(resp))
+		} else if out := output(resp); out != "" {
+			p.est.Observe(p.outputKey(), budget.Count(out), resp.Usage.OutputTokens)
 		}
 		return resp, err
 	}
@@ -351,7 +401,23 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 			usageIn = true
 		case "message_stop":
 			stopped = true
+		case "content_block_start":
+			if ev.ContentBlock.Type == "redacted_thinking" {
+				if err := think(ev.Index, provider.ThinkingDelta{Redacted: ev.ContentBlock.Data}); err != nil {
+					return finish(err)
+				}
+			}
 		case "content_block_delta":
+			var err error
+			switch ev.Delta.Type {
+			case "thinking_delta":
+				err = think(ev.Index, provider.ThinkingDelta{Text: ev.Delta.Thinking})
+			case "signature_delta":
+				err = think(ev.Index, provider.ThinkingDelta{Signature: ev.Delta.Signature})
+			}
+			if err != nil {
+				return finish(err)
+			}
 			if ev.Delta.Type != "text_delta" || ev.Delta.Text == "" {
 				continue
 			}

@@ -231,6 +231,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 			}
 		}
 		resp.Text = text.String()
+		resp.Thinking = thinkingOf(msg.Value.Content)
 		if resp.ToolCalls, err = toolCallsOf(msg.Value.Content); err != nil {
 			return resp, p.malformed(err)
 		}
@@ -238,12 +239,19 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	resp.TTFT = p.now().Sub(start)
 	resp.StopReason = string(out.StopReason)
 	resp.Usage = usageOf(out.Usage)
-	p.learn(req, resp.Text+callsText(resp.ToolCalls), resp.Usage)
+	p.learn(req, thoughtText(resp.Thinking)+resp.Text+callsText(resp.ToolCalls), resp.Usage)
 	return resp, p.stopError(resp.StopReason)
 }
 
-// Stream answers req with ConverseStream, emitting each text delta. Tool
-// calls arrive in resp.ToolCalls once the stream is complete. Usage is the
+func thoughtText(thinking []provider.ThinkingBlock) string {
+	s := thinkingStream{blocks: thinking}
+	return s.text()
+}
+
+// Stream answers req with ConverseStream, emitting each text delta, and
+// each reasoningContent delta to the thinking hook of ctx
+// (provider.WithThinking). Tool calls and thinking blocks arrive in resp
+// once the stream is complete. Usage is the
 // metadata event's; a stream that ends without it (cut, cancelled) is
 // billed an estimate flagged Usage.Estimated.
 func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(string) error) (*provider.Response, error) {
@@ -265,6 +273,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	var (
 		text     strings.Builder
 		tools    toolStream
+		thoughts thinkingStream
 		gotUsage bool
 		started  bool
 		readErr  error
@@ -296,18 +305,28 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 				if err := tools.delta(aws.ToInt32(v.Value.ContentBlockIndex), aws.ToString(d.Value.Input)); err != nil {
 					readErr = p.malformed(err)
 				}
+			case *types.ContentBlockDeltaMemberReasoningContent:
+				if td, ok := thoughts.delta(aws.ToInt32(v.Value.ContentBlockIndex), d.Value); ok {
+					first()
+					readErr = provider.EmitThinking(ctx, td)
+				}
+			}
+		case *types.ConverseStreamOutputMemberContentBlockStop:
+			if td, ok := thoughts.stop(aws.ToInt32(v.Value.ContentBlockIndex)); ok {
+				readErr = provider.EmitThinking(ctx, td)
 			}
 		case *types.ConverseStreamOutputMemberMessageStop:
 			resp.StopReason = string(v.Value.StopReason)
 		case *types.ConverseStreamOutputMemberMetadata:
 			resp.Usage, gotUsage = usageOf(v.Value.Usage), true
-			p.learn(req, text.String()+tools.text(), resp.Usage)
+			p.learn(req, thoughts.text()+text.String()+tools.text(), resp.Usage)
 		}
 		if readErr != nil {
 			break
 		}
 	}
 	resp.Text = text.String()
+	resp.Thinking = thoughts.blocks
 	err = readErr
 	if err == nil {
 		if serr := es.Err(); serr != nil {
@@ -320,7 +339,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		}
 	}
 	if !gotUsage {
-		resp.Usage = p.estimate(req, resp.Text+tools.text())
+		resp.Usage = p.estimate(req, thoughts.text()+resp.Text+tools.text())
 	}
 	if err != nil {
 		return resp, err
@@ -360,7 +379,8 @@ type converseParts struct {
 	messages  []types.Message
 	inference *types.InferenceConfiguration
 	tools     *types.ToolConfiguration
-	// additional holds what Converse has no field for: Claude's top_k.
+	// additional holds what Converse has no field for: Claude's top_k and
+	// thinking.
 	additional document.Interface
 }
 
@@ -399,8 +419,15 @@ func (p *Provider) input(req *provider.Request) (converseParts, error) {
 	if req.TopP != nil {
 		ic.TopP = aws.Float32(float32(*req.TopP))
 	}
+	additional := map[string]any{}
 	if req.TopK != nil {
-		parts.additional = document.NewLazyDocument(map[string]any{"top_k": *req.TopK})
+		additional["top_k"] = *req.TopK
+	}
+	if req.Thinking != nil {
+		additional["thinking"] = thinkingConfig(req.Thinking)
+	}
+	if len(additional) > 0 {
+		parts.additional = document.NewLazyDocument(additional)
 	}
 	parts.inference = ic
 	tools, err := toolConfig(req)

@@ -57,12 +57,15 @@ func hasToolBlocks(msgs []provider.Message) bool {
 	return slices.ContainsFunc(msgs, func(m provider.Message) bool { return len(m.ToolCalls)+len(m.ToolResults) > 0 })
 }
 
-// content is a message's blocks: its tool results, its images, its text
-// cut at its cache marks, its tool calls. A message of tool or image
+// content is a message's blocks: an assistant's reasoning, its tool
+// results, its images, its text cut at its cache marks, its tool calls. A message of tool or image
 // blocks alone has no text block (Bedrock refuses an empty one); its cache
 // mark, if any, becomes a cachePoint after the other blocks.
 func content(m provider.Message) ([]types.ContentBlock, error) {
-	blocks := make([]types.ContentBlock, 0, len(m.ToolResults)+len(m.Images)+len(m.ToolCalls)+1+2*len(m.Cache))
+	blocks, err := reasoningBlocks(m.Thinking)
+	if err != nil {
+		return nil, err
+	}
 	for _, r := range m.ToolResults {
 		blocks = append(blocks, toolResult(r))
 	}
@@ -70,7 +73,7 @@ func content(m provider.Message) ([]types.ContentBlock, error) {
 		blocks = append(blocks, &types.ContentBlockMemberImage{Value: types.ImageBlock{
 			Format: types.ImageFormat(im.Format()), Source: &types.ImageSourceMemberBytes{Value: im.Data}}})
 	}
-	tools := len(m.ToolResults) + len(m.ToolCalls) + len(m.Images)
+	tools := len(m.ToolResults) + len(m.ToolCalls) + len(m.Images) + len(m.Thinking)
 	if m.Content != "" || tools == 0 {
 		for _, seg := range provider.Segments(m.Content, m.Cache) {
 			blocks = append(blocks, &types.ContentBlockMemberText{Value: seg.Text})

@@ -192,7 +192,7 @@ func TestToolCallBlocksOnTheWire(t *testing.T) {
 		if err := dec.Decode(&body); err != nil {
 			t.Error(err)
 		}
-		bedrock.WriteConverse(w, "ok", nil, "end_turn", provider.Usage{InputTokens: 1, OutputTokens: 1}, 0)
+		bedrock.WriteConverse(w, nil, "ok", nil, "end_turn", provider.Usage{InputTokens: 1, OutputTokens: 1}, 0)
 	}))
 	p := newProvider(t, srv.URL)
 	req := request("What is the weather in Tokyo?")

@@ -291,6 +291,9 @@ func (s *Sim) StreamAdmitted(ctx context.Context, req *provider.Request, admitte
 	if req.Seed != nil { // the same seed, the same words
 		p.words = rand.New(rand.NewPCG(uint64(*req.Seed), uint64(*req.Seed)))
 	}
+	if err := checkRequest(req); err != nil {
+		return resp, &provider.Error{Kind: provider.KindValidation, Model: req.Model, Status: 400, Err: err}
+	}
 	if err := s.inject(ctx, req.Model, st, p); err != nil {
 		return resp, err
 	}
@@ -355,6 +358,24 @@ func tpmThrottled(model string, ceiling int, retryAfter time.Duration) *provider
 // resp.Usage.OutputTokens current so that a failure leaves the partial
 // result in place.
 func (s *Sim) generate(ctx context.Context, req *provider.Request, st Settings, p plan, start time.Time, resp *provider.Response, emit func(string) error) error {
+	if req.Thinking != nil {
+		// The reasoning comes first, after the first-token wait; the answer
+		// follows at the model's pace, in what is left of max_tokens.
+		if err := s.wait(ctx, p.ttft); err != nil {
+			return ctxError(req.Model, err)
+		}
+		n, err := s.think(ctx, req, p, resp)
+		resp.Usage.OutputTokens += n
+		if err != nil {
+			return err
+		}
+		p.ttft = p.interval
+		if req.MaxTokens > 0 {
+			rest := *req
+			rest.MaxTokens = max(req.MaxTokens-n, 1)
+			req = &rest
+		}
+	}
 	if calls := toolCalls(req); len(calls) > 0 {
 		return s.callTools(ctx, req, st, p, resp, calls)
 	}
@@ -414,19 +435,19 @@ func (s *Sim) callTools(ctx context.Context, req *provider.Request, st Settings,
 		return ctxError(req.Model, err)
 	}
 	if st.CutAfterTokens > 0 && st.CutAfterTokens < n {
-		resp.Usage.OutputTokens = st.CutAfterTokens
+		resp.Usage.OutputTokens += st.CutAfterTokens
 		return &provider.Error{Kind: provider.KindUnavailable, Model: req.Model,
 			Err: fmt.Errorf("simulated connection dropped after %d output tokens", st.CutAfterTokens)}
 	}
 	if req.MaxTokens > 0 && n > req.MaxTokens {
 		// Cut mid-call: vendors then return no usable call.
-		resp.Usage.OutputTokens, resp.StopReason = req.MaxTokens, StopMaxTokens
+		resp.Usage.OutputTokens, resp.StopReason = resp.Usage.OutputTokens+req.MaxTokens, StopMaxTokens
 		return nil
 	}
 	if err := s.wait(ctx, time.Duration(n)*p.interval); err != nil {
 		return ctxError(req.Model, err)
 	}
-	resp.Usage.OutputTokens = n
+	resp.Usage.OutputTokens += n
 	resp.ToolCalls, resp.StopReason = calls, provider.StopToolUse
 	return nil
 }

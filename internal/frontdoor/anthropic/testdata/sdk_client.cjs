@@ -72,7 +72,7 @@ async function main() {
 
   out.wrongKey = await failure(() => new Anthropic({ baseURL: BASE_URL, apiKey: 'sk-wrong', maxRetries: 0 }).messages.create(ask('hi')));
   out.wrongToken = await failure(() => new Anthropic({ baseURL: BASE_URL, authToken: 'sk-wrong', maxRetries: 0 }).messages.create(ask('hi')));
-  out.unsupported = await failure(() => byKey.messages.create({ ...ask('hi'), thinking: { type: 'enabled', budget_tokens: 1024 } }));
+  out.unsupported = await failure(() => byKey.messages.create({ ...ask('hi'), thinking: { type: 'adaptive' } }));
   out.claudeID = await json(byKey, 'Can you recommend a fantasy manga?', 'claude-3-5-sonnet-latest');
   const counted = await byKey.messages.countTokens({ model: 'claude-3-5-sonnet-latest', messages: [{ role: 'user', content: 'おすすめのファンタジー漫画を教えてください' }] });
   out.countTokens = counted.input_tokens;
