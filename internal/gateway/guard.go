@@ -84,6 +84,18 @@ func (o *guardedOutput) Write(text string) error {
 	return o.pass(o.s.Write(text))
 }
 
+// WholeAnswer is the wrapped output's own (takesWhole).
+func (o *guardedOutput) WholeAnswer() bool { return takesWhole(o.Output) }
+
+// Think passes the model's reasoning to an output that shows it; the
+// answer checks read only the answer's text.
+func (o *guardedOutput) Think(d provider.ThinkingDelta) error {
+	if th, ok := o.Output.(Thinker); ok {
+		return th.Think(d)
+	}
+	return nil
+}
+
 // flush checks and sends what the stream held back: the answer is whole.
 func (o *guardedOutput) flush() error { return o.pass(o.s.Flush()) }
 
