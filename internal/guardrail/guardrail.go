@@ -393,16 +393,21 @@ func (s *Stream) check(text string) (string, Verdict) {
 }
 
 // tail is how many bytes at the end of text may begin a finding that text
-// does not finish: the e-mail address it may end in, the number (a run of
-// digits and separators from a digit, a plus sign or 〒), or the last
-// bytes a deny term could begin in.
+// does not finish, of the kinds checked: the e-mail address it may end in,
+// the number (a run of digits and separators from a digit, a plus sign or
+// 〒), or the last bytes a deny term could begin in.
 func (s *Stream) tail(text string) int {
-	addr := suffix(text, inAddress)
-	num := suffix(text, inNumber)
-	if i := strings.IndexFunc(text[len(text)-num:], startsNumber); i >= 0 {
-		num -= i
-	} else {
-		num = 0
+	addr, num := 0, 0
+	if s.c.Email != "" {
+		addr = suffix(text, inAddress)
+	}
+	if s.c.Phone != "" || s.c.Card != "" || s.c.MyNumber != "" || s.c.PostalCode != "" {
+		num = suffix(text, inNumber)
+		if i := strings.IndexFunc(text[len(text)-num:], startsNumber); i >= 0 {
+			num -= i
+		} else {
+			num = 0
+		}
 	}
 	n := min(max(addr, num, s.term), len(text))
 	for n > 0 && !utf8.RuneStart(text[len(text)-n]) {

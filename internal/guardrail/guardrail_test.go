@@ -98,6 +98,15 @@ func TestStreamSplitsNoFinding(t *testing.T) {
 	if out, _ := s.Write("おすすめは「ワンピース」です。 Enjoy reading"); out != "おすすめは「ワンピース」です。 Enjoy " {
 		t.Errorf("prose let through as %q", out)
 	}
+	// Only what the kinds checked could begin is held: with numbers
+	// alone checked, a word is let through at once.
+	s = Config{Card: Redact, MyNumber: Redact}.NewStream()
+	if out, _ := s.Write("Hi, I am MangaAssist"); out != "Hi, I am MangaAssist" {
+		t.Errorf("with only numbers checked, prose let through as %q", out)
+	}
+	if out, _ := s.Write(" — order 4111 1111"); out != " — order " {
+		t.Errorf("a number's start let through as %q", out)
+	}
 }
 
 func TestStreamBlocksACardSplitAcrossPieces(t *testing.T) {
