@@ -124,22 +124,75 @@ type Server struct {
 	Images Images `yaml:"images"`
 }
 
-// Images bound the pictures the vendor front doors take inline (base64
-// data, data URLs). Each bound broken is a 400 naming the field and the
-// limit. Remote image URLs are refused: fmgate fetches nothing on a
-// client's behalf. A request body's own limit still applies to the whole
-// request, images included.
+// Images bound the pictures the vendor front doors take: inline (base64
+// data, data URLs), and from remote URLs on the hosts an operator allows.
+// Each bound broken is a 400 naming the field and the limit. A request
+// body's own limit still applies to the whole request, inline images
+// included.
 type Images struct {
 	// MaxBytes bounds one image after decoding. Default 5 MiB (5242880),
 	// Anthropic's and Bedrock's limit.
 	MaxBytes int `yaml:"maxBytes"`
 	// MaxPerRequest bounds the images of one request, its whole
-	// conversation's. Default 20.
+	// conversation's, inline and remote alike: a request's fetched images
+	// take at most MaxPerRequest×MaxBytes of memory. Default 20.
 	MaxPerRequest int `yaml:"maxPerRequest"`
 	// MaxSide bounds an image's width and height in pixels. Default 8000,
 	// the vendors' limit.
 	MaxSide int `yaml:"maxSide"`
+	// AllowedHosts are the hosts whose remote image URLs (an OpenAI
+	// image_url with an https URL, an Anthropic url source) fmgate
+	// fetches, once the caller is authenticated and admitted: a host
+	// name or IP address, matched exactly, or "*.example.com" for the
+	// names below example.com. Only https is fetched (http only from a
+	// loopback host), at most 3 redirects, each to an allowed host; a
+	// private, loopback or link-local address is fetched only from a host
+	// listed by its exact name. Default empty: remote image URLs are
+	// refused, and fmgate fetches nothing on a client's behalf.
+	AllowedHosts []string `yaml:"allowedHosts"`
+	// FetchTimeout bounds the fetch of one request's remote images, all
+	// of them, from the first connection to the last byte; a slower fetch
+	// is a 400. The turn's deadlines start once its images are in.
+	// Default 5s.
+	FetchTimeout time.Duration `yaml:"fetchTimeout"`
 }
+
+// validate checks the remote image hosts and the fetch timeout.
+func (im Images) validate(v *validator) {
+	for i, h := range im.AllowedHosts {
+		if msg := imageHostProblem(h); msg != "" {
+			v.add(fmt.Sprintf("server.images.allowedHosts[%d]", i), msg)
+		}
+	}
+	if im.FetchTimeout <= 0 {
+		v.add("server.images.fetchTimeout", "must be > 0")
+	}
+}
+
+// imageHostProblem says what is wrong with an image host pattern, or "".
+func imageHostProblem(h string) string {
+	switch {
+	case h == "*":
+		return `"*" would let any client make fmgate fetch from any host: list the hosts, or patterns such as *.example.com`
+	case strings.Contains(h, "/"):
+		return fmt.Sprintf("%q: name the host alone, without a scheme or path (e.g. images.example.com)", h)
+	}
+	if _, _, err := net.SplitHostPort(h); err == nil {
+		return fmt.Sprintf("%q: name the host without a port", h)
+	}
+	if _, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
+		return ""
+	}
+	name, wild := strings.CutPrefix(h, "*.")
+	if !hostNameRE.MatchString(name) || wild && !strings.Contains(name, ".") {
+		return fmt.Sprintf("%q is not a host name, IP address or pattern such as *.example.com", h)
+	}
+	return ""
+}
+
+// hostNameRE is a DNS name: dot-separated labels of letters, digits and
+// hyphens.
+var hostNameRE = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$`)
 
 // TLS is the listener's certificate. The files are read again when they
 // change, so a renewed certificate applies from the next connection.
@@ -617,7 +670,7 @@ func Default() Config {
 			MaxMessageBytes: 8 << 10,
 			DrainTimeout:    30 * time.Second,
 			BodyTimeout:     10 * time.Second,
-			Images:          Images{MaxBytes: 5 << 20, MaxPerRequest: 20, MaxSide: 8000},
+			Images:          Images{MaxBytes: 5 << 20, MaxPerRequest: 20, MaxSide: 8000, FetchTimeout: 5 * time.Second},
 		},
 		Locales:   []string{"ja", "en"},
 		UnitCosts: UnitCosts{StorageWriteUSD: 0.00045, CacheCallUSD: 0.00001, ComputePerSecondUSD: 0.0014},
@@ -773,6 +826,7 @@ func (c Config) Validate() error {
 			v.add("server.images."+b.field, "must be > 0")
 		}
 	}
+	c.Server.Images.validate(&v)
 	if len(c.Locales) == 0 {
 		v.add("locales", "must list at least one locale")
 	}

@@ -91,6 +91,12 @@ func TestParseNamesFieldPaths(t *testing.T) {
 		{"empty allowed host", "server:\n  allowedHosts: [\"\"]\n", `server.allowedHosts[0]: "" is not a host name or pattern`},
 		{"no images per request", "server:\n  images: {maxPerRequest: 0}\n", "server.images.maxPerRequest: must be > 0"},
 		{"negative image size", "server:\n  images: {maxBytes: -1}\n", "server.images.maxBytes: must be > 0"},
+		{"image hosts: any", "server:\n  images: {allowedHosts: [\"*\"]}\n", `server.images.allowedHosts[0]: "*" would let any client`},
+		{"image hosts: a URL", "server:\n  images: {allowedHosts: [\"https://img.example.com/\"]}\n", `server.images.allowedHosts[0]: "https://img.example.com/": name the host alone`},
+		{"image hosts: a port", "server:\n  images: {allowedHosts: [\"img.example.com:443\"]}\n", `server.images.allowedHosts[0]: "img.example.com:443": name the host without a port`},
+		{"image hosts: a top-level wildcard", "server:\n  images: {allowedHosts: [\"*.com\"]}\n", `server.images.allowedHosts[0]: "*.com" is not a host name`},
+		{"image hosts: a wildcard inside", "server:\n  images: {allowedHosts: [\"img.*.example.com\"]}\n", `server.images.allowedHosts[0]: "img.*.example.com" is not a host name`},
+		{"image fetch timeout", "server:\n  images: {fetchTimeout: 0s}\n", "server.images.fetchTimeout: must be > 0"},
 		{"unknown capability", "models:\n  - {name: sonnet, provider: sim, modelId: s, contextWindow: 1000, maxOutputTokens: 10, capabilities: [text, eyes]}\n", `models[0].capabilities: "eyes" is not a capability (use one of text, tools, prefill, top_k, seed, vision, thinking)`},
 	}
 	for _, tt := range tests {
@@ -119,6 +125,13 @@ func TestParseNamesFieldPaths(t *testing.T) {
 	}
 	if _, err := Parse(strings.NewReader("server:\n  allowedHosts: [gw.example.com, \"*.example.com\", \"*\", \"::1\", \"[::1]\"]\n")); err != nil {
 		t.Fatalf("allowed hosts refused: %v", err)
+	}
+	c, err := Parse(strings.NewReader("server:\n  images: {allowedHosts: [img.example.com, \"*.cdn.example.com\", 203.0.113.7, \"[2001:db8::1]\", localhost]}\n"))
+	if err != nil {
+		t.Fatalf("image hosts refused: %v", err)
+	}
+	if c.Server.Images.FetchTimeout != 5*time.Second {
+		t.Fatalf("server.images.fetchTimeout = %v, want the 5s default", c.Server.Images.FetchTimeout)
 	}
 }
 

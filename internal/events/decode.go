@@ -119,6 +119,9 @@ func decodeCanonicalSyms(b []byte, e *Event, syms *symbols) bool {
 	if p.opt(`,"images":`) {
 		e.Resource.Images = int(p.int())
 	}
+	if p.opt(`,"image_bytes":`) {
+		e.Resource.ImageBytes = int(p.int())
+	}
 
 	p.lit(`},"outcome":{"status":`)
 	e.Outcome.Status = Status(p.sym())

@@ -173,6 +173,9 @@ type Resource struct {
 	// Images counts the images a model attempt was sent (never their
 	// bytes). Not in the seed's block; omitted when none.
 	Images int `json:"images,omitempty"`
+	// ImageBytes is the bytes of the remote images a fetch span fetched.
+	// Not in the seed's block; omitted when none.
+	ImageBytes int `json:"image_bytes,omitempty"`
 }
 
 // Outcome is how a span ended.
@@ -331,6 +334,10 @@ func AppendJSON(b []byte, e *Event) []byte {
 	if e.Resource.Images != 0 {
 		b = appendKey(b, "images")
 		b = strconv.AppendInt(b, int64(e.Resource.Images), 10)
+	}
+	if e.Resource.ImageBytes != 0 {
+		b = appendKey(b, "image_bytes")
+		b = strconv.AppendInt(b, int64(e.Resource.ImageBytes), 10)
 	}
 
 	b = append(b, `},"outcome":{"status":`...)

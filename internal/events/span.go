@@ -368,6 +368,10 @@ func (s *Span) SetToolCalls(names []string) {
 // was sent.
 func (s *Span) SetImages(n int) { s.set(func(e *Event) { e.Resource.Images = n }) }
 
+// SetImageBytes sets resource.image_bytes, the bytes of the remote images
+// a fetch span fetched.
+func (s *Span) SetImageBytes(n int) { s.set(func(e *Event) { e.Resource.ImageBytes = n }) }
+
 // SetCacheHit sets resource.cache_hit.
 func (s *Span) SetCacheHit(c CacheHit) { s.set(func(e *Event) { e.Resource.CacheHit = c }) }
 

@@ -52,6 +52,7 @@ type Gateway struct {
 	fallback Fallback
 	judge    Judge
 	batcher  Batcher
+	images   ImageFetcher
 
 	draining atomic.Bool
 	// drained is cancelled when Drain starts: turns still waiting for quota
@@ -131,6 +132,10 @@ type Deps struct {
 	// themselves (scope "connection": turns in flight on one WebSocket), as
 	// the policies count theirs. Nil counts nothing.
 	OnThrottle func(scope string)
+
+	// Images fetches the remote images a front door left pending; nil
+	// refuses them.
+	Images ImageFetcher
 }
 
 // New builds a gateway. Every configured model needs a provider.
@@ -167,6 +172,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		fallback:  d.Fallback,
 		judge:     d.Judge,
 		batcher:   d.Batcher,
+		images:    d.Images,
 		admin:     d.AdminRoutes,
 		tracer:    d.Tracer,
 		batches:   newBatchJobs(cfg.Batch, d.Jobs, d.Now),

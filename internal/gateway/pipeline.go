@@ -62,6 +62,11 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 		res, err = g.fallBack(ctx, t, err, out)
 		return g.finish(ctx, span, t, out, res, err)
 	}
+	// 3⅞. Fetch the remote images the client named by URL: only now that
+	// the caller is admitted, and before anything is estimated or charged.
+	if err := g.fetchImages(ctx, t); err != nil {
+		return nil, err
+	}
 	// 4. Budget: estimate tokens, enforce budgets, truncate history.
 	// What the budget step holds is ended on every way out that Record
 	// does not settle.

@@ -9,7 +9,14 @@ import (
 // Image is a picture in a user message, checked by the front door that
 // decoded it: Data holds the whole file, in MediaType's format, and Width
 // and Height are its size in pixels as its header gives them.
+//
+// An image a client named by its URL is pending until the gateway fetches
+// it: URL is set and the rest, but Detail, is empty. A provider is never
+// sent a pending image.
 type Image struct {
+	// URL is a pending image's remote address; empty once fetched and for
+	// an inline image.
+	URL string
 	// MediaType is one of ImagePNG, ImageJPEG, ImageGIF and ImageWebP.
 	MediaType string
 	Data      []byte
@@ -62,6 +69,9 @@ func ImageTokens(w, h int) int {
 	}
 	return max(1, int(math.Ceil(fw*fh/750)))
 }
+
+// Pending reports whether the image is a remote one still to be fetched.
+func (im Image) Pending() bool { return im.URL != "" }
 
 // ImageTokens is the estimated input tokens of m's images.
 func (m *Message) ImageTokens() int { return ImagesTokens(m.Images) }

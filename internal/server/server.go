@@ -205,6 +205,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	}
 	deps.Keys = runtimeKeys{keys}
 	s.mountKeys(keys)
+	deps.Images = imageFetcher(cfg.Server.Images)
 	gw, err := gateway.New(cfg, deps)
 	if err != nil {
 		s.Close()
@@ -362,5 +363,14 @@ func unknownAPI(w http.ResponseWriter, r *http.Request) {
 
 // imageLimits are the vendor doors' bounds on images, from server.images.
 func imageLimits(c config.Images) vision.Limits {
-	return vision.Limits{MaxBytes: c.MaxBytes, MaxPerRequest: c.MaxPerRequest, MaxSide: c.MaxSide}
+	return vision.Limits{MaxBytes: c.MaxBytes, MaxPerRequest: c.MaxPerRequest, MaxSide: c.MaxSide, Hosts: c.AllowedHosts}
+}
+
+// imageFetcher fetches remote images from server.images.allowedHosts; nil
+// when it lists none, and the doors refuse remote images.
+func imageFetcher(c config.Images) gateway.ImageFetcher {
+	if len(c.AllowedHosts) == 0 {
+		return nil
+	}
+	return vision.NewFetcher(imageLimits(c), vision.FetchOptions{Timeout: c.FetchTimeout})
 }

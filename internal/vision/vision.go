@@ -1,9 +1,11 @@
 // Package vision reads the images a vendor front door's request carries
-// inline (base64 data or a data URL) and holds them to the operator's
-// bounds: size after decoding, count per request, pixels per side. It
-// checks that the bytes are an image of the media type declared, by
-// decoding the image's header, so a model is never sent a file that its
-// vendor would refuse or misread.
+// inline (base64 data or a data URL), or names by a remote URL on a host
+// the operator allows, and holds them to the operator's bounds: size after
+// decoding, count per request, pixels per side. It checks that the bytes
+// are an image of the media type declared, by decoding the image's
+// header, so a model is never sent a file that its vendor would refuse or
+// misread. A remote URL is only checked when the request is decoded; the
+// Fetcher fetches it later, once the caller is authenticated and admitted.
 package vision
 
 import (
@@ -41,6 +43,9 @@ type Limits struct {
 	// MaxSide bounds an image's width and height in pixels. Default
 	// DefaultMaxSide (8000), the vendors' limit.
 	MaxSide int
+	// Hosts are the hosts remote image URLs may name; empty refuses every
+	// remote URL (ErrRemote).
+	Hosts Hosts
 }
 
 func (l Limits) withDefaults() Limits {
@@ -56,9 +61,10 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// ErrRemote is the refusal of an image given by its address: fmgate takes
-// images inline only, and fetches nothing on a client's behalf.
-var ErrRemote = errors.New("remote image URLs are off: fmgate fetches no images; send the image inline, base64-encoded")
+// ErrRemote is the refusal of an image given by its address when no host
+// is allowed: fmgate then takes images inline only, and fetches nothing on
+// a client's behalf.
+var ErrRemote = errors.New("remote image URLs are off: fmgate fetches an image only from a host the operator lists in server.images.allowedHosts; send the image inline, base64-encoded")
 
 // Reader reads the images of one request, counting them against its
 // limits. It is not safe for concurrent use.
@@ -81,24 +87,24 @@ func (r *Reader) Base64(mediaType, data string) (provider.Image, error) {
 	}
 	data = strings.TrimRight(data, "=")
 	if n := base64.RawStdEncoding.DecodedLen(len(data)); n > r.lim.MaxBytes {
-		return provider.Image{}, r.tooLarge(n)
+		return provider.Image{}, r.lim.tooLarge(n)
 	}
 	raw, err := base64.RawStdEncoding.DecodeString(data)
 	if err != nil {
 		return provider.Image{}, fmt.Errorf("the image data is not valid base64: %w", err)
 	}
-	return r.check(mediaType, raw)
+	return r.lim.check(mediaType, raw)
 }
 
-// DataURL reads an image given as a data URL
-// (data:image/png;base64,…). An http or https URL is ErrRemote.
-func (r *Reader) DataURL(url string) (provider.Image, error) {
+// URL reads an image given by a URL: a data URL
+// (data:image/png;base64,…), or a remote http or https URL (see Remote).
+func (r *Reader) URL(url string) (provider.Image, error) {
 	rest, ok := strings.CutPrefix(url, "data:")
 	if !ok {
 		if scheme, _, _ := strings.Cut(url, ":"); strings.EqualFold(scheme, "http") || strings.EqualFold(scheme, "https") {
-			return provider.Image{}, ErrRemote
+			return r.Remote(url)
 		}
-		return provider.Image{}, errors.New("the image URL must be a data URL (data:image/png;base64,…)")
+		return provider.Image{}, errors.New("the image URL must be a data URL (data:image/png;base64,…) or an https URL")
 	}
 	meta, data, ok := strings.Cut(rest, ",")
 	mediaType, isBase64 := strings.CutSuffix(meta, ";base64")
@@ -106,6 +112,24 @@ func (r *Reader) DataURL(url string) (provider.Image, error) {
 		return provider.Image{}, errors.New("the data URL must be base64-encoded (data:image/png;base64,…)")
 	}
 	return r.Base64(strings.ToLower(mediaType), data)
+}
+
+// Remote reads an image given by its http or https URL: a pending
+// reference (provider.Image.URL, no bytes) for the Fetcher, counted
+// against MaxPerRequest. The URL must be https (http only from a loopback
+// host) on a host of Limits.Hosts; with none, it is ErrRemote.
+func (r *Reader) Remote(url string) (provider.Image, error) {
+	if err := r.count(); err != nil {
+		return provider.Image{}, err
+	}
+	if len(r.lim.Hosts) == 0 {
+		return provider.Image{}, ErrRemote
+	}
+	u, err := r.lim.Hosts.check(url)
+	if err != nil {
+		return provider.Image{}, err
+	}
+	return provider.Image{URL: u.String()}, nil
 }
 
 func (r *Reader) count() error {
@@ -116,15 +140,15 @@ func (r *Reader) count() error {
 	return nil
 }
 
-func (r *Reader) tooLarge(n int) error {
-	return fmt.Errorf("the image is %d bytes; the limit is %d bytes (server.images.maxBytes)", n, r.lim.MaxBytes)
+func (l Limits) tooLarge(n int) error {
+	return fmt.Errorf("the image is %d bytes; the limit is %d bytes (server.images.maxBytes)", n, l.MaxBytes)
 }
 
 // check decodes raw's header: it must be an image of mediaType no larger
-// than MaxSide on either side.
-func (r *Reader) check(mediaType string, raw []byte) (provider.Image, error) {
-	if len(raw) > r.lim.MaxBytes {
-		return provider.Image{}, r.tooLarge(len(raw))
+// than MaxSide on either side. l has its defaults.
+func (l Limits) check(mediaType string, raw []byte) (provider.Image, error) {
+	if len(raw) > l.MaxBytes {
+		return provider.Image{}, l.tooLarge(len(raw))
 	}
 	cfg, format, err := image.DecodeConfig(bytes.NewReader(raw))
 	if err != nil {
@@ -136,8 +160,8 @@ func (r *Reader) check(mediaType string, raw []byte) (provider.Image, error) {
 	if cfg.Width <= 0 || cfg.Height <= 0 {
 		return provider.Image{}, errors.New("the image has no pixels")
 	}
-	if cfg.Width > r.lim.MaxSide || cfg.Height > r.lim.MaxSide {
-		return provider.Image{}, fmt.Errorf("the image is %d×%d pixels; the limit is %d on each side", cfg.Width, cfg.Height, r.lim.MaxSide)
+	if cfg.Width > l.MaxSide || cfg.Height > l.MaxSide {
+		return provider.Image{}, fmt.Errorf("the image is %d×%d pixels; the limit is %d on each side", cfg.Width, cfg.Height, l.MaxSide)
 	}
 	return provider.Image{MediaType: mediaType, Data: raw, Width: cfg.Width, Height: cfg.Height}, nil
 }

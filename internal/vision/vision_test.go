@@ -54,20 +54,20 @@ func TestBase64(t *testing.T) {
 	}
 }
 
-func TestDataURL(t *testing.T) {
+func TestURL(t *testing.T) {
 	rd := NewReader(Limits{})
-	im, err := rd.DataURL(visiontest.DataURL("image/png", visiontest.PNG(10, 20)))
+	im, err := rd.URL(visiontest.DataURL("image/png", visiontest.PNG(10, 20)))
 	if err != nil || im.String() != "10×20 png" {
-		t.Fatalf("DataURL = %v, %v; want a 10×20 png", im, err)
+		t.Fatalf("URL = %v, %v; want a 10×20 png", im, err)
 	}
 	for _, url := range []string{"https://example.com/cat.png", "HTTP://example.com/cat.png"} {
-		if _, err := rd.DataURL(url); !errors.Is(err, ErrRemote) {
-			t.Errorf("DataURL(%q) = %v, want ErrRemote", url, err)
+		if _, err := rd.URL(url); !errors.Is(err, ErrRemote) {
+			t.Errorf("URL(%q) = %v, want ErrRemote", url, err)
 		}
 	}
 	for _, url := range []string{"ftp://x/y.png", "data:image/png,rawbytes", "data:image/png;base64"} {
-		if _, err := rd.DataURL(url); err == nil {
-			t.Errorf("DataURL(%q) = nil error", url)
+		if _, err := rd.URL(url); err == nil {
+			t.Errorf("URL(%q) = nil error", url)
 		}
 	}
 }

@@ -222,6 +222,9 @@ func Attributes(e *events.Event) []attribute.KeyValue {
 	if r := e.Resource; r.Images != 0 {
 		kv = append(kv, attribute.Int("fmgate.resource.images", r.Images))
 	}
+	if r := e.Resource; r.ImageBytes != 0 {
+		kv = append(kv, attribute.Int("fmgate.resource.image_bytes", r.ImageBytes))
+	}
 	str("fmgate.resource.cache_hit", string(e.Resource.CacheHit))
 	if len(e.Resource.CapabilityFlagsActive) > 0 {
 		kv = append(kv, attribute.StringSlice("fmgate.resource.capability_flags_active", e.Resource.CapabilityFlagsActive))

@@ -136,6 +136,10 @@ func (d *door) authenticate(r *http.Request, bodyUser string, t *gateway.Turn) e
 // count, or did not answer).
 const HeaderTokenCount = "x-fmgate-token-count"
 
+// RemoteImageCount refuses to count the tokens of images given by URL:
+// counting is not a turn, so fmgate fetches nothing for it.
+const RemoteImageCount = "messages: count_tokens counts images sent inline (base64) only: fmgate fetches an image from its URL only for a message it answers"
+
 // countTokens answers count_tokens: the input tokens of a Messages request
 // as the tier its model names would be sent it, fmgate's system prompt
 // included (see gateway.Gateway.CountTokens).
@@ -149,6 +153,10 @@ func (d *door) countTokens(w http.ResponseWriter, r *http.Request) {
 	t := d.turn(r, req, m)
 	if err := d.authenticate(r, "", t); err != nil {
 		writeGatewayError(w, err)
+		return
+	}
+	if t.RemoteImages() > 0 {
+		WriteError(w, invalid("%s", RemoteImageCount))
 		return
 	}
 	n, estimated := d.g.CountTokens(r.Context(), t)

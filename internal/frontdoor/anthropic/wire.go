@@ -595,7 +595,9 @@ func decodeBlocks(v json.RawMessage, path string, role provider.Role, rd *vision
 }
 
 // decodeImage reads an image block: its source base64 data of a media
-// type. A url or file source is refused: fmgate fetches no images.
+// type, or a url the gateway fetches once the caller is admitted (when the
+// operator allows its host). A file source is refused: fmgate holds no
+// Files API.
 func decodeImage(b map[string]json.RawMessage, path string, rd *vision.Reader) (provider.Image, *Error) {
 	if err := onlyKeys(b, path, "type", "source", "cache_control"); err != nil {
 		return provider.Image{}, err
@@ -611,7 +613,7 @@ func decodeImage(b map[string]json.RawMessage, path string, rd *vision.Reader) (
 	switch typ {
 	case "base64":
 	case "url":
-		return provider.Image{}, invalid("%s.source.type: %v", path, vision.ErrRemote)
+		return decodeImageURL(src, path, rd)
 	case "file":
 		return provider.Image{}, invalid("%s.source.type: file sources are not supported (fmgate holds no Files API); send the image base64-encoded", path)
 	default:
@@ -626,6 +628,28 @@ func decodeImage(b map[string]json.RawMessage, path string, rd *vision.Reader) (
 	im, err := rd.Base64(mediaType, data)
 	if err != nil {
 		return provider.Image{}, invalid("%s.source: %v", path, err)
+	}
+	return im, nil
+}
+
+// decodeImageURL reads an image source {"type": "url", "url": "https://…"}.
+func decodeImageURL(src map[string]json.RawMessage, path string, rd *vision.Reader) (provider.Image, *Error) {
+	if err := onlyKeys(src, path+".source", "type", "url"); err != nil {
+		return provider.Image{}, err
+	}
+	var url string
+	if decodeString(src, "url", &url) != nil || url == "" {
+		return provider.Image{}, invalid("%s.source.url: Field required (a string)", path)
+	}
+	if strings.HasPrefix(url, "data:") {
+		return provider.Image{}, invalid("%s.source.url: send a data URL's image as a base64 source", path)
+	}
+	im, err := rd.Remote(url)
+	if err != nil {
+		if errors.Is(err, vision.ErrRemote) {
+			return provider.Image{}, invalid("%s.source.type: %v", path, err)
+		}
+		return provider.Image{}, invalid("%s.source.url: %v", path, err)
 	}
 	return im, nil
 }

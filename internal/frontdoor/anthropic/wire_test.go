@@ -357,3 +357,41 @@ func TestThinkingBlocksEncode(t *testing.T) {
 		t.Fatalf("blocks %s\nwant %s", got, want)
 	}
 }
+
+// TestDecodeImageURL: on a host the operator allows, a url source is a
+// pending image, in Messages and in InvokeModel's Messages body alike;
+// otherwise it is refused naming the field.
+func TestDecodeImageURL(t *testing.T) {
+	lim := vision.Limits{Hosts: vision.Hosts{"img.example.com"}}
+	const url = "https://img.example.com/a.png"
+	block := `{"type":"image","source":{"type":"url","url":"` + url + `"}}`
+	r, err := DecodeRequest(bytes.NewReader(imageRequest(block, `{"type":"text","text":"x"}`)), 0, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if im := r.Messages[0].Images; len(im) != 1 || !im[0].Pending() || im[0].URL != url {
+		t.Fatalf("images %+v; want the pending %s", im, url)
+	}
+	invoke := `{"anthropic_version":"bedrock-2023-05-31","max_tokens":9,"messages":[{"role":"user","content":[` + block + `]}]}`
+	r, err = DecodeInvokeBody(strings.NewReader(invoke), 0, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if im := r.Messages[0].Images; len(im) != 1 || im[0].URL != url {
+		t.Fatalf("InvokeModel images %+v; want the pending %s", im, url)
+	}
+	tests := []struct{ name, give, wantIn string }{
+		{"host not allowed", `{"type":"image","source":{"type":"url","url":"https://evil.test/a.png"}}`, "messages.0.content.0.source.url: the host evil.test is not one fmgate fetches images from"},
+		{"no url", `{"type":"image","source":{"type":"url"}}`, "messages.0.content.0.source.url: Field required"},
+		{"extra member", `{"type":"image","source":{"type":"url","url":"` + url + `","media_type":"image/png"}}`, "messages.0.content.0.source.media_type: not supported"},
+		{"data URL", `{"type":"image","source":{"type":"url","url":"data:image/png;base64,AA=="}}`, "as a base64 source"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeRequest(bytes.NewReader(imageRequest(tt.give, `{"type":"text","text":"x"}`)), 0, lim)
+			if err == nil || err.Status != 400 || !strings.Contains(err.Message, tt.wantIn) {
+				t.Fatalf("refusal %+v; want a 400 saying %q", err, tt.wantIn)
+			}
+		})
+	}
+}

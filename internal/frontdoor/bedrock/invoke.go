@@ -235,6 +235,10 @@ func (d *door) countTokens(w http.ResponseWriter, r *http.Request, t *gateway.Tu
 	last := len(msgs) - 1
 	t.Message, t.MessageCache, t.History, t.Images = msgs[last].Content, msgs[last].Cache, msgs[:last], msgs[last].Images
 	t.StartTier = tier.Name
+	if t.RemoteImages() > 0 {
+		WriteException(w, Validation(anthropic.RemoteImageCount))
+		return
+	}
 	n, estimated := d.g.CountTokens(r.Context(), t)
 	w.Header().Set(HeaderTokenCount, map[bool]string{true: "estimate", false: "vendor"}[estimated])
 	writeJSON(w, http.StatusOK, struct {

@@ -628,7 +628,8 @@ func onlyMembers(p json.RawMessage, pp, what string, keys ...string) *Error {
 // at one level, so the detail reaches only an OpenAI tier.
 var imageDetails = []string{"auto", "low", "high", "original"}
 
-// decodeImagePart reads an image_url part: a data URL and its detail.
+// decodeImagePart reads an image_url part: a data or https URL and its
+// detail.
 func decodeImagePart(p json.RawMessage, pp string, rd *vision.Reader) (provider.Image, *Error) {
 	var part struct {
 		ImageURL json.RawMessage `json:"image_url"`
@@ -652,13 +653,14 @@ func decodeImagePart(p json.RawMessage, pp string, rd *vision.Reader) (provider.
 	return imageOf(iu.URL, iu.Detail, pp+".image_url.url", pp+".image_url.detail", rd)
 }
 
-// imageOf reads an image sent as a data URL, at detail; urlParam and
+// imageOf reads an image sent as a data URL, or as a remote URL the
+// gateway fetches once the caller is admitted, at detail; urlParam and
 // detailParam name them in errors.
 func imageOf(url, detail, urlParam, detailParam string, rd *vision.Reader) (provider.Image, *Error) {
 	if detail != "" && !slices.Contains(imageDetails, detail) {
 		return provider.Image{}, invalidRequest(detailParam, "Invalid '%s': expected one of auto, low, high, original, but got %q.", detailParam, truncate(detail, 20))
 	}
-	im, err := rd.DataURL(url)
+	im, err := rd.URL(url)
 	if err != nil {
 		return provider.Image{}, invalidRequest(urlParam, "Invalid '%s': %v.", urlParam, err)
 	}

@@ -257,3 +257,42 @@ func TestDecodeChatImagesInHistoryCountTowardsTheLimit(t *testing.T) {
 		t.Fatalf("error %+v; want the second image refused", e)
 	}
 }
+
+// TestDecodeRemoteImages: on a host the operator allows, an image_url with
+// an https URL (Chat Completions) or an input_image's image_url
+// (Responses) is a pending image, its detail kept, counted against the
+// request's images; elsewhere it is refused naming the field.
+func TestDecodeRemoteImages(t *testing.T) {
+	lim := vision.Limits{MaxPerRequest: 2, Hosts: vision.Hosts{"*.example.com"}}
+	const url = "https://img.example.com/cover.png"
+	c, e := DecodeChat(imageChat(imagePart(url, "low"), `{"type":"text","text":"What is this?"}`), lim)
+	if e != nil {
+		t.Fatal(e)
+	}
+	if len(c.Images) != 1 || !c.Images[0].Pending() || c.Images[0].URL != url || c.Images[0].Detail != "low" || c.Images[0].Data != nil {
+		t.Fatalf("images %+v; want the pending %s at detail low", c.Images, url)
+	}
+	q, e := DecodeResponses([]byte(`{"model":"m","input":[{"role":"user","content":[{"type":"input_image","image_url":"`+url+`","detail":"high"},{"type":"input_text","text":"x"}]}]}`), lim)
+	if e != nil {
+		t.Fatal(e)
+	}
+	if _, _, last, e := q.Conversation(nil); e != nil || len(last.Images) != 1 || last.Images[0].URL != url || last.Images[0].Detail != "high" {
+		t.Fatalf("responses images %+v (%v); want the pending %s at detail high", last.Images, e, url)
+	}
+	tests := []struct {
+		name, give, wantParam, wantMsg string
+	}{
+		{"host not allowed", imagePart("https://example.com/cover.png", ""), "messages[0].content[0].image_url.url", "server.images.allowedHosts"},
+		{"plain http", imagePart("http://img.example.com/cover.png", ""), "messages[0].content[0].image_url.url", "https only"},
+		{"another scheme", imagePart("ftp://img.example.com/cover.png", ""), "messages[0].content[0].image_url.url", "data URL"},
+		{"too many", imagePart(url, "") + "," + imagePart(url, "") + "," + imagePart(url, ""), "messages[0].content[2].image_url.url", "at most 2 images"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, e := DecodeChat(imageChat(tt.give), lim)
+			if e == nil || e.Status != 400 || e.Param != tt.wantParam || !strings.Contains(e.Message, tt.wantMsg) {
+				t.Fatalf("error %+v; want a 400 naming %q and saying %q", e, tt.wantParam, tt.wantMsg)
+			}
+		})
+	}
+}

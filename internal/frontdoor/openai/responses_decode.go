@@ -435,7 +435,7 @@ func itemContent(raw json.RawMessage, param string, rd *vision.Reader) (string, 
 				return "", nil, e
 			}
 			if part.ImageURL == "" {
-				return "", nil, invalidRequest(pp+".image_url", "Missing required parameter: '%s.image_url' (a data: URL).", pp)
+				return "", nil, invalidRequest(pp+".image_url", "Missing required parameter: '%s.image_url' (a data: or https URL).", pp)
 			}
 			im, e := imageOf(part.ImageURL, part.Detail, pp+".image_url", pp+".detail", rd)
 			if e != nil {
