@@ -123,14 +123,15 @@ func (r *runner) sessionProbe(ctx context.Context) SessionProbe {
 			// The two turns compared must be alike but for the history: an
 			// answer given without its catalog context (a search too slow
 			// under load: marked degraded) is tens of tokens shorter, so a
-			// pair where one had it and the other not is tried again, in a
-			// new conversation.
+			// pair answered differently — one degraded and not the other, or
+			// by different tiers (one without its context, the other by the
+			// next tier with it) — is tried again, in a new conversation.
 			for try := range 3 {
 				session := fmt.Sprintf("conv-%s-%d", u.id, try)
 				first = r.chatOnce(ctx, a, u, session, messageFor(u, i))
 				second = r.chatOnce(ctx, b, u, session, messageFor(u, i+1))
 				fresh = r.chatOnce(ctx, b, u, session+"-fresh", messageFor(u, i+1))
-				if second.Degraded == fresh.Degraded {
+				if alike(second, fresh) {
 					break
 				}
 			}
@@ -140,8 +141,9 @@ func (r *runner) sessionProbe(ctx context.Context) SessionProbe {
 				p.Examples = append(p.Examples, fmt.Sprintf("pair %d: not answered (%s/%s/%s)", i, first.Outcome, second.Outcome, fresh.Outcome))
 				return
 			}
-			if second.Degraded != fresh.Degraded {
-				p.Examples = append(p.Examples, fmt.Sprintf("pair %d: never answered alike (degraded %v/%v) in 3 tries", i, second.Degraded, fresh.Degraded))
+			if !alike(second, fresh) {
+				p.Examples = append(p.Examples, fmt.Sprintf("pair %d: never answered alike (%s degraded %v / %s degraded %v) in 3 tries",
+					i, second.Tier, second.Degraded, fresh.Tier, fresh.Degraded))
 				return
 			}
 			p.Pairs++
@@ -157,6 +159,10 @@ func (r *runner) sessionProbe(ctx context.Context) SessionProbe {
 	wg.Wait()
 	return p
 }
+
+// alike reports whether two turns were answered the same way: by the same
+// tier, both degraded or neither.
+func alike(a, b TurnRecord) bool { return a.Tier == b.Tier && a.Degraded == b.Degraded }
 
 // BatchOutcome is the batch job's end.
 type BatchOutcome struct {
