@@ -407,6 +407,9 @@ type Hold struct {
 	// meters are those the turn is charged to, on the day and month it
 	// was held.
 	meters []Meter
+	// local is set for a hold taken in this process while the shared
+	// counters could not be reached (Enforcer.local).
+	local bool
 }
 
 // Plan is an admitted request.
@@ -445,8 +448,13 @@ type Enforcer struct {
 	limits   atomic.Pointer[limits] // swapped whole by SetConfig
 	est      *Estimator
 	counters Counters
-	now      func() time.Time
-	today    atomic.Pointer[calendarDay] // the last day asked for
+	// local holds spending for this process while shared counters cannot
+	// be reached: each instance then keeps its callers within their
+	// budgets on its own, instead of letting every turn through. Nil when
+	// counters are this process's already.
+	local *MemoryCounters
+	now   func() time.Time
+	today atomic.Pointer[calendarDay] // the last day asked for
 }
 
 // New returns an Enforcer. now is the clock (time.Now when nil).
@@ -461,6 +469,9 @@ func New(cfg Config, est *Estimator, counters Counters, now func() time.Time) (*
 		now = time.Now
 	}
 	b := &Enforcer{est: est, counters: counters, now: now}
+	if _, inProcess := counters.(*MemoryCounters); !inProcess {
+		b.local = NewMemoryCounters(cfg.SessionTTL, now)
+	}
 	loc, _ := time.LoadLocation(cfg.Timezone)
 	b.limits.Store(&limits{Config: cfg, loc: loc})
 	return b, nil
@@ -641,7 +652,9 @@ func (b *Enforcer) Check(ctx context.Context, req Request, price Price) (Plan, e
 	if lim := cfg.DailyCostUSD; err == nil && lim > 0 && tot.DayCostUSD+cost > lim {
 		return Plan{}, &ExceededError{Budget: BudgetDailyCost, Limit: lim, Used: tot.DayCostUSD, ResetAt: next}
 	}
-	if err == nil && req.Hold {
+	// The hold checks the spending budgets itself, atomically: it is
+	// tried even when the totals could not be read.
+	if req.Hold {
 		if err := b.hold(ctx, cfg, cal, req.UserID, req.Accounts, cost, &plan); err != nil {
 			return Plan{}, err
 		}
@@ -705,6 +718,15 @@ func (b *Enforcer) hold(ctx context.Context, cfg *limits, cal *calendarDay, user
 	nano := toNano(cost)
 	refused, spent, err := b.counters.Hold(hctx, id, nano, hold, HoldTTL)
 	cancel()
+	local := false
+	if err != nil && b.local != nil {
+		// Held in this process instead: the shared counters' spend is
+		// not known here, so each instance allows at most the whole budget
+		// while they are out of reach, never an unbounded spend.
+		plan.CountersErr = fmt.Errorf("budget: hold (held in this process instead): %w", err)
+		refused, spent, err = b.local.Hold(ctx, id, nano, hold, HoldTTL)
+		local = true
+	}
 	switch {
 	case err != nil:
 		plan.CountersErr = fmt.Errorf("budget: hold: %w", err)
@@ -713,7 +735,7 @@ func (b *Enforcer) hold(ctx context.Context, cfg *limits, cal *calendarDay, user
 		return &ExceededError{Budget: by.name, Limit: by.usd, Used: float64(spent) / nanoUSD, ResetAt: by.resetAt,
 			Held: spent+nano <= hold[refused].Limit}
 	default:
-		plan.Hold = Hold{ID: id, Day: cal.key, meters: charge}
+		plan.Hold = Hold{ID: id, Day: cal.key, meters: charge, local: local}
 	}
 	return nil
 }
@@ -769,9 +791,17 @@ func (b *Enforcer) Record(ctx context.Context, userID, sessionID string, account
 	if h.ID == "" {
 		charge, _, _ = meters(b.limits.Load(), b.calendar(b.now()), userID, accounts)
 	}
+	hold := h.ID
+	if h.local {
+		// The local hold ends with the cost, which stays counted here
+		// against this process's later local holds; the shared counters
+		// hold nothing under this id.
+		_ = b.local.Add(ctx, userID, sessionID, h.ID, charge, 0, 0, costUSD)
+		hold = ""
+	}
 	ctx, cancel := b.storeCtx(ctx)
 	defer cancel()
-	if err := b.counters.Add(ctx, userID, sessionID, h.ID, charge, in, out, costUSD); err != nil {
+	if err := b.counters.Add(ctx, userID, sessionID, hold, charge, in, out, costUSD); err != nil {
 		return fmt.Errorf("budget: record: %w", err)
 	}
 	return nil
@@ -809,6 +839,9 @@ func (b *Enforcer) Spend(ctx context.Context, accounts []Account) ([]Spend, erro
 func (b *Enforcer) Release(ctx context.Context, h Hold) error {
 	if h.ID == "" {
 		return nil
+	}
+	if h.local {
+		return b.local.Release(ctx, h.ID, h.meters)
 	}
 	ctx, cancel := b.storeCtx(ctx)
 	defer cancel()

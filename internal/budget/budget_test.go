@@ -540,3 +540,62 @@ func TestAccountBudgets(t *testing.T) {
 		t.Fatalf("a new month: %v", err)
 	}
 }
+
+// downCounters are shared counters that cannot be reached.
+type downCounters struct{}
+
+var errDown = errors.New("counters unreachable")
+
+func (downCounters) Load(context.Context, string, string, string) (Totals, error) {
+	return Totals{}, errDown
+}
+func (downCounters) Hold(context.Context, string, int64, []Meter, time.Duration) (int, int64, error) {
+	return 0, 0, errDown
+}
+func (downCounters) Add(context.Context, string, string, string, []Meter, int, int, float64) error {
+	return errDown
+}
+func (downCounters) Release(context.Context, string, []Meter) error  { return errDown }
+func (downCounters) Spent(context.Context, []Meter) ([]int64, error) { return nil, errDown }
+
+// While the shared counters cannot be reached, spending is held in this
+// process: the turns are still admitted (and say why), but no more than
+// the budget allows is in flight or spent here.
+func TestHoldsFallBackToThisProcess(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	probe := newEnforcer(t, cfg, noon(), nil)
+	req := Request{UserID: "u", SessionID: "s", MaxOutput: 1024, Parts: Parts{User: "hi"}, Hold: true}
+	one, err := probe.Check(ctx, req, sonnet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DailyCostUSD = one.CostUSD * 2.5 // two turns' estimates, not three
+	e := newEnforcer(t, cfg, noon(), downCounters{})
+	var held []Hold
+	for i := range 2 {
+		p, err := e.Check(ctx, req, sonnet)
+		if err != nil || p.Hold.ID == "" || p.CountersErr == nil {
+			t.Fatalf("turn %d with the counters down: hold %+v, counters error %v, err %v; want held here, and said", i, p.Hold, p.CountersErr, err)
+		}
+		held = append(held, p.Hold)
+	}
+	var ex *ExceededError
+	if _, err := e.Check(ctx, req, sonnet); !errors.As(err, &ex) || !ex.Held {
+		t.Fatalf("a third turn in flight: %v; want refused as held", err)
+	}
+	// The first settles at its whole estimate (the shared record fails and
+	// says so); the second is released: one turn's room is left.
+	if err := e.Record(ctx, "u", "s", nil, held[0], 10, 10, one.CostUSD); err == nil {
+		t.Error("Record with the counters down reported no error")
+	}
+	if err := e.Release(ctx, held[1]); err != nil {
+		t.Fatalf("releasing a local hold: %v", err)
+	}
+	if _, err := e.Check(ctx, req, sonnet); err != nil {
+		t.Fatalf("after one settled and one released: %v; want room for one more", err)
+	}
+	if _, err := e.Check(ctx, req, sonnet); !errors.As(err, &ex) {
+		t.Fatalf("over the budget with the counters down: %v; want refused", err)
+	}
+}
