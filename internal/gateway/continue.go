@@ -116,13 +116,21 @@ func (g *Gateway) continueWith(ctx context.Context, t *Turn, model, sofar string
 			stop(&provider.Error{Kind: provider.KindTimeout, Err: errFirstTokenLate})
 		})
 		defer late.Stop()
+		// The continuation's text is checked as the answer's was.
+		to, guarded := out, g.guardAnswer(t, out)
+		if guarded != nil {
+			to = guarded
+		}
 		r, err := p.Stream(actx, req, func(text string) error {
 			if !wrote {
 				wrote = true
 				late.Stop()
 			}
-			return out.Write(text)
+			return to.Write(text)
 		})
+		if guarded != nil {
+			err = g.settleGuard(sctx, guarded, r, err)
+		}
 		var attempt provider.Usage
 		if r != nil {
 			attempt = r.Usage
