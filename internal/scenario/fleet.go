@@ -205,10 +205,7 @@ func (f *fleet) launch(in *instance) error {
 	cmd.Dir = in.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), f.opts.Env...)
-	// Its own process group: a Ctrl-C at the terminal reaches the scenario,
-	// which stops its instances itself, in order.
-	// Pdeathsig: a scenario killed outright leaves no gateway behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = childAttr(syscall.SIGTERM)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("instance %d: start %s: %w", in.id, f.opts.Executable, err)
@@ -350,7 +347,7 @@ func (r *redisProc) start(ctx context.Context) error {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childAttr(syscall.SIGKILL)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start redis-server: %w", err)
