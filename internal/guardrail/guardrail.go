@@ -57,7 +57,9 @@ type Config struct {
 	Answers bool `yaml:"answers"`
 	// Bedrock is a guardrail of Amazon Bedrock Guardrails the user's
 	// message is checked against after the checks above, before any model
-	// sees it. Default: none.
+	// sees it. Its guardrailId, guardrailVersion, region, endpoint and
+	// source take effect on a restart, the rest on a reload too. Default:
+	// none.
 	Bedrock BedrockConfig `yaml:"bedrock"`
 }
 

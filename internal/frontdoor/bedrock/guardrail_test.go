@@ -18,6 +18,7 @@ import (
 	"github.com/fmgate/fmgate/internal/config"
 	door "github.com/fmgate/fmgate/internal/frontdoor/bedrock"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/vision"
 )
 
 // guardrailTrace is trace.guardrail as Bedrock sends it for a blocked input.
@@ -204,4 +205,41 @@ func TestGuardrailConfigSkipsTiersWithoutIt(t *testing.T) {
 		Messages: userMessage("Recommend a manga"), GuardrailConfig: &types.GuardrailStreamConfiguration{
 			GuardrailIdentifier: aws.String("gr-1"), GuardrailVersion: aws.String("3")}})
 	wantAPIError(t, err, "ValidationException", 400)
+}
+
+// TestDecodeGuardrailConfig: guardrailConfig is read whole, and what
+// Bedrock would refuse is refused naming the field.
+func TestDecodeGuardrailConfig(t *testing.T) {
+	const msgs = `"messages":[{"role":"user","content":[{"text":"hi"}]}]`
+	tests := []struct {
+		name, give string
+		want       *provider.Guardrail
+		wantErr    string
+	}{
+		{"whole", `{"guardrailIdentifier":"gr-1","guardrailVersion":"DRAFT","trace":"enabled_full","streamProcessingMode":"async"}`,
+			&provider.Guardrail{ID: "gr-1", Version: "DRAFT", Trace: "enabled_full", StreamMode: "async"}, ""},
+		{"an ARN", `{"guardrailIdentifier":"arn:aws:bedrock:us-east-1:123456789012:guardrail/abc","guardrailVersion":"12"}`,
+			&provider.Guardrail{ID: "arn:aws:bedrock:us-east-1:123456789012:guardrail/abc", Version: "12"}, ""},
+		{"no identifier", `{"guardrailVersion":"1"}`, nil, "guardrailConfig.guardrailIdentifier is required"},
+		{"a bad version", `{"guardrailIdentifier":"gr-1","guardrailVersion":"v1"}`, nil, "guardrailConfig.guardrailVersion"},
+		{"a bad trace", `{"guardrailIdentifier":"gr-1","guardrailVersion":"1","trace":"on"}`, nil, "guardrailConfig.trace"},
+		{"an unknown field", `{"guardrailIdentifier":"gr-1","guardrailVersion":"1","mode":"x"}`, nil, "guardrailConfig must be"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := door.Decode("sonnet", []byte(`{`+msgs+`,"guardrailConfig":`+tt.give+`}`), vision.Limits{})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err %v; want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *req.Guardrail != *tt.want {
+				t.Fatalf("guardrail %+v; want %+v", *req.Guardrail, *tt.want)
+			}
+		})
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/fmgate/fmgate/internal/guardrail"
+	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/bedrock"
 )
 
@@ -139,5 +140,18 @@ func TestApplyGuardrailFailures(t *testing.T) {
 	}))
 	if _, err := newGuardrail(t, failing.URL, 0).Check(context.Background(), "hello"); err == nil || !strings.Contains(err.Error(), "ResourceNotFoundException") {
 		t.Errorf("failing service: err %v; want its exception", err)
+	}
+}
+
+// TestSimRefusesGuardrailConfig: the simulator on Bedrock's wire applies
+// no guardrails, so it refuses a call that names one rather than answer as
+// if it had.
+func TestSimRefusesGuardrailConfig(t *testing.T) {
+	_, srv := startSim(t)
+	req := request("hello")
+	req.Guardrail = &provider.Guardrail{ID: "gr-1", Version: "1"}
+	_, err := newProvider(t, srv.URL).Complete(context.Background(), req)
+	if provider.KindOf(err) != provider.KindValidation || !strings.Contains(err.Error(), "guardrailConfig") {
+		t.Fatalf("err %v; want a validation error naming guardrailConfig", err)
 	}
 }
