@@ -47,8 +47,8 @@ const DefaultRemoteTimeout = time.Second
 // as a built-in block does; one that only masks (sensitive information
 // anonymized) replaces the message with the masked text. Off while
 // GuardrailID is empty. The connection fields (guardrailId,
-// guardrailVersion, region, endpoint) take effect at start; the others on
-// reload too.
+// guardrailVersion, region, endpoint) and source take effect at start;
+// the others on reload too.
 type BedrockConfig struct {
 	// GuardrailID is the guardrail's identifier or ARN. Empty: no remote
 	// check.
