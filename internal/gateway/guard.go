@@ -73,7 +73,9 @@ func (g *Gateway) guardRemote(ctx context.Context, t *Turn, bc guardrail.Bedrock
 		return nil
 	}
 	bc = bc.Filled()
-	ctx, span := g.tracer.Start(ctx, "guard_bedrock", events.WithKind(events.KindInternal), events.WithNodeID("guard"), events.WithMustPersist())
+	// A passed check's span is sampled as the turn is; a finding or a
+	// failure is kept whatever the sampling.
+	ctx, span := g.tracer.Start(ctx, "guard_bedrock", events.WithKind(events.KindInternal), events.WithNodeID("guard"))
 	defer span.End()
 	cctx, cancel := context.WithTimeout(ctx, bc.Timeout)
 	v, err := g.guardrail.Check(cctx, t.Message)
@@ -83,6 +85,7 @@ func (g *Gateway) guardRemote(ctx context.Context, t *Turn, bc guardrail.Bedrock
 			return ctx.Err() // the caller left; the check says nothing
 		}
 		why := skipReason(err)
+		span.SetMustPersist()
 		if bc.OnError == guardrail.OnErrorClosed {
 			span.SetStatus(events.StatusFailed)
 			span.SetErrorCode("guardrail_unavailable:" + why)
@@ -100,6 +103,7 @@ func (g *Gateway) guardRemote(ctx context.Context, t *Turn, bc guardrail.Bedrock
 		span.SetErrorCode("guardrail_passed")
 		return nil
 	}
+	span.SetMustPersist()
 	return g.act(ctx, span, t, v)
 }
 
