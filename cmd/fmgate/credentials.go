@@ -9,8 +9,9 @@ import (
 )
 
 // credentialProblems resolves the credentials of the tiers whose vendor
-// SDK finds its own (the AWS default chain for bedrock), one line per tier
-// that has none, naming what to set. Each region is resolved once, within
+// SDK finds its own (the AWS default chain for bedrock), and of the
+// Bedrock guardrail check, one line per tier or check that has none,
+// naming what to set. Each region is resolved once, within
 // the provider's credential timeout.
 func credentialProblems(ctx context.Context, cfg config.Config) []string {
 	var lines []string
@@ -33,6 +34,9 @@ func credentialProblems(ctx context.Context, cfg config.Config) []string {
 	}
 	for i, e := range cfg.Embeddings {
 		check(fmt.Sprintf("embeddings[%d]", i), e.Connection())
+	}
+	if g := cfg.Guardrails.Bedrock; g.Enabled() {
+		check("guardrails.bedrock", config.Model{Name: g.GuardrailID, Provider: "bedrock", Region: g.Region})
 	}
 	return lines
 }

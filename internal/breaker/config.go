@@ -62,6 +62,7 @@ func DefaultConfig() Config {
 //	redis          15 failures or 40%, 30s window, open 15s
 //	session_store  10 failures or 20%, 30s window, open 30s
 //	search         5 failures or 30%, 30s window, open 45s (the catalog search)
+//	guardrail      5 failures or 50%, 30s window, open 30s (guardrails.bedrock)
 //
 // All use MinCalls 5, Stages [1, 3, 10] and HalfOpenWait 10s.
 func Defaults() map[string]Config {
@@ -77,6 +78,9 @@ func Defaults() map[string]Config {
 		"session_store": with(10, 0.2, 30*time.Second, 30*time.Second),
 		// The catalog search (seed: opensearch), skipped while open.
 		"search": with(5, 0.3, 30*time.Second, 45*time.Second),
+		// The remote guardrail check, skipped or refusing while open
+		// (guardrails.bedrock.onError).
+		"guardrail": with(5, 0.5, 30*time.Second, 30*time.Second),
 	}
 }
 

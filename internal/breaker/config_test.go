@@ -67,6 +67,7 @@ func TestDefaults(t *testing.T) {
 		{"redis", 15, 0.4, 30 * time.Second, 15 * time.Second},
 		{"session_store", 10, 0.2, 30 * time.Second, 30 * time.Second},
 		{"search", 5, 0.3, 30 * time.Second, 45 * time.Second},
+		{"guardrail", 5, 0.5, 30 * time.Second, 30 * time.Second},
 	}
 	all := Defaults()
 	if len(all) != len(tests) {

@@ -370,15 +370,17 @@ type Model struct {
 	// CapabilityTools (call the tools a request offers), CapabilityPrefill
 	// (continue an answer the client started), CapabilityTopK (sample
 	// with top_k), CapabilitySeed (repeat an answer for a seed),
-	// CapabilityVision (read the images a request carries) and
+	// CapabilityVision (read the images a request carries),
 	// CapabilityThinking (reason before answering: Anthropic's extended
-	// thinking). A request that needs one skips the tiers without it
-	// rather than reach a model that would ignore it. Default: every
-	// capability fmgate can pass to the tier's provider — tools and vision
-	// on every provider, prefill and top_k on all but openai, seed on
-	// openai and the simulator, thinking on the simulator and on anthropic
-	// and bedrock tiers whose modelId is a Claude model that thinks
-	// (Claude 3.7 Sonnet, the Claude 4 family and later); list
+	// thinking) and CapabilityGuardrails (apply the client's Amazon
+	// Bedrock guardrail, the Bedrock door's guardrailConfig). A request
+	// that needs one skips the tiers without it rather than reach a model
+	// that would ignore it. Default: every capability fmgate can pass to
+	// the tier's provider — tools and vision on every provider, prefill
+	// and top_k on all but openai, seed on openai and the simulator,
+	// thinking on the simulator and on anthropic and bedrock tiers whose
+	// modelId is a Claude model that thinks (Claude 3.7 Sonnet, the Claude
+	// 4 family and later), guardrails on bedrock tiers; list
 	// "text" alone for a model that can only write text (e.g. an
 	// OpenAI-compatible server without function calling or images).
 	Capabilities []string `yaml:"capabilities"`
@@ -443,10 +445,14 @@ const (
 	CapabilityVision  = "vision"
 	// CapabilityThinking is Anthropic's extended thinking.
 	CapabilityThinking = "thinking"
+	// CapabilityGuardrails is applying a client's Amazon Bedrock
+	// guardrail (the Bedrock door's guardrailConfig) to the model call.
+	CapabilityGuardrails = "guardrails"
 )
 
 // capabilities are every capability a tier may list.
-var capabilities = []string{CapabilityText, CapabilityTools, CapabilityPrefill, CapabilityTopK, CapabilitySeed, CapabilityVision, CapabilityThinking}
+var capabilities = []string{CapabilityText, CapabilityTools, CapabilityPrefill, CapabilityTopK, CapabilitySeed, CapabilityVision, CapabilityThinking,
+	CapabilityGuardrails}
 
 // Can reports whether the tier has capability c.
 func (m Model) Can(c string) bool {
@@ -463,6 +469,8 @@ func (m Model) Can(c string) bool {
 			return m.Provider == "openai" || m.Provider == "" || m.Provider == "sim" // nor Anthropic's and Bedrock's this
 		case CapabilityThinking:
 			return m.Provider == "" || m.Provider == "sim" || (m.Provider == "anthropic" || m.Provider == "bedrock") && ThinkingModel(m.ModelID)
+		case CapabilityGuardrails:
+			return m.Provider == "bedrock" // only Bedrock applies its guardrails
 		}
 		return false
 	}

@@ -37,7 +37,10 @@ var reloadable = []string{
 	"budget.requestInput", "budget.requestOutput", "budget.contextWindow", "budget.promptOverhead",
 	"budget.safetyTokens", "budget.sessionInput", "budget.sessionOutput", "budget.dailyCostUsd",
 	"budget.monthlyCostUsd", "budget.teams", "budget.features",
-	"guardrails",
+	"guardrails.email", "guardrails.phone", "guardrails.card", "guardrails.myNumber", "guardrails.postalCode",
+	"guardrails.denyTerms", "guardrails.denyAction", "guardrails.answers",
+	// The remote check's client is built at start; its policy is read per turn.
+	"guardrails.bedrock.timeout", "guardrails.bedrock.onError", "guardrails.bedrock.pricePer1kTextUnits",
 	"budget.timezone", "budget.storeTimeout",
 	"quota.safetyMargin", "quota.models", "quota.pauseAt", "quota.guaranteed",
 	"retry.strategy", "retry.base", "retry.cap", "retry.multiplier", "retry.maxRetries", "retry.classes",

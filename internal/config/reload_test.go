@@ -182,6 +182,12 @@ func TestReloadable(t *testing.T) {
 		{"deadline.idle", true},
 		{"prompt.reloadInterval", false},
 		{"retry.budget.ratio", false},
+		{"guardrails.card", true},
+		{"guardrails.denyTerms", true},
+		{"guardrails.bedrock.onError", true},
+		{"guardrails.bedrock.timeout", true},
+		{"guardrails.bedrock.guardrailId", false},
+		{"guardrails.bedrock.region", false},
 	}
 	for _, tt := range tests {
 		if got := Reloadable(tt.give); got != tt.want {

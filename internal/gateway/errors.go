@@ -31,6 +31,9 @@ const (
 	// part-way: the rest held a finding to block.
 	CodeAnswerWithheld = "answer_withheld"
 	CodeInternal       = "internal"
+	// CodeGuardrailUnavailable refuses a turn whose guardrail check by a
+	// service (guardrails.bedrock, onError closed) could not be made.
+	CodeGuardrailUnavailable = "guardrail_unavailable"
 	// CodeUnavailable: a shared store the request needs cannot be reached.
 	CodeUnavailable = "unavailable"
 )

@@ -17,6 +17,7 @@ import (
 	"github.com/fmgate/fmgate/internal/artifacts"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/events"
+	"github.com/fmgate/fmgate/internal/guardrail"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/session"
 	"github.com/fmgate/fmgate/internal/slots"
@@ -53,6 +54,8 @@ type Gateway struct {
 	judge    Judge
 	batcher  Batcher
 	images   ImageFetcher
+	// guardrail is the remote guardrail check (Deps.Guardrail); nil: none.
+	guardrail guardrail.Checker
 
 	draining atomic.Bool
 	// drained is cancelled when Drain starts: turns still waiting for quota
@@ -136,6 +139,12 @@ type Deps struct {
 	// Images fetches the remote images a front door left pending; nil
 	// refuses them.
 	Images ImageFetcher
+
+	// Guardrail is the remote guardrail check of guardrails.bedrock, run
+	// after the built-in checks within guardrails.bedrock.timeout: it
+	// should be behind a breaker of its own, wrapping ErrGuardrailOpen
+	// while that is open. Nil checks nothing remotely.
+	Guardrail guardrail.Checker
 }
 
 // New builds a gateway. Every configured model needs a provider.
@@ -173,6 +182,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		judge:     d.Judge,
 		batcher:   d.Batcher,
 		images:    d.Images,
+		guardrail: d.Guardrail,
 		admin:     d.AdminRoutes,
 		tracer:    d.Tracer,
 		batches:   newBatchJobs(cfg.Batch, d.Jobs, d.Now),
@@ -389,7 +399,7 @@ func (g *Gateway) primary(t *Turn) string { return g.cfgOf(t).Models[0].Name }
 // tiersFor is the model tiers that may serve t, in cascade order: from its
 // start tier (a tier name or modelId; all tiers when empty or unknown),
 // less those that lack a capability t needs (tools, prefill, top_k,
-// vision). The slice may not be appended to.
+// vision, thinking, guardrails). The slice may not be appended to.
 func (g *Gateway) tiersFor(t *Turn) []string {
 	in := g.snapshotOf(t)
 	models := in.cfg.Models
@@ -442,6 +452,9 @@ func (t *Turn) needs() []string {
 	}
 	if t.Thinking != nil {
 		n = append(n, config.CapabilityThinking)
+	}
+	if t.Guardrail != nil {
+		n = append(n, config.CapabilityGuardrails)
 	}
 	return n
 }

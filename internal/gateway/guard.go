@@ -3,8 +3,11 @@ package gateway
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/guardrail"
@@ -12,12 +15,20 @@ import (
 )
 
 // guard is step 3¾: it checks t's message under the config's guardrails,
-// redacts what is to be redacted in place, and returns a guardrail error
-// for a message to block — the cascade answers it with the redirect
-// message. A message with findings gets a span naming the kinds found and
-// the action taken, never the text.
+// the built-in checks and then the remote one (guardrails.bedrock), redacts
+// what is to be redacted in place, and returns a guardrail error for a
+// message to block — the cascade answers it with the redirect message. A
+// message with findings gets a span naming the kinds found and the action
+// taken, never the text; each remote check gets one, whatever its verdict.
 func (g *Gateway) guard(ctx context.Context, t *Turn) error {
 	cfg := g.cfgOf(t).Guardrails
+	if err := g.guardBuiltin(ctx, t, cfg); err != nil {
+		return err
+	}
+	return g.guardRemote(ctx, t, cfg.Bedrock)
+}
+
+func (g *Gateway) guardBuiltin(ctx context.Context, t *Turn, cfg guardrail.Config) error {
 	if !cfg.Enabled() {
 		return nil
 	}
@@ -28,6 +39,12 @@ func (g *Gateway) guard(ctx context.Context, t *Turn) error {
 	// A finding is kept whatever the sampling (the span has no text).
 	ctx, span := g.tracer.Start(ctx, "guard", events.WithKind(events.KindInternal), events.WithNodeID("guard"), events.WithMustPersist())
 	defer span.End()
+	return g.act(ctx, span, t, v)
+}
+
+// act applies a verdict with findings to t: a block empties the message
+// and returns the guardrail error, a redaction replaces it.
+func (g *Gateway) act(ctx context.Context, span *events.Span, t *Turn, v guardrail.Verdict) error {
 	kinds := strings.Join(v.Kinds(), ",")
 	if v.Blocked {
 		// None of it is kept: not in the events, not in the session (the
@@ -40,6 +57,75 @@ func (g *Gateway) guard(ctx context.Context, t *Turn) error {
 	t.Message = v.Text
 	span.SetErrorCode("guardrail_checked:" + kinds)
 	return nil
+}
+
+// ErrGuardrailOpen is for a remote guardrail check (Deps.Guardrail) to
+// wrap when its breaker is open.
+var ErrGuardrailOpen = errors.New("guardrail breaker open")
+
+// guardRemote checks t's message with the remote guardrail check, within
+// bc.Timeout. When the check fails (an error, the timeout, its breaker
+// open), bc.OnError decides: open lets the message go on, the span saying
+// the check was skipped and why; closed refuses the turn with
+// guardrail_unavailable.
+func (g *Gateway) guardRemote(ctx context.Context, t *Turn, bc guardrail.BedrockConfig) error {
+	if g.guardrail == nil || !bc.Enabled() || strings.TrimSpace(t.Message) == "" {
+		return nil
+	}
+	bc = bc.Filled()
+	// A passed check's span is sampled as the turn is; a finding or a
+	// failure is kept whatever the sampling.
+	ctx, span := g.tracer.Start(ctx, "guard_bedrock", events.WithKind(events.KindInternal), events.WithNodeID("guard"))
+	defer span.End()
+	cctx, cancel := context.WithTimeout(ctx, bc.Timeout)
+	v, err := g.guardrail.Check(cctx, t.Message)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err() // the caller left; the check says nothing
+		}
+		why := skipReason(err)
+		span.SetMustPersist()
+		if bc.OnError == guardrail.OnErrorClosed {
+			span.SetStatus(events.StatusFailed)
+			span.SetErrorCode("guardrail_unavailable:" + why)
+			return guardrailUnavailable(t, err)
+		}
+		span.SetErrorCode("guardrail_skipped:" + why)
+		g.log.LogAttrs(ctx, slog.LevelWarn, "guardrail check skipped: it failed (guardrails.bedrock.onError open)", append(turnAttrs(t, err), attrString("why", why))...)
+		return nil
+	}
+	if r := v.Remote; r != nil {
+		span.SetVendorCode(r.Action)
+		span.SetCost(r.CostUSD)
+	}
+	if len(v.Findings) == 0 {
+		span.SetErrorCode("guardrail_passed")
+		return nil
+	}
+	span.SetMustPersist()
+	return g.act(ctx, span, t, v)
+}
+
+// skipReason names why a remote check failed, for its span.
+func skipReason(err error) string {
+	switch {
+	case errors.Is(err, ErrGuardrailOpen):
+		return "breaker_open"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	}
+	return "error"
+}
+
+// guardrailUnavailable is the refusal of a turn whose required guardrail
+// check could not be made.
+func guardrailUnavailable(t *Turn, err error) *Error {
+	msg := "Your message could not be checked by the content safety service right now, so it was not answered. Please try again shortly."
+	if t.Locale == "ja" {
+		msg = "現在、メッセージの安全確認サービスを利用できないため、お答えできませんでした。しばらくしてから、もう一度お試しください。"
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Code: CodeGuardrailUnavailable, RetryAfter: 5 * time.Second, Message: msg, Err: err}
 }
 
 // guardrailsModel is the Model of the guardrails' own errors, and

@@ -57,8 +57,12 @@ func (g *Gateway) Run(ctx context.Context, t *Turn, out Output) (res *Result, er
 	defer g.giveSlot(ctx, t)
 	// 3¾. Guard: personal data and denied terms are redacted or blocked
 	// before any model or store sees the message; a blocked one gets the
-	// redirect answer.
+	// redirect answer, and one the guardrail service could not check is
+	// refused when its policy says so.
 	if err := g.guard(ctx, t); err != nil {
+		if e, ok := errors.AsType[*Error](err); ok {
+			return nil, e
+		}
 		res, err = g.fallBack(ctx, t, err, out)
 		return g.finish(ctx, span, t, out, res, err)
 	}
@@ -193,6 +197,13 @@ func (g *Gateway) validate(t *Turn) error {
 	if i := startTier(cfg.Models, t.StartTier); i >= 0 && !t.mayUse(cfg.Models[i].Name) {
 		return &Error{Status: http.StatusForbidden, Code: CodeModelForbidden,
 			Message: fmt.Sprintf("This API key may not use the model %q; it may use %s.", t.StartTier, strings.Join(t.KeyModels, ", "))}
+	}
+	if t.Guardrail != nil && len(g.tiersFor(t)) == 0 {
+		// Answered by a model that cannot apply it, the guardrail would be
+		// dropped without a word.
+		e := invalid("guardrailConfig: no model tier this request may use can apply a Bedrock guardrail (tiers with the guardrails capability: the bedrock ones by default); send the request without guardrailConfig, or name a Bedrock tier")
+		e.Param = "guardrailConfig"
+		return e
 	}
 	return compileShapes(t)
 }
@@ -426,20 +437,21 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		return nil, err
 	}
 	return &Result{
-		Text:          a.resp.Text,
-		Tier:          model,
-		ModelID:       a.resp.ModelID,
-		StopReason:    a.resp.StopReason,
-		StopSequence:  a.resp.StopSequence,
-		ToolCalls:     a.resp.ToolCalls,
-		Thinking:      a.resp.Thinking,
-		Degraded:      model != t.firstTier || t.ContextUnavailable,
-		Confidence:    a.m.Confidence,
-		Usage:         a.usage,
-		CostUSD:       cost(a.m, a.usage),
-		CacheSavedUSD: cacheSaving(a.m, a.usage),
-		TTFT:          a.ttft,
-		Simplified:    simplified,
+		Text:           a.resp.Text,
+		Tier:           model,
+		ModelID:        a.resp.ModelID,
+		StopReason:     a.resp.StopReason,
+		StopSequence:   a.resp.StopSequence,
+		ToolCalls:      a.resp.ToolCalls,
+		Thinking:       a.resp.Thinking,
+		GuardrailTrace: a.resp.GuardrailTrace,
+		Degraded:       model != t.firstTier || t.ContextUnavailable,
+		Confidence:     a.m.Confidence,
+		Usage:          a.usage,
+		CostUSD:        cost(a.m, a.usage),
+		CacheSavedUSD:  cacheSaving(a.m, a.usage),
+		TTFT:           a.ttft,
+		Simplified:     simplified,
 	}, nil
 }
 
@@ -584,7 +596,7 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 	}
 	req := &provider.Request{Model: m.Name, System: withContext(t.System, t.Context), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
 		Temperature: t.Temperature, TopP: t.TopP, TopK: t.TopK, Seed: t.Seed, StopSequences: t.StopSequences, CacheKey: t.PromptCacheKey, Tools: t.Tools, ToolChoice: t.ToolChoice,
-		Thinking: t.Thinking}
+		Thinking: t.Thinking, Guardrail: t.Guardrail}
 	markPrefixes(t, m, req)
 	return req
 }

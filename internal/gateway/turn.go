@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/fmgate/fmgate/internal/config"
@@ -94,6 +95,11 @@ type Turn struct {
 	// Output that is a Thinker. The tiers below the models may still
 	// answer in prose, without reasoning.
 	Thinking *provider.Thinking
+	// Guardrail is the client's own Bedrock guardrail (the Bedrock door's
+	// guardrailConfig), passed to the model call. Only tiers with the
+	// guardrails capability serve the turn; with none among those it may
+	// use, the turn is refused. Its answer is never cached.
+	Guardrail *provider.Guardrail
 
 	// ClientIP is the client's address through the state hash (see
 	// Gateway.clientIP, Deps.StateHasher), for the per-address rate limit;
@@ -211,6 +217,9 @@ type Result struct {
 	// Thinking is the model's reasoning before Text, when the turn asked
 	// for it and the model gave any.
 	Thinking []provider.ThinkingBlock
+	// GuardrailTrace is the vendor's trace of the turn's Guardrail, as it
+	// sent it, when the turn asked for one with a trace.
+	GuardrailTrace json.RawMessage
 	// Continued is set when the next tier finished an answer whose model
 	// failed mid-stream (stream.continuation); Parts are the tiers that wrote
 	// the text, in order. Usage and CostUSD then add up both parts.

@@ -55,6 +55,12 @@ type Config struct {
 	// client nor the session, and a blocked one ends the answer (before its
 	// first byte, the turn gets the redirect answer instead). Default true.
 	Answers bool `yaml:"answers"`
+	// Bedrock is a guardrail of Amazon Bedrock Guardrails the user's
+	// message is checked against after the checks above, before any model
+	// sees it. Its guardrailId, guardrailVersion, region, endpoint and
+	// source take effect on a restart, the rest on a reload too. Default:
+	// none.
+	Bedrock BedrockConfig `yaml:"bedrock"`
 }
 
 // DefaultConfig redacts payment card numbers and マイナンバー: no model
@@ -77,11 +83,15 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("denyTerms[%d]: must not be empty", i))
 		}
 	}
+	if err := c.Bedrock.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errors.Join(errs...)
 }
 
-// Enabled reports whether any check is on.
+// Enabled reports whether any built-in check is on (the remote one:
+// Bedrock.Enabled).
 func (c Config) Enabled() bool {
 	return c.Email != "" || c.Phone != "" || c.Card != "" || c.MyNumber != "" || c.PostalCode != "" || len(c.DenyTerms) > 0
 }
@@ -100,7 +110,11 @@ type Verdict struct {
 	Blocked bool
 	// Text is the text with the redacted findings replaced by their
 	// placeholders ([EMAIL], [PHONE], …); the text itself when none is.
+	// A remote check's is the service's masked text.
 	Text string
+	// Remote is what a guardrail service said; nil for the built-in
+	// checks.
+	Remote *Remote
 }
 
 // Kinds lists the kinds found, once each, in order.

@@ -1,8 +1,10 @@
 package guardrail
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFindsAndActs(t *testing.T) {
@@ -123,4 +125,39 @@ func TestStreamBlocksACardSplitAcrossPieces(t *testing.T) {
 		sent.WriteString(out)
 	}
 	t.Fatalf("the card was never blocked; let through %q", sent.String())
+}
+
+// TestBuiltinChecker: the built-in checks as a Checker give the verdict
+// Check gives, and never fail.
+func TestBuiltinChecker(t *testing.T) {
+	c := Config{Email: Redact, Card: Block}
+	for _, text := range []string{"mail taro@example.com", "card 4111 1111 1111 1111", "One Piece vol. 105"} {
+		v, err := c.Checker().Check(context.Background(), text)
+		want := c.Check(text)
+		if err != nil || v.Text != want.Text || v.Blocked != want.Blocked || strings.Join(v.Kinds(), ",") != strings.Join(want.Kinds(), ",") {
+			t.Fatalf("Checker().Check(%q) = %+v, %v; want %+v", text, v, err, want)
+		}
+	}
+}
+
+// TestBedrockConfigValidate: an empty remote check is off and valid; a
+// set one names each field that is wrong.
+func TestBedrockConfigValidate(t *testing.T) {
+	if err := (BedrockConfig{}).Validate(); err != nil {
+		t.Fatalf("off: %v", err)
+	}
+	ok := BedrockConfig{GuardrailID: "gr-1", GuardrailVersion: "1", Region: "us-east-1"}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("minimal: %v", err)
+	}
+	if f := ok.Filled(); f.Timeout != DefaultRemoteTimeout || f.OnError != OnErrorOpen || f.Source != SourceInput {
+		t.Fatalf("defaults %+v", f)
+	}
+	bad := BedrockConfig{Timeout: time.Minute, OnError: "maybe", PricePer1kTextUnits: -1}
+	err := bad.Validate()
+	for _, field := range []string{"bedrock.guardrailId", "bedrock.guardrailVersion", "bedrock.region", "bedrock.timeout", "bedrock.onError", "bedrock.pricePer1kTextUnits"} {
+		if err == nil || !strings.Contains(err.Error(), field+":") {
+			t.Errorf("err %v does not name %s", err, field)
+		}
+	}
 }

@@ -5,6 +5,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -107,6 +108,22 @@ type Request struct {
 	Format Format
 	// Thinking, when set, asks the model to reason before it answers.
 	Thinking *Thinking
+	// Guardrail, when set, is the vendor's own guardrail the call asks the
+	// vendor to apply (Bedrock's guardrailConfig); only providers of
+	// tiers with the guardrails capability get one.
+	Guardrail *Guardrail
+}
+
+// Guardrail is a guardrail the vendor applies to a model call: Amazon
+// Bedrock Guardrails, by identifier and version.
+type Guardrail struct {
+	ID, Version string
+	// Trace is "enabled", "enabled_full" or "disabled" ("": the vendor's
+	// default, disabled).
+	Trace string
+	// StreamMode is "sync" or "async" for a streamed call ("": the
+	// vendor's default, sync).
+	StreamMode string
 }
 
 // TokenCounter is a provider whose vendor counts a request's input tokens
@@ -167,6 +184,9 @@ type Response struct {
 	// Thinking is the model's reasoning before Text, when the request
 	// asked for it; a streamed answer's blocks arrive here whole too.
 	Thinking []ThinkingBlock
+	// GuardrailTrace is the vendor's trace of the request's Guardrail, as
+	// the vendor sent it (Bedrock's trace.guardrail), when it sent one.
+	GuardrailTrace json.RawMessage
 	// ModelID is the provider's own model identifier that served the call.
 	ModelID string
 	// TTFT is the time from the call until the first token arrived.

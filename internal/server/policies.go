@@ -409,14 +409,15 @@ func (c cascade) Remember(ctx context.Context, t *gateway.Turn, res *gateway.Res
 // plainAnswer reports whether res is the model's whole answer to the bare
 // question, as the cache keys it: not cut (by max tokens or by the
 // client's stop sequences), nor shaped by the client's own system prompt or
-// sampling, nor given with tools to call, images to look at or reasoning
-// to show (the cache keeps no thinking blocks). Another
+// sampling, nor given with tools to call, images to look at, reasoning
+// to show (the cache keeps no thinking blocks) or the client's own
+// guardrail to apply. Another
 // caller asking the same words would get any other as if it were the
 // answer.
 func plainAnswer(t *gateway.Turn, res *gateway.Result) bool {
 	return (res.StopReason == "" || res.StopReason == "end_turn") && t.ClientSystem == "" &&
 		len(t.StopSequences) == 0 && t.Temperature == nil && t.TopP == nil && t.TopK == nil && t.Seed == nil && t.Prefill == "" &&
-		len(t.Tools) == 0 && t.Thinking == nil && t.Format.Kind == provider.FormatText && !t.HasImages()
+		len(t.Tools) == 0 && t.Thinking == nil && t.Format.Kind == provider.FormatText && !t.HasImages() && t.Guardrail == nil
 }
 
 func (c cascade) Simplify(req *provider.Request, model string) *provider.Request {
@@ -424,7 +425,8 @@ func (c cascade) Simplify(req *provider.Request, model string) *provider.Request
 }
 
 func (c cascade) question(t *gateway.Turn) fallback.Question {
-	return fallback.Question{Text: t.Message, Locale: t.Locale, PromptVersion: t.PromptVersion, NoCache: len(t.Tools) > 0 || t.Thinking != nil || t.Format.Kind != provider.FormatText || t.Prefill != "" || t.HasImages()}
+	return fallback.Question{Text: t.Message, Locale: t.Locale, PromptVersion: t.PromptVersion, NoCache: len(t.Tools) > 0 || t.Thinking != nil || t.Format.Kind != provider.FormatText || t.Prefill != "" || t.HasImages() ||
+		t.Guardrail != nil}
 }
 
 func localize(locale, en, ja string) string {

@@ -206,6 +206,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	deps.Keys = runtimeKeys{keys}
 	s.mountKeys(keys)
 	deps.Images = imageFetcher(cfg.Server.Images)
+	if deps.Guardrail, err = s.remoteGuardrail(ctx, cfg); err != nil {
+		s.Close()
+		return nil, err
+	}
 	gw, err := gateway.New(cfg, deps)
 	if err != nil {
 		s.Close()

@@ -167,12 +167,17 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.History = req.Messages[:last]
 	t.Tools, t.ToolChoice = req.Tools, req.ToolChoice
 	t.Thinking = req.Thinking
+	t.Guardrail = req.Guardrail
 	t.ClientSystem, t.ClientSystemCache = req.System, req.SystemCache
 	t.StartTier = tier.Name
 	t.MaxOutput = req.MaxTokens
 	t.Temperature, t.TopP, t.Prefill = req.Temperature, req.TopP, req.Prefill
 	t.StopSequences = req.StopSequences
 	if op == OpConverse {
+		if req.Guardrail != nil && req.Guardrail.StreamMode != "" {
+			WriteException(w, Validation("guardrailConfig.streamProcessingMode applies to converse-stream only; remove it from a converse request"))
+			return
+		}
 		d.converse(w, r, t, start)
 		return
 	}
@@ -219,7 +224,7 @@ func (d *door) converse(w http.ResponseWriter, r *http.Request, t *gateway.Turn,
 		return
 	}
 	setServedHeaders(w.Header(), res.Tier, res.Degraded, res.TraceID)
-	WriteConverse(w, res.Thinking, out.text.String(), res.ToolCalls, stopReason(res.StopReason), res.Usage, d.now().Sub(start))
+	WriteConverse(w, res.Thinking, out.text.String(), res.ToolCalls, stopReason(res.StopReason), res.Usage, d.now().Sub(start), res.GuardrailTrace)
 }
 
 // converseStream answers with the event stream: the pipeline's frames,
@@ -248,7 +253,7 @@ func (d *door) converseStream(w http.ResponseWriter, r *http.Request, t *gateway
 		if es.begin() != nil || len(res.ToolCalls) > 0 && es.ew.ToolCalls(res.ToolCalls) != nil {
 			return
 		}
-		_ = es.ew.Stop(stopReason(res.StopReason), res.Usage, d.now().Sub(start))
+		_ = es.ew.Stop(stopReason(res.StopReason), res.Usage, d.now().Sub(start), res.GuardrailTrace)
 	}
 }
 
@@ -400,7 +405,7 @@ func exceptionForCode(code string) Exception {
 		return Exception{Status: http.StatusTooManyRequests, Type: ThrottlingException}
 	case gateway.CodeBudgetExceeded:
 		return Exception{Status: http.StatusBadRequest, Type: ServiceQuotaExceededException}
-	case gateway.CodeShuttingDown:
+	case gateway.CodeShuttingDown, gateway.CodeGuardrailUnavailable:
 		return Exception{Status: http.StatusServiceUnavailable, Type: ServiceUnavailableException}
 	case gateway.CodeStreamTimeout:
 		return Exception{Status: http.StatusRequestTimeout, Type: ModelTimeoutException}

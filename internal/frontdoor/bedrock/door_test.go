@@ -337,8 +337,6 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 				Source: &types.ImageSourceMemberS3Location{Value: types.S3Location{Uri: aws.String("s3://bucket/a.png")}}}}}}}}, "messages[0].content[0].image.source.s3Location"},
 		{"topP out of range", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("hi"),
 			InferenceConfig: &types.InferenceConfiguration{TopP: aws.Float32(1.5)}}, "topP"},
-		{"guardrail", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: userMessage("hi"),
-			GuardrailConfig: &types.GuardrailConfiguration{GuardrailIdentifier: aws.String("g"), GuardrailVersion: aws.String("1")}}, "guardrailConfig"},
 		{"a prefill ending in a space", &bedrockruntime.ConverseInput{ModelId: aws.String("sonnet"), Messages: []types.Message{
 			{Role: types.ConversationRoleUser, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: "hi"}}},
 			{Role: types.ConversationRoleAssistant, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: "hello "}}},

@@ -66,6 +66,7 @@ var seeds = []string{
 	`{"messages":[{"role":"user","content":[{"text":"x"}]}],"inferenceConfig":{"topP":0.1}}`,
 	`{"messages":[{"role":"user","content":[{"text":"weather?"}]},{"role":"assistant","content":[{"text":"Looking."},{"toolUse":{"toolUseId":"t1","name":"get_weather","input":{"city":"東京"}}}]},{"role":"user","content":[{"toolResult":{"toolUseId":"t1","content":[{"text":"rain"},{"json":{"mm":3}}],"status":"error"}},{"cachePoint":{"type":"default"}}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"get_weather","description":"d","inputSchema":{"json":{"type":"object"}}}}],"toolChoice":{"tool":{"name":"get_weather"}}}}`,
 	`{"messages":[{"role":"user","content":[{"text":"x"}]}],"toolConfig":{"tools":[{"cachePoint":{"type":"default"}}],"toolChoice":{"any":{}}}}`,
+	`{"messages":[{"role":"user","content":[{"text":"x"}]}],"guardrailConfig":{"guardrailIdentifier":"gr-1","guardrailVersion":"DRAFT","trace":"enabled","streamProcessingMode":"sync"}}`,
 	`{"messages":null}`, `[]`, `{`, ``, `{"messages":[{"role":"user","content":[{"text":"x"}]}]} {}`,
 }
 

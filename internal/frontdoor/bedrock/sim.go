@@ -70,6 +70,10 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 			WriteException(w, Validation(err.Error()))
 			return
 		}
+		if req.Guardrail != nil {
+			WriteException(w, Validation("guardrailConfig is not supported by the simulator: it applies no Bedrock guardrails; remove it from the request"))
+			return
+		}
 		msgs := req.Messages
 		if req.Prefill != "" {
 			msgs = append(slices.Clip(msgs), provider.Message{Role: provider.RoleAssistant, Content: req.Prefill})
@@ -100,11 +104,11 @@ func simConverse(w http.ResponseWriter, r *http.Request, s *sim.Sim, req *provid
 	resp, err := s.Complete(r.Context(), req)
 	switch {
 	case err == nil:
-		WriteConverse(w, resp.Thinking, resp.Text, resp.ToolCalls, resp.StopReason, resp.Usage, time.Since(start))
+		WriteConverse(w, resp.Thinking, resp.Text, resp.ToolCalls, resp.StopReason, resp.Usage, time.Since(start), nil)
 	case cut(st, resp, err):
 		panic(http.ErrAbortHandler) // the connection drops, as a cut upstream would
 	case provider.KindOf(err) == provider.KindGuardrail:
-		WriteConverse(w, nil, guardrailText, nil, StopGuardrailIntervened, resp.Usage, time.Since(start))
+		WriteConverse(w, nil, guardrailText, nil, StopGuardrailIntervened, resp.Usage, time.Since(start), nil)
 	default:
 		WriteException(w, simException(err))
 	}
@@ -118,12 +122,12 @@ func simStream(w http.ResponseWriter, r *http.Request, s *sim.Sim, req *provider
 		if len(resp.ToolCalls) > 0 && ew.ToolCalls(resp.ToolCalls) != nil {
 			return
 		}
-		_ = ew.Stop(resp.StopReason, resp.Usage, time.Since(start))
+		_ = ew.Stop(resp.StopReason, resp.Usage, time.Since(start), nil)
 	case cut(st, resp, err):
 		_ = ew.Start()
 		panic(http.ErrAbortHandler)
 	case provider.KindOf(err) == provider.KindGuardrail:
-		_ = ew.Stop(StopGuardrailIntervened, resp.Usage, time.Since(start))
+		_ = ew.Stop(StopGuardrailIntervened, resp.Usage, time.Since(start), nil)
 	case !ew.Started():
 		WriteException(w, simException(err))
 	default:

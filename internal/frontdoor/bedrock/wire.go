@@ -69,7 +69,7 @@ const (
 
 // Request is a decoded Converse / ConverseStream request: the parts fmgate
 // supports. Everything else Bedrock accepts (images from s3Location,
-// document blocks, cachePoint entries among tools, guardrailConfig,
+// document blocks, cachePoint entries among tools,
 // additionalModelRequestFields other than Claude's thinking, …) is
 // refused by Decode with a ValidationException, never silently dropped.
 type Request struct {
@@ -97,6 +97,9 @@ type Request struct {
 	// Thinking is additionalModelRequestFields.thinking, Claude's extended
 	// thinking; nil when absent or disabled.
 	Thinking *provider.Thinking
+	// Guardrail is guardrailConfig, the Amazon Bedrock guardrail the
+	// model call is to apply; nil when absent.
+	Guardrail *provider.Guardrail
 }
 
 // ParsePath splits an escaped request path, /model/{modelId}/{op}, into the
@@ -186,7 +189,6 @@ func Decode(modelID string, body []byte, images vision.Limits) (*Request, error)
 		name string
 		raw  json.RawMessage
 	}{
-		{"guardrailConfig", w.GuardrailConfig},
 		{"additionalModelResponseFieldPaths", w.AdditionalModelResponseFieldPaths},
 		{"promptVariables", w.PromptVariables},
 		{"requestMetadata", w.RequestMetadata},
@@ -233,6 +235,11 @@ func Decode(modelID string, body []byte, images vision.Limits) (*Request, error)
 	}
 	if err := checkThinking(req); err != nil {
 		return nil, err
+	}
+	if isSet(w.GuardrailConfig) {
+		if req.Guardrail, err = decodeGuardrail(w.GuardrailConfig); err != nil {
+			return nil, err
+		}
 	}
 	return req, nil
 }
@@ -603,16 +610,18 @@ type converseResponse struct {
 	Output struct {
 		Message outMessage `json:"message"`
 	} `json:"output"`
-	StopReason string  `json:"stopReason"`
-	Usage      Usage   `json:"usage"`
-	Metrics    metrics `json:"metrics"`
+	StopReason string          `json:"stopReason"`
+	Usage      Usage           `json:"usage"`
+	Metrics    metrics         `json:"metrics"`
+	Trace      *guardrailTrace `json:"trace,omitempty"`
 }
 
 // WriteConverse sends a Converse answer: the model's reasoning
 // (reasoningContent blocks first), the assistant's text and its tool calls
 // (toolUse blocks after the text; no text block when there is no text but
-// calls), the stop reason, usage and latency.
-func WriteConverse(w http.ResponseWriter, thinking []provider.ThinkingBlock, text string, calls []provider.ToolCall, stopReason string, u provider.Usage, latency time.Duration) {
+// calls), the stop reason, usage and latency, and the guardrail's trace
+// (trace.guardrail) when there is one.
+func WriteConverse(w http.ResponseWriter, thinking []provider.ThinkingBlock, text string, calls []provider.ToolCall, stopReason string, u provider.Usage, latency time.Duration, trace json.RawMessage) {
 	var body converseResponse
 	content := make([]outBlock, 0, len(thinking)+1+len(calls))
 	for _, th := range thinking {
@@ -628,6 +637,7 @@ func WriteConverse(w http.ResponseWriter, thinking []provider.ThinkingBlock, tex
 	body.StopReason = stopReason
 	body.Usage = UsageOf(u)
 	body.Metrics.LatencyMs = latency.Milliseconds()
+	body.Trace = traceOf(trace)
 	writeJSON(w, http.StatusOK, body)
 }
 
@@ -788,8 +798,8 @@ func (e *EventWriter) stopText() error {
 
 // Stop sends the contentBlockStop of the text block (of an empty one when
 // nothing was sent), messageStop with the stop reason, and the metadata
-// event with usage and latency.
-func (e *EventWriter) Stop(stopReason string, u provider.Usage, latency time.Duration) error {
+// event with usage, latency and the guardrail's trace when there is one.
+func (e *EventWriter) Stop(stopReason string, u provider.Usage, latency time.Duration, trace json.RawMessage) error {
 	if err := e.Start(); err != nil {
 		return err
 	}
@@ -803,9 +813,10 @@ func (e *EventWriter) Stop(stopReason string, u provider.Usage, latency time.Dur
 		return err
 	}
 	return e.event("metadata", struct {
-		Usage   Usage   `json:"usage"`
-		Metrics metrics `json:"metrics"`
-	}{UsageOf(u), metrics{LatencyMs: latency.Milliseconds()}})
+		Usage   Usage           `json:"usage"`
+		Metrics metrics         `json:"metrics"`
+		Trace   *guardrailTrace `json:"trace,omitempty"`
+	}{UsageOf(u), metrics{LatencyMs: latency.Milliseconds()}, traceOf(trace)})
 }
 
 // Exception ends the stream with an exception message; exType is the

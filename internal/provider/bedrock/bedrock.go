@@ -99,7 +99,7 @@ func New(ctx context.Context, m config.Model, opts Options) (*Provider, error) {
 	if m.Region == "" {
 		return nil, errors.New("bedrock: region is required")
 	}
-	cfg, err := loadConfig(ctx, m, opts)
+	cfg, err := loadConfig(ctx, m.Region, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -122,17 +122,17 @@ func New(ctx context.Context, m config.Model, opts Options) (*Provider, error) {
 // CheckCredentials resolves the AWS credentials m would use, within the
 // credential timeout, for `fmgate validate`.
 func CheckCredentials(ctx context.Context, m config.Model) error {
-	_, err := loadConfig(ctx, m, Options{})
+	_, err := loadConfig(ctx, m.Region, Options{})
 	return err
 }
 
-func loadConfig(ctx context.Context, m config.Model, opts Options) (aws.Config, error) {
+func loadConfig(ctx context.Context, region string, opts Options) (aws.Config, error) {
 	timeout := opts.CredentialTimeout
 	if timeout <= 0 {
 		timeout = DefaultCredentialTimeout
 	}
 	load := []func(*awsconfig.LoadOptions) error{
-		awsconfig.WithRegion(m.Region),
+		awsconfig.WithRegion(region),
 		awsconfig.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
 		awsconfig.WithHTTPClient(httpClient(opts)),
 		// The SDK's own log lines (e.g. the instance-role probe falling back
@@ -218,7 +218,8 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 		return resp, err
 	}
 	in := &bedrockruntime.ConverseInput{ModelId: aws.String(p.modelID), System: parts.system, Messages: parts.messages,
-		InferenceConfig: parts.inference, ToolConfig: parts.tools, AdditionalModelRequestFields: parts.additional}
+		InferenceConfig: parts.inference, ToolConfig: parts.tools, AdditionalModelRequestFields: parts.additional,
+		GuardrailConfig: guardrailConfig(req.Guardrail)}
 	out, err := p.client.Converse(ctx, in, traced(ctx))
 	if err != nil {
 		return resp, p.normalise(ctx, err)
@@ -239,8 +240,11 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	resp.TTFT = p.now().Sub(start)
 	resp.StopReason = string(out.StopReason)
 	resp.Usage = usageOf(out.Usage)
+	if out.Trace != nil {
+		resp.GuardrailTrace = traceJSON(out.Trace.Guardrail)
+	}
 	p.learn(req, thoughtText(resp.Thinking)+resp.Text+callsText(resp.ToolCalls), resp.Usage)
-	return resp, p.stopError(resp.StopReason)
+	return resp, p.stopError(req, resp.StopReason)
 }
 
 func thoughtText(thinking []provider.ThinkingBlock) string {
@@ -262,7 +266,8 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		return resp, err
 	}
 	in := &bedrockruntime.ConverseStreamInput{ModelId: aws.String(p.modelID), System: parts.system, Messages: parts.messages,
-		InferenceConfig: parts.inference, ToolConfig: parts.tools, AdditionalModelRequestFields: parts.additional}
+		InferenceConfig: parts.inference, ToolConfig: parts.tools, AdditionalModelRequestFields: parts.additional,
+		GuardrailConfig: guardrailStreamConfig(req.Guardrail)}
 	out, err := p.client.ConverseStream(ctx, in, ownCodec, traced(ctx))
 	if err != nil {
 		return resp, p.normalise(ctx, err)
@@ -319,6 +324,9 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 			resp.StopReason = string(v.Value.StopReason)
 		case *types.ConverseStreamOutputMemberMetadata:
 			resp.Usage, gotUsage = usageOf(v.Value.Usage), true
+			if v.Value.Trace != nil {
+				resp.GuardrailTrace = traceJSON(v.Value.Trace.Guardrail)
+			}
 			p.learn(req, thoughts.text()+text.String()+tools.text(), resp.Usage)
 		}
 		if readErr != nil {
@@ -347,7 +355,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	if resp.ToolCalls, err = tools.done(); err != nil {
 		return resp, p.malformed(err)
 	}
-	return resp, p.stopError(resp.StopReason)
+	return resp, p.stopError(req, resp.StopReason)
 }
 
 // malformed is the failure of an answer whose tool calls cannot be read:
@@ -443,8 +451,13 @@ func (p *Provider) invalid(err error) error {
 }
 
 // stopError turns a guardrail's or content filter's stop into a guardrail
-// failure; the response keeps the usage to bill.
-func (p *Provider) stopError(stop string) error {
+// failure; the response keeps the usage to bill. The stop of the
+// guardrail the request itself named is its answer: the client reads it
+// as Bedrock sent it.
+func (p *Provider) stopError(req *provider.Request, stop string) error {
+	if req.Guardrail != nil && stop == string(types.StopReasonGuardrailIntervened) {
+		return nil
+	}
 	switch stop {
 	case string(types.StopReasonGuardrailIntervened), string(types.StopReasonContentFiltered):
 		return &provider.Error{Kind: provider.KindGuardrail, Model: p.name, Code: stop,

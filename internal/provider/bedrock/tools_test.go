@@ -192,7 +192,7 @@ func TestToolCallBlocksOnTheWire(t *testing.T) {
 		if err := dec.Decode(&body); err != nil {
 			t.Error(err)
 		}
-		bedrock.WriteConverse(w, nil, "ok", nil, "end_turn", provider.Usage{InputTokens: 1, OutputTokens: 1}, 0)
+		bedrock.WriteConverse(w, nil, "ok", nil, "end_turn", provider.Usage{InputTokens: 1, OutputTokens: 1}, 0, nil)
 	}))
 	p := newProvider(t, srv.URL)
 	req := request("What is the weather in Tokyo?")
@@ -223,7 +223,7 @@ func TestMalformedStreamedToolInput(t *testing.T) {
 	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ew := bedrock.NewEventWriter(w)
 		_ = ew.ToolCalls([]provider.ToolCall{{ID: "toolu_bad", Name: "get_weather", Input: json.RawMessage(`{"city": "Tok`)}})
-		_ = ew.Stop("tool_use", provider.Usage{InputTokens: 10, OutputTokens: 5}, 0)
+		_ = ew.Stop("tool_use", provider.Usage{InputTokens: 10, OutputTokens: 5}, 0, nil)
 	}))
 	p := newProvider(t, srv.URL)
 	req := request("What is the weather in Tokyo?")
