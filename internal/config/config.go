@@ -607,6 +607,9 @@ type Caller struct {
 	// naming another is refused with 403, and the cascade skips the
 	// others. Empty: every tier.
 	Models []string `yaml:"models"`
+	// PayloadLog logs the request and answer of every turn made with the
+	// key (payloadLog, which must be enabled). Default false.
+	PayloadLog bool `yaml:"payloadLog"`
 }
 
 // Fleet configures shared state for several gateway instances.
@@ -1000,6 +1003,9 @@ func (c Config) Validate() error {
 				v.add(p+".models", fmt.Sprintf("unknown model tier %q (want one of %s)", m, strings.Join(c.ModelNames(), ", ")))
 			}
 		}
+		if caller.PayloadLog && !c.PayloadLog.Enabled {
+			v.add(p+".payloadLog", "payloadLog.enabled is false: switch payload logs on to log this key's turns")
+		}
 	}
 	b := c.Batch
 	for _, f := range []struct {
@@ -1132,6 +1138,9 @@ func (c Config) CheckSecrets() error {
 		if env := c.Auth.Keys[k].SecretKeyEnv; env != "" && os.Getenv(env) == "" {
 			v.add("auth.keys."+redactKey(k)+".secretKeyEnv", fmt.Sprintf("environment variable %s is not set; export %s=<the secret access key Bedrock clients sign with>", env, env))
 		}
+	}
+	if pl := c.PayloadLog; pl.Enabled && os.Getenv(pl.KeyEnv) == "" {
+		v.add("payloadLog.keyEnv", fmt.Sprintf("payload logs are on but environment variable %s is not set; export %s=<32 random bytes in hex, e.g. from openssl rand -hex 32> (the key that seals payloads at rest)", pl.KeyEnv, pl.KeyEnv))
 	}
 	return v.err()
 }

@@ -363,3 +363,28 @@ func TestVisionCapability(t *testing.T) {
 		t.Fatalf("image bounds %+v, want 5 MiB, 20 and 8000 px", d)
 	}
 }
+
+// Payload logs on without their sealing key in the environment: start-up
+// and fmgate validate refuse, naming the variable to set.
+func TestPayloadLogNeedsItsKey(t *testing.T) {
+	cfg := Default()
+	cfg.PayloadLog.Enabled = true
+	cfg.PayloadLog.KeyEnv = "FMGATE_TEST_PAYLOAD_KEY"
+	t.Setenv("FMGATE_TEST_PAYLOAD_KEY", "")
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	err := cfg.CheckSecrets()
+	if err == nil || !strings.Contains(err.Error(), "payloadLog.keyEnv") || !strings.Contains(err.Error(), "export FMGATE_TEST_PAYLOAD_KEY=") {
+		t.Fatalf("CheckSecrets without the key: %v", err)
+	}
+	t.Setenv("FMGATE_TEST_PAYLOAD_KEY", strings.Repeat("ab", 32))
+	if err := cfg.CheckSecrets(); err != nil {
+		t.Fatalf("CheckSecrets with the key: %v", err)
+	}
+	cfg.PayloadLog.Enabled = false
+	cfg.Auth.Keys = map[string]Caller{"sk-shop": {UserID: "shop", PayloadLog: true}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "payloadLog: payloadLog.enabled is false") {
+		t.Fatalf("a key marked payloadLog with payload logs off: %v", err)
+	}
+}

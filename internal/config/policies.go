@@ -14,6 +14,7 @@ import (
 	"github.com/fmgate/fmgate/internal/guardrail"
 	"github.com/fmgate/fmgate/internal/judge"
 	"github.com/fmgate/fmgate/internal/live"
+	"github.com/fmgate/fmgate/internal/payloadlog"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/queue"
 	"github.com/fmgate/fmgate/internal/quota"
@@ -69,6 +70,11 @@ type Policies struct {
 	// Judge grades a sample of completed turns at priority P2 through the
 	// same pipeline, filling eval_score for the quality dashboard.
 	Judge judge.Config `yaml:"judge"`
+	// PayloadLog keeps the request and answer of chosen turns (per API
+	// key, per feature, a sampled share), after the guardrails'
+	// redaction, sealed at rest, for the admin's turn view and offline
+	// evaluation. Default: off.
+	PayloadLog payloadlog.Config `yaml:"payloadLog"`
 }
 
 func defaultPolicies() Policies {
@@ -96,6 +102,7 @@ func defaultPolicies() Policies {
 		Alerts:     alerts.DefaultConfig(),
 		Canary:     canary.DefaultConfig(),
 		Judge:      judge.DefaultConfig(),
+		PayloadLog: payloadlog.DefaultConfig(),
 	}
 }
 
@@ -106,6 +113,7 @@ func (c Config) validatePolicies(v *validator) {
 	v.sub("alerts", p.Alerts.Validate())
 	v.sub("canary", p.Canary.Validate())
 	v.sub("judge", p.Judge.Validate())
+	v.sub("payloadLog", p.PayloadLog.Validate())
 	if t := p.Judge.Tier; t != "" {
 		if _, ok := c.Model(t); !ok {
 			v.add("judge.tier", fmt.Sprintf("no model tier named %q", t))

@@ -45,6 +45,9 @@ var reloadable = []string{
 	"quota.safetyMargin", "quota.models", "quota.pauseAt", "quota.guaranteed",
 	"retry.strategy", "retry.base", "retry.cap", "retry.multiplier", "retry.maxRetries", "retry.classes",
 	"retry.minAttemptTime",
+	// Which turns are logged is decided per turn; the store, its key and
+	// its writer are opened at start.
+	"payloadLog.features", "payloadLog.sampleRate", "payloadLog.captureContent", "payloadLog.retention",
 }
 
 // perTurn are the fields of a model tier a turn reads from its config

@@ -50,7 +50,7 @@ type Config struct {
 	// 1h.
 	Retention time.Duration `yaml:"retention"`
 	// PruneInterval is how often expired payloads are deleted, at most
-	// PruneBatch × 10 of them each time. Default 10m.
+	// 10,000 of them each time. Default 10m.
 	PruneInterval time.Duration `yaml:"pruneInterval"`
 	// Queue bounds the payloads waiting to be written; one more is
 	// dropped and counted (fmgate_payload_log_dropped_total{reason=
