@@ -124,12 +124,44 @@ type Event struct {
 	// in full. Not in the seed's blocks; omitted when false, so an event
 	// without it is kept whole.
 	SampledOut bool `json:"sampled_out,omitempty"`
+	// Content is a model attempt's prompt and answer, set only for a turn
+	// whose payload is logged with content capture on
+	// (payloadLog.captureContent). It is never encoded: no stored or
+	// streamed event carries it, only an in-process exporter that
+	// captures content (the OTLP sink) reads it.
+	Content *Content `json:"-"`
 
 	Node        Node        `json:"node"`
 	Artifact    Artifact    `json:"artifact"`
 	Resource    Resource    `json:"resource"`
 	Outcome     Outcome     `json:"outcome"`
 	Attribution Attribution `json:"attribution"`
+}
+
+// Content is the text of a model attempt in the shape of OpenTelemetry's
+// GenAI conventions (gen_ai.input.messages, gen_ai.output.messages): each
+// encodes to their JSON as it is.
+type Content struct {
+	Input  []ContentMessage
+	Output []ContentMessage
+}
+
+// ContentMessage is one message; FinishReason only on an output message.
+type ContentMessage struct {
+	Role         string        `json:"role"`
+	Parts        []ContentPart `json:"parts"`
+	FinishReason string        `json:"finish_reason,omitempty"`
+}
+
+// ContentPart is a part of a message: "text" (Content), "tool_call" (ID,
+// Name, Arguments) or "tool_call_response" (ID, Response).
+type ContentPart struct {
+	Type      string          `json:"type"`
+	Content   string          `json:"content,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	Response  string          `json:"response,omitempty"`
 }
 
 // Node is the graph position of a span.

@@ -440,6 +440,10 @@ func (s *Span) SetExcerpt(text string) {
 	s.set(func(e *Event) { e.PromptExcerpt = x })
 }
 
+// SetContent attaches a model attempt's prompt and answer for an exporter
+// that captures content (see Event.Content); nil removes it.
+func (s *Span) SetContent(c *Content) { s.set(func(e *Event) { e.Content = c }) }
+
 // End finishes the span and emits its event. Only the first End counts.
 func (s *Span) End() {
 	if s == nil {

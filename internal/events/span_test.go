@@ -3,10 +3,12 @@ package events
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -217,3 +219,27 @@ func TestNilTracerAndSpanAreNoOps(t *testing.T) {
 		t.Error("nil tracer made a span")
 	}
 }
+
+// A model attempt's captured content reaches the in-process sinks with
+// its event, and no encoding of the event: the stores, the span log and
+// the stream never see the text.
+func TestContentIsNeverEncoded(t *testing.T) {
+	var got []Event
+	tr := NewTracer(recorderFunc(func(e Event) { got = append(got, e) }), TracerOptions{})
+	_, span := tr.Start(context.Background(), "model_attempt")
+	span.SetContent(&Content{Input: []ContentMessage{{Role: "user", Parts: []ContentPart{{Type: "text", Content: "secret question"}}}}})
+	span.End()
+	if len(got) != 1 || got[0].Content == nil || got[0].Content.Input[0].Parts[0].Content != "secret question" {
+		t.Fatalf("the sink got %+v", got)
+	}
+	if b := Encode(&got[0]); strings.Contains(string(b), "secret") {
+		t.Fatalf("Encode wrote the content: %s", b)
+	}
+	if b, _ := json.Marshal(got[0]); strings.Contains(string(b), "secret") {
+		t.Fatalf("json.Marshal wrote the content: %s", b)
+	}
+}
+
+type recorderFunc func(Event)
+
+func (f recorderFunc) Emit(e Event) { f(e) }

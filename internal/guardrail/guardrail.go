@@ -214,6 +214,28 @@ func (c Config) Check(text string) Verdict {
 	return v
 }
 
+// Mask is text with every finding c blocks or redacts replaced by its
+// placeholder, the findings c only logs left as they are: what a payload
+// log may keep of a message, blocked or not.
+func (c Config) Mask(text string) string {
+	v := c.Check(text)
+	if len(v.Findings) == 0 {
+		return text
+	}
+	var b strings.Builder
+	last := 0
+	for _, f := range v.Findings {
+		if f.Action == Log {
+			continue
+		}
+		b.WriteString(text[last:f.Start])
+		b.WriteString("[" + strings.ToUpper(f.Kind) + "]")
+		last = f.End
+	}
+	b.WriteString(text[last:])
+	return b.String()
+}
+
 // isPhone reports whether a run of digits and separators reads as a phone
 // number: a Japanese one (0 and 10 or 11 digits), or an international or
 // North American one.

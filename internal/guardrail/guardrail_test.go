@@ -161,3 +161,14 @@ func TestBedrockConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestMask(t *testing.T) {
+	c := Config{Email: Block, Card: Redact, Phone: Log}
+	got := c.Mask("mail a@example.com, card 4111 1111 1111 1111, call 090-1234-5678")
+	if want := "mail [EMAIL], card [CARD], call 090-1234-5678"; got != want {
+		t.Fatalf("Mask = %q, want %q", got, want)
+	}
+	if got := (Config{}).Mask("a@example.com"); got != "a@example.com" {
+		t.Fatalf("no check on: %q", got)
+	}
+}

@@ -2,6 +2,7 @@ package sinks
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -123,8 +124,69 @@ func (o *OTLP) snapshot(e *events.Event) (sdktrace.ReadOnlySpan, bool) {
 			vendor = o.providers(e.Node.NodeID)
 		}
 		stub.Attributes = append(stub.Attributes, GenAIAttributes(e, vendor)...)
+		if e.Content != nil {
+			stub.Events = []sdktrace.Event{ContentEvent(e)}
+		}
+	}
+	if e.Artifact.ArtifactKind == events.KindToolCall && e.Artifact.ToolID != "" {
+		// A tool the gateway ran itself (the catalog search, an image
+		// fetch), as the conventions name a tool execution.
+		stub.Name = GenAIExecuteTool + " " + e.Artifact.ToolID
+		stub.Attributes = append(stub.Attributes, ToolAttributes(e)...)
 	}
 	return stub.Snapshot(), true
+}
+
+// GenAIExecuteTool is gen_ai.operation.name of a tool the gateway runs.
+const GenAIExecuteTool = "execute_tool"
+
+// ContentEventName is the GenAI conventions' event of an inference's
+// content, which the model attempts of a turn whose content is captured
+// carry.
+const ContentEventName = "gen_ai.client.inference.operation.details"
+
+// ToolAttributes are the GenAI conventions' attributes of a tool
+// execution's span: gen_ai.tool.type is "datastore" for the catalog
+// search, which reads the shop's data, and "extension" for the others,
+// which run in the gateway.
+func ToolAttributes(e *events.Event) []attribute.KeyValue {
+	kind := "extension"
+	if strings.HasPrefix(e.Artifact.ToolID, "catalog") {
+		kind = "datastore"
+	}
+	kv := []attribute.KeyValue{
+		attribute.String("gen_ai.operation.name", GenAIExecuteTool),
+		attribute.String("gen_ai.tool.name", e.Artifact.ToolID),
+		attribute.String("gen_ai.tool.type", kind),
+	}
+	if e.Outcome.Status == events.StatusFailed && e.Outcome.ErrorCode != "" {
+		kv = append(kv, attribute.String("error.type", e.Outcome.ErrorCode))
+	}
+	return kv
+}
+
+// ContentEvent is the span event carrying a model attempt's captured
+// content: gen_ai.input.messages and gen_ai.output.messages as the JSON
+// the conventions define, at the attempt's end.
+func ContentEvent(e *events.Event) sdktrace.Event {
+	kv := []attribute.KeyValue{
+		attribute.String("gen_ai.operation.name", GenAIOperation),
+		attribute.String("gen_ai.request.model", e.Artifact.ModelID),
+	}
+	if b, err := json.Marshal(nonNil(e.Content.Input)); err == nil {
+		kv = append(kv, attribute.String("gen_ai.input.messages", string(b)))
+	}
+	if b, err := json.Marshal(nonNil(e.Content.Output)); err == nil {
+		kv = append(kv, attribute.String("gen_ai.output.messages", string(b)))
+	}
+	return sdktrace.Event{Name: ContentEventName, Time: e.TSEnd, Attributes: kv}
+}
+
+func nonNil(m []events.ContentMessage) []events.ContentMessage {
+	if m == nil {
+		return []events.ContentMessage{}
+	}
+	return m
 }
 
 // FinishReason is a model's stop reason as the GenAI conventions name

@@ -3,6 +3,7 @@ package sinks
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -354,6 +355,8 @@ type genAIReceiver struct {
 	mu    sync.Mutex
 	spans map[string]map[string]*commonpb.AnyValue
 	kinds map[string]tracepb.Span_SpanKind
+	// events are the span events of each span, by span name.
+	events map[string][]*tracepb.Span_Event
 }
 
 func (r *genAIReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -372,6 +375,9 @@ func (r *genAIReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 					attrs[kv.Key] = kv.Value
 				}
 				r.spans[sp.Name], r.kinds[sp.Name] = attrs, sp.Kind
+				if r.events != nil {
+					r.events[sp.Name] = sp.Events
+				}
 			}
 		}
 	}
@@ -434,5 +440,73 @@ func TestOTLPModelAttemptsFollowTheGenAIConventions(t *testing.T) {
 	}
 	if turn, ok := rcv.spans["turn"]; !ok || turn["gen_ai.operation.name"] != nil {
 		t.Errorf("the turn span: %v, want it named turn and without gen_ai attributes", turn)
+	}
+}
+
+// TestOTLPContentEventsOnlyWhereCaptured: a model attempt that carries its
+// content reaches the collector with one gen_ai.client.inference.operation.details
+// event whose gen_ai.input.messages and gen_ai.output.messages are the
+// conventions' JSON; an attempt without it has no event and no text; a
+// tool the gateway ran is an execute_tool span.
+func TestOTLPContentEventsOnlyWhereCaptured(t *testing.T) {
+	rcv := &genAIReceiver{spans: map[string]map[string]*commonpb.AnyValue{}, kinds: map[string]tracepb.Span_SpanKind{},
+		events: map[string][]*tracepb.Span_Event{}}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	s, err := NewOTLP(context.Background(), events.OTLPConfig{Endpoint: strings.TrimPrefix(srv.URL, "http://"), Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := batch(3, 0)
+	b[0].Artifact.ModelID = "captured-model"
+	b[0].Content = &events.Content{
+		Input: []events.ContentMessage{{Role: "user", Parts: []events.ContentPart{{Type: "text", Content: "おすすめは？ [CARD]"}}}},
+		Output: []events.ContentMessage{{Role: "assistant", FinishReason: "tool_call", Parts: []events.ContentPart{
+			{Type: "text", Content: "Let me look."}, {Type: "tool_call", ID: "c1", Name: "search", Arguments: json.RawMessage(`{"q":"frieren"}`)}}}},
+	}
+	b[1].Artifact.ModelID = "plain-model"
+	b[2].Name, b[2].Artifact = "retrieve", events.Artifact{ArtifactKind: events.KindToolCall, ToolID: "catalog_search", ToolVersion: "bleve-v2"}
+	if err := s.Write(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	evs := rcv.events["chat captured-model"]
+	if len(evs) != 1 || evs[0].Name != "gen_ai.client.inference.operation.details" {
+		t.Fatalf("events of the captured attempt: %v", evs)
+	}
+	attrs := map[string]string{}
+	for _, kv := range evs[0].Attributes {
+		attrs[kv.Key] = kv.Value.GetStringValue()
+	}
+	var in, out []map[string]any
+	if err := json.Unmarshal([]byte(attrs["gen_ai.input.messages"]), &in); err != nil || len(in) != 1 || in[0]["role"] != "user" ||
+		in[0]["parts"].([]any)[0].(map[string]any)["content"] != "おすすめは？ [CARD]" {
+		t.Errorf("gen_ai.input.messages %s (%v)", attrs["gen_ai.input.messages"], err)
+	}
+	if err := json.Unmarshal([]byte(attrs["gen_ai.output.messages"]), &out); err != nil || len(out) != 1 || out[0]["finish_reason"] != "tool_call" {
+		t.Fatalf("gen_ai.output.messages %s (%v)", attrs["gen_ai.output.messages"], err)
+	}
+	call := out[0]["parts"].([]any)[1].(map[string]any)
+	if call["type"] != "tool_call" || call["name"] != "search" || call["arguments"].(map[string]any)["q"] != "frieren" {
+		t.Errorf("the tool call part %v", call)
+	}
+	if evs := rcv.events["chat plain-model"]; len(evs) != 0 {
+		t.Errorf("an attempt without captured content carries events %v", evs)
+	}
+	for name, a := range rcv.spans {
+		for k, v := range a {
+			if strings.Contains(v.String(), "おすすめ") && name != "chat captured-model" {
+				t.Errorf("span %s attribute %s carries the text", name, k)
+			}
+		}
+	}
+	tool, ok := rcv.spans["execute_tool catalog_search"]
+	if !ok || tool["gen_ai.operation.name"].GetStringValue() != "execute_tool" || tool["gen_ai.tool.name"].GetStringValue() != "catalog_search" ||
+		tool["gen_ai.tool.type"].GetStringValue() != "datastore" || rcv.kinds["execute_tool catalog_search"] != tracepb.Span_SPAN_KIND_INTERNAL {
+		t.Errorf("the catalog search's span: %v (spans %v)", tool, rcv.kinds)
 	}
 }
