@@ -56,6 +56,8 @@ type Gateway struct {
 	images   ImageFetcher
 	// guardrail is the remote guardrail check (Deps.Guardrail); nil: none.
 	guardrail guardrail.Checker
+	// payloads is the payload log (Deps.Payloads); nil: none.
+	payloads PayloadLog
 
 	draining atomic.Bool
 	// drained is cancelled when Drain starts: turns still waiting for quota
@@ -145,6 +147,10 @@ type Deps struct {
 	// should be behind a breaker of its own, wrapping ErrGuardrailOpen
 	// while that is open. Nil checks nothing remotely.
 	Guardrail guardrail.Checker
+
+	// Payloads keeps the request and answer of the turns payloadLog
+	// chooses; nil keeps none (payloadLog.enabled off).
+	Payloads PayloadLog
 }
 
 // New builds a gateway. Every configured model needs a provider.
@@ -183,6 +189,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		batcher:   d.Batcher,
 		images:    d.Images,
 		guardrail: d.Guardrail,
+		payloads:  d.Payloads,
 		admin:     d.AdminRoutes,
 		tracer:    d.Tracer,
 		batches:   newBatchJobs(cfg.Batch, d.Jobs, d.Now),

@@ -47,6 +47,12 @@ func (g *Gateway) guardBuiltin(ctx context.Context, t *Turn, cfg guardrail.Confi
 func (g *Gateway) act(ctx context.Context, span *events.Span, t *Turn, v guardrail.Verdict) error {
 	kinds := strings.Join(v.Kinds(), ",")
 	if v.Blocked {
+		if t.logPayload {
+			// Its payload keeps the text with every finding masked.
+			masked := g.cfgOf(t).Guardrails.Mask(t.Message)
+			t.blockedQuestion = &masked
+		}
+		t.noteGuard("guardrail_blocked:" + kinds)
 		// None of it is kept: not in the events, not in the session (the
 		// turn leaves its history as it was). Its language was decided.
 		t.Message, t.Stateless = "", true
@@ -55,6 +61,7 @@ func (g *Gateway) act(ctx context.Context, span *events.Span, t *Turn, v guardra
 		return &provider.Error{Kind: provider.KindGuardrail, Model: guardrailsModel, Code: "blocked:" + kinds}
 	}
 	t.Message = v.Text
+	t.noteGuard("guardrail_checked:" + kinds)
 	span.SetErrorCode("guardrail_checked:" + kinds)
 	return nil
 }

@@ -201,6 +201,12 @@ func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn
 			t.KeyHash = g.stateHash.Hash(key)
 		}
 		t.Premium = c.Tier == "premium"
+		if cfg.PayloadLog.Enabled {
+			t.PayloadLog, t.KeyID = c.PayloadLog, c.KeyID
+			if t.KeyID == "" {
+				t.KeyID = g.stateHash.Hash(key)
+			}
+		}
 		if p, ok := config.ParsePriority(c.Priority); ok {
 			t.Priority = Priority(p)
 		}

@@ -246,6 +246,7 @@ func (g *Gateway) identify(ctx context.Context, t *Turn) {
 		t.Feature = defaultFeature
 	}
 	attribute(events.SpanFromContext(ctx), t)
+	g.choosePayload(ctx, t)
 	if t.Stateless {
 		return // the front door brought the conversation
 	}
@@ -396,6 +397,13 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 		defer w.stop()
 		if guarded != nil {
 			err = g.settleGuard(sctx, guarded, r, err)
+			if len(guarded.kinds) > 0 {
+				code := "answer_checked:"
+				if isAnswerBlocked(err) {
+					code = "answer_blocked:"
+				}
+				t.noteGuard(code + strings.Join(guarded.kinds, ","))
+			}
 		}
 		var attempt provider.Usage
 		if r != nil {
@@ -403,7 +411,13 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 			a.usage = a.usage.Add(r.Usage)
 			a.sofar = r.Text
 		}
-		defer func() { endAttempt(span, a.m, attempt, err) }()
+		defer func() {
+			if provider.KindOf(err) == provider.KindGuardrail {
+				span.SetStopReason("content_filtered") // a guardrail stopped the answer: its finish reason
+			}
+			g.captureContent(span, t, r, err)
+			endAttempt(span, a.m, attempt, err)
+		}()
 		if err == nil {
 			err = settleShape(t, model, r)
 		}
@@ -571,6 +585,7 @@ func (g *Gateway) record(ctx context.Context, t *Turn, res *Result) {
 	}
 	span.SetCost(usd)
 	g.judge.Consider(ctx, t, res)
+	g.keepPayload(t, res)
 }
 
 // appendSession keeps the exchange in the caller's session, unless the turn

@@ -115,6 +115,12 @@ type Turn struct {
 	// none), and KeyModels the model tiers it may use (empty: any).
 	KeyDailyUSD, KeyMonthlyUSD float64
 	KeyModels                  []string
+	// PayloadLog is set when the caller's API key logs its turns'
+	// payloads (auth.keys.*.payloadLog); KeyID names that key in the
+	// payload log (a run-time key's id, a configured key's keyed hash),
+	// filled while payload logs are on.
+	PayloadLog bool
+	KeyID      string
 	// Caller, from the front door's authentication. Tenant is the API key's
 	// tenant, for fair queueing; empty means the user id.
 	Tenant   string
@@ -169,6 +175,14 @@ type Turn struct {
 	cfg *config.Config
 	// in is the snapshot cfg came from, with the model tiers' providers.
 	in *snapshot
+
+	// logPayload is the payload log's decision on the turn
+	// (choosePayload); blockedQuestion, for a message the guardrails
+	// blocked, what it may keep of it; guardNotes the guardrails'
+	// verdicts, for its payload.
+	logPayload      bool
+	blockedQuestion *string
+	guardNotes      []string
 
 	// stallGrace extends the first-byte budget once, for a client taking
 	// its answer whole whose model stalled mid-answer (see invokeRoute).
@@ -312,4 +326,5 @@ func (t *Turn) SetCaller(c *Turn) {
 	t.UserID, t.Tenant, t.Premium, t.ClientIP = c.UserID, c.Tenant, c.Premium, c.ClientIP
 	t.KeyPerMinute, t.KeyConcurrent = c.KeyPerMinute, c.KeyConcurrent
 	t.KeyHash, t.KeyMonthly, t.KeyDailyUSD, t.KeyMonthlyUSD, t.KeyModels = c.KeyHash, c.KeyMonthly, c.KeyDailyUSD, c.KeyMonthlyUSD, c.KeyModels
+	t.PayloadLog, t.KeyID = c.PayloadLog, c.KeyID
 }

@@ -33,6 +33,8 @@ type Record struct {
 	Concurrent        int      `json:"concurrent,omitempty"`
 	DailyCostUSD      float64  `json:"dailyCostUsd,omitempty"`
 	MonthlyCostUSD    float64  `json:"monthlyCostUsd,omitempty"`
+	// PayloadLog logs the payloads of the key's turns.
+	PayloadLog bool `json:"payloadLog,omitempty"`
 	// Prefix is the start of the secret, to tell keys apart in lists and
 	// logs; the rest is never kept.
 	Prefix string `json:"prefix"`

@@ -39,6 +39,9 @@ type Spec struct {
 	DailyCostUSD      float64   `json:"dailyCostUsd"`
 	MonthlyCostUSD    float64   `json:"monthlyCostUsd"`
 	ExpiresAt         time.Time `json:"expiresAt"`
+	// PayloadLog logs the payload of every turn made with the key (the
+	// gateway's payloadLog must be on).
+	PayloadLog bool `json:"payloadLog"`
 	// Bedrock asks for an access key id and secret access key that sign
 	// Bedrock requests (SigV4), instead of a bearer secret.
 	Bedrock bool `json:"bedrock"`
@@ -332,6 +335,7 @@ type Patch struct {
 	DailyCostUSD      *float64   `json:"dailyCostUsd"`
 	MonthlyCostUSD    *float64   `json:"monthlyCostUsd"`
 	ExpiresAt         *time.Time `json:"expiresAt"`
+	PayloadLog        *bool      `json:"payloadLog"`
 }
 
 // Update applies p to key id on behalf of by.
@@ -350,6 +354,7 @@ func (r *Registry) Update(ctx context.Context, id string, p Patch, by string) (R
 		set(&k.DailyCostUSD, p.DailyCostUSD)
 		set(&k.MonthlyCostUSD, p.MonthlyCostUSD)
 		set(&k.ExpiresAt, p.ExpiresAt)
+		set(&k.PayloadLog, p.PayloadLog)
 		return Issued{}, r.check(*k, now)
 	})
 }
@@ -451,6 +456,7 @@ func apply(k *Record, s Spec) {
 	k.Tier, k.Priority, k.Models = s.Tier, s.Priority, s.Models
 	k.RequestsPerMinute, k.Concurrent = s.RequestsPerMinute, s.Concurrent
 	k.MonthlyRequests, k.DailyCostUSD, k.MonthlyCostUSD, k.ExpiresAt = s.MonthlyRequests, s.DailyCostUSD, s.MonthlyCostUSD, s.ExpiresAt
+	k.PayloadLog = s.PayloadLog
 }
 
 func set[T any](dst *T, v *T) {
