@@ -547,3 +547,93 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	}
 	return st, nil
 }
+
+var _ eventstore.Forgetter = (*Store)(nil)
+
+// ForgetUser implements eventstore.Forgetter: in one transaction, the
+// user's turns, their spans' columns and records, and the user roll-up.
+// A gateway's store (ReadOnly) does it too: it writes only these rows.
+func (s *Store) ForgetUser(ctx context.Context, user, pseudonym string) (int64, error) {
+	if user == "" || pseudonym == "" || user == pseudonym {
+		return 0, eventstore.Invalidf("forget: a user id hash and another pseudonym are needed")
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: forget: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	type turnKey struct {
+		trace    string
+		from, to int64
+	}
+	var turns []turnKey
+	rs, err := tx.Query(ctx, `SELECT trace_id, ts_start, last_ts FROM turns WHERE user_id_hash = $1 FOR UPDATE`, user)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: forget: %w", err)
+	}
+	for rs.Next() {
+		var k turnKey
+		if err := rs.Scan(&k.trace, &k.from, &k.to); err != nil {
+			rs.Close()
+			return 0, fmt.Errorf("pgstore: forget: %w", err)
+		}
+		turns = append(turns, k)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return 0, fmt.Errorf("pgstore: forget: %w", err)
+	}
+	var changed int64
+	for _, k := range turns {
+		type rewrite struct {
+			ts   int64
+			span string
+			rec  []byte
+		}
+		var out []rewrite
+		rows, err := tx.Query(ctx, `SELECT ts_start, span_id, rec FROM spans WHERE trace_id = $1 AND ts_start >= $2 AND ts_start <= $3
+			AND user_id_hash = $4`, k.trace, k.from, k.to, user)
+		if err != nil {
+			return 0, fmt.Errorf("pgstore: forget: %w", err)
+		}
+		for rows.Next() {
+			var r rewrite
+			if err := rows.Scan(&r.ts, &r.span, &r.rec); err != nil {
+				rows.Close()
+				return 0, fmt.Errorf("pgstore: forget: %w", err)
+			}
+			if r.rec != nil {
+				rec, _, err := eventstore.PseudonymizeRecord(r.rec, r.ts, user, pseudonym)
+				if err != nil {
+					rows.Close()
+					return 0, fmt.Errorf("pgstore: forget: span %s: %w", r.span, err)
+				}
+				r.rec = rec
+			}
+			out = append(out, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return 0, fmt.Errorf("pgstore: forget: %w", err)
+		}
+		for _, r := range out {
+			if _, err := tx.Exec(ctx, `UPDATE spans SET user_id_hash = $1, session_id = $1, rec = $2 WHERE ts_start = $3 AND trace_id = $4 AND span_id = $5`,
+				pseudonym, r.rec, r.ts, k.trace, r.span); err != nil {
+				return 0, fmt.Errorf("pgstore: forget: %w", err)
+			}
+		}
+		changed += int64(len(out))
+	}
+	for _, q := range []string{
+		`UPDATE turns SET user_id_hash = $1, session_id = $1, prev_user = CASE WHEN prev_user = $2 THEN $1 ELSE prev_user END WHERE user_id_hash = $2`,
+		`UPDATE user_rollup SET user_id_hash = $1 WHERE user_id_hash = $2`,
+	} {
+		if _, err := tx.Exec(ctx, q, pseudonym, user); err != nil {
+			return 0, fmt.Errorf("pgstore: forget: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("pgstore: forget: %w", err)
+	}
+	return changed, nil
+}

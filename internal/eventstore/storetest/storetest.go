@@ -213,6 +213,7 @@ func Run(t *testing.T, open func(t *testing.T) Backend) {
 	load(t, thin, sampled)
 	t.Run("Whole", func(t *testing.T) { run(t, whole, data) })
 	t.Run("Sampled", func(t *testing.T) { run(t, thin, sampled) })
+	t.Run("ForgetUser", func(t *testing.T) { forgetUser(t, open(t), data) })
 	t.Run("SampledKeepsFewerSpans", func(t *testing.T) {
 		ref := newReference(sampled)
 		count := func(s Backend) (n int) {
@@ -1134,4 +1135,62 @@ func (r *reference) eval(q eventstore.Query) eventstore.EvalReport {
 		rep.Rows = rep.Rows[:q.Limit]
 	}
 	return rep
+}
+
+// forgetUser: a user's spans, once forgotten, carry a pseudonym instead of
+// their user id hash and session ids, and no excerpt; every view then
+// gives the figures of the spans as if the pseudonym had always been
+// theirs — nothing is lost, nothing names them.
+func forgetUser(t *testing.T, s Backend, data []events.Event) {
+	ctx := context.Background()
+	f, ok := s.(eventstore.Forgetter)
+	if !ok {
+		t.Fatalf("%T does not forget users", s)
+	}
+	data = slices.Clone(data)
+	user := data[len(data)/3].UserIDHash
+	var theirs int64
+	var trace string
+	for i := range data {
+		if data[i].UserIDHash == user {
+			data[i].PromptExcerpt = "what they asked"
+			theirs++
+			trace = data[i].TraceID
+		}
+	}
+	load(t, s, data)
+	pseudonym := eventstore.NewPseudonym()
+	n, err := f.ForgetUser(ctx, user, pseudonym)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != theirs {
+		t.Errorf("ForgetUser changed %d spans; the user has %d", n, theirs)
+	}
+	forgotten := slices.Clone(data)
+	for i := range forgotten {
+		if forgotten[i].UserIDHash == user {
+			forgotten[i].UserIDHash, forgotten[i].SessionID, forgotten[i].PromptExcerpt = pseudonym, pseudonym, ""
+		}
+	}
+	rep, err := s.Trace(ctx, trace)
+	if err != nil || len(rep.Spans) == 0 {
+		t.Fatalf("Trace of a forgotten user's turn: %v, %v", rep, err)
+	}
+	for _, e := range rep.Spans {
+		if e.UserIDHash != pseudonym || e.SessionID != pseudonym || e.PromptExcerpt != "" {
+			t.Fatalf("a forgotten user's span: user %q session %q excerpt %q", e.UserIDHash, e.SessionID, e.PromptExcerpt)
+		}
+	}
+	users, err := s.Cost(ctx, eventstore.Query{By: eventstore.ByUser, From: T0.Add(-2 * time.Hour), To: T0.Add(4 * time.Hour), User: user})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(users.Rows) != 0 || users.Total.Spans != 0 {
+		t.Fatalf("the forgotten user still has %d rows, %d spans", len(users.Rows), users.Total.Spans)
+	}
+	if n, err := f.ForgetUser(ctx, user, eventstore.NewPseudonym()); err != nil || n != 0 {
+		t.Fatalf("forgetting them again changed %d spans (%v)", n, err)
+	}
+	run(t, s, forgotten)
 }
