@@ -294,6 +294,23 @@ func (s *Span) SetWorkflow(id string) {
 	s.set(func(e *Event) { e.WorkflowID = h })
 }
 
+// SetWorkflowID sets workflow_id to id as it is: an id that is one
+// already (another span's trace id, 32 hex), never one a client chose.
+func (s *Span) SetWorkflowID(id string) {
+	if id == "" {
+		return
+	}
+	s.set(func(e *Event) { e.WorkflowID = id })
+}
+
+// SetNote records what an operator did, in prompt_excerpt, whether
+// excerpts are on or not: for an audit span, whose note names ids and
+// actions and never carries user text. It is cut at 200 characters.
+func (s *Span) SetNote(text string) {
+	x := Excerpt(text, 200)
+	s.set(func(e *Event) { e.PromptExcerpt = x })
+}
+
 // SetSession sets session_id to the keyed hash of id (see SetWorkflow).
 func (s *Span) SetSession(id string) {
 	if s == nil || id == "" {

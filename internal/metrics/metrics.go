@@ -148,6 +148,7 @@ type Metrics struct {
 	genAIDuration *prometheus.HistogramVec
 	stateCollect  *stateCollector
 	dropped       *droppedCollector
+	payloads      *payloadCollector
 }
 
 // New returns Metrics with its own registry, or an error for invalid opts.
@@ -210,6 +211,7 @@ func New(opts Options) (*Metrics, error) {
 	m.stateCollect = &stateCollector{m: m, timeout: opts.StateTimeout,
 		errors: counter("fmgate_state_errors_total", "Scrapes that exported no breaker, quota or queue gauges, by reason (error, timeout, busy, panic).", "reason")}
 	m.dropped = &droppedCollector{}
+	m.payloads = &payloadCollector{}
 	pendingGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fmgate_ttft_pending",
 		Help: "Stream spans waiting for their turn span.",
@@ -224,7 +226,7 @@ func New(opts Options) (*Metrics, error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.turnDuration, m.ttft, m.turns, m.errors, m.fallbacks, m.attempts,
 		m.tokens, m.cost, m.spans, m.ttftDropped, m.throttles, m.retries, m.genAITokens, m.genAIDuration,
-		m.deployCalls, m.deploySeconds, m.stateCollect, m.dropped, pendingGauge,
+		m.deployCalls, m.deploySeconds, m.stateCollect, m.dropped, m.payloads, pendingGauge,
 	} {
 		if err := m.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)

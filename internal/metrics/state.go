@@ -297,3 +297,52 @@ func (c *droppedCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// PayloadCounts are the payload log writer's counts since start.
+type PayloadCounts struct {
+	Written uint64
+	// Dropped by reason: queue_full, write_failed, shutdown.
+	Dropped map[string]uint64
+}
+
+// RegisterPayloads installs (or, with nil, removes) the function whose
+// result is exported as fmgate_payload_log_written_total and
+// fmgate_payload_log_dropped_total{reason}. It is called at every scrape
+// and must be fast.
+func (m *Metrics) RegisterPayloads(f func() PayloadCounts) {
+	if f == nil {
+		m.payloads.fn.Store(nil)
+		return
+	}
+	m.payloads.fn.Store(&f)
+}
+
+var (
+	descPayloadsWritten = prometheus.NewDesc("fmgate_payload_log_written_total",
+		"Turn payloads written to the payload log.", nil, nil)
+	descPayloadsDropped = prometheus.NewDesc("fmgate_payload_log_dropped_total",
+		"Turn payloads chosen for the payload log but not written, by reason (queue_full, write_failed, shutdown).",
+		[]string{"reason"}, nil)
+)
+
+// payloadCollector exports the payload log writer's counts.
+type payloadCollector struct {
+	fn atomic.Pointer[func() PayloadCounts]
+}
+
+func (c *payloadCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descPayloadsWritten
+	ch <- descPayloadsDropped
+}
+
+func (c *payloadCollector) Collect(ch chan<- prometheus.Metric) {
+	f := c.fn.Load()
+	if f == nil {
+		return
+	}
+	counts := (*f)()
+	ch <- prometheus.MustNewConstMetric(descPayloadsWritten, prometheus.CounterValue, float64(counts.Written))
+	for _, reason := range sortedKeys(counts.Dropped) {
+		ch <- prometheus.MustNewConstMetric(descPayloadsDropped, prometheus.CounterValue, float64(counts.Dropped[reason]), reason)
+	}
+}

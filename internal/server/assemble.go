@@ -182,6 +182,7 @@ func (s *Server) policies(cfg config.Config, configPath string, now func() time.
 	if err != nil {
 		return gateway.Deps{}, err
 	}
+	s.judger = judger
 	s.admin.HandleFunc("GET /admin/judge", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"tier": judger.tier(), "prompt": judger.version,
 			"sampleRate": cfg.Judge.SampleRate, "saturatedSampleRate": cfg.Judge.SaturatedSampleRate, "stats": judger.stats()})

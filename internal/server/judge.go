@@ -140,6 +140,29 @@ func (j *judger) work(ctx context.Context) {
 func (j *judger) grade(ctx context.Context, job judgeJob) error {
 	ctx, cancel := context.WithTimeout(ctx, j.cfg.Timeout)
 	defer cancel()
+	scores, err := j.score(ctx, job)
+	if err != nil {
+		return err
+	}
+	if j.s.store == nil {
+		return nil
+	}
+	// The judged turn's events may still be on their way to the store.
+	for wait := 200 * time.Millisecond; ; wait *= 2 {
+		err := j.s.store.SetEvalScore(ctx, job.trace, scores.Overall())
+		if !errors.Is(err, eventstore.ErrNotFound) || wait > 5*time.Second {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// score runs one judge turn through the pipeline and reads its verdict.
+func (j *judger) score(ctx context.Context, job judgeJob) (judge.Scores, error) {
 	turn := func() *gateway.Turn {
 		return &gateway.Turn{
 			// The judged turn's request id: its workflow_id links the judge's
@@ -166,38 +189,20 @@ func (j *judger) grade(ctx context.Context, job judgeJob) error {
 		// other: past one, wait as told and try again, within the timeout.
 		e, ok := errors.AsType[*gateway.Error](err)
 		if !ok || e.Code != gateway.CodeRateLimited || e.RetryAfter <= 0 {
-			return fmt.Errorf("judge turn: %w", err)
+			return judge.Scores{}, fmt.Errorf("judge turn: %w", err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("judge turn: %w (rate limited until the judge's timeout)", err)
+			return judge.Scores{}, fmt.Errorf("judge turn: %w (rate limited until the judge's timeout)", err)
 		case <-time.After(e.RetryAfter):
 		}
 		out = &textOutput{}
 		res, err = j.s.Gateway.Run(ctx, turn(), out)
 	}
 	if !isModel(j.s.config(), res.Tier) {
-		return fmt.Errorf("judge turn answered by %s, not a model", res.Tier)
+		return judge.Scores{}, fmt.Errorf("judge turn answered by %s, not a model", res.Tier)
 	}
-	scores, err := judge.Parse(out.b.String())
-	if err != nil {
-		return err
-	}
-	if j.s.store == nil {
-		return nil
-	}
-	// The judged turn's events may still be on their way to the store.
-	for wait := 200 * time.Millisecond; ; wait *= 2 {
-		err := j.s.store.SetEvalScore(ctx, job.trace, scores.Overall())
-		if !errors.Is(err, eventstore.ErrNotFound) || wait > 5*time.Second {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-	}
+	return judge.Parse(out.b.String())
 }
 
 // JudgeStats counts the judge's work since start.

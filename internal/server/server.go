@@ -114,6 +114,10 @@ type Server struct {
 	Canary *canary.Controller
 
 	store eventstore.Views
+	// judger grades sampled turns and datasets; payloads is the payload
+	// log, nil while payloadLog.enabled is off.
+	judger   *judger
+	payloads *payloads
 	// responses are the OpenAI door's stored responses (previous_response_id).
 	responses openaidoor.ResponseStore
 	// canaryVerdict, when a canary runs, reports its latest verdict to the
@@ -210,12 +214,21 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 		s.Close()
 		return nil, err
 	}
+	if s.payloads, err = s.openPayloads(ctx, cfg); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if s.payloads != nil {
+		deps.Payloads = s.payloads.writer
+	}
+	s.mountPayloads(s.payloads)
 	gw, err := gateway.New(cfg, deps)
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
 	s.Gateway = gw
+	s.startPruning(s.payloads, cfg.PayloadLog.PruneInterval)
 	s.admin.HandleFunc("POST /admin/reload", s.serveReload)
 	s.admin.HandleFunc("GET /admin/deployments", s.serveDeployments)
 	return s, nil

@@ -1,0 +1,328 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/fallback"
+	"github.com/fmgate/fmgate/internal/guardrail"
+	"github.com/fmgate/fmgate/internal/payloadlog"
+)
+
+const (
+	shopKey  = "sk-storefront-0123456789"
+	otherKey = "sk-other-0123456789abcd"
+)
+
+// payloadConfig logs the storefront key's turns, checks cards (redacted)
+// and e-mail addresses (blocked), and keeps the judge from sampling.
+func payloadConfig(t *testing.T) config.Config {
+	t.Setenv(payloadlog.DefaultKeyEnv, strings.Repeat("5a", 32))
+	cfg := quickConfig()
+	cfg.PayloadLog.Enabled = true
+	cfg.Auth.Keys = map[string]config.Caller{
+		shopKey:  {UserID: "shop-customer", PayloadLog: true},
+		otherKey: {UserID: "other-customer"},
+	}
+	cfg.Guardrails = guardrail.Config{Card: guardrail.Redact, Email: guardrail.Block, Answers: true}
+	return cfg
+}
+
+// shopTurn sends one turn on the gateway's own door with key and returns
+// its answer.
+func shopTurn(t *testing.T, base, key, session, message string) answer {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"sessionId": session, "message": message, "locale": "en"})
+	status, got := keyPost(t, base, key, "/v1/chat", string(body))
+	var a answer
+	if err := json.Unmarshal([]byte(got), &a); err != nil {
+		t.Fatalf("answer %q: %v", got, err)
+	}
+	a.Status = status
+	return a
+}
+
+// request sends an admin-API request with auth ("" for none) and returns
+// its status and body.
+func request(t *testing.T, method, url, auth, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// waitPayload polls until the payload of trace is written (the writer is
+// off the turn's path) and returns it.
+func waitPayload(t *testing.T, base, trace string) payloadlog.Record {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		status, body := request(t, http.MethodGet, base+"/admin/payloads?trace="+trace, testAdminToken, "")
+		if status == http.StatusOK && strings.Contains(body, trace) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the payload of %s was not written: %d %s", trace, status, body)
+		}
+	}
+	status, body := request(t, http.MethodGet, base+"/admin/payloads/"+trace, testAdminToken, "")
+	if status != http.StatusOK {
+		t.Fatalf("GET payload %s: %d %s", trace, status, body)
+	}
+	var rec payloadlog.Record
+	if err := json.Unmarshal([]byte(body), &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// A gateway with payload logs on and no sealing key refuses to start, and
+// says what to set.
+func TestPayloadLogRefusesToStartWithoutKey(t *testing.T) {
+	cfg := payloadConfig(t)
+	t.Setenv(payloadlog.DefaultKeyEnv, "")
+	_, err := New(context.Background(), isolate(t, cfg), Options{Catalog: sharedCatalog(t)})
+	if err == nil || !strings.Contains(err.Error(), "FMGATE_PAYLOAD_KEY is not set") || !strings.Contains(err.Error(), "export FMGATE_PAYLOAD_KEY=") {
+		t.Fatalf("New without the key: %v", err)
+	}
+	t.Setenv(payloadlog.DefaultKeyEnv, "too short")
+	if _, err := New(context.Background(), isolate(t, cfg), Options{Catalog: sharedCatalog(t)}); err == nil || !strings.Contains(err.Error(), "32 bytes") {
+		t.Fatalf("New with a bad key: %v", err)
+	}
+}
+
+// The storefront key's turns are logged after redaction — a card number
+// as [CARD], a blocked message with its address masked and the redirect
+// answer — and the other key's are not; only the admin reads them, each
+// read an audit span; the export reads back as a dataset the judge's
+// rubric grades; forgetting the customer deletes their payloads and
+// pseudonymizes their spans.
+func TestPayloadLogEndToEnd(t *testing.T) {
+	cfg := payloadConfig(t)
+	sc := newScenario(t, cfg)
+	base := sc.srv.URL
+
+	card := shopTurn(t, base, shopKey, "s1", "Recommend a fantasy manga like Frieren; my card is 4111 1111 1111 1111")
+	blocked := shopTurn(t, base, shopKey, "s1", "Mail the list to taro@example.com please")
+	other := shopTurn(t, base, otherKey, "s2", "Recommend a fantasy manga like Frieren")
+	for _, a := range []answer{card, blocked, other} {
+		if a.Status != http.StatusOK || a.TraceID == "" {
+			t.Fatalf("turn %+v", a)
+		}
+	}
+	if blocked.Text != fallback.Redirect("en") {
+		t.Fatalf("the blocked turn's answer %q, want the redirect", blocked.Text)
+	}
+
+	rec := waitPayload(t, base, card.TraceID)
+	p := rec.Payload
+	if !strings.Contains(p.Question, "[CARD]") || strings.Contains(p.Question, "4111") || !strings.Contains(p.Question, "Frieren") {
+		t.Errorf("question %q: want it as the model saw it, the card redacted", p.Question)
+	}
+	if p.Answer != card.Text || p.Tier != card.Tier || p.Source != "model" || rec.Feature != "chat" || rec.KeyID == "" || rec.UserHash == "" {
+		t.Errorf("payload %+v; want the answer the client got, from %s", rec, card.Tier)
+	}
+	if len(p.Guardrail) != 1 || p.Guardrail[0] != "guardrail_checked:card" {
+		t.Errorf("guardrail verdicts %v", p.Guardrail)
+	}
+	b := waitPayload(t, base, blocked.TraceID).Payload
+	if b.Question != "Mail the list to [EMAIL] please" || b.Answer != fallback.Redirect("en") || b.Source == "model" ||
+		len(b.Guardrail) != 1 || b.Guardrail[0] != "guardrail_blocked:email" {
+		t.Errorf("the blocked turn's payload %+v", b)
+	}
+	if status, _ := request(t, http.MethodGet, base+"/admin/payloads/"+other.TraceID, testAdminToken, ""); status != http.StatusNotFound {
+		t.Errorf("a turn of a key that logs nothing: payload status %d, want 404", status)
+	}
+
+	// Nobody but the admin reads a payload: not the key whose turn it is,
+	// not a caller without credentials.
+	for _, auth := range []string{"", shopKey, "wrong-admin-token"} {
+		for _, path := range []string{"/admin/payloads/" + card.TraceID, "/admin/payloads/export", "/admin/payloads?trace=" + card.TraceID} {
+			if status, body := request(t, http.MethodGet, base+path, auth, ""); status != http.StatusUnauthorized || strings.Contains(body, "Frieren") {
+				t.Errorf("GET %s with %q: %d %s; want 401", path, auth, status, body)
+			}
+		}
+		if status, _ := request(t, http.MethodPost, base+"/admin/forget", auth, `{"userId":"shop-customer"}`); status != http.StatusUnauthorized {
+			t.Errorf("POST /admin/forget with %q: %d, want 401", auth, status)
+		}
+	}
+
+	// Each read is an audit span in the event store, naming the turn.
+	audits := waitAudits(t, sc, card.TraceID, 1)
+	if !strings.Contains(audits[0].note, "viewed turn "+card.TraceID) || !strings.Contains(audits[0].note, "admin token") {
+		t.Errorf("audit note %q", audits[0].note)
+	}
+
+	// The export is the dataset: one record a line, in time order.
+	status, export := request(t, http.MethodGet, base+"/admin/payloads/export?from=-1h", testAdminToken, "")
+	if status != http.StatusOK {
+		t.Fatalf("export: %d %s", status, export)
+	}
+	var lines []payloadlog.Record
+	if err := payloadlog.ReadRecords(strings.NewReader(export), func(r payloadlog.Record) error { lines = append(lines, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 2 || lines[0].TraceID != card.TraceID || lines[1].TraceID != blocked.TraceID {
+		t.Fatalf("export %s", export)
+	}
+	waitAudits(t, sc, "", 2) // the export is audited too
+
+	// The judge's rubric grades the dataset through the pipeline.
+	status, graded := request(t, http.MethodPost, base+"/admin/payloads/judge", testAdminToken, export)
+	if status != http.StatusOK {
+		t.Fatalf("judge: %d %s", status, graded)
+	}
+	sc2 := bufio.NewScanner(strings.NewReader(graded))
+	var verdicts []JudgedRecord
+	var summary map[string]any
+	for sc2.Scan() {
+		var v JudgedRecord
+		if json.Unmarshal(sc2.Bytes(), &v); v.TraceID != "" {
+			verdicts = append(verdicts, v)
+		} else {
+			_ = json.Unmarshal(sc2.Bytes(), &summary)
+		}
+	}
+	if len(verdicts) != 2 || verdicts[0].Overall == nil || verdicts[0].Error != "" || summary["judged"] != float64(2) {
+		t.Fatalf("judge verdicts %s", graded)
+	}
+	// The redirect answers something else than was asked: the rubric scores it lower.
+	if *verdicts[1].Overall >= *verdicts[0].Overall {
+		t.Errorf("the redirect scored %v, the model's answer %v", *verdicts[1].Overall, *verdicts[0].Overall)
+	}
+
+	if !strings.Contains(adminGet(t, base+"/metrics"), "fmgate_payload_log_written_total 2") {
+		t.Errorf("/metrics does not count the two payloads written")
+	}
+
+	// The customer is forgotten: payloads gone, spans no longer theirs.
+	status, body := request(t, http.MethodPost, base+"/admin/forget", testAdminToken, `{"userId":"shop-customer"}`)
+	var forgot struct {
+		UserIDHash string `json:"userIdHash"`
+		Deleted    int    `json:"payloadsDeleted"`
+		Spans      int    `json:"spansPseudonymized"`
+	}
+	if err := json.Unmarshal([]byte(body), &forgot); err != nil || status != http.StatusOK || forgot.Deleted != 2 || forgot.Spans == 0 || forgot.UserIDHash != rec.UserHash {
+		t.Fatalf("forget: %d %s", status, body)
+	}
+	if status, _ := request(t, http.MethodGet, base+"/admin/payloads/"+card.TraceID, testAdminToken, ""); status != http.StatusNotFound {
+		t.Errorf("a forgotten customer's payload: %d, want 404", status)
+	}
+	var users struct {
+		Rows []costRow `json:"rows"`
+	}
+	sc.getJSON("/admin/cost?by=user&from=-1h&user="+rec.UserHash, &users)
+	if len(users.Rows) != 0 {
+		t.Errorf("the event store still has the customer's spans: %+v", users.Rows)
+	}
+	var trace struct {
+		Spans []struct {
+			User string `json:"user_id_hash"`
+		} `json:"spans"`
+	}
+	sc.getJSON("/admin/cost/trace/"+card.TraceID, &trace)
+	for _, s := range trace.Spans {
+		if s.User == rec.UserHash {
+			t.Fatalf("a span of the forgotten customer's turn still has their hash")
+		}
+	}
+
+	// On disk the payloads were never readable.
+	dir := filepath.Dir(sc.s.cfg.EventStore.Path)
+	var disk []byte
+	for _, f := range []string{"payloads.db", "payloads.db-wal"} {
+		b, _ := os.ReadFile(filepath.Join(dir, f))
+		disk = append(disk, b...)
+	}
+	if len(disk) == 0 || bytes.Contains(disk, []byte("Frieren")) || bytes.Contains(disk, []byte("[EMAIL]")) {
+		t.Errorf("payloads.db (%d bytes) holds the text in plain", len(disk))
+	}
+}
+
+type audit struct{ trace, workflow, note, code string }
+
+// waitAudits polls the event store until it holds at least n payload audit
+// spans, those of workflow trace when trace is set.
+func waitAudits(t *testing.T, sc *scenario, trace string, n int) []audit {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var turns struct {
+			Rows []struct {
+				Key string `json:"key"`
+			} `json:"rows"`
+		}
+		sc.getJSON("/admin/cost?by=turn&from=-1h&feature="+payloadFeature, &turns)
+		var got []audit
+		for _, r := range turns.Rows {
+			var tr struct {
+				Spans []struct {
+					Name     string `json:"name"`
+					Workflow string `json:"workflow_id"`
+					Excerpt  string `json:"prompt_excerpt"`
+					Outcome  struct {
+						ErrorCode string `json:"error_code"`
+					} `json:"outcome"`
+				} `json:"spans"`
+			}
+			sc.getJSON("/admin/cost/trace/"+r.Key, &tr)
+			for _, s := range tr.Spans {
+				if s.Name == "payload_audit" && (trace == "" || s.Workflow == trace) {
+					got = append(got, audit{r.Key, s.Workflow, s.Excerpt, s.Outcome.ErrorCode})
+				}
+			}
+		}
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d payload audit spans in the event store, want %d", len(got), n)
+		}
+	}
+}
+
+// Expired payloads go: the retention loop deletes those older than
+// payloadLog.retention.
+func TestPayloadLogRetention(t *testing.T) {
+	cfg := payloadConfig(t)
+	cfg.PayloadLog.Retention = time.Hour
+	cfg.PayloadLog.PruneInterval = 20 * time.Millisecond
+	sc := newScenario(t, cfg)
+	now := time.Now()
+	old := payloadlog.Record{TraceID: strings.Repeat("a", 32), At: now.Add(-2 * time.Hour), UserHash: "u", Feature: "chat", Payload: payloadlog.Payload{Question: "old"}}
+	fresh := payloadlog.Record{TraceID: strings.Repeat("b", 32), At: now.Add(-30 * time.Minute), UserHash: "u", Feature: "chat", Payload: payloadlog.Payload{Question: "fresh"}}
+	if err := sc.s.payloads.log.Put(context.Background(), []payloadlog.Record{old, fresh}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		status, _ := request(t, http.MethodGet, sc.srv.URL+"/admin/payloads/"+old.TraceID, testAdminToken, "")
+		if status == http.StatusNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a payload past retention is still there (%d)", status)
+		}
+	}
+	if status, _ := request(t, http.MethodGet, sc.srv.URL+"/admin/payloads/"+fresh.TraceID, testAdminToken, ""); status != http.StatusOK {
+		t.Fatalf("a payload within retention: %d", status)
+	}
+}
