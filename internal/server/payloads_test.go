@@ -326,3 +326,68 @@ func TestPayloadLogRetention(t *testing.T) {
 		t.Fatalf("a payload within retention: %d", status)
 	}
 }
+
+// An admin signed in to the dashboard opens a turn of the storefront key:
+// under its waterfall the page says a payload was kept and, asked, shows
+// the request (the card redacted) and the answer, a read the event store
+// records; the blocked turn's guard span shows its verdict, and its
+// payload the masked message.
+func TestPayloadInTurnViewInBrowser(t *testing.T) {
+	cfg := payloadConfig(t)
+	sc := newScenario(t, cfg)
+	base := sc.srv.URL
+	card := shopTurn(t, base, shopKey, "s1", "Recommend a fantasy manga like Frieren; my card is 4111 1111 1111 1111")
+	blocked := shopTurn(t, base, shopKey, "s1", "Mail the list to taro@example.com please")
+	other := shopTurn(t, base, otherKey, "s2", "Recommend a fantasy manga")
+	rec := waitPayload(t, base, card.TraceID)
+	waitPayload(t, base, blocked.TraceID)
+	before := len(waitAudits(t, sc, card.TraceID, 1))
+
+	p := signIn(t, base)
+	p.open("#/cost?range=1h&feature=chat&user=" + rec.UserHash + "&trace=" + card.TraceID)
+	p.wait("the turn's waterfall", `!!document.querySelector('[data-testid="waterfall"]')`)
+	p.wait("the payload's note", `document.querySelector('[data-testid="payload"]').dataset.state === "available"`)
+	if txt := p.text(`[data-testid="payload"]`); strings.Contains(txt, "Frieren") {
+		t.Fatalf("the text shows before the operator asked for it: %q", txt)
+	}
+	p.eval(`document.querySelector('[data-testid="payload-show"]').click(); ""`)
+	p.wait("the payload", `document.querySelector('[data-testid="payload"]').dataset.state === "shown"`)
+	q, a := p.text(`[data-testid="payload-question"]`), p.text(`[data-testid="payload-answer"]`)
+	if !strings.Contains(q, "Frieren") || !strings.Contains(q, "[CARD]") || strings.Contains(q, "4111") {
+		t.Errorf("the page shows the request %q; want it with the card redacted", q)
+	}
+	if a != strings.TrimSpace(card.Text) {
+		t.Errorf("the page shows the answer %q; the client got %q", a, card.Text)
+	}
+	if txt := p.text(`[data-testid="payload"]`); strings.Contains(txt, "null") || strings.Contains(txt, "undefined") {
+		t.Errorf("the payload panel shows a missing field as text: %q", txt)
+	}
+	if got := len(waitAudits(t, sc, card.TraceID, before+1)); got != before+1 {
+		t.Errorf("%d audit spans for the turn after the page read it, want %d", got, before+1)
+	}
+	p.screenshot("dashboard-payload.png")
+
+	// The blocked turn: the guard span's verdict in the waterfall, the
+	// masked message in its payload.
+	p.open("#/cost?range=1h&feature=chat&user=" + rec.UserHash + "&trace=" + blocked.TraceID)
+	p.wait("the blocked turn's waterfall", `!!document.querySelector('[data-testid="waterfall"]')`)
+	if v := p.text(`[data-testid="span"][data-name="guard"] [data-testid="verdict"]`); v != "blocked email" {
+		t.Errorf("the guard span's verdict reads %q, want \"blocked email\"", v)
+	}
+	p.wait("the payload's note", `document.querySelector('[data-testid="payload"]').dataset.state === "available"`)
+	p.eval(`document.querySelector('[data-testid="payload-show"]').click(); ""`)
+	p.wait("the payload", `document.querySelector('[data-testid="payload"]').dataset.state === "shown"`)
+	if q := p.text(`[data-testid="payload-question"]`); q != "Mail the list to [EMAIL] please" {
+		t.Errorf("the blocked turn's request reads %q", q)
+	}
+	if g := p.text(`[data-testid="payload-guardrail"]`); !strings.Contains(g, "guardrail_blocked:email") {
+		t.Errorf("the blocked turn's verdicts read %q", g)
+	}
+
+	// A turn of a key that logs nothing says so, and offers nothing to read.
+	p.open("#/cost?range=1h&trace=" + other.TraceID)
+	p.wait("the other turn's payload note", `document.querySelector('[data-testid="payload"]').dataset.state === "none"`)
+	if n := p.eval(`String(document.querySelectorAll('[data-testid="payload-show"]').length)`); n != "0" {
+		t.Errorf("a turn without a payload offers %s buttons", n)
+	}
+}

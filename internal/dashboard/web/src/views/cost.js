@@ -10,6 +10,7 @@ import { h, panel, table, tile, bar, MAX_ROWS } from "../dom.js";
 import { timeChart, secs } from "../chart.js";
 import { int, usd, usdTurn, ms, pct, datetime, short, score, seconds } from "../format.js";
 import { waterfall, tallies, MAX_SPANS } from "./waterfall.js";
+import { payloadPanel } from "./payload.js";
 import { models } from "../models.js";
 import { noKey, keyTitle } from "../keys.js";
 
@@ -195,7 +196,8 @@ export default {
             if (stale()) return;
             spans = spans.concat(tallies(nodes.rows || [], turn.span_id));
           }
-          drill.show(crumbs(s), spans.length ? waterfall(spans) : h("p", { class: "empty" }, "This trace has no spans (it may have been pruned)."));
+          drill.show(crumbs(s), spans.length ? waterfall(spans) : h("p", { class: "empty" }, "This trace has no spans (it may have been pruned)."),
+            h("h3", null, "Request and answer"), payloadPanel(s.trace, signal));
           drill.el.dataset.level = "turn";
         } else if (s.user) {
           const r = await get("/admin/cost", { by: "turn", user: s.user, feature, limit: MAX_ROWS + 1, ...q }, signal);

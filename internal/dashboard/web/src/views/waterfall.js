@@ -88,6 +88,7 @@ export function waterfall(spans) {
       s.tally ? h("span", { class: "badge", title: "not sampled: its figures were kept, its ids and details were not" }, "figures only") : null,
       s.outcome?.fallback_used ? h("span", { class: "badge warn" }, s.outcome.fallback_used) : null,
       status === "failed" ? h("span", { class: "badge bad" }, s.outcome?.error_code || "failed") : null,
+      status !== "failed" && verdict(s) ? h("span", { class: "badge " + verdict(s).cls, dataset: { testid: "verdict" } }, verdict(s).text) : null,
       model ? h("span", { class: "wf-model" }, model) : null);
     label.style.paddingLeft = 0.4 + depth * 1.1 + "rem";
     const row = h("div", {
@@ -107,6 +108,24 @@ export function waterfall(spans) {
     h("p", { class: "wf-summary" },
       `${int(rows.length)} spans · ${ms(total)} · ${usdTurn(cost)} in all`),
     sampling, axis, body, note);
+}
+
+/**
+ * A guardrail check's verdict, from its span's error code
+ * (guardrail_blocked:email, guardrail_checked:card, answer…), as a badge:
+ * what was found and what was done, never the text.
+ */
+export function verdict(s) {
+  const code = s.outcome?.error_code || "";
+  const m = /^(guardrail|answer)_(blocked|checked|passed|skipped|unavailable)(?::(.*))?$/.exec(code);
+  if (!m) return null;
+  const what = m[3] ? ` ${m[3].replaceAll(",", ", ")}` : "";
+  switch (m[2]) {
+    case "blocked": return { cls: "bad", text: `blocked${what}` };
+    case "checked": return { cls: "warn", text: `redacted or logged${what}` };
+    case "passed": return { cls: "ok", text: "passed" };
+    default: return { cls: "warn", text: `${m[2]}${what}` };
+  }
 }
 
 function details(s, offset) {
