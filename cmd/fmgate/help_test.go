@@ -14,7 +14,7 @@ import (
 func TestHelpExitsZero(t *testing.T) {
 	for _, args := range [][]string{
 		{"-h"}, {"--help"}, {"help"}, {"serve", "-h"}, {"validate", "-h"}, {"sim", "-h"},
-		{"ingest", "-h"}, {"ingest", "--help"},
+		{"ingest", "-h"}, {"ingest", "--help"}, {"judge", "-h"},
 		{"scenario", "-h"}, {"scenario", "--help"}, {"scenario", "run", "-h"}, {"scenario", "run", "all", "-h"},
 	} {
 		var out, errOut bytes.Buffer

@@ -27,6 +27,7 @@ commands:
   sim       serve the model simulator over the OpenAI, Anthropic and Bedrock APIs
   ingest    move the fleet's spans from NATS JetStream into PostgreSQL
   scenario  run a game day against a fleet: scenario run NAME (primary-outage, …, all)
+  judge     grade a payload export offline with the judge's rubric: judge -dataset FILE
   version   print the version, the commit and the Go version it was built with
 
 Run "fmgate <command> -h" for the command's flags.
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return ingestCmd(ctx, args, stdout, stderr)
 	case "scenario":
 		return scenarioCmd(ctx, args, stdout, stderr)
+	case "judge":
+		return judgeCmd(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, versionLine())
 		return nil

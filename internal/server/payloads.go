@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -402,12 +403,35 @@ type JudgedRecord struct {
 	Error   string        `json:"error,omitempty"`
 }
 
+// JudgeSummary closes a judged dataset.
+type JudgeSummary struct {
+	Judged      int      `json:"judged"`
+	Failed      int      `json:"failed"`
+	MeanOverall *float64 `json:"meanOverall,omitempty"`
+}
+
 // JudgeRecords grades each record of a payload export with the judge's
 // rubric, through the pipeline as the sampled judge does (its tier, its
-// prompt, at P2), one at a time, and writes one JudgedRecord per line to
-// w, then a summary line {"judged","failed","meanOverall"}. Verdicts are
-// not stored on the turns: the dataset may come from another gateway.
+// prompt, at P2, within judge.timeout each), one at a time, and writes one
+// JudgedRecord per line to w, then a JudgeSummary line. Verdicts are not
+// stored on the turns: the dataset may come from another gateway.
 func (s *Server) JudgeRecords(ctx context.Context, recs []payloadlog.Record, w io.Writer) error {
+	return s.JudgeDataset(ctx, func(fn func(payloadlog.Record) error) error {
+		for _, r := range recs {
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, w)
+}
+
+// JudgeDataset is JudgeRecords over the records each yields (a reader of
+// an export: payloadlog.ReadRecords), judged as they are read.
+func (s *Server) JudgeDataset(ctx context.Context, each func(func(payloadlog.Record) error) error, w io.Writer) error {
+	if s.judger == nil {
+		return errors.New("this gateway runs no judge")
+	}
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	flush := func() {
@@ -415,11 +439,11 @@ func (s *Server) JudgeRecords(ctx context.Context, recs []payloadlog.Record, w i
 			f.Flush()
 		}
 	}
-	var judged, failed int
-	var sum float64
-	for _, rec := range recs {
-		if ctx.Err() != nil {
-			break
+	var sum JudgeSummary
+	var total float64
+	err := each(func(rec payloadlog.Record) error {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		out := JudgedRecord{TraceID: rec.TraceID}
 		jctx, cancel := context.WithTimeout(ctx, s.judger.cfg.Timeout)
@@ -428,21 +452,25 @@ func (s *Server) JudgeRecords(ctx context.Context, recs []payloadlog.Record, w i
 		cancel()
 		if err != nil {
 			out.Error = err.Error()
-			failed++
+			sum.Failed++
 		} else {
 			o := scores.Overall()
 			out.Scores, out.Overall = &scores, &o
-			judged++
-			sum += o
+			sum.Judged++
+			total += o
 		}
 		if err := enc.Encode(out); err != nil {
 			return err
 		}
 		flush()
+		return nil
+	})
+	if sum.Judged > 0 {
+		m := math.Round(total/float64(sum.Judged)*1000) / 1000
+		sum.MeanOverall = &m
 	}
-	summary := map[string]any{"judged": judged, "failed": failed}
-	if judged > 0 {
-		summary["meanOverall"] = float64(int(sum/float64(judged)*1000+0.5)) / 1000
+	if eerr := enc.Encode(sum); err == nil {
+		err = eerr
 	}
-	return enc.Encode(summary)
+	return err
 }

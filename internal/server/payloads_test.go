@@ -194,7 +194,7 @@ func TestPayloadLogEndToEnd(t *testing.T) {
 	}
 	sc2 := bufio.NewScanner(strings.NewReader(graded))
 	var verdicts []JudgedRecord
-	var summary map[string]any
+	var summary JudgeSummary
 	for sc2.Scan() {
 		var v JudgedRecord
 		if json.Unmarshal(sc2.Bytes(), &v); v.TraceID != "" {
@@ -203,7 +203,7 @@ func TestPayloadLogEndToEnd(t *testing.T) {
 			_ = json.Unmarshal(sc2.Bytes(), &summary)
 		}
 	}
-	if len(verdicts) != 2 || verdicts[0].Overall == nil || verdicts[0].Error != "" || summary["judged"] != float64(2) {
+	if len(verdicts) != 2 || verdicts[0].Overall == nil || verdicts[0].Error != "" || summary.Judged != 2 || summary.MeanOverall == nil {
 		t.Fatalf("judge verdicts %s", graded)
 	}
 	// The redirect answers something else than was asked: the rubric scores it lower.
