@@ -14,9 +14,12 @@ import (
 	"time"
 
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/eventstore"
+	"github.com/fmgate/fmgate/internal/eventstore/pgstore"
 	"github.com/fmgate/fmgate/internal/fallback"
 	"github.com/fmgate/fmgate/internal/guardrail"
 	"github.com/fmgate/fmgate/internal/payloadlog"
+	"github.com/fmgate/fmgate/internal/pgtest"
 )
 
 const (
@@ -389,5 +392,37 @@ func TestPayloadInTurnViewInBrowser(t *testing.T) {
 	p.wait("the other turn's payload note", `document.querySelector('[data-testid="payload"]').dataset.state === "none"`)
 	if n := p.eval(`String(document.querySelectorAll('[data-testid="payload-show"]').length)`); n != "0" {
 		t.Errorf("a turn without a payload offers %s buttons", n)
+	}
+}
+
+// In fleet mode the payload log is the fleet's PostgreSQL: a turn logged
+// on one instance is read and forgotten on another.
+func TestPayloadLogInFleet(t *testing.T) {
+	stream, subject := natsStream(t)
+	cfg := payloadConfig(t)
+	cfg.Events.Sinks.NATS.URL, cfg.Events.Sinks.NATS.Stream, cfg.Events.Sinks.NATS.Subject = "nats://127.0.0.1:4222", stream, subject
+	cfg.EventStore.Driver, cfg.EventStore.DSN = eventstore.DriverPostgres, pgtest.DSN()+"&search_path="+pgtest.Schema(t)
+	// fmgate ingest creates the event store's tables; the gateways only read them.
+	pg, err := pgstore.Open(context.Background(), cfg.EventStore.DSN, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg.Close()
+	a, _ := instance(t, cfg)
+	b, _ := instance(t, cfg)
+	turn := shopTurn(t, a.srv.URL, shopKey, "s1", "Recommend a fantasy manga; card 4111 1111 1111 1111")
+	if turn.Status != http.StatusOK {
+		t.Fatalf("turn %+v", turn)
+	}
+	rec := waitPayload(t, b.srv.URL, turn.TraceID)
+	if !strings.Contains(rec.Payload.Question, "[CARD]") || rec.Payload.Answer != turn.Text {
+		t.Fatalf("read on the other instance: %+v", rec)
+	}
+	status, body := request(t, http.MethodPost, b.srv.URL+"/admin/forget", testAdminToken, `{"userIdHash":"`+rec.UserHash+`"}`)
+	if status != http.StatusOK || !strings.Contains(body, `"payloadsDeleted":1`) {
+		t.Fatalf("forget: %d %s", status, body)
+	}
+	if status, _ := request(t, http.MethodGet, a.srv.URL+"/admin/payloads/"+turn.TraceID, testAdminToken, ""); status != http.StatusNotFound {
+		t.Fatalf("the forgotten payload on the first instance: %d", status)
 	}
 }
