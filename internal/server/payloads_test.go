@@ -426,3 +426,31 @@ func TestPayloadLogInFleet(t *testing.T) {
 		t.Fatalf("the forgotten payload on the first instance: %d", status)
 	}
 }
+
+// A key created at run time with payloadLog has its turns logged under its
+// id; with payload logs off, such a key is refused, naming the field.
+func TestRunTimeKeyLogsPayloads(t *testing.T) {
+	sc := newScenario(t, payloadConfig(t))
+	status, body := request(t, http.MethodPost, sc.srv.URL+"/admin/keys", testAdminToken, `{"name":"storefront","payloadLog":true}`)
+	var created struct {
+		Key struct {
+			ID         string `json:"id"`
+			PayloadLog bool   `json:"payloadLog"`
+		} `json:"key"`
+		Secret string `json:"secret"`
+	}
+	if err := json.Unmarshal([]byte(body), &created); err != nil || status != http.StatusCreated || !created.Key.PayloadLog {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	turn := shopTurn(t, sc.srv.URL, created.Secret, "s1", "Recommend a fantasy manga")
+	if rec := waitPayload(t, sc.srv.URL, turn.TraceID); rec.KeyID != created.Key.ID {
+		t.Fatalf("the payload's key %q, want %q", rec.KeyID, created.Key.ID)
+	}
+
+	off := quickConfig()
+	sc2 := newScenario(t, off)
+	status, body = request(t, http.MethodPost, sc2.srv.URL+"/admin/keys", testAdminToken, `{"name":"storefront","payloadLog":true}`)
+	if status != http.StatusUnprocessableEntity || !strings.Contains(body, "payloadLog") {
+		t.Fatalf("a payloadLog key with payload logs off: %d %s", status, body)
+	}
+}
