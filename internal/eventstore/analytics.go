@@ -542,14 +542,27 @@ func (s *Store) setSpanEval(ctx context.Context, tx *sql.Tx, turn *turnState, sp
 			rs.Close()
 			return false, fmt.Errorf("eventstore: eval: %w", err)
 		}
-		if err := dec.decode(data, ts, &e); err != nil {
+		// The span may be the turn span of a packed row.
+		out, ok, err := rewriteRecords(data, ts, func(r []byte, ts int64) ([]byte, bool, error) {
+			if found {
+				return r, false, nil
+			}
+			if err := dec.decode(r, ts, &e); err != nil {
+				return nil, false, err
+			}
+			if e.TraceID != turn.trace || e.SpanID != span {
+				return r, false, nil
+			}
+			e.Outcome.EvalScore = &score
+			found = true
+			return encodeSpan(nil, &e), true, nil
+		})
+		if err != nil {
 			rs.Close()
 			return false, fmt.Errorf("eventstore: eval: %w", err)
 		}
-		if e.TraceID == turn.trace && e.SpanID == span {
-			e.Outcome.EvalScore = &score
-			rec = encodeSpan(nil, &e)
-			found = true
+		if ok {
+			rec = out
 		}
 	}
 	rs.Close()

@@ -467,3 +467,109 @@ func (d *spanDecoder) str(intern bool) string {
 	}
 	return s
 }
+
+// codecPack marks a packed row: the turn span of a turn that was not
+// sampled, with the tallies of its other spans that reached the store in
+// the same write, stored as one row under the turn span's key. Inserting a
+// row and its index entry is most of what storing a span costs, and an
+// unsampled turn's spans are read only as figures, so one row a turn
+// instead of one a span is most of what storing a turn costs.
+//
+// Layout: the byte 3, the number of records, then for each the difference
+// of its start from the row's ts_start (ms, signed), its length and the
+// record (a span's or a tally's). The turn span comes first: the row's key
+// is its key, so a replayed turn span is taken for the row it is in.
+const codecPack = 3
+
+// isPack reports whether a stored row is a packed row.
+func isPack(rec []byte) bool { return len(rec) > 0 && rec[0] == codecPack }
+
+// eachRecord calls fn with every record the stored row data holds, each
+// with its start: one, or each of a packed row's.
+func eachRecord(data []byte, ts int64, fn func(rec []byte, ts int64) error) error {
+	if !isPack(data) {
+		return fn(data, ts)
+	}
+	b := data[1:]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return errCorrupt
+	}
+	b = b[k:]
+	for range n {
+		delta, k := binary.Varint(b)
+		if k <= 0 {
+			return errCorrupt
+		}
+		b = b[k:]
+		size, k := binary.Uvarint(b)
+		if k <= 0 || size > uint64(len(b)-k) {
+			return errCorrupt
+		}
+		rec := b[k : k+int(size)]
+		b = b[k+int(size):]
+		if isPack(rec) {
+			return errCorrupt
+		}
+		if err := fn(rec, ts+delta); err != nil {
+			return err
+		}
+	}
+	if len(b) != 0 {
+		return errCorrupt
+	}
+	return nil
+}
+
+// packer builds a packed row (codecPack).
+type packer struct {
+	b  []byte
+	ts int64
+}
+
+// begin starts a packed row of n records, stored with start ts, at the end
+// of b.
+func (p *packer) begin(b []byte, ts int64, n int) {
+	p.b, p.ts = append(b, codecPack), ts
+	p.b = binary.AppendUvarint(p.b, uint64(n))
+}
+
+// add appends a record of a span that started at ts.
+func (p *packer) add(rec []byte, ts int64) {
+	p.b = binary.AppendVarint(p.b, ts-p.ts)
+	p.b = binary.AppendUvarint(p.b, uint64(len(rec)))
+	p.b = append(p.b, rec...)
+}
+
+// rewriteRecords rewrites the records of a stored row with fn, which
+// returns a record's new form and whether it changed; it returns the row's
+// new data and whether any record changed.
+func rewriteRecords(data []byte, ts int64, fn func(rec []byte, ts int64) ([]byte, bool, error)) ([]byte, bool, error) {
+	if !isPack(data) {
+		return fn(data, ts)
+	}
+	type part struct {
+		rec []byte
+		ts  int64
+	}
+	var parts []part
+	changed := false
+	err := eachRecord(data, ts, func(rec []byte, at int64) error {
+		out, ok, err := fn(rec, at)
+		if err != nil {
+			return err
+		}
+		changed = changed || ok
+		parts = append(parts, part{out, at})
+		return nil
+	})
+	if err != nil || !changed {
+		return data, false, err
+	}
+	var p packer
+	p.begin(nil, ts, len(parts))
+	for _, pt := range parts {
+		p.add(pt.rec, pt.ts)
+	}
+	return p.b, true, nil
+}

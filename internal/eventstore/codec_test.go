@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/hex"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -227,4 +228,49 @@ func FuzzCodec(f *testing.F) {
 		// Whatever the bytes, decoding never panics.
 		d.decode([]byte(trace+span), 0, &got)
 	})
+}
+
+// FuzzEachRecord: a stored row, packed or not, is read without a panic,
+// and every record of a packed row lies inside it.
+func FuzzEachRecord(f *testing.F) {
+	var p packer
+	p.begin(nil, 100, 2)
+	p.add([]byte{codecTally, 1, 2}, 105)
+	p.add([]byte{codecVersion, 3}, 99)
+	f.Add(p.b)
+	f.Add([]byte{codecPack, 1, 0, 9, 1})
+	f.Add([]byte{codecPack, 200})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_ = eachRecord(data, 0, func(rec []byte, _ int64) error {
+			if len(rec) > len(data) {
+				t.Fatalf("a record of %d bytes in a row of %d", len(rec), len(data))
+			}
+			return nil
+		})
+	})
+}
+
+func TestEachRecordReadsAPackedRow(t *testing.T) {
+	var p packer
+	p.begin(nil, 1000, 2)
+	p.add([]byte{codecVersion, 7}, 1000)
+	p.add([]byte{codecTally, 8, 9}, 1012)
+	type got struct {
+		rec string
+		ts  int64
+	}
+	var all []got
+	if err := eachRecord(p.b, 1000, func(rec []byte, ts int64) error {
+		all = append(all, got{string(rec), ts})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []got{{string([]byte{codecVersion, 7}), 1000}, {string([]byte{codecTally, 8, 9}), 1012}}
+	if !slices.Equal(all, want) {
+		t.Fatalf("records %v, want %v", all, want)
+	}
+	if err := eachRecord(p.b[:len(p.b)-1], 1000, func([]byte, int64) error { return nil }); err == nil {
+		t.Fatal("a cut packed row read without an error")
+	}
 }

@@ -500,9 +500,12 @@ func (s *Store) Write(ctx context.Context, batch []events.Event) error {
 // that a write allocates little (its garbage is collected on the turns'
 // cores). Guarded by Store.mu.
 type writeBuffers struct {
-	spans, stored []newSpan
-	args          []any
-	data          []byte
+	spans, stored, ordered []newSpan
+	rows                   []storedRow
+	link                   []int
+	turnOf                 map[string]int
+	args                   []any
+	data, rec              []byte
 }
 
 // maxKeptSpans bounds the spans writeBuffers keep room for: a replay's
@@ -536,6 +539,7 @@ func (s *Store) writeTx(ctx context.Context, batch []events.Event) (err error) {
 	defer func() {
 		s.wbuf.spans = clear0(spans)
 		s.wbuf.stored = clear0(s.wbuf.stored[:cap(s.wbuf.stored)])
+		s.wbuf.ordered = clear0(s.wbuf.ordered[:cap(s.wbuf.ordered)])
 		s.wbuf.trim()
 	}()
 	for i := range batch {
@@ -562,7 +566,8 @@ func (s *Store) writeTx(ctx context.Context, batch []events.Event) (err error) {
 			tx.Rollback()
 		}
 	}()
-	stored, last, err := s.insertSpans(ctx, tx, spans)
+	ordered, rows := s.rowsOf(spans)
+	stored, last, err := s.insertSpans(ctx, tx, ordered, rows)
 	if err != nil {
 		return err
 	}
@@ -592,6 +597,7 @@ func (s *Store) writeTx(ctx context.Context, batch []events.Event) (err error) {
 		return fmt.Errorf("eventstore: commit: %w", err)
 	}
 	s.lastID = max(s.lastID, last)
+	s.sampling.notePacked(ordered, rows)
 	if flush {
 		s.flushed()
 	}
@@ -622,25 +628,130 @@ func (s *Store) restartLog(ctx context.Context) {
 // every 16 commits made them a fifth of the store's CPU.
 const checkpointEvery = 64
 
+// storedRow is one row of a write: a span, or a packed row of a turn that
+// was not sampled (codecPack): spans[first:first+n] of the write, the turn
+// span first.
+type storedRow struct {
+	ts, th, sh int64
+	first, n   int
+	stored     bool // inserted, not a copy of a row already there
+}
+
+// rowsOf orders the spans of a write into rows: the tallies of a
+// sampled-out turn whose turn span is in the same write go into one row
+// with it; every other span is a row of its own. It returns the spans in
+// row order.
+func (s *Store) rowsOf(spans []newSpan) ([]newSpan, []storedRow) {
+	rows := s.wbuf.rows[:0]
+	packing := false
+	for i := range spans {
+		packing = packing || packable(&spans[i]) || spans[i].tally
+	}
+	if !packing {
+		for i, sp := range spans {
+			rows = append(rows, storedRow{ts: sp.ts, th: sp.th, sh: sp.sh, first: i, n: 1})
+		}
+		s.wbuf.rows = rows
+		return spans, rows
+	}
+	// head[turn] and next link each turn's tallies in the write's order;
+	// tail[turn] is the last linked so far. A tally is never a turn, so
+	// its own entries say what became of it: tail[tally] is its turn,
+	// head[tally] is copied when it is a copy.
+	link := slices.Grow(s.wbuf.link[:0], 3*len(spans))[:3*len(spans)]
+	head, tail, next := link[:len(spans)], link[len(spans):2*len(spans)], link[2*len(spans):]
+	for i := range link {
+		link[i] = -1
+	}
+	turnOf := s.wbuf.turnOf
+	if turnOf == nil {
+		turnOf = map[string]int{}
+	}
+	for i := range spans {
+		// Only a turn span's first arrival gets a packed row: a copy of it
+		// is known by its key, and its tallies by packed.
+		if e := spans[i].e; packable(&spans[i]) && !s.sampling.stored(e.TraceID) {
+			if _, twice := turnOf[e.TraceID]; !twice {
+				turnOf[e.TraceID] = i
+			}
+		}
+	}
+	const copied = -2 // a tally already stored, or twice in this write
+	for i := range spans {
+		sp := &spans[i]
+		if !sp.tally {
+			continue
+		}
+		if s.sampling.packedAlready(sp.e.TraceID, sp.sh) {
+			head[i] = copied
+			continue
+		}
+		t, ok := turnOf[sp.e.TraceID]
+		if !ok {
+			continue
+		}
+		dup := false
+		for j := head[t]; j >= 0 && !dup; j = next[j] {
+			dup = spans[j].sh == sp.sh && spans[j].ts == sp.ts
+		}
+		if dup {
+			head[i] = copied
+			continue
+		}
+		if tail[t] >= 0 {
+			next[tail[t]] = i
+		} else {
+			head[t] = i
+		}
+		tail[t] = i
+		tail[i] = t // i is in t's row
+	}
+	ordered := s.wbuf.ordered[:0]
+	for i, sp := range spans {
+		if head[i] == copied || (sp.tally && tail[i] >= 0) {
+			continue // a copy, or stored in its turn's row
+		}
+		row := storedRow{ts: sp.ts, th: sp.th, sh: sp.sh, first: len(ordered), n: 1}
+		ordered = append(ordered, sp)
+		if t, ok := turnOf[sp.e.TraceID]; ok && t == i {
+			for j := head[i]; j >= 0; j = next[j] {
+				ordered = append(ordered, spans[j])
+				row.n++
+			}
+		}
+		rows = append(rows, row)
+	}
+	clear(turnOf)
+	s.wbuf.rows, s.wbuf.link, s.wbuf.turnOf, s.wbuf.ordered = rows, link[:0], turnOf, ordered
+	return ordered, rows
+}
+
 // insertSpans inserts the spans and returns those actually stored (not
 // already there) and the highest id given.
-func (s *Store) insertSpans(ctx context.Context, tx *sql.Tx, spans []newSpan) ([]newSpan, int64, error) {
+func (s *Store) insertSpans(ctx context.Context, tx *sql.Tx, spans []newSpan, rows []storedRow) ([]newSpan, int64, error) {
 	last := s.lastID
 	stored := s.wbuf.stored[:0]
 	args := s.wbuf.args[:0]
 	buf := s.wbuf.data[:0]
+	rec := s.wbuf.rec[:0]
 	defer func() {
 		// stored is the caller's until writeTx returns: it clears it.
-		s.wbuf.stored, s.wbuf.args, s.wbuf.data = stored[:0], clear0(args), buf[:0]
+		s.wbuf.stored, s.wbuf.args, s.wbuf.data, s.wbuf.rec = stored[:0], clear0(args), buf[:0], rec[:0]
 	}()
-	for _, sp := range spans {
+	for _, r := range rows {
 		start := len(buf)
-		if sp.tally {
-			buf = encodeTally(buf, sp.e)
+		if r.n == 1 {
+			buf = encodeRecord(buf, &spans[r.first])
 		} else {
-			buf = encodeSpan(buf, sp.e)
+			var p packer
+			p.begin(buf, r.ts, r.n)
+			for _, sp := range spans[r.first : r.first+r.n] {
+				rec = encodeRecord(rec[:0], &sp)
+				p.add(rec, sp.ts)
+			}
+			buf = p.b
 		}
-		args = append(args, sp.ts, sp.th, sp.sh, buf[start:len(buf):len(buf)])
+		args = append(args, r.ts, r.th, r.sh, buf[start:len(buf):len(buf)])
 	}
 	err := s.ins.exec(ctx, tx, 4, args, func(res sql.Result, from, n int) error {
 		got, err := res.RowsAffected()
@@ -650,9 +761,12 @@ func (s *Store) insertSpans(ctx context.Context, tx *sql.Tx, spans []newSpan) ([
 		if got == 0 {
 			return nil
 		}
-		chunk := spans[from : from+n]
+		chunk := rows[from : from+n]
 		if got == int64(n) {
-			stored = append(stored, chunk...)
+			for i := range chunk {
+				chunk[i].stored = true
+				stored = append(stored, spans[chunk[i].first:chunk[i].first+chunk[i].n]...)
+			}
 		} else {
 			// Some were already stored (a replay): the new ones are the
 			// rows above the previous highest id.
@@ -660,7 +774,10 @@ func (s *Store) insertSpans(ctx context.Context, tx *sql.Tx, spans []newSpan) ([
 			if err != nil {
 				return err
 			}
-			stored = append(stored, kept...)
+			for _, i := range kept {
+				chunk[i].stored = true
+				stored = append(stored, spans[chunk[i].first:chunk[i].first+chunk[i].n]...)
+			}
 		}
 		last, err = res.LastInsertId()
 		return err
@@ -671,6 +788,21 @@ func (s *Store) insertSpans(ctx context.Context, tx *sql.Tx, spans []newSpan) ([
 	return stored, last, nil
 }
 
+// packable reports whether sp is the turn span of a turn that was not
+// sampled, which its tallies may be stored with.
+func packable(sp *newSpan) bool {
+	return sp.e.Name == "turn" && sp.e.SampledOut && !sp.tally
+}
+
+// encodeRecord appends the record sp is stored as: its tally or the whole
+// span.
+func encodeRecord(b []byte, sp *newSpan) []byte {
+	if sp.tally {
+		return encodeTally(b, sp.e)
+	}
+	return encodeSpan(b, sp.e)
+}
+
 // clear0 empties s, dropping what its elements point to so that a kept
 // buffer does not hold the last batch's events.
 func clear0[S ~[]E, E any](s S) S {
@@ -678,8 +810,9 @@ func clear0[S ~[]E, E any](s S) S {
 	return s[:0]
 }
 
-// newRows returns the spans of chunk stored with ids above last.
-func newRows(ctx context.Context, tx *sql.Tx, last int64, chunk []newSpan) ([]newSpan, error) {
+// newRows returns the indexes in chunk of the rows stored with ids above
+// last.
+func newRows(ctx context.Context, tx *sql.Tx, last int64, chunk []storedRow) ([]int, error) {
 	type key struct{ ts, th, sh int64 }
 	rs, err := tx.QueryContext(ctx, `SELECT ts_start, th, sh FROM events WHERE id > ?`, last)
 	if err != nil {
@@ -697,11 +830,11 @@ func newRows(ctx context.Context, tx *sql.Tx, last int64, chunk []newSpan) ([]ne
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("eventstore: insert: %w", err)
 	}
-	var kept []newSpan
-	for _, sp := range chunk {
-		k := key{sp.ts, sp.th, sp.sh}
+	var kept []int
+	for i, r := range chunk {
+		k := key{r.ts, r.th, r.sh}
 		if added[k] {
-			kept = append(kept, sp)
+			kept = append(kept, i)
 			delete(added, k) // a span twice in one batch is stored once
 		}
 	}

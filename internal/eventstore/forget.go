@@ -117,7 +117,14 @@ func (s *Store) ForgetUser(ctx context.Context, user, pseudonym string) (int64, 
 				rows.Close()
 				return 0, fmt.Errorf("eventstore: forget: %w", err)
 			}
-			rec, ok, err := d.pseudonymize(data, ts, user, pseudonym)
+			// A packed row holds several spans: each is counted.
+			rec, ok, err := rewriteRecords(data, ts, func(rec []byte, ts int64) ([]byte, bool, error) {
+				out, ok, err := d.pseudonymize(rec, ts, user, pseudonym)
+				if ok {
+					changed++
+				}
+				return out, ok, err
+			})
 			if err != nil {
 				rows.Close()
 				return 0, fmt.Errorf("eventstore: forget: span %d: %w", id, err)
@@ -135,7 +142,6 @@ func (s *Store) ForgetUser(ctx context.Context, user, pseudonym string) (int64, 
 				return 0, fmt.Errorf("eventstore: forget: %w", err)
 			}
 		}
-		changed += int64(len(out))
 		if _, err := tx.ExecContext(ctx, `UPDATE turn_info SET session_id = ? WHERE minute = ? AND th = ?`, pseudonym, k.minute, k.th); err != nil {
 			return 0, fmt.Errorf("eventstore: forget: %w", err)
 		}

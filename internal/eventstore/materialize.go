@@ -488,13 +488,19 @@ func (s *Store) recoverLocked(ctx context.Context) error {
 			rs.Close()
 			return fmt.Errorf("eventstore: recover: %w", err)
 		}
-		if err := dec.decode(data, ts, &e); err != nil {
+		err := eachRecord(data, ts, func(rec []byte, ts int64) error {
+			if err := dec.decode(rec, ts, &e); err != nil {
+				return err
+			}
+			s.addPending(s.pend, &e, ts, hashID(e.TraceID))
+			s.maxTS = max(s.maxTS, ts)
+			return nil
+		})
+		if err != nil {
 			rs.Close()
 			return fmt.Errorf("eventstore: recover: span %d: %w", id, err)
 		}
-		s.addPending(s.pend, &e, ts, hashID(e.TraceID))
 		s.pend.lastID = id
-		s.maxTS = max(s.maxTS, ts)
 	}
 	rs.Close()
 	if err := rs.Err(); err != nil {

@@ -466,13 +466,19 @@ func (s *Store) spansDec(ctx context.Context, dec spanDecoder, fn func(e *events
 		if err := rs.Scan(&id, &ts, &data); err != nil {
 			return err
 		}
-		if dec.skipTallies && isTally(data) {
-			continue
-		}
-		if err := dec.decode(data, ts, &e); err != nil {
+		err := eachRecord(data, ts, func(rec []byte, ts int64) error {
+			if dec.skipTallies && isTally(rec) {
+				return nil
+			}
+			if err := dec.decode(rec, ts, &e); err != nil {
+				return err
+			}
+			fn(&e, ts)
+			return nil
+		})
+		if err != nil {
 			return fmt.Errorf("span %d: %w", id, err)
 		}
-		fn(&e, ts)
 	}
 	return rs.Err()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 
 	"github.com/fmgate/fmgate/internal/events"
 )
@@ -41,13 +42,21 @@ type storedKey struct{ ts, th, sh int64 }
 type sampling struct {
 	decided      map[string]bool // trace id → sampled out
 	decidedOrder []string
-	undecided    map[string][]storedKey // trace id → spans stored whole
-	undecOrder   []string
-	undecSpans   int
+	// packed lists the sampled-out traces whose turn span is stored, with
+	// the span hashes of the tallies stored in the turn's packed row
+	// (codecPack): a packed tally has no key of its own, so a copy of it
+	// (a redelivery) is known here. Bounded like decided; a copy arriving
+	// after its trace is forgotten is stored again, which a redelivery,
+	// coming within seconds, never is.
+	packed      map[string][]int64
+	packedOrder []string
+	undecided   map[string][]storedKey // trace id → spans stored whole
+	undecOrder  []string
+	undecSpans  int
 }
 
 func newSampling() *sampling {
-	return &sampling{decided: map[string]bool{}, undecided: map[string][]storedKey{}}
+	return &sampling{decided: map[string]bool{}, undecided: map[string][]storedKey{}, packed: map[string][]int64{}}
 }
 
 // learn records the decisions carried by the turn spans of batch, and
@@ -76,6 +85,44 @@ func (sm *sampling) learn(batch []events.Event) []string {
 		out = append(out, e.TraceID)
 	}
 	return out
+}
+
+// stored reports whether the turn span of the sampled-out trace is stored.
+func (sm *sampling) stored(trace string) bool {
+	_, ok := sm.packed[trace]
+	return ok
+}
+
+// packedAlready reports whether the tally with span hash sh is stored in
+// its turn's packed row.
+func (sm *sampling) packedAlready(trace string, sh int64) bool {
+	return slices.Contains(sm.packed[trace], sh)
+}
+
+// notePacked records, once their transaction is committed, the
+// sampled-out turn spans of a write and the tallies stored with them.
+func (sm *sampling) notePacked(spans []newSpan, rows []storedRow) {
+	for _, r := range rows {
+		sp := &spans[r.first]
+		if !packable(sp) {
+			continue
+		}
+		trace := sp.e.TraceID
+		shs, ok := sm.packed[trace]
+		if !ok {
+			sm.packedOrder = append(sm.packedOrder, trace)
+		}
+		if r.stored {
+			for _, m := range spans[r.first+1 : r.first+r.n] {
+				shs = append(shs, m.sh)
+			}
+		}
+		sm.packed[trace] = shs
+	}
+	for len(sm.packedOrder) > maxDecided {
+		delete(sm.packed, sm.packedOrder[0])
+		sm.packedOrder = sm.packedOrder[1:]
+	}
 }
 
 // tally reports whether e is to be stored as a tally.
@@ -142,7 +189,7 @@ func (s *Store) reduce(ctx context.Context, tx *sql.Tx, traces []string) error {
 			if err != nil {
 				return fmt.Errorf("eventstore: sample: %w", err)
 			}
-			if isTally(data) {
+			if isTally(data) || isPack(data) {
 				continue
 			}
 			if err := dec.decode(data, k.ts, &e); err != nil {

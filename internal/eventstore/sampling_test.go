@@ -19,7 +19,7 @@ import (
 // answers with the same figures after the store is reopened.
 func TestSampledStoreIsSmaller(t *testing.T) {
 	data := storetest.DatasetEvery(11, 3000, 86*time.Millisecond)
-	type raw struct{ whole, tallies, bytes int64 }
+	type raw struct{ rows, whole, tallies, bytes int }
 	size := func(name string, batch []events.Event) (int64, raw, eventstore.CostReport) {
 		cfg := eventstore.DefaultConfig()
 		cfg.Path = filepath.Join(t.TempDir(), name+".db")
@@ -61,8 +61,34 @@ func TestSampledStoreIsSmaller(t *testing.T) {
 		}
 		defer db.Close()
 		var r raw
-		if err := db.QueryRow(`SELECT COUNT(*) FILTER (WHERE substr(data, 1, 1) = x'01'), COUNT(*) FILTER (WHERE substr(data, 1, 1) = x'02'),
-			SUM(length(data)) FROM events`).Scan(&r.whole, &r.tallies, &r.bytes); err != nil {
+		rows, err := db.Query(`SELECT ts_start, data FROM events`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var ts int64
+			var data []byte
+			if err := rows.Scan(&ts, &data); err != nil {
+				t.Fatal(err)
+			}
+			r.rows++
+			r.bytes += len(data)
+			if err := eventstore.EachRecord(data, ts, func(rec []byte, _ int64) error {
+				switch rec[0] {
+				case 1:
+					r.whole++
+				case 2:
+					r.tallies++
+				default:
+					t.Fatalf("a record of kind %d", rec[0])
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := rows.Err(); err != nil {
 			t.Fatal(err)
 		}
 		return n, r, rep
@@ -87,6 +113,11 @@ func TestSampledStoreIsSmaller(t *testing.T) {
 		len(data), whole, sampled, 100*float64(sampled)/float64(whole), wholeRaw, sampledRaw)
 	if sampledRaw.whole >= wholeRaw.whole || sampledRaw.tallies == 0 || sampledRaw.whole+sampledRaw.tallies != wholeRaw.whole {
 		t.Errorf("span records %+v sampled, %+v whole: want fewer whole spans, the rest as tallies", sampledRaw, wholeRaw)
+	}
+	// An unsampled turn's tallies are stored in its turn span's row.
+	if sampledRaw.rows >= sampledRaw.whole+sampledRaw.tallies || sampledRaw.rows >= wholeRaw.rows {
+		t.Errorf("%d rows sampled for %d spans (%d rows whole): want the tallies packed into their turn's row",
+			sampledRaw.rows, sampledRaw.whole+sampledRaw.tallies, wholeRaw.rows)
 	}
 	if sampled >= whole || sampledRaw.bytes >= wholeRaw.bytes {
 		t.Fatalf("sampled store %d bytes, whole %d: sampling saved no room", sampled, whole)
