@@ -135,6 +135,47 @@ func (g *Gateway) Embed(ctx context.Context, t *Turn, in EmbedInput) (res *Embed
 	return res, nil
 }
 
+// IndexUser is the user an index's embedding calls (EmbedIndex) are
+// attributed to in the events: the gateway's own work, no caller's.
+const IndexUser = "fmgate-index"
+
+// EmbedIndex embeds inputs with embedding tier tier and no other, for an
+// index the gateway searches (the catalog's items): vectors of one model,
+// comparable with the questions' the retrieval step embeds with the same
+// tier. It is the gateway's own work, no caller's: there is no admission
+// and no budget, but the tier's quota is reserved (at P3, the batch
+// class, within deadline.batch), its breaker and retries apply, and the
+// call is a turn in the events attributed to IndexUser and feature, with
+// a model_attempt span per attempt carrying the tokens and cost the tier
+// billed — so that the cost views count what the vendor bills for the
+// index. It returns an *Error on refusal or failure.
+func (g *Gateway) EmbedIndex(ctx context.Context, feature, tier string, inputs []string, dims int) (res *EmbedResult, err error) {
+	if err := g.enter(); err != nil {
+		return nil, err
+	}
+	defer g.inflight.Done()
+	t := &Turn{RequestID: newID(), Route: "embeddings", Surface: "index", Feature: feature, UserID: IndexUser,
+		Priority: P3, Stateless: true, StartTier: tier}
+	g.enterConfig(t)
+	ctx, span := g.startEmbed(ctx, t)
+	defer func() { g.endEmbed(span, t, res, err) }()
+	in := EmbedInput{Inputs: inputs, Dimensions: dims}
+	route, dims, err := g.validateEmbed(t, &in)
+	if err != nil {
+		return nil, err
+	}
+	t.Received = g.now()
+	t.UserHash = g.hasher.Hash(t.UserID)
+	t.RequestHash = g.hasher.Hash(t.RequestID)
+	route = g.plan.Plan(ctx, t, route[:min(len(route), 1)])
+	ctx, cancel := context.WithDeadline(ctx, t.Received.Add(g.embedDeadline(t)))
+	defer cancel()
+	if res, err = g.embedRoute(ctx, t, in, dims, route); err != nil {
+		return nil, g.embedFailure(ctx, err)
+	}
+	return res, nil
+}
+
 // validateEmbed checks the inputs and the dimensions against the start
 // tier, and returns the route: the start tier and the tiers below it that
 // can give vectors of the same length for inputs this long. It counts the

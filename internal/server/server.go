@@ -190,7 +190,6 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 		return nil, err
 	}
 	deps.Embedders, deps.CountTokens = embedders, sim.CountTokens
-	s.embedCatalog(cfg, s.catalogSvc, embedders)
 	if s.Metrics != nil {
 		deps.OnThrottle = s.Metrics.Throttle
 	}
@@ -216,6 +215,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 		return nil, err
 	}
 	s.Gateway = gw
+	s.embedCatalog(cfg, s.catalogSvc)
 	s.admin.HandleFunc("POST /admin/reload", s.serveReload)
 	s.admin.HandleFunc("GET /admin/deployments", s.serveDeployments)
 	return s, nil
