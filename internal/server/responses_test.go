@@ -296,7 +296,9 @@ func TestResponsesContinueOnAnotherInstance(t *testing.T) {
 // function tool: the SDK parses the call fmgate sends, the app answers it
 // with previous_response_id, and the final answer (the SDK's output_text)
 // is built from the tool's result; streamed, the SDK's own accumulator
-// sees the events in order and its finalResponse holds the call.
+// sees the events in order — the call's arguments in
+// response.function_call_arguments.delta events — and its finalResponse
+// holds the call.
 func TestResponsesOnTheJavaScriptSDK(t *testing.T) {
 	cfg := quickConfig()
 	const key = "sk-responses-app"
@@ -316,6 +318,10 @@ func TestResponsesOnTheJavaScriptSDK(t *testing.T) {
 		Status   string   `json:"status"`
 		Events   []string `json:"events"`
 		Deltas   string   `json:"deltas"`
+		// The streamed call: its events, argument deltas and arguments.
+		CallEvents []string `json:"callEvents"`
+		ArgDeltas  string   `json:"argDeltas"`
+		CallArgs   string   `json:"callArgs"`
 	}
 	var out struct {
 		Create, Stream loop
@@ -337,6 +343,13 @@ func TestResponsesOnTheJavaScriptSDK(t *testing.T) {
 	if !strings.HasPrefix(ev, "response.created response.in_progress response.output_item.added response.content_part.added response.output_text.delta") ||
 		!strings.HasSuffix(ev, "response.output_text.done response.content_part.done response.output_item.done response.completed") {
 		t.Fatalf("the SDK saw events %s", ev)
+	}
+	cev := strings.Join(out.Stream.CallEvents, " ")
+	if !strings.Contains(cev, "response.output_item.added response.function_call_arguments.delta") ||
+		!strings.Contains(cev, "response.function_call_arguments.done response.output_item.done response.completed") ||
+		out.Stream.ArgDeltas == "" || out.Stream.ArgDeltas != out.Stream.CallArgs {
+		t.Fatalf("the streamed tool call: events %s, argument deltas %q, arguments %q; want the call's arguments in "+
+			"response.function_call_arguments.delta events before response.completed", cev, out.Stream.ArgDeltas, out.Stream.CallArgs)
 	}
 	if out.Stream.Deltas != out.Stream.Text {
 		t.Fatalf("the deltas the SDK handed out %q; its output_text %q", out.Stream.Deltas, out.Stream.Text)
