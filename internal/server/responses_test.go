@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -356,5 +357,53 @@ func TestResponsesOnTheJavaScriptSDK(t *testing.T) {
 	}
 	if out.Missing.Status != http.StatusNotFound || out.Missing.Code != "previous_response_not_found" {
 		t.Fatalf("an unknown previous_response_id: %+v; want the SDK's NotFoundError", out.Missing)
+	}
+}
+
+// TestResponsesStoredBeforeTheFinalEvent: a streamed response is stored
+// before its response.completed event goes out, so a client that reads
+// that event and at once (its stream still open) reads or continues the
+// response finds it.
+func TestResponsesStoredBeforeTheFinalEvent(t *testing.T) {
+	sc := newScenario(t, quickConfig())
+	user := responsesUser()
+	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/responses",
+		strings.NewReader(`{"model":"sonnet","input":"おすすめの漫画は？","stream":true}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User-Id", user)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc2 := bufio.NewScanner(resp.Body)
+	sc2.Buffer(make([]byte, 1<<20), 1<<20)
+	id := ""
+	for sc2.Scan() {
+		data, ok := strings.CutPrefix(sc2.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev struct {
+			Type     string `json:"type"`
+			Response struct {
+				ID string `json:"id"`
+			} `json:"response"`
+		}
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			t.Fatalf("event %s: %v", data, err)
+		}
+		if ev.Type == "response.completed" {
+			id = ev.Response.ID
+			break // the stream stays open: the handler may not have returned
+		}
+	}
+	if id == "" {
+		t.Fatalf("no response.completed event (%v)", sc2.Err())
+	}
+	c := responsesClient(sc.srv.URL, user)
+	got, err := c.Responses.Get(context.Background(), id, responses.ResponseGetParams{})
+	if err != nil || got.ID != id || got.Status != "completed" {
+		t.Fatalf("GET %s right after response.completed: %v, %v; want the stored response", id, got, err)
 	}
 }
