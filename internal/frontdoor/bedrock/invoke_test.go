@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
+
+	"github.com/fmgate/fmgate/internal/vision/visiontest"
 )
 
 const invokeBody = `{"anthropic_version":"bedrock-2023-05-31","max_tokens":300,"system":"Answer briefly.",` +
@@ -252,4 +254,22 @@ func TestGoSDKInvokeModelTools(t *testing.T) {
 	_, err = client(srv.URL, testKeyID, "not-the-secret").InvokeModel(context.Background(), &bedrockruntime.InvokeModelInput{
 		ModelId: aws.String("sonnet"), Body: []byte(invokeBody), ContentType: aws.String("application/json")})
 	wantAPIError(t, err, "InvalidSignatureException", 403)
+}
+
+// TestGoSDKInvokeModelImage: an image block with a base64 source in
+// InvokeModel's Messages body reaches the model, which says what it saw.
+func TestGoSDKInvokeModelImage(t *testing.T) {
+	_, srv := startGateway(t, gatewayConfig(t))
+	c := client(srv.URL, testKeyID, testSecret)
+	body := []byte(`{"anthropic_version":"bedrock-2023-05-31","max_tokens":300,"messages":[{"role":"user","content":[` +
+		`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + visiontest.Base64(visiontest.PNG(800, 600)) + `"}},` +
+		`{"type":"text","text":"What manga is on this cover?"}]}]}`)
+	out, err := c.InvokeModel(context.Background(), &bedrockruntime.InvokeModelInput{ModelId: aws.String("sonnet"), Body: body,
+		ContentType: aws.String("application/json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out.Body), "(I looked at 1 image: 800×600 png.)") {
+		t.Fatalf("answer %s; want the model to have seen the 800×600 png", out.Body)
+	}
 }
