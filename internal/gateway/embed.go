@@ -118,18 +118,60 @@ func (g *Gateway) Embed(ctx context.Context, t *Turn, in EmbedInput) (res *Embed
 	ctx, cancel := context.WithDeadline(ctx, t.Received.Add(g.embedDeadline(t)))
 	defer cancel()
 	res, err = g.embedRoute(ctx, t, in, dims, route)
+
+	// 10. Record what the tiers billed against the daily budget, failed
+	// attempts included: owed whatever the client does now.
+	if cb, ok := g.budget.(CostBudgeter); ok && (err == nil || t.embedSpent > 0) {
+		rctx, rcancel := owed(ctx)
+		if err := cb.RecordCost(rctx, t, t.embedSpent); err != nil {
+			g.log.WarnContext(rctx, "budget record failed", "err", err)
+		}
+		rcancel()
+	}
 	if err != nil {
 		return nil, g.embedFailure(ctx, err)
 	}
 	res.TraceID = g.traceID(ctx, t)
+	return res, nil
+}
 
-	// 10. Record the cost against the daily budget: owed whatever the client does now.
-	rctx, rcancel := owed(ctx)
-	defer rcancel()
-	if cb, ok := g.budget.(CostBudgeter); ok {
-		if err := cb.RecordCost(rctx, t, res.CostUSD); err != nil {
-			g.log.WarnContext(rctx, "budget record failed", "err", err)
-		}
+// IndexUser is the user an index's embedding calls (EmbedIndex) are
+// attributed to in the events: the gateway's own work, no caller's.
+const IndexUser = "fmgate-index"
+
+// EmbedIndex embeds inputs with embedding tier tier and no other, for an
+// index the gateway searches (the catalog's items): vectors of one model,
+// comparable with the questions' the retrieval step embeds with the same
+// tier. It is the gateway's own work, no caller's: there is no admission
+// and no budget, but the tier's quota is reserved (at P3, the batch
+// class, within deadline.batch), its breaker and retries apply, and the
+// call is a turn in the events attributed to IndexUser and feature, with
+// a model_attempt span per attempt carrying the tokens and cost the tier
+// billed — so that the cost views count what the vendor bills for the
+// index. It returns an *Error on refusal or failure.
+func (g *Gateway) EmbedIndex(ctx context.Context, feature, tier string, inputs []string, dims int) (res *EmbedResult, err error) {
+	if err := g.enter(); err != nil {
+		return nil, err
+	}
+	defer g.inflight.Done()
+	t := &Turn{RequestID: newID(), Route: "embeddings", Surface: "index", Feature: feature, UserID: IndexUser,
+		Priority: P3, Stateless: true, StartTier: tier}
+	g.enterConfig(t)
+	ctx, span := g.startEmbed(ctx, t)
+	defer func() { g.endEmbed(span, t, res, err) }()
+	in := EmbedInput{Inputs: inputs, Dimensions: dims}
+	route, dims, err := g.validateEmbed(t, &in)
+	if err != nil {
+		return nil, err
+	}
+	t.Received = g.now()
+	t.UserHash = g.hasher.Hash(t.UserID)
+	t.RequestHash = g.hasher.Hash(t.RequestID)
+	route = g.plan.Plan(ctx, t, route[:min(len(route), 1)])
+	ctx, cancel := context.WithDeadline(ctx, t.Received.Add(g.embedDeadline(t)))
+	defer cancel()
+	if res, err = g.embedRoute(ctx, t, in, dims, route); err != nil {
+		return nil, g.embedFailure(ctx, err)
 	}
 	return res, nil
 }
@@ -266,9 +308,11 @@ func (g *Gateway) embedRoute(ctx context.Context, t *Turn, in EmbedInput, dims i
 			}
 			continue
 		}
-		res, err := g.embedTier(ctx, t, tier, in, dims)
-		if res != nil {
-			lease.Settle(ctx, provider.Usage{InputTokens: res.InputTokens})
+		res, billed, err := g.embedTier(ctx, t, tier, in, dims)
+		if billed > 0 {
+			lease.Settle(ctx, provider.Usage{InputTokens: billed})
+			e, _ := t.cfg.Embedding(tier)
+			t.embedSpent += e.Price().Cost(provider.Usage{InputTokens: billed})
 		} else {
 			lease.Release(ctx)
 		}
@@ -283,11 +327,14 @@ func (g *Gateway) embedRoute(ctx context.Context, t *Turn, in EmbedInput, dims i
 
 // embedTier calls one embedding tier through the retry loop and its
 // breaker. Each attempt is a model_attempt span with its tokens and cost.
-func (g *Gateway) embedTier(ctx context.Context, t *Turn, tier string, in EmbedInput, dims int) (*EmbedResult, error) {
+// It returns the input tokens the tier billed over every attempt, failed
+// ones included.
+func (g *Gateway) embedTier(ctx context.Context, t *Turn, tier string, in EmbedInput, dims int) (*EmbedResult, int, error) {
 	e, _ := t.cfg.Embedding(tier)
 	p := g.embedders[tier]
 	req := &provider.EmbedRequest{Model: tier, Inputs: in.Inputs, Dimensions: dims}
 	var resp *provider.EmbedResponse
+	billed := 0
 	_, err := g.invoker.Invoke(ctx, tier, func(ctx context.Context) error {
 		actx, span := g.tracer.Start(ctx, "model_attempt", events.WithKind(events.KindLLMCall), events.WithNodeID(tier), events.WithMustPersist())
 		span.SetModel(e.ModelID)
@@ -296,12 +343,13 @@ func (g *Gateway) embedTier(ctx context.Context, t *Turn, tier string, in EmbedI
 		if err == nil {
 			err = checkVectors(tier, r, len(in.Inputs), dims)
 		}
-		tokens := 0
-		if r != nil && err == nil {
+		tokens := 0 // as billed, failed or not
+		if r != nil {
 			tokens = r.InputTokens
 			span.SetModel(orElse(r.ModelID, e.ModelID))
 		}
 		endAttempt(span, modelConfig{InputPerMTok: e.InputPerMTok}, provider.Usage{InputTokens: tokens}, err)
+		billed += tokens
 		if err != nil {
 			return err
 		}
@@ -309,10 +357,10 @@ func (g *Gateway) embedTier(ctx context.Context, t *Turn, tier string, in EmbedI
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, billed, err
 	}
 	return &EmbedResult{Vectors: resp.Vectors, Tier: tier, ModelID: orElse(resp.ModelID, e.ModelID), InputTokens: resp.InputTokens,
-		CostUSD: e.Price().Cost(provider.Usage{InputTokens: resp.InputTokens})}, nil
+		CostUSD: e.Price().Cost(provider.Usage{InputTokens: resp.InputTokens})}, billed, nil
 }
 
 // checkVectors refuses an answer that is not one finite vector of dims per

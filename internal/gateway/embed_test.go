@@ -16,19 +16,24 @@ import (
 
 // fakeEmbedder answers one vector of the length asked for per input, or
 // fails with fail; it counts its calls and the lengths it was asked for.
+// With failFirst, only its first failFirst calls fail; a failing call
+// reports billed tokens, as a vendor that billed part of it.
 type fakeEmbedder struct {
-	id   string
-	fail error
-	mu   sync.Mutex
-	dims []int
+	id        string
+	fail      error
+	failFirst int
+	billed    int
+	mu        sync.Mutex
+	dims      []int
 }
 
 func (f *fakeEmbedder) Embed(_ context.Context, req *provider.EmbedRequest) (*provider.EmbedResponse, error) {
 	f.mu.Lock()
 	f.dims = append(f.dims, req.Dimensions)
+	n := len(f.dims)
 	f.mu.Unlock()
-	if f.fail != nil {
-		return nil, f.fail
+	if f.fail != nil && (f.failFirst == 0 || n <= f.failFirst) {
+		return &provider.EmbedResponse{ModelID: f.id, InputTokens: f.billed}, f.fail
 	}
 	r := &provider.EmbedResponse{ModelID: f.id, InputTokens: 3 * len(req.Inputs)}
 	for range req.Inputs {
@@ -172,4 +177,70 @@ func manyTexts(n, size int) []string {
 		out[i] = strings.Repeat("y", size)
 	}
 	return out
+}
+
+// costBudget is a CostBudgeter that sums what is recorded.
+type costBudget struct {
+	mu       sync.Mutex
+	recorded float64
+}
+
+func (*costBudget) Check(context.Context, *Turn, string) error     { return nil }
+func (*costBudget) Release(context.Context, *Turn)                 {}
+func (*costBudget) Record(context.Context, *Turn, *Result) error   { return nil }
+func (*costBudget) HoldCost(context.Context, *Turn, float64) error { return nil }
+func (b *costBudget) RecordCost(_ context.Context, _ *Turn, usd float64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.recorded += usd
+	return nil
+}
+
+// TestEmbedCostsFailedAttempts: an attempt that fails after the vendor
+// billed part of it is charged to the caller's budget with the answer of
+// the tier the call fell to, and so is a call that fails whole.
+func TestEmbedCostsFailedAttempts(t *testing.T) {
+	es := map[string]*fakeEmbedder{"big": {id: "big-1", fail: unavailable(), failFirst: 1, billed: 5}, "small": {id: "small-1"}, "last": {id: "last-1"}}
+	g := embedGateway(t, es)
+	b := &costBudget{}
+	g.budget = b
+	res, err := g.Embed(context.Background(), &Turn{RequestID: "r", UserID: "u"}, EmbedInput{Inputs: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 5*0.02/1e6 + 3*0.1/1e6; res.Tier != "small" || math.Abs(b.recorded-want) > want*1e-9 {
+		t.Fatalf("tier %s, recorded $%v; want small's answer, and $%v: big's failed attempt's 5 tokens and small's 3", res.Tier, b.recorded, want)
+	}
+	down := map[string]*fakeEmbedder{"big": {fail: unavailable(), billed: 2}, "small": {fail: unavailable()}, "last": {fail: unavailable()}}
+	g = embedGateway(t, down)
+	b = &costBudget{}
+	g.budget = b
+	if _, err := g.Embed(context.Background(), &Turn{RequestID: "r", UserID: "u"}, EmbedInput{Inputs: []string{"a"}}); err == nil {
+		t.Fatal("every tier down, and the call answered")
+	}
+	if b.recorded <= 0 {
+		t.Fatal("a failed call whose attempts were billed recorded no cost")
+	}
+}
+
+// TestEmbedIndex: an index's embedding call is made by the tier asked for
+// alone, never answered by another tier; an unknown tier is a 404.
+func TestEmbedIndex(t *testing.T) {
+	es := map[string]*fakeEmbedder{"big": {id: "big-1"}, "small": {id: "small-1"}, "last": {id: "last-1"}}
+	g := embedGateway(t, es)
+	res, err := g.EmbedIndex(context.Background(), "catalog-index", "big", []string{"a", "b"}, 256)
+	if err != nil || res.Tier != "big" || res.Degraded || len(res.Vectors) != 2 || len(res.Vectors[0]) != 256 {
+		t.Fatalf("%+v, %v; want big's vectors of 256", res, err)
+	}
+	es["big"].fail = unavailable()
+	if _, err := g.EmbedIndex(context.Background(), "catalog-index", "big", []string{"a"}, 1024); err == nil {
+		t.Fatal("the tier down, and the index call answered")
+	}
+	if n := es["small"].calls() + es["last"].calls(); n != 0 {
+		t.Fatalf("another tier was called %d times for an index's vectors", n)
+	}
+	_, err = g.EmbedIndex(context.Background(), "catalog-index", "nope", []string{"a"}, 1024)
+	if e, ok := errors.AsType[*Error](err); !ok || e.Status != http.StatusNotFound {
+		t.Fatalf("unknown tier: %v; want a 404", err)
+	}
 }

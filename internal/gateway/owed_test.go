@@ -176,3 +176,39 @@ func TestAnAnswerCutMidStreamIsCharged(t *testing.T) {
 		t.Errorf("a cut answer was kept as history or cached: %v", l.writes)
 	}
 }
+
+// failNotingOutput is a client that notes in the ledger when it is told
+// the answer failed.
+type failNotingOutput struct {
+	hangUpOutput
+	l *ledger
+}
+
+func (o *failNotingOutput) Fail(*Error) error { return o.l.note(context.Background(), "error frame") }
+
+// An answer the model cuts mid-stream is charged before the client hears
+// the error, as a whole answer is before "done": a client that retries at
+// once is held to the budget the cut answer spent.
+func TestACutAnswerIsChargedBeforeTheErrorFrame(t *testing.T) {
+	g, l := owedGateway(t, &scriptProvider{answer: "One Piece is a long pirate adventure with a big crew. ", failAt: 3})
+	ctx, hangUp := context.WithCancel(context.Background())
+	defer hangUp()
+	turn := &Turn{RequestID: "r3", SessionID: "s3", UserID: "u3", Message: "recommend a manga", Locale: "en", Route: "chat", Surface: "sse"}
+	if _, err := g.Run(ctx, turn, &failNotingOutput{hangUpOutput: hangUpOutput{hangUp: hangUp}, l: l}); err == nil {
+		t.Fatal("a turn cut mid-answer reported success")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	budget, frame := -1, -1
+	for i, w := range l.writes {
+		switch w {
+		case "budget", "budget: no output":
+			budget = i
+		case "error frame":
+			frame = i
+		}
+	}
+	if budget < 0 || frame < 0 || budget > frame {
+		t.Fatalf("writes %v: want the cut answer charged, then the error frame", l.writes)
+	}
+}

@@ -112,9 +112,11 @@ func (g *Gateway) finish(ctx context.Context, span *events.Span, t *Turn, out Ou
 	// 9. Stream: finish the answer, or end it with an error frame.
 	if err != nil {
 		edge := g.streamError(t, err)
+		// A cut answer's tokens were spent all the same: charged before the
+		// client hears the error, as a whole answer's before "done".
+		g.charge(ctx, t, res)
 		_ = out.Fail(edge)
 		g.log.LogAttrs(ctx, levelFor(edge), "turn failed mid-stream", turnAttrs(t, edge)...)
-		g.charge(ctx, t, res) // a cut answer's tokens were spent all the same
 		return nil, edge
 	}
 	res.TraceID = g.traceID(ctx, t)

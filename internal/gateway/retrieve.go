@@ -122,13 +122,13 @@ func (g *Gateway) embedQuestion(ctx context.Context, t *Turn, tier string, dims 
 		return nil, fmt.Errorf("embedding tier %s: %w", tier, errNoModel)
 	}
 	res, err := g.embedRoute(ctx, sub, EmbedInput{Inputs: []string{t.Message}}, dims, route)
+	t.RetrievalCostUSD += sub.embedSpent // the turn's, charged with its answer, used or not
 	if err != nil {
 		return nil, err
 	}
 	if res.Tier != tier {
 		return nil, fmt.Errorf("embedding tier %s answered for %s", res.Tier, tier)
 	}
-	t.RetrievalCostUSD += res.CostUSD // the turn's, charged with its answer
 	return res, nil
 }
 

@@ -133,6 +133,9 @@ type Turn struct {
 	// RetrievalCostUSD is what the retrieval step spent (the question's
 	// embedding), charged to the turn's budgets with its answer.
 	RetrievalCostUSD float64
+	// embedSpent is what the embedding tiers billed for the turn's
+	// embedding call, failed attempts included.
+	embedSpent float64
 	// firstTier is the first model tier the turn may reach (its start
 	// tier, its key's first allowed one): an answer from a later one is
 	// degraded.

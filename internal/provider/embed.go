@@ -28,7 +28,11 @@ type EmbedRequest struct {
 type EmbedResponse struct {
 	Vectors [][]float32
 	// InputTokens is the input the vendor billed; an adapter whose vendor
-	// reports none counts it with the gateway's tokenizer.
+	// reports none counts it with the gateway's tokenizer. With an error,
+	// it is what the vendor billed before the call failed (the inputs of a
+	// request made in several calls that were embedded, or an answer that
+	// could not be used), so that the cost is counted as the vendor bills
+	// it.
 	InputTokens int
 	// ModelID is the vendor's id of the model that answered.
 	ModelID string

@@ -97,19 +97,21 @@ func (s *Server) openCatalog(cfg config.Config) (*catalog.Index, error) {
 	return ix, nil
 }
 
+// catalogIndexFeature is the feature the catalog's embedding calls are
+// attributed to in the cost views.
+const catalogIndexFeature = "catalog-index"
+
 // embedCatalog gives the search the items' vectors from the first embedding
-// tier, when catalog.hybrid is on, within catalog.buildTimeout. A failure
-// leaves the search full text alone: it is logged, never fatal.
-func (s *Server) embedCatalog(cfg config.Config, svc *catalog.Service, embedders map[string]provider.Embedder) {
+// tier, when catalog.hybrid is on, within catalog.buildTimeout. The calls
+// go through the gateway (the tier's quota, breaker and retries) and are
+// costed in the events under feature catalog-index. A failure leaves the
+// search full text alone: it is logged, never fatal.
+func (s *Server) embedCatalog(cfg config.Config, svc *catalog.Service) {
 	if svc == nil || !cfg.Catalog.HybridOn(len(cfg.Embeddings)) {
 		return
 	}
 	e := cfg.Embeddings[0]
-	emb := embedders[e.Name]
-	if emb == nil {
-		s.log.Warn("catalog search is full text alone: no embedder for the embedding tier", "tier", e.Name)
-		return
-	}
+	emb := indexEmbedder{g: s.Gateway, feature: catalogIndexFeature}
 	items, err := catalog.Load(cfg.Catalog)
 	if err != nil {
 		s.log.Warn("catalog search is full text alone: the catalog could not be read for embedding", "err", err)
@@ -164,4 +166,19 @@ func (s *Server) mountCatalog(ix *catalog.Service) {
 		ix.SetFaults(f)
 		writeJSON(w, http.StatusOK, f)
 	})
+}
+
+// indexEmbedder is the gateway's EmbedIndex as a provider.Embedder, for
+// catalog.EmbedItems.
+type indexEmbedder struct {
+	g       *gateway.Gateway
+	feature string
+}
+
+func (e indexEmbedder) Embed(ctx context.Context, req *provider.EmbedRequest) (*provider.EmbedResponse, error) {
+	res, err := e.g.EmbedIndex(ctx, e.feature, req.Model, req.Inputs, req.Dimensions)
+	if err != nil {
+		return nil, err
+	}
+	return &provider.EmbedResponse{Vectors: res.Vectors, InputTokens: res.InputTokens, ModelID: res.ModelID}, nil
 }

@@ -163,7 +163,8 @@ func TestBodyDeadlineSparesLongStreams(t *testing.T) {
 }
 
 // A path under /v1/ that fmgate does not serve gets a JSON 404 an SDK can
-// show, naming what is served; the gateway's own /v1 routes still answer.
+// show, naming what is served, and a vendor route asked with another
+// method a JSON 405; the gateway's own /v1 routes still answer.
 func TestUnknownAPIPathsAnswerJSON(t *testing.T) {
 	_, srv := startServer(t, fastConfig())
 	for _, path := range []string{"/v1/audio/speech", "/v1/responses/resp_1/cancel", "/v1/messages/batches"} {
@@ -182,6 +183,28 @@ func TestUnknownAPIPathsAnswerJSON(t *testing.T) {
 			!strings.Contains(body.Error.Message, path) || !strings.Contains(body.Error.Message, "/v1/chat/completions") ||
 			!strings.Contains(body.Error.Message, "POST /v1/responses") {
 			t.Fatalf("POST %s: %d %+v (%v); want a JSON 404 naming what is served", path, resp.StatusCode, body, err)
+		}
+	}
+	// Another method on a vendor route: a JSON 405 naming the method to use.
+	for _, tt := range []struct{ method, path, allow string }{
+		{"GET", "/v1/embeddings", "POST"}, {"PUT", "/v1/chat/completions", "POST"}, {"GET", "/v1/responses", "POST"},
+		{"PUT", "/v1/responses/resp_1", "GET, DELETE"}, {"GET", "/v1/messages", "POST"},
+		{"GET", "/v1/messages/count_tokens", "POST"}, {"DELETE", "/v1/models", "GET"},
+	} {
+		req, _ := http.NewRequest(tt.method, srv.URL+tt.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct{ Type, Message string }
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || err != nil || resp.Header.Get("Allow") != tt.allow ||
+			body.Error.Type != "invalid_request_error" || !strings.Contains(body.Error.Message, "use "+tt.allow) {
+			t.Fatalf("%s %s: %d, Allow %q, %+v (%v); want a JSON 405 naming %s", tt.method, tt.path, resp.StatusCode,
+				resp.Header.Get("Allow"), body, err, tt.allow)
 		}
 	}
 	if resp, _ := do(t, "POST", srv.URL+"/v1/chat", `{"sessionId":"s","message":"hello"}`); resp.StatusCode != http.StatusOK {

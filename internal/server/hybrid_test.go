@@ -10,8 +10,9 @@ import (
 )
 
 // TestCatalogHybrid: with an embedding tier the catalog's items are embedded
-// at start and each turn's question is embedded as a call of the turn: its
-// attempt is a model_attempt span under the turn, with its tokens and cost.
+// at start, in calls costed under feature catalog-index, and each turn's
+// question is embedded as a call of the turn: its attempt is a
+// model_attempt span under the turn, with its tokens and cost.
 // With the embedding tier down, or too slow for the step's share, the turn is still answered from the catalog,
 // by full text alone, not degraded, and no other embedding tier (whose
 // vectors would not compare) is asked.
@@ -71,13 +72,20 @@ func TestCatalogHybrid(t *testing.T) {
 	}
 	var okAttempt, failedAttempt bool
 	flags := map[string][]string{}
+	feature := map[string]string{}
 	retrieveErr := map[string]string{}
 	for _, e := range spans {
+		if e.Name == "turn" && e.ParentSpanID == "" {
+			flags[e.TraceID], feature[e.TraceID] = e.Resource.CapabilityFlagsActive, e.Attribution.Feature
+		}
+	}
+	indexCost := 0.0
+	for _, e := range spans {
 		switch {
-		case e.Name == "turn" && e.ParentSpanID == "":
-			flags[e.TraceID] = e.Resource.CapabilityFlagsActive
 		case e.Name == "retrieve":
 			retrieveErr[e.TraceID] = e.Outcome.ErrorCode
+		case e.Name == "model_attempt" && feature[e.TraceID] == "catalog-index":
+			indexCost += e.Resource.CostUSD
 		case e.Name == "model_attempt" && e.Artifact.ModelID == titanID:
 			if !under(e) {
 				t.Errorf("embedding attempt %s is not under its turn's retrieve span", e.SpanID)
@@ -92,6 +100,9 @@ func TestCatalogHybrid(t *testing.T) {
 	}
 	if !okAttempt {
 		t.Errorf("ja turn: no successful titan-embed model_attempt with tokens and cost")
+	}
+	if indexCost <= 0 {
+		t.Errorf("the catalog's embedding at start cost $%v in the events; want its calls counted under catalog-index", indexCost)
 	}
 	if !failedAttempt {
 		t.Errorf("en turn: no failed titan-embed model_attempt")

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -296,7 +297,9 @@ func TestResponsesContinueOnAnotherInstance(t *testing.T) {
 // function tool: the SDK parses the call fmgate sends, the app answers it
 // with previous_response_id, and the final answer (the SDK's output_text)
 // is built from the tool's result; streamed, the SDK's own accumulator
-// sees the events in order and its finalResponse holds the call.
+// sees the events in order — the call's arguments in
+// response.function_call_arguments.delta events — and its finalResponse
+// holds the call.
 func TestResponsesOnTheJavaScriptSDK(t *testing.T) {
 	cfg := quickConfig()
 	const key = "sk-responses-app"
@@ -316,6 +319,10 @@ func TestResponsesOnTheJavaScriptSDK(t *testing.T) {
 		Status   string   `json:"status"`
 		Events   []string `json:"events"`
 		Deltas   string   `json:"deltas"`
+		// The streamed call: its events, argument deltas and arguments.
+		CallEvents []string `json:"callEvents"`
+		ArgDeltas  string   `json:"argDeltas"`
+		CallArgs   string   `json:"callArgs"`
 	}
 	var out struct {
 		Create, Stream loop
@@ -338,10 +345,65 @@ func TestResponsesOnTheJavaScriptSDK(t *testing.T) {
 		!strings.HasSuffix(ev, "response.output_text.done response.content_part.done response.output_item.done response.completed") {
 		t.Fatalf("the SDK saw events %s", ev)
 	}
+	cev := strings.Join(out.Stream.CallEvents, " ")
+	if !strings.Contains(cev, "response.output_item.added response.function_call_arguments.delta") ||
+		!strings.Contains(cev, "response.function_call_arguments.done response.output_item.done response.completed") ||
+		out.Stream.ArgDeltas == "" || out.Stream.ArgDeltas != out.Stream.CallArgs {
+		t.Fatalf("the streamed tool call: events %s, argument deltas %q, arguments %q; want the call's arguments in "+
+			"response.function_call_arguments.delta events before response.completed", cev, out.Stream.ArgDeltas, out.Stream.CallArgs)
+	}
 	if out.Stream.Deltas != out.Stream.Text {
 		t.Fatalf("the deltas the SDK handed out %q; its output_text %q", out.Stream.Deltas, out.Stream.Text)
 	}
 	if out.Missing.Status != http.StatusNotFound || out.Missing.Code != "previous_response_not_found" {
 		t.Fatalf("an unknown previous_response_id: %+v; want the SDK's NotFoundError", out.Missing)
+	}
+}
+
+// TestResponsesStoredBeforeTheFinalEvent: a streamed response is stored
+// before its response.completed event goes out, so a client that reads
+// that event and at once (its stream still open) reads or continues the
+// response finds it.
+func TestResponsesStoredBeforeTheFinalEvent(t *testing.T) {
+	sc := newScenario(t, quickConfig())
+	user := responsesUser()
+	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/v1/responses",
+		strings.NewReader(`{"model":"sonnet","input":"おすすめの漫画は？","stream":true}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User-Id", user)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc2 := bufio.NewScanner(resp.Body)
+	sc2.Buffer(make([]byte, 1<<20), 1<<20)
+	id := ""
+	for sc2.Scan() {
+		data, ok := strings.CutPrefix(sc2.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev struct {
+			Type     string `json:"type"`
+			Response struct {
+				ID string `json:"id"`
+			} `json:"response"`
+		}
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			t.Fatalf("event %s: %v", data, err)
+		}
+		if ev.Type == "response.completed" {
+			id = ev.Response.ID
+			break // the stream stays open: the handler may not have returned
+		}
+	}
+	if id == "" {
+		t.Fatalf("no response.completed event (%v)", sc2.Err())
+	}
+	c := responsesClient(sc.srv.URL, user)
+	got, err := c.Responses.Get(context.Background(), id, responses.ResponseGetParams{})
+	if err != nil || got.ID != id || got.Status != "completed" {
+		t.Fatalf("GET %s right after response.completed: %v, %v; want the stored response", id, got, err)
 	}
 }

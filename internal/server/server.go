@@ -194,7 +194,6 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 		return nil, err
 	}
 	deps.Embedders, deps.CountTokens = embedders, sim.CountTokens
-	s.embedCatalog(cfg, s.catalogSvc, embedders)
 	if s.Metrics != nil {
 		deps.OnThrottle = s.Metrics.Throttle
 	}
@@ -229,6 +228,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 	}
 	s.Gateway = gw
 	s.startPruning(s.payloads, cfg.PayloadLog.PruneInterval)
+	s.embedCatalog(cfg, s.catalogSvc)
 	s.admin.HandleFunc("POST /admin/reload", s.serveReload)
 	s.admin.HandleFunc("GET /admin/deployments", s.serveDeployments)
 	return s, nil
@@ -258,7 +258,7 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	// The vendor front doors, sharing one bound on images.
 	images := imageLimits(s.cfg.Server.Images)
 	oai := openaidoor.New(s.Gateway, openaidoor.Options{Images: images, Responses: s.responses, Log: s.log})
-	mux.Handle("/v1/chat/completions", oai)
+	mux.Handle("POST /v1/chat/completions", oai)
 	mux.Handle("POST /v1/responses", oai)
 	mux.Handle("GET /v1/responses/{id}", oai)
 	mux.Handle("DELETE /v1/responses/{id}", oai)
@@ -266,7 +266,11 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	// The models list in the asking vendor's shape: Anthropic's SDKs say who
 	// they are in their headers.
 	models := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && anthropicdoor.IsAnthropic(r) {
+		if r.Method != http.MethodGet {
+			apiMethodNotAllowed(w, r, "GET")
+			return
+		}
+		if anthropicdoor.IsAnthropic(r) {
 			anth.ServeHTTP(w, r)
 			return
 		}
@@ -278,7 +282,13 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	mux.Handle("POST /v1/messages/count_tokens", anth)
 	mux.Handle("/model/", bedrockdoor.New(s.Gateway, bedrockdoor.Options{Images: images}))
 	// OpenAI's embeddings, served by the embedding tiers.
-	mux.Handle("/v1/embeddings", openaidoor.NewEmbeddings(s.Gateway, openaidoor.Options{}))
+	mux.Handle("POST /v1/embeddings", openaidoor.NewEmbeddings(s.Gateway, openaidoor.Options{}))
+	// Another method on a vendor route: a JSON 405 the SDKs show, not the
+	// mux's plain text.
+	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/responses": "POST",
+		"/v1/responses/{id}": "GET, DELETE", "/v1/messages": "POST", "/v1/messages/count_tokens": "POST", "/v1/embeddings": "POST"} {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) { apiMethodNotAllowed(w, r, allow) })
+	}
 	mux.Handle("/debug/pprof/", requireAdmin(auth, pprofHandler()))
 	mux.Handle("/metrics", gateway.MethodNotAllowed("GET", "HEAD"))
 	gw := s.Gateway.Handler(adminToken, webui.Handler())
@@ -376,6 +386,17 @@ func unknownAPI(w http.ResponseWriter, r *http.Request) {
 		"and its own POST /v1/chat, GET /ws and /v1/batch.", r.Method, r.URL.Path)
 	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error",
 		"error": map[string]string{"type": "not_found_error", "code": "not_found", "message": msg}})
+}
+
+// apiMethodNotAllowed answers a vendor route asked with another method than
+// allow, in unknownAPI's error shape.
+func apiMethodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusMethodNotAllowed)
+	msg := fmt.Sprintf("%s %s is not served: use %s.", r.Method, r.URL.Path, allow)
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error",
+		"error": map[string]string{"type": "invalid_request_error", "code": "method_not_allowed", "message": msg}})
 }
 
 // imageLimits are the vendor doors' bounds on images, from server.images.

@@ -1,6 +1,7 @@
 // Package simserver serves fmgate's model simulator over the vendors' own
-// wire protocols — OpenAI Chat Completions, Anthropic Messages and the
-// Bedrock Runtime Converse API — so that every provider adapter is tested
+// wire protocols — OpenAI Chat Completions and Embeddings, Anthropic
+// Messages and the Bedrock Runtime Converse API and InvokeModel of Titan
+// Text Embeddings v2 and Cohere Embed — so that every provider adapter is tested
 // end to end through its vendor's real SDK, and so that `fmgate sim` can
 // stand in for an upstream in load runs. Answers, pacing, usage and faults
 // are the simulator's; faults come out in each vendor's own error shape.
@@ -29,7 +30,9 @@ func Handler(s *sim.Sim) http.Handler {
 	})
 	// The vendors' wire protocols.
 	resolve := func(model string) (string, bool) { return Resolve(s, model) }
-	mux.Handle("POST /v1/chat/completions", openai.Sim(s, resolve, nil))
+	oai := openai.Sim(s, resolve, nil)
+	mux.Handle("POST /v1/chat/completions", oai)
+	mux.Handle("POST /v1/embeddings", oai)
 	mux.Handle("POST /v1/messages", anthropicMessages(s))
 	mux.Handle("POST /v1/messages/count_tokens", anthropicCountTokens(s))
 	mux.Handle("POST /model/", bedrock.Sim(s, func(model string) (string, bool) { return Resolve(s, model) }))

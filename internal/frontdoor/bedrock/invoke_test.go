@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
+
+	"github.com/fmgate/fmgate/internal/vision/visiontest"
 )
 
 const invokeBody = `{"anthropic_version":"bedrock-2023-05-31","max_tokens":300,"system":"Answer briefly.",` +
@@ -176,5 +178,98 @@ func TestGoSDKCountTokens(t *testing.T) {
 	}
 	if got := header(conv.ResultMetadata, "X-Fmgate-Token-Count"); got != "vendor" {
 		t.Errorf("x-fmgate-token-count %q, want vendor", got)
+	}
+}
+
+// TestGoSDKInvokeModelTools: a Messages body offering a tool through
+// InvokeModelWithResponseStream gets the model's call as Anthropic streams
+// it — a tool_use block, its input in input_json_delta pieces, stop_reason
+// tool_use — and InvokeModel gets the same call whole; a request signed
+// with another secret is refused, as on Converse.
+func TestGoSDKInvokeModelTools(t *testing.T) {
+	_, srv := startGateway(t, gatewayConfig(t))
+	c := client(srv.URL, testKeyID, testSecret)
+	body := []byte(`{"anthropic_version":"bedrock-2023-05-31","max_tokens":300,` +
+		`"tools":[{"name":"get_weather","description":"The weather in a city","input_schema":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}],` +
+		`"messages":[{"role":"user","content":"What is the weather in Tokyo today?"}]}`)
+	out, err := c.InvokeModelWithResponseStream(context.Background(), &bedrockruntime.InvokeModelWithResponseStreamInput{
+		ModelId: aws.String("sonnet"), Body: body, ContentType: aws.String("application/json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := out.GetStream()
+	defer es.Close()
+	var name, input, stop string
+	for ev := range es.Events() {
+		chunk, ok := ev.(*types.ResponseStreamMemberChunk)
+		if !ok {
+			t.Fatalf("event %T, want chunks", ev)
+		}
+		var e struct {
+			Type         string
+			ContentBlock struct{ Type, Name string } `json:"content_block"`
+			Delta        struct {
+				Type        string
+				PartialJSON string `json:"partial_json"`
+				StopReason  string `json:"stop_reason"`
+			}
+		}
+		if err := json.Unmarshal(chunk.Value.Bytes, &e); err != nil {
+			t.Fatalf("chunk %s: %v", chunk.Value.Bytes, err)
+		}
+		switch {
+		case e.Type == "content_block_start" && e.ContentBlock.Type == "tool_use":
+			name = e.ContentBlock.Name
+		case e.Type == "content_block_delta" && e.Delta.Type == "input_json_delta":
+			input += e.Delta.PartialJSON
+		case e.Type == "message_delta":
+			stop = e.Delta.StopReason
+		}
+	}
+	if err := es.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var args struct{ City string }
+	if name != "get_weather" || stop != "tool_use" || json.Unmarshal([]byte(input), &args) != nil || args.City == "" {
+		t.Fatalf("streamed: tool %q, input %q, stop %q; want get_weather's call with a city, stop_reason tool_use", name, input, stop)
+	}
+
+	whole, err := c.InvokeModel(context.Background(), &bedrockruntime.InvokeModelInput{ModelId: aws.String("sonnet"), Body: body,
+		ContentType: aws.String("application/json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg struct {
+		Content []struct {
+			Type, Name string
+			Input      map[string]any
+		}
+		StopReason string `json:"stop_reason"`
+	}
+	if err := json.Unmarshal(whole.Body, &msg); err != nil || msg.StopReason != "tool_use" || len(msg.Content) == 0 ||
+		msg.Content[len(msg.Content)-1].Type != "tool_use" || msg.Content[len(msg.Content)-1].Name != "get_weather" {
+		t.Fatalf("InvokeModel: %s (%v); want get_weather's tool_use block", whole.Body, err)
+	}
+
+	_, err = client(srv.URL, testKeyID, "not-the-secret").InvokeModel(context.Background(), &bedrockruntime.InvokeModelInput{
+		ModelId: aws.String("sonnet"), Body: []byte(invokeBody), ContentType: aws.String("application/json")})
+	wantAPIError(t, err, "InvalidSignatureException", 403)
+}
+
+// TestGoSDKInvokeModelImage: an image block with a base64 source in
+// InvokeModel's Messages body reaches the model, which says what it saw.
+func TestGoSDKInvokeModelImage(t *testing.T) {
+	_, srv := startGateway(t, gatewayConfig(t))
+	c := client(srv.URL, testKeyID, testSecret)
+	body := []byte(`{"anthropic_version":"bedrock-2023-05-31","max_tokens":300,"messages":[{"role":"user","content":[` +
+		`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + visiontest.Base64(visiontest.PNG(800, 600)) + `"}},` +
+		`{"type":"text","text":"What manga is on this cover?"}]}]}`)
+	out, err := c.InvokeModel(context.Background(), &bedrockruntime.InvokeModelInput{ModelId: aws.String("sonnet"), Body: body,
+		ContentType: aws.String("application/json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out.Body), "(I looked at 1 image: 800×600 png.)") {
+		t.Fatalf("answer %s; want the model to have seen the 800×600 png", out.Body)
 	}
 }

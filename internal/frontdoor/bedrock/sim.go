@@ -19,7 +19,9 @@ import (
 const guardrailText = "Sorry, this request was blocked by a guardrail."
 
 // Sim serves the simulator s on Bedrock's wire: POST /model/{modelId}/converse
-// and /converse-stream. resolve maps the path's model id (a simulated model's
+// and /converse-stream, count-tokens of a Converse input, and invoke with
+// an embedding model's body (Titan Text Embeddings v2's or Cohere Embed's,
+// see simEmbed). resolve maps the path's model id (a simulated model's
 // name or its modelId) to the simulator's model name. The simulator's faults
 // come out as Bedrock sends them: refusals before the answer as HTTP errors
 // with X-Amzn-ErrorType (throttling 429 ThrottlingException with
@@ -38,8 +40,8 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 			WriteException(w, Exception{Status: http.StatusNotFound, Type: ResourceNotFoundException, Message: err.Error()})
 			return
 		}
-		if op != OpConverse && op != OpConverseStream && op != OpCountTokens {
-			WriteException(w, Validation("The simulator serves converse, converse-stream and count-tokens (of a Converse input) on its Bedrock wire."))
+		if op != OpConverse && op != OpConverseStream && op != OpCountTokens && op != OpInvoke {
+			WriteException(w, Validation("The simulator serves converse, converse-stream, count-tokens (of a Converse input) and invoke (of an embedding model's body) on its Bedrock wire."))
 			return
 		}
 		name, ok := resolve(modelID)
@@ -51,6 +53,10 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, DefaultMaxBodyBytes))
 		if err != nil {
 			WriteException(w, Validation("the request body could not be read, or exceeds 1 MiB"))
+			return
+		}
+		if op == OpInvoke {
+			simEmbed(w, r, s, name, body)
 			return
 		}
 		if op == OpCountTokens {

@@ -6,13 +6,16 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fmgate/fmgate/internal/gateway"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/vision"
 )
 
-// Sim serves POST /v1/chat/completions from the simulator, as an
-// OpenAI-compatible server would: answers, pacing and usage are s's, and
+// Sim serves POST /v1/chat/completions and POST /v1/embeddings from the
+// simulator, as an OpenAI-compatible server would: answers, vectors, pacing
+// and usage are s's (a request for vectors that names no dimensions gets
+// sim.DefaultEmbedDimensions), and
 // its faults come out the way OpenAI fails — 429 with retry-after and
 // retry-after-ms, 5xx JSON errors, a content_filter finish, and a stream
 // (or a JSON answer) cut mid-answer as a dropped connection. resolve maps
@@ -25,6 +28,7 @@ func Sim(s *sim.Sim, resolve func(model string) (string, bool), now func() time.
 	h := &simHandler{s: s, resolve: resolve, now: now}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", h.chat)
+	mux.HandleFunc("POST /v1/embeddings", h.embed)
 	return mux
 }
 
@@ -100,6 +104,33 @@ func (h *simHandler) complete(w http.ResponseWriter, r *http.Request, req *provi
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(append(body.AppendJSON(make([]byte, 0, 512+len(resp.Text))), '\n'))
+}
+
+// embed answers an embeddings request with the simulated model's vectors,
+// which are the same for the same text as in process.
+func (h *simHandler) embed(w http.ResponseWriter, r *http.Request) {
+	q, e := ReadEmbeddings(r, 0)
+	if e != nil {
+		e.Write(w)
+		return
+	}
+	name, ok := h.resolve(q.Model)
+	if !ok {
+		modelNotFound(q.Model).Write(w)
+		return
+	}
+	req := &provider.EmbedRequest{Model: name, Inputs: q.Inputs, Dimensions: q.Dimensions}
+	if req.Dimensions == 0 {
+		req.Dimensions = sim.DefaultEmbedDimensions
+	}
+	resp, err := h.s.Embed(r.Context(), req)
+	if err != nil {
+		simError(err, q.Model).Write(w)
+		return
+	}
+	res := &gateway.EmbedResult{Vectors: resp.Vectors, ModelID: resp.ModelID, InputTokens: resp.InputTokens}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(AppendEmbeddings(nil, res, q.Encoding), '\n'))
 }
 
 // simError is the response OpenAI gives for a failure of this kind.

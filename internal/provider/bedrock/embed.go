@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
@@ -95,35 +96,44 @@ type titanResponse struct {
 }
 
 // titanEmbed embeds each input in a call of its own, TitanConcurrency at
-// once, into vectors; the first failure ends the others. It returns the
-// tokens of each call.
+// once, into vectors; after the first failure no more calls start. The
+// calls already under way are let finish rather than cancelled, so that
+// what Bedrock bills for them is counted: it returns the tokens of each
+// call that answered.
 func (e *Embedder) titanEmbed(ctx context.Context, req *provider.EmbedRequest, vectors [][]float32) ([]int, error) {
 	tokens := make([]int, len(req.Inputs))
-	g, gctx := errgroup.WithContext(ctx)
+	var g errgroup.Group
 	g.SetLimit(TitanConcurrency)
+	var failed atomic.Bool
 	for i, text := range req.Inputs {
+		if failed.Load() {
+			break // another input failed: its error is the call's
+		}
 		g.Go(func() error {
-			if gctx.Err() != nil {
-				return gctx.Err() // another input failed first: its error is the call's
+			if failed.Load() {
+				return nil
 			}
 			body, _ := json.Marshal(titanRequest{InputText: text, Dimensions: req.Dimensions, Normalize: true})
-			raw, header, err := e.invoke(gctx, body)
+			raw, header, err := e.invoke(ctx, body)
 			if err != nil {
+				failed.Store(true)
 				return err
 			}
 			var out titanResponse
-			if err := json.Unmarshal(raw, &out); err != nil || out.Embedding == nil {
-				return e.malformed(fmt.Errorf("titan embedding: %w", errors.Join(err, errors.New("no embedding in the answer"))))
-			}
-			vectors[i] = out.Embedding
+			jerr := json.Unmarshal(raw, &out)
 			tokens[i] = out.InputTextTokenCount
 			if tokens[i] == 0 {
 				tokens[i] = headerTokens(header, e.count(text))
 			}
+			if jerr != nil || out.Embedding == nil {
+				failed.Store(true)
+				return e.malformed(fmt.Errorf("titan embedding: %w", errors.Join(jerr, errors.New("no embedding in the answer"))))
+			}
+			vectors[i] = out.Embedding
 			return nil
 		})
 	}
-	return tokens, g.Wait() // the first failure, which ended the others
+	return tokens, g.Wait() // the first failure
 }
 
 // cohereRequest is Cohere Embed's body; cohereResponse its answer, whose
@@ -166,15 +176,15 @@ func (e *Embedder) cohereEmbed(ctx context.Context, req *provider.EmbedRequest, 
 				got = byType.Float
 			}
 		}
-		if len(got) != len(texts) {
-			return tokens, e.malformed(fmt.Errorf("cohere embedding: %d vectors for %d texts", len(got), len(texts)))
-		}
-		copy(vectors[from:], got)
 		estimate := 0
 		for _, t := range texts {
 			estimate += e.count(t)
 		}
-		tokens = append(tokens, headerTokens(header, estimate))
+		tokens = append(tokens, headerTokens(header, estimate)) // billed, even when the answer is unusable
+		if len(got) != len(texts) {
+			return tokens, e.malformed(fmt.Errorf("cohere embedding: %d vectors for %d texts", len(got), len(texts)))
+		}
+		copy(vectors[from:], got)
 	}
 	return tokens, nil
 }

@@ -70,6 +70,13 @@ func (e *Embedder) Embed(ctx context.Context, req *provider.EmbedRequest) (*prov
 	if out.Model != "" {
 		resp.ModelID = out.Model
 	}
+	// Billed as the server counted, even when its answer is unusable.
+	resp.InputTokens = int(out.Usage.PromptTokens)
+	if resp.InputTokens == 0 {
+		for _, in := range req.Inputs {
+			resp.InputTokens += e.count(in)
+		}
+	}
 	resp.Vectors = make([][]float32, len(req.Inputs))
 	// The data may come in any order: each names its input's index.
 	for _, d := range out.Data {
@@ -85,12 +92,6 @@ func (e *Embedder) Embed(ctx context.Context, req *provider.EmbedRequest) (*prov
 	}
 	if slices.ContainsFunc(resp.Vectors, func(v []float32) bool { return v == nil }) {
 		return resp, e.p.fail(provider.KindUnavailable, 0, "", errors.New("the answer lacks a vector for some inputs"))
-	}
-	resp.InputTokens = int(out.Usage.PromptTokens)
-	if resp.InputTokens == 0 {
-		for _, in := range req.Inputs {
-			resp.InputTokens += e.count(in)
-		}
 	}
 	return resp, nil
 }

@@ -14,6 +14,11 @@ import (
 // MaxEmbedDimensions is the longest vector the simulator gives.
 const MaxEmbedDimensions = 8192
 
+// DefaultEmbedDimensions is the length of the vectors the simulator's wire
+// servers give a request that names none: Titan Text Embeddings v2's and
+// Cohere Embed v3's 1024. (In process, a request always names its length.)
+const DefaultEmbedDimensions = 1024
+
 var _ provider.Embedder = (*Sim)(nil)
 
 // Embed implements provider.Embedder: one vector per input, of

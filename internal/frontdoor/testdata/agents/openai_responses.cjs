@@ -2,7 +2,7 @@
 // fmgate: it offers a function tool, runs the call the model makes and
 // sends the result back with previous_response_id, first with
 // client.responses.create, then with client.responses.stream (whose
-// events it records); then it continues a response that does not exist.
+// events it records, the call's argument deltas among them); then it continues a response that does not exist.
 // Usage: node openai_responses.cjs; FMGATE_URL, FMGATE_KEY from the
 // environment. Prints one JSON object of what the app saw.
 'use strict';
@@ -43,7 +43,12 @@ async function create() {
 }
 
 async function stream() {
-  const first = await client.responses.stream({ model: 'sonnet', input: question, tools }).finalResponse();
+  const f = client.responses.stream({ model: 'sonnet', input: question, tools });
+  const callEvents = [];
+  let argDeltas = '';
+  f.on('event', (e) => callEvents.push(e.type));
+  f.on('response.function_call_arguments.delta', (e) => { argDeltas += e.delta; });
+  const first = await f.finalResponse();
   const call = callOf(first);
   const events = [];
   let deltas = '';
@@ -54,7 +59,7 @@ async function stream() {
   s.on('event', (e) => events.push(e.type));
   s.on('response.output_text.delta', (e) => { deltas += e.delta; });
   const second = await s.finalResponse();
-  return { ...seen(first, call, second), events, deltas };
+  return { ...seen(first, call, second), events, deltas, callEvents, argDeltas, callArgs: call.arguments };
 }
 
 async function missing() {
