@@ -350,13 +350,17 @@ type Model struct {
 	MaxOutputTokens int `yaml:"maxOutputTokens"`
 	// Confidence reported when this tier answers: 1.0 primary, 0.7 secondary.
 	Confidence float64 `yaml:"confidence"`
-	// Upstream is how the tier is called: UpstreamStream ("stream", the
-	// default when empty) streams every answer, so the first-token and idle
-	// deadlines guard every call; UpstreamClient ("client") follows the
-	// client: an answer the client takes whole (a JSON response) is asked
-	// for whole, in one request and one response, bounded by
-	// deadline.whole instead of the first-token deadline, and a streaming
-	// client's answer is streamed.
+	// Upstream is how the tier is called. UpstreamStream ("stream")
+	// streams every answer, so the first-token and idle deadlines guard
+	// every call; UpstreamClient ("client") follows the client: an answer
+	// the client takes whole (a JSON response) is asked for whole, in one
+	// request and one response, bounded by the whole-answer deadline
+	// (Deadline.Whole), and a streaming client's answer is streamed.
+	// UpstreamAuto ("auto", the default when empty) is "client" for the
+	// vendors' APIs (the OpenAI, Anthropic and Bedrock doors, whose clients
+	// choose their own max_tokens and time-outs) and "stream" for the
+	// assistant's own chat (WebSocket, /v1/chat, batch), whose 3-second
+	// promise rests on the first-token deadline.
 	Upstream string `yaml:"upstream"`
 	// PromptCaching is the vendor's prompt cache: PromptCachingAuto
 	// ("auto", the default when empty) marks the end of fmgate's own
@@ -505,6 +509,7 @@ const (
 const (
 	UpstreamStream = "stream"
 	UpstreamClient = "client"
+	UpstreamAuto   = "auto"
 )
 
 // Deadline is the timeout hierarchy of a turn: every inner deadline is
@@ -531,9 +536,11 @@ type Deadline struct {
 	// answer. Default 10s.
 	Idle time.Duration `yaml:"idle"`
 	// Whole bounds a model call asked for its whole answer at once (a tier
-	// with upstream "client", for a client that takes its answer whole).
-	// With no tokens to watch, a slow or stalled model is found only at
-	// this bound; the turn then falls back like after any timeout.
+	// with upstream "client" or "auto", for a client that takes its answer
+	// whole). With no tokens to watch, a stalled model is found only at
+	// the call's bound: deadline.attempt for its first token plus the
+	// output it was granted at WholePaceFloor tokens a second, at most
+	// this. The turn then falls back like after any timeout.
 	// stream.maxDuration, which caps every answer, caps it too. Default 30s.
 	Whole time.Duration `yaml:"whole"`
 }
@@ -928,8 +935,8 @@ func (c Config) Validate() error {
 		if m.Confidence <= 0 || m.Confidence > 1 {
 			v.add(p+".confidence", "must be in (0, 1]")
 		}
-		if m.Upstream != "" && m.Upstream != UpstreamStream && m.Upstream != UpstreamClient {
-			v.add(p+".upstream", fmt.Sprintf("unknown value %q (want %s or %s)", m.Upstream, UpstreamStream, UpstreamClient))
+		if m.Upstream != "" && m.Upstream != UpstreamStream && m.Upstream != UpstreamClient && m.Upstream != UpstreamAuto {
+			v.add(p+".upstream", fmt.Sprintf("unknown value %q (want %s, %s or %s)", m.Upstream, UpstreamAuto, UpstreamStream, UpstreamClient))
 		}
 	}
 	c.validateEmbeddings(&v)

@@ -374,7 +374,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 	p := g.providerOf(t, model)
 	// A client that takes its answer whole may get it from one whole call
 	// (the tier's upstream "client"); every other answer is streamed.
-	whole := a.m.Upstream == config.UpstreamClient && takesWhole(out)
+	whole := wholeCall(a.m.Upstream, t, out)
 	// A JSON answer is held until it is whole and checked.
 	into, held := out, (*heldOutput)(nil)
 	if t.Format.Kind != provider.FormatText {
@@ -482,7 +482,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 func (g *Gateway) call(ctx context.Context, t *Turn, p provider.Provider, req *provider.Request, whole bool, out Output, ttft *time.Duration) (*watchdog, *provider.Response, error) {
 	start := g.now()
 	if whole {
-		w := g.watchWhole(ctx, t)
+		w := g.watchWhole(ctx, t, req.MaxTokens)
 		r, err := p.Complete(w, req)
 		if err == nil {
 			*ttft = g.now().Sub(start)
@@ -636,11 +636,50 @@ func (g *Gateway) watchStream(ctx context.Context, t *Turn) *watchdog {
 	return g.watch(ctx, t, min(attempt, left), false, left < attempt)
 }
 
-// watchWhole bounds one attempt asked for its whole answer at once: it is
-// cancelled with errWholeLate after deadline.whole, or with
-// errStreamTooLong at stream.maxDuration, whichever comes first.
-func (g *Gateway) watchWhole(ctx context.Context, t *Turn) *watchdog {
-	return g.watch(ctx, t, g.cfgOf(t).Deadline.Whole, true, false)
+// watchWhole bounds one attempt asked for its whole answer of at most
+// maxTokens at once (wholeBound): it is cancelled with errWholeLate past
+// that bound, or with errStreamTooLong at stream.maxDuration, whichever
+// comes first.
+func (g *Gateway) watchWhole(ctx context.Context, t *Turn, maxTokens int) *watchdog {
+	d := g.cfgOf(t).Deadline
+	return g.watch(ctx, t, wholeBound(d.Attempt, d.Whole, maxTokens), true, false)
+}
+
+// WholePaceFloor is the slowest pace, in tokens a second, at which a
+// healthy model writes an answer: a whole call not done by then is taken
+// for a stalled one.
+const WholePaceFloor = 20
+
+// wholeBound is how long a whole call granted maxTokens may take: the
+// first token's deadline, then the output at WholePaceFloor, at most
+// limit. A short answer's stall is found in seconds, as a stream's is.
+func wholeBound(attempt, limit time.Duration, maxTokens int) time.Duration {
+	if maxTokens <= 0 {
+		return limit
+	}
+	return min(limit, attempt+time.Duration(maxTokens)*time.Second/WholePaceFloor)
+}
+
+// wholeCall reports whether a model call is asked for its whole answer at
+// once, by the tier's upstream mode: never for a client that reads its
+// answer as it comes.
+func wholeCall(mode string, t *Turn, out Output) bool {
+	if !takesWhole(out) {
+		return false
+	}
+	switch mode {
+	case config.UpstreamClient:
+		return true
+	case config.UpstreamStream:
+		return false
+	}
+	// auto: the vendors' APIs are called whole; the assistant's own chat
+	// keeps the first-token deadline its 3-second promise rests on.
+	switch t.Surface {
+	case "openai", "openai.responses", "anthropic", "bedrock":
+		return true
+	}
+	return false
 }
 
 func (g *Gateway) watch(ctx context.Context, t *Turn, first time.Duration, whole, cut bool) *watchdog {

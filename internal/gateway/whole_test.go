@@ -144,3 +144,48 @@ func TestUpstreamIsValidated(t *testing.T) {
 		t.Fatalf("got %v, want a problem naming deadline.whole", err)
 	}
 }
+
+func TestWholeCallByUpstreamMode(t *testing.T) {
+	tests := []struct {
+		name, mode, surface string
+		whole               bool // the client takes its answer whole
+		want                bool
+	}{
+		{"auto, a vendor API's JSON client", "", "openai", true, true},
+		{"auto, the Responses API", config.UpstreamAuto, "openai.responses", true, true},
+		{"auto, the Anthropic door", "", "anthropic", true, true},
+		{"auto, the Bedrock door", "", "bedrock", true, true},
+		{"auto, the assistant's JSON chat keeps its first-token deadline", "", "http", true, false},
+		{"auto, batch", "", "batch", true, false},
+		{"auto, a streaming client", "", "openai", false, false},
+		{"client, the assistant's JSON chat", config.UpstreamClient, "http", true, true},
+		{"stream, a vendor API's JSON client", config.UpstreamStream, "openai", true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out Output = goneOutput{}
+			if tt.whole {
+				out = &wholeOutput{Output: goneOutput{}}
+			}
+			if got := wholeCall(tt.mode, &Turn{Surface: tt.surface}, out); got != tt.want {
+				t.Fatalf("wholeCall = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestWholeBoundFollowsTheOutputGranted(t *testing.T) {
+	tests := []struct {
+		max  int
+		want time.Duration
+	}{
+		{0, 30 * time.Second},                        // no grant known: deadline.whole
+		{130, 2*time.Second + 6500*time.Millisecond}, // a MangaAssist answer
+		{4096, 30 * time.Second},                     // a long answer: capped by deadline.whole
+	}
+	for _, tt := range tests {
+		if got := wholeBound(2*time.Second, 30*time.Second, tt.max); got != tt.want {
+			t.Errorf("wholeBound(%d tokens) = %v, want %v", tt.max, got, tt.want)
+		}
+	}
+}

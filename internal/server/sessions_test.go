@@ -31,6 +31,13 @@ func (s seeing) Stream(ctx context.Context, req *provider.Request, emit func(str
 	return s.Provider.Stream(ctx, req, emit)
 }
 
+func (s seeing) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
+	s.mu.Lock()
+	*s.last = append([]provider.Message(nil), req.Messages...)
+	s.mu.Unlock()
+	return s.Provider.Complete(ctx, req)
+}
+
 // instance starts one gateway of a fleet and reports what its models see.
 func instance(t *testing.T, cfg config.Config) (*scenario, func() []provider.Message) {
 	t.Helper()

@@ -423,6 +423,15 @@ func (c *capture) Stream(ctx context.Context, req *provider.Request, emit func(s
 	return c.Provider.Stream(ctx, req, emit)
 }
 
+// Complete records a request asked for its whole answer (a JSON client's,
+// on the tiers' default upstream).
+func (c *capture) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
+	c.mu.Lock()
+	c.reqs = append(c.reqs, *req)
+	c.mu.Unlock()
+	return c.Provider.Complete(ctx, req)
+}
+
 // The request's conversation, system prompt, limits and stops reach the
 // model: the client's system messages after fmgate's configured prompt.
 func TestRequestReachesTheModel(t *testing.T) {
