@@ -247,3 +247,21 @@ func TestConfigKeysAndRuntimeKeysTogether(t *testing.T) {
 		}
 	}
 }
+
+// A fleet without PostgreSQL has no key store its instances share: a key
+// created on one would be unknown to the others and its revocation would
+// not reach them, so none is created, and the answer says what to set.
+func TestFleetWithoutPostgresCreatesNoKeys(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Auth.TrustUserHeader = false
+	cfg.Fleet.Redis = redistest.Addr()
+	cfg.Fleet.KeyPrefix = fleetConfig(t)
+	sc := newScenario(t, cfg)
+	status, body := adminDo(t, sc.srv.URL, http.MethodPost, "/admin/keys", `{"name":"fleet app"}`)
+	if status != http.StatusConflict || !strings.Contains(body, `"code":"keys_not_shared"`) || !strings.Contains(body, "eventStore.driver: postgres") {
+		t.Fatalf("POST /admin/keys in a fleet without PostgreSQL: %d %s; want 409 naming eventStore.driver", status, body)
+	}
+	if status, body := adminDo(t, sc.srv.URL, http.MethodGet, "/admin/keys", ""); status != http.StatusOK || !strings.Contains(body, `"keys":null`) && !strings.Contains(body, `"keys":[]`) {
+		t.Fatalf("GET /admin/keys: %d %s", status, body)
+	}
+}
