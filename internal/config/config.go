@@ -603,9 +603,10 @@ type Caller struct {
 	// Signs marks a key managed at run time that is an access key id
 	// signing Bedrock requests, as secretKeyEnv does for a configured one.
 	Signs bool `yaml:"-"`
-	// Models are the model tiers the key may use, by tier name; a request
-	// naming another is refused with 403, and the cascade skips the
-	// others. Empty: every tier.
+	// Models are the model tiers and embedding tiers the key may use, by
+	// tier name; a request naming another is refused with 403, and the
+	// cascade skips the others. A key that lists no embedding tier may not
+	// call /v1/embeddings. Empty: every tier.
 	Models []string `yaml:"models"`
 }
 
@@ -996,8 +997,14 @@ func (c Config) Validate() error {
 			v.add(p+".monthlyCostUsd", "must be >= 0 (0: no budget)")
 		}
 		for _, m := range caller.Models {
-			if _, ok := c.Model(m); !ok {
-				v.add(p+".models", fmt.Sprintf("unknown model tier %q (want one of %s)", m, strings.Join(c.ModelNames(), ", ")))
+			_, chat := c.Model(m)
+			_, embed := c.Embedding(m)
+			if !chat && !embed {
+				names := c.ModelNames()
+				for _, e := range c.Embeddings {
+					names = append(names, e.Name)
+				}
+				v.add(p+".models", fmt.Sprintf("unknown model tier %q (want one of %s)", m, strings.Join(names, ", ")))
 			}
 		}
 	}

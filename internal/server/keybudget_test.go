@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
@@ -237,23 +240,42 @@ func TestTeamAndFeatureBudgets(t *testing.T) {
 
 // A key's model list (auth.keys.*.models) refuses the tiers it does not
 // name on every door, in the door's own words, and its turns cascade only
-// through the tiers it names.
+// through the tiers it names; the embedding tiers are in the same list,
+// and the model lists show only what the key may use.
 func TestKeyModelAllowList(t *testing.T) {
 	cfg := quickConfig()
 	cfg.Auth.TrustUserHeader = false
-	cfg.Auth.Keys = map[string]config.Caller{"sk-haiku": {UserID: "cheap-app", Models: []string{"haiku"}}}
+	cfg.Auth.Keys = map[string]config.Caller{
+		"sk-haiku": {UserID: "cheap-app", Models: []string{"haiku"}},
+		"sk-embed": {UserID: "search-app", Models: []string{"cohere-embed"}},
+	}
 	sc := newScenario(t, cfg)
+	converse := `{"messages":[{"role":"user","content":[{"text":"Hi"}]}]}`
+	invoke := `{"anthropic_version":"bedrock-2023-05-31","max_tokens":100,"messages":[{"role":"user","content":"Hi"}]}`
 	for _, d := range []struct{ path, body, want string }{
 		{"/v1/chat/completions", `{"model":"sonnet","messages":[{"role":"user","content":"Hi"}]}`, `"type":"permission_error"`},
+		{"/v1/chat/completions", `{"model":"sonnet","stream":true,"messages":[{"role":"user","content":"Hi"}]}`, `"type":"permission_error"`},
+		{"/v1/responses", `{"model":"sonnet","input":"Hi"}`, `"type":"permission_error"`},
+		{"/v1/responses", `{"model":"sonnet","input":"Hi","stream":true}`, `"type":"permission_error"`},
 		{"/v1/messages", `{"model":"sonnet","max_tokens":100,"messages":[{"role":"user","content":"Hi"}]}`, `"type":"permission_error"`},
+		{"/v1/messages", `{"model":"sonnet","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"Hi"}]}`, `"type":"permission_error"`},
+		{"/model/sonnet/converse", converse, "may not use"},
+		{"/model/sonnet/converse-stream", converse, "may not use"},
+		{"/model/sonnet/invoke", invoke, "may not use"},
+		{"/model/sonnet/invoke-with-response-stream", invoke, "may not use"},
+		{"/v1/embeddings", `{"model":"titan-embed","input":"manga"}`, `"type":"permission_error"`},
 	} {
 		status, body := keyPost(t, sc.srv.URL, "sk-haiku", d.path, d.body)
 		if status != http.StatusForbidden || !strings.Contains(body, d.want) || !strings.Contains(body, "may use haiku") {
-			t.Errorf("%s asking for sonnet: %d %s; want 403 %s naming what the key may use", d.path, status, body, d.want)
+			t.Errorf("%s %s with a haiku-only key: %d %s; want 403 %s naming what the key may use", d.path, d.body, status, body, d.want)
 		}
-		status, body = keyPost(t, sc.srv.URL, "sk-haiku", d.path, strings.Replace(d.body, "sonnet", "haiku", 1))
-		if status != http.StatusOK {
-			t.Errorf("%s asking for haiku: %d %s", d.path, status, body)
+		if d.path == "/v1/embeddings" {
+			continue
+		}
+		allowed := strings.NewReplacer("/model/sonnet/", "/model/haiku/", `"sonnet"`, `"haiku"`).Replace(d.path + " " + d.body)
+		path, body2, _ := strings.Cut(allowed, " ")
+		if status, body := keyPost(t, sc.srv.URL, "sk-haiku", path, body2); status != http.StatusOK {
+			t.Errorf("%s asking for haiku: %d %s", path, status, body)
 		}
 	}
 	// The gateway's own door starts at the first tier: the key's turn
@@ -265,14 +287,91 @@ func TestKeyModelAllowList(t *testing.T) {
 	if status != http.StatusOK || a.Tier != "haiku" {
 		t.Fatalf("/v1/chat: %d %s; want answered by haiku", status, body)
 	}
+	if ws := wsKeyTurn(t, sc.srv.URL, "sk-haiku", "Recommend a manga"); ws.Tier != "haiku" {
+		t.Fatalf("/ws: %+v; want answered by haiku", ws)
+	}
 	if n := sc.upstream["sonnet"].calls.Load(); n != before {
 		t.Fatalf("sonnet called %d times for a haiku-only key", n-before)
+	}
+	// The model lists show what the key may use.
+	for _, h := range []map[string]string{{"Authorization": "Bearer sk-haiku"}, {"x-api-key": "sk-haiku", "anthropic-version": "2023-06-01"}} {
+		req, _ := http.NewRequest(http.MethodGet, sc.srv.URL+"/v1/models", nil)
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"haiku"`) || strings.Contains(string(b), `"sonnet"`) {
+			t.Errorf("GET /v1/models with %v: %d %s; want haiku listed and sonnet not", h, resp.StatusCode, b)
+		}
+	}
+	// A key of an embedding tier embeds with it, falls to no other, and
+	// has no chat model.
+	if status, body := keyPost(t, sc.srv.URL, "sk-embed", "/v1/embeddings", `{"model":"cohere-embed","input":"manga"}`); status != http.StatusOK {
+		t.Errorf("the embedding key on its tier: %d %s", status, body)
+	}
+	if status, body := keyPost(t, sc.srv.URL, "sk-embed", "/v1/embeddings", `{"model":"titan-embed","input":"manga"}`); status != http.StatusForbidden || !strings.Contains(body, "may use cohere-embed") {
+		t.Errorf("the embedding key on another embedding tier: %d %s; want 403", status, body)
+	}
+	if status, body := keyPost(t, sc.srv.URL, "sk-embed", "/v1/chat", `{"sessionId":"e","message":"Hi"}`); status != http.StatusForbidden || !strings.Contains(body, "no chat model") {
+		t.Errorf("the embedding key on /v1/chat: %d %s; want 403", status, body)
 	}
 	// The model list names tiers the config has.
 	bad := cfg
 	bad.Auth.Keys = map[string]config.Caller{"sk-x": {UserID: "x", Models: []string{"opus"}}}
-	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `unknown model tier "opus"`) {
-		t.Fatalf("validate: %v; want the unknown tier named", err)
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `unknown model tier "opus"`) || !strings.Contains(err.Error(), "titan-embed") {
+		t.Fatalf("validate: %v; want the unknown tier named, and the embedding tiers among those it may be", err)
+	}
+}
+
+// wsKeyTurn sends one turn over /ws with key as its bearer key and returns
+// the done frame (or the error frame's code as Error.Code).
+func wsKeyTurn(t *testing.T, base, key, message string) answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/ws", &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	return wsSend(ctx, t, c, message)
+}
+
+// wsSend sends one turn on an open WebSocket and reads to its last frame.
+func wsSend(ctx context.Context, t *testing.T, c *websocket.Conn, message string) answer {
+	t.Helper()
+	id := fmt.Sprintf("r-%d", time.Now().UnixNano())
+	frame, _ := json.Marshal(map[string]string{"action": "sendMessage", "requestId": id, "sessionId": "ws-" + id, "message": message})
+	if err := c.Write(ctx, websocket.MessageText, frame); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("reading /ws: %v", err)
+		}
+		var f struct {
+			Type    string  `json:"type"`
+			Tier    string  `json:"tier"`
+			Code    string  `json:"code"`
+			Message string  `json:"message"`
+			CostUSD float64 `json:"costUsd"`
+		}
+		_ = json.Unmarshal(data, &f)
+		switch f.Type {
+		case "done":
+			return answer{Status: http.StatusOK, Tier: f.Tier, CostUSD: f.CostUSD}
+		case "error":
+			var a answer
+			a.Error.Code, a.Error.Message = f.Code, f.Message
+			return a
+		}
 	}
 }
 
