@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -239,6 +240,16 @@ func TestKeyLifecycleThroughTheAdminAPI(t *testing.T) {
 	}
 	if want := "key_created key_updated key_rotated key_revoked"; strings.Join(audit, " ") != want {
 		t.Fatalf("audit spans %q, want %q", audit, want)
+	}
+	// Neither secret is in the events, the audit spans among them.
+	raw, err := os.ReadFile(spans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, secret := range map[string]string{"first": k.Secret, "rotated": rot.Secret} {
+		if strings.Contains(string(raw), secret) {
+			t.Fatalf("the %s secret is in the events", name)
+		}
 	}
 }
 
