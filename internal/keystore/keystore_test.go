@@ -175,17 +175,24 @@ func TestKeyLifecycle(t *testing.T) {
 	if rot.Secret == k.Secret {
 		t.Fatal("rotation kept the secret")
 	}
-	for name, s := range map[string]string{"old": k.Secret, "new": rot.Secret} {
-		if _, ok := r.Lookup(s); !ok {
-			t.Fatalf("the %s secret refused during the grace", name)
+	if err := other.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, inst := range []*Registry{r, other} {
+		for name, s := range map[string]string{"old": k.Secret, "new": rot.Secret} {
+			if got, ok := inst.Lookup(s); !ok || got.ID != k.Record.ID {
+				t.Fatalf("the %s secret refused during the grace", name)
+			}
 		}
 	}
 	clk.Advance(time.Hour)
-	if _, ok := r.Lookup(k.Secret); ok {
-		t.Fatal("the old secret still works after the grace")
-	}
-	if _, ok := r.Lookup(rot.Secret); !ok {
-		t.Fatal("the new secret refused after the grace")
+	for _, inst := range []*Registry{r, other} {
+		if _, ok := inst.Lookup(k.Secret); ok {
+			t.Fatal("the old secret still works after the grace")
+		}
+		if _, ok := inst.Lookup(rot.Secret); !ok {
+			t.Fatal("the new secret refused after the grace")
+		}
 	}
 
 	if _, err := r.Revoke(ctx, k.Record.ID, "admin"); err != nil {
