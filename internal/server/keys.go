@@ -240,6 +240,7 @@ func (s *Server) mountKeys(reg *keystore.Registry) {
 			return
 		}
 		s.auditKey(r, "created", issued.Record)
+		w.Header().Set("Cache-Control", "no-store") // the secret, shown once, is kept by no cache
 		writeJSON(w, http.StatusCreated, map[string]any{"key": s.viewKey(issued.Record), "secret": issued.Secret,
 			"note": "The secret is shown this once: fmgate keeps only a hash of it."})
 	})
@@ -277,6 +278,7 @@ func (s *Server) mountKeys(reg *keystore.Registry) {
 			return
 		}
 		s.auditKey(r, "rotated", issued.Record)
+		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusOK, map[string]any{"key": s.viewKey(issued.Record), "secret": issued.Secret,
 			"note": fmt.Sprintf("The secret is shown this once. The previous one works until %s.", issued.Record.PrevUntil.Format(time.RFC3339))})
 	})

@@ -223,8 +223,17 @@ func TestKeyLifecycleThroughTheAdminAPI(t *testing.T) {
 	if status, _ := adminDo(t, base, http.MethodDelete, "/admin/keys/key_none", ""); status != http.StatusNotFound {
 		t.Fatalf("DELETE an unknown key: %d", status)
 	}
+	// The answers that show a secret are kept by no cache.
+	req, _ := http.NewRequest(http.MethodPost, base+"/admin/keys", strings.NewReader(`{"name":"cached?"}`))
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusCreated || resp.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("POST /admin/keys: %v, Cache-Control %q; want 201 and no-store", err, resp.Header.Get("Cache-Control"))
+	} else {
+		resp.Body.Close()
+	}
 	// Without the admin token nothing of this is reachable.
-	req, _ := http.NewRequest(http.MethodGet, base+"/admin/keys", nil)
+	req, _ = http.NewRequest(http.MethodGet, base+"/admin/keys", nil)
 	req.Header.Set("Authorization", "Bearer "+rot.Secret)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("GET /admin/keys with an API key: %v %v", resp.StatusCode, err)
@@ -238,7 +247,7 @@ func TestKeyLifecycleThroughTheAdminAPI(t *testing.T) {
 			audit = append(audit, e.Outcome.ErrorCode)
 		}
 	}
-	if want := "key_created key_updated key_rotated key_revoked"; strings.Join(audit, " ") != want {
+	if want := "key_created key_updated key_rotated key_revoked key_created"; strings.Join(audit, " ") != want {
 		t.Fatalf("audit spans %q, want %q", audit, want)
 	}
 	// Neither secret is in the events, the audit spans among them.
