@@ -11,8 +11,9 @@ import (
 // credentialProblems resolves the credentials of the tiers whose vendor
 // SDK finds its own (the AWS default chain for bedrock), and of the
 // Bedrock guardrail check, one line per tier or check that has none,
-// naming what to set. Each region is resolved once, within
-// the provider's credential timeout.
+// naming what to set. Each region and AWS profile is resolved once, within
+// the provider's credential timeout; a tier's deployments are checked as
+// tiers of their own.
 func credentialProblems(ctx context.Context, cfg config.Config) []string {
 	var lines []string
 	checked := map[string]error{}
@@ -20,17 +21,23 @@ func credentialProblems(ctx context.Context, cfg config.Config) []string {
 		if m.Provider != "bedrock" || m.Region == "" {
 			return
 		}
-		err, ok := checked[m.Region]
+		key := m.Region + "\x00" + m.AWSProfile
+		err, ok := checked[key]
 		if !ok {
 			err = bedrock.CheckCredentials(ctx, m)
-			checked[m.Region] = err
+			checked[key] = err
 		}
 		if err != nil {
 			lines = append(lines, fmt.Sprintf("%s (%s): %v", field, m.Name, err))
 		}
 	}
 	for i, m := range cfg.Models {
-		check(fmt.Sprintf("models[%d]", i), m)
+		if len(m.Deployments) == 0 {
+			check(fmt.Sprintf("models[%d]", i), m)
+		}
+		for j, d := range m.Deployments {
+			check(fmt.Sprintf("models[%d].deployments[%d]", i, j), m.Deployment(d))
+		}
 	}
 	for i, e := range cfg.Embeddings {
 		check(fmt.Sprintf("embeddings[%d]", i), e.Connection())

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/server"
 )
 
 // reachTimeout bounds the look at a sink's address.
@@ -55,12 +56,13 @@ func otlpAddr(ep string) string {
 // startup banner.
 func stateLine(cfg config.Config) string {
 	wal := cfg.Events.WAL.Dir
+	keys, _ := server.KeyStore(cfg)
 	if cfg.Fleet.Redis == "" {
 		store := "no event store"
 		if cfg.EventStore.Path != "" {
 			store = "events in " + cfg.EventStore.Path
 		}
-		return fmt.Sprintf("mode: embedded — limits, quota, breakers, sessions and cache in this process's memory; %s; write-ahead log %s", store, orNone(wal))
+		return fmt.Sprintf("mode: embedded — limits, quota, breakers, sessions and cache in this process's memory; %s; %s; write-ahead log %s", store, keys, orNone(wal))
 	}
 	views := "cost views off (no eventStore)"
 	switch {
@@ -73,8 +75,8 @@ func stateLine(cfg config.Config) string {
 	if n := cfg.Events.Sinks.NATS; n.URL != "" {
 		events = "spans to NATS " + n.URL
 	}
-	return fmt.Sprintf("mode: fleet — shared state in Redis %s (prefix %q); %s; %s; write-ahead log %s",
-		cfg.Fleet.Redis, cfg.Fleet.KeyPrefix, events, views, orNone(wal))
+	return fmt.Sprintf("mode: fleet — shared state in Redis %s (prefix %q); %s; %s; %s; write-ahead log %s",
+		cfg.Fleet.Redis, cfg.Fleet.KeyPrefix, events, views, keys, orNone(wal))
 }
 
 func orNone(s string) string {

@@ -51,7 +51,8 @@ func TestValidateNamesASinkWithNowhereToSend(t *testing.T) {
 // The banner's second line says which mode is on and where state lives.
 func TestStateLine(t *testing.T) {
 	embedded := config.Default()
-	if got := stateLine(embedded); !strings.HasPrefix(got, "mode: embedded") || !strings.Contains(got, embedded.EventStore.Path) || !strings.Contains(got, embedded.Events.WAL.Dir) {
+	if got := stateLine(embedded); !strings.HasPrefix(got, "mode: embedded") || !strings.Contains(got, embedded.EventStore.Path) || !strings.Contains(got, embedded.Events.WAL.Dir) ||
+		!strings.Contains(got, "API keys in var/keys.db") {
 		t.Errorf("embedded: %q", got)
 	}
 	fleet := config.Default()
@@ -59,9 +60,14 @@ func TestStateLine(t *testing.T) {
 	fleet.Events.Sinks.NATS.URL = "nats://127.0.0.1:4222"
 	fleet.EventStore.Driver = "postgres"
 	got := stateLine(fleet)
-	for _, want := range []string{"mode: fleet", "Redis 127.0.0.1:6379", `prefix "fmgate:"`, "NATS nats://127.0.0.1:4222", "PostgreSQL"} {
+	for _, want := range []string{"mode: fleet", "Redis 127.0.0.1:6379", `prefix "fmgate:"`, "NATS nats://127.0.0.1:4222", "PostgreSQL", "API keys in PostgreSQL"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("fleet: %q does not say %s", got, want)
 		}
+	}
+	// A fleet without PostgreSQL has nowhere to share run-time keys.
+	fleet.EventStore.Driver = ""
+	if got := stateLine(fleet); !strings.Contains(got, "no API keys created at run time") {
+		t.Errorf("fleet without PostgreSQL: %q does not say that no key is created at run time", got)
 	}
 }

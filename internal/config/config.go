@@ -322,6 +322,12 @@ type Model struct {
 	// Keys never go in the config file. Bedrock uses the AWS SDK's default
 	// credential chain instead.
 	APIKeyEnv string `yaml:"apiKeyEnv"`
+	// AWSProfile names the profile of the AWS shared config and credentials
+	// files a bedrock tier signs with: another account's keys, or a role
+	// it assumes (role_arn), so that a deployment may be served from
+	// another account. Default "": the SDK's default chain (AWS_PROFILE,
+	// the environment's keys, the instance's role).
+	AWSProfile string `yaml:"awsProfile"`
 	// CAFile holds PEM certificates trusted for the tier's endpoint
 	// besides the system's: a private endpoint's own CA, or a
 	// TLS-inspecting proxy's. The proxy itself comes from HTTPS_PROXY and
@@ -413,6 +419,9 @@ type Deployment struct {
 	Endpoint  string `yaml:"endpoint"`
 	APIKeyEnv string `yaml:"apiKeyEnv"`
 	CAFile    string `yaml:"caFile"`
+	// AWSProfile is a bedrock deployment's own credentials: an AWS profile
+	// of another account or role (models[].awsProfile).
+	AWSProfile string `yaml:"awsProfile"`
 	// Weight is the deployment's share of calls against its siblings'.
 	// Default 1.
 	Weight int `yaml:"weight"`
@@ -431,7 +440,7 @@ func (m Model) Deployment(d Deployment) Model {
 	out.Name = m.Name + "@" + d.Name
 	out.Deployments, out.Balance = nil, ""
 	for dst, v := range map[*string]string{&out.Provider: d.Provider, &out.ModelID: d.ModelID, &out.Region: d.Region,
-		&out.Endpoint: d.Endpoint, &out.APIKeyEnv: d.APIKeyEnv, &out.CAFile: d.CAFile} {
+		&out.Endpoint: d.Endpoint, &out.APIKeyEnv: d.APIKeyEnv, &out.CAFile: d.CAFile, &out.AWSProfile: d.AWSProfile} {
 		if v != "" {
 			*dst = v
 		}
@@ -610,9 +619,10 @@ type Caller struct {
 	// Signs marks a key managed at run time that is an access key id
 	// signing Bedrock requests, as secretKeyEnv does for a configured one.
 	Signs bool `yaml:"-"`
-	// Models are the model tiers the key may use, by tier name; a request
-	// naming another is refused with 403, and the cascade skips the
-	// others. Empty: every tier.
+	// Models are the model tiers and embedding tiers the key may use, by
+	// tier name; a request naming another is refused with 403, and the
+	// cascade skips the others. A key that lists no embedding tier may not
+	// call /v1/embeddings. Empty: every tier.
 	Models []string `yaml:"models"`
 	// PayloadLog logs the request and answer of every turn made with the
 	// key (payloadLog, which must be enabled). Default false.
@@ -1006,8 +1016,14 @@ func (c Config) Validate() error {
 			v.add(p+".monthlyCostUsd", "must be >= 0 (0: no budget)")
 		}
 		for _, m := range caller.Models {
-			if _, ok := c.Model(m); !ok {
-				v.add(p+".models", fmt.Sprintf("unknown model tier %q (want one of %s)", m, strings.Join(c.ModelNames(), ", ")))
+			_, chat := c.Model(m)
+			_, embed := c.Embedding(m)
+			if !chat && !embed {
+				names := c.ModelNames()
+				for _, e := range c.Embeddings {
+					names = append(names, e.Name)
+				}
+				v.add(p+".models", fmt.Sprintf("unknown model tier %q (want one of %s)", m, strings.Join(names, ", ")))
 			}
 		}
 		if caller.PayloadLog && !c.PayloadLog.Enabled {
@@ -1119,6 +1135,9 @@ func (m Model) validateProvider(v *validator, p string) {
 	}
 	if m.ModelID == "" && m.Provider != "sim" {
 		v.add(p+".modelId", "must name the provider's model id")
+	}
+	if m.AWSProfile != "" && m.Provider != "bedrock" {
+		v.add(p+".awsProfile", fmt.Sprintf("only bedrock tiers sign with an AWS profile, not %s ones", m.Provider))
 	}
 	if m.Endpoint != "" && !strings.HasPrefix(m.Endpoint, "http://") && !strings.HasPrefix(m.Endpoint, "https://") {
 		v.add(p+".endpoint", fmt.Sprintf("%q must be an http:// or https:// URL", m.Endpoint))

@@ -388,3 +388,20 @@ func TestPayloadLogNeedsItsKey(t *testing.T) {
 		t.Fatalf("a key marked payloadLog with payload logs off: %v", err)
 	}
 }
+
+// An AWS profile is a Bedrock tier's or deployment's credentials; on any
+// other provider it would be ignored, so it is refused by name.
+func TestAWSProfileIsBedrocks(t *testing.T) {
+	c := Default()
+	c.Models[0].Deployments = []Deployment{{Name: "east"}, {Name: "partner", AWSProfile: "partner"}}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "models[0].deployments[1].awsProfile: only bedrock tiers sign with an AWS profile, not sim ones") {
+		t.Fatalf("an AWS profile on a simulated deployment: %v", err)
+	}
+	c.Models[0].Provider, c.Models[0].Region = "bedrock", "us-east-1"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("an AWS profile on a bedrock deployment: %v", err)
+	}
+	if got := c.Models[0].Deployment(c.Models[0].Deployments[1]); got.AWSProfile != "partner" || got.Region != "us-east-1" {
+		t.Fatalf("the deployment's tier: %+v", got)
+	}
+}

@@ -67,8 +67,9 @@ type CostBudgeter interface {
 const defaultEmbedFeature = "embeddings"
 
 // Embed takes one embedding call through the steps of a turn that apply to
-// it, in a turn's order: validate, identify, admit (the caller's rate
-// limits), budget (the call's cost held against the daily budget), plan
+// it, in a turn's order: validate (the API key's tiers among them),
+// identify, admit (the caller's rate limits, then a slot of the key's
+// concurrency), budget (the call's cost held against the daily budget), plan
 // (the embedding tiers from the one asked for, minus those whose breaker
 // is open), then tier by tier quota and invoke (retries, the retry budget,
 // the tier's breaker), and record the cost. A tier that fails hands the
@@ -106,6 +107,11 @@ func (g *Gateway) Embed(ctx context.Context, t *Turn, in EmbedInput) (res *Embed
 	if err := g.step(ctx, "admit", func(ctx context.Context) error { return g.admit.Admit(ctx, t) }); err != nil {
 		return nil, err
 	}
+	// 3½. Hold one of the API key's slots of concurrency for the call.
+	if err := g.takeSlot(ctx, t); err != nil {
+		return nil, err
+	}
+	defer g.giveSlot(ctx, t)
 	// 4. Budget: the call's cost at the dearest tier of its route, held.
 	defer g.releaseBudget(ctx, t)
 	if err := g.step(ctx, "budget", func(ctx context.Context) error { return g.holdEmbedCost(ctx, t, route) }); err != nil {
@@ -190,6 +196,9 @@ func (g *Gateway) validateEmbed(t *Turn, in *EmbedInput) ([]string, int, error) 
 		return nil, 0, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("No embedding tier is named %q.", t.StartTier)}
 	}
 	start := tiers[from]
+	if !t.mayUse(start.Name) {
+		return nil, 0, forbiddenModel(t, start.Name)
+	}
 	t.StartTier = start.Name
 	switch n := len(in.Inputs); {
 	case n == 0:
@@ -225,7 +234,7 @@ func (g *Gateway) validateEmbed(t *Turn, in *EmbedInput) ([]string, int, error) 
 	t.EstimatedInput = total
 	route := make([]string, 0, len(tiers)-from)
 	for _, e := range tiers[from:] {
-		if e.Allows(dims) && e.MaxInputTokens >= longest && g.embedders[e.Name] != nil {
+		if e.Allows(dims) && e.MaxInputTokens >= longest && g.embedders[e.Name] != nil && t.mayUse(e.Name) {
 			route = append(route, e.Name)
 		}
 	}

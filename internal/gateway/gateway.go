@@ -434,10 +434,15 @@ func startTier(models []config.Model, start string) int {
 	return slices.IndexFunc(models, func(m config.Model) bool { return m.Name == start || m.ModelID == start })
 }
 
-// mayUse reports whether t's API key may use the model tier named tier.
+// mayUse reports whether t's API key may use the model tier (or embedding
+// tier) named tier.
 func (t *Turn) mayUse(tier string) bool {
 	return len(t.KeyModels) == 0 || slices.Contains(t.KeyModels, tier)
 }
+
+// MayUse reports whether the API key t was authenticated with may use the
+// tier named tier (a door's list of models shows only those).
+func (t *Turn) MayUse(tier string) bool { return t.mayUse(tier) }
 
 // needs are the capabilities a tier must have to serve t.
 func (t *Turn) needs() []string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -197,8 +198,13 @@ func (g *Gateway) validate(t *Turn) error {
 		return invalid("locale %q is not supported (use one of %s)", asked, strings.Join(cfg.Locales, ", "))
 	}
 	if i := startTier(cfg.Models, t.StartTier); i >= 0 && !t.mayUse(cfg.Models[i].Name) {
+		return forbiddenModel(t, t.StartTier)
+	}
+	if len(t.KeyModels) > 0 && !slices.ContainsFunc(cfg.Models, func(m config.Model) bool { return t.mayUse(m.Name) }) {
+		// Only embedding tiers: a chat turn would reach no model, only
+		// the fallback cascade's answers.
 		return &Error{Status: http.StatusForbidden, Code: CodeModelForbidden,
-			Message: fmt.Sprintf("This API key may not use the model %q; it may use %s.", t.StartTier, strings.Join(t.KeyModels, ", "))}
+			Message: fmt.Sprintf("This API key may use no chat model; it may use %s.", strings.Join(t.KeyModels, ", "))}
 	}
 	if t.Guardrail != nil && len(g.tiersFor(t)) == 0 {
 		// Answered by a model that cannot apply it, the guardrail would be
@@ -208,6 +214,12 @@ func (g *Gateway) validate(t *Turn) error {
 		return e
 	}
 	return compileShapes(t)
+}
+
+// forbiddenModel refuses t's request for a tier its API key may not use.
+func forbiddenModel(t *Turn, asked string) *Error {
+	return &Error{Status: http.StatusForbidden, Code: CodeModelForbidden,
+		Message: fmt.Sprintf("This API key may not use the model %q; it may use %s.", asked, strings.Join(t.KeyModels, ", "))}
 }
 
 // decideLocale sets t.Locale to the language t is answered in. The

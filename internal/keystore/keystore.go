@@ -88,7 +88,9 @@ func (r Record) Status(now time.Time) string {
 }
 
 // Store keeps records. Put inserts or replaces a record by id; Version
-// changes whenever any record does, so that a cache polls it cheaply.
+// changes whenever any record does, so that a cache polls it cheaply —
+// also when changes made at once by several instances commit in another
+// order than they began.
 type Store interface {
 	Put(ctx context.Context, r Record) error
 	Get(ctx context.Context, id string) (Record, bool, error)

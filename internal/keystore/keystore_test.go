@@ -2,6 +2,7 @@ package keystore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -174,17 +175,24 @@ func TestKeyLifecycle(t *testing.T) {
 	if rot.Secret == k.Secret {
 		t.Fatal("rotation kept the secret")
 	}
-	for name, s := range map[string]string{"old": k.Secret, "new": rot.Secret} {
-		if _, ok := r.Lookup(s); !ok {
-			t.Fatalf("the %s secret refused during the grace", name)
+	if err := other.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, inst := range []*Registry{r, other} {
+		for name, s := range map[string]string{"old": k.Secret, "new": rot.Secret} {
+			if got, ok := inst.Lookup(s); !ok || got.ID != k.Record.ID {
+				t.Fatalf("the %s secret refused during the grace", name)
+			}
 		}
 	}
 	clk.Advance(time.Hour)
-	if _, ok := r.Lookup(k.Secret); ok {
-		t.Fatal("the old secret still works after the grace")
-	}
-	if _, ok := r.Lookup(rot.Secret); !ok {
-		t.Fatal("the new secret refused after the grace")
+	for _, inst := range []*Registry{r, other} {
+		if _, ok := inst.Lookup(k.Secret); ok {
+			t.Fatal("the old secret still works after the grace")
+		}
+		if _, ok := inst.Lookup(rot.Secret); !ok {
+			t.Fatal("the new secret refused after the grace")
+		}
 	}
 
 	if _, err := r.Revoke(ctx, k.Record.ID, "admin"); err != nil {
@@ -303,5 +311,56 @@ func TestSQLiteFilesArePrivate(t *testing.T) {
 		if st.Mode().Perm()&0o077 != 0 {
 			t.Fatalf("%s has mode %v; want no access for group or others", f, st.Mode().Perm())
 		}
+	}
+}
+
+// Two instances change keys at once: the change that drew the lower
+// sequence number commits last. The version must still move when it
+// lands, or the instances that refreshed in between would never see it
+// (a revocation missed until some other key changed).
+func TestPostgresVersionSeesALateCommit(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenPostgres(ctx, pgtest.DSN(), pgtest.Schema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	clk := &clock{t: time.Date(2026, 11, 28, 5, 0, 0, 0, time.UTC)}
+	r := newRegistry(t, s, clk, nil)
+	k, err := r.Create(ctx, Spec{Name: "shop"}, "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newRegistry(t, s, clk, nil)
+
+	// The revocation draws its sequence number first and commits last.
+	revoked := toStored(k.Record)
+	revoked.RevokedAt = clk.Now()
+	data, _ := json.Marshal(revoked)
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `UPDATE fmgate_api_keys SET seq = nextval('fmgate_api_keys_seq'), data = $2 WHERE id = $1`, k.Record.ID, data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Create(ctx, Spec{Name: "another"}, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := other.Lookup(k.Secret); !ok {
+		t.Fatal("the key is refused before its revocation committed")
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := other.Lookup(k.Secret); ok {
+		t.Fatal("a revocation committed after a later change is never seen: the key still works")
 	}
 }

@@ -99,7 +99,7 @@ func (s *SQLite) List(ctx context.Context) ([]Record, error) {
 // Version implements Store.
 func (s *SQLite) Version(ctx context.Context) (int64, error) {
 	var v int64
-	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM api_keys`).Scan(&v)
+	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(seq), 0) FROM api_keys`).Scan(&v) // as Postgres.Version
 	return v, wrap("version", err)
 }
 
@@ -211,13 +211,18 @@ func (p *Postgres) List(ctx context.Context) ([]Record, error) {
 	return out, wrap("list", rows.Err())
 }
 
-// Version implements Store.
+// Version implements Store. It is the sum of the rows' sequence numbers,
+// not the largest: two instances' changes may commit in the other order
+// than they drew their numbers, and a change that lands under a larger
+// number already seen must still move the version. Every change gives its
+// row a number larger than any drawn before, so the sum grows with each
+// commit.
 func (p *Postgres) Version(ctx context.Context) (int64, error) {
 	if err := p.ensure(ctx); err != nil {
 		return 0, err
 	}
 	var v int64
-	err := p.pool.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 0) FROM fmgate_api_keys`).Scan(&v)
+	err := p.pool.QueryRow(ctx, `SELECT COALESCE(SUM(seq), 0)::bigint FROM fmgate_api_keys`).Scan(&v)
 	return v, wrap("version", err)
 }
 

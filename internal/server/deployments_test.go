@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/redistest"
@@ -49,6 +50,9 @@ func TestTwoSonnetDeployments(t *testing.T) {
 				c.TPM, c.RPM = 1<<40, 1<<40
 				cfg.Quota.Models[m] = c
 			}
+			// Nor the deadlines: a call slowed by a busy machine must not
+			// fall to Haiku, which only the deployments' faults may cause.
+			cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 20*time.Second, 15*time.Second
 			// The split is exact at any count (smooth weighted round robin;
 			// internal/deploy checks it over 2,000 calls): 200 turns show
 			// it through the whole pipeline.

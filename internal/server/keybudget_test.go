@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
@@ -33,77 +37,92 @@ func keyPost(t *testing.T, base, key, path, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// keyTurn sends one turn on the gateway's own door with key, streamed or
-// not, and returns its status and its cost as the door reports it.
-func keyTurn(t *testing.T, base, key, session string, stream bool) (int, float64) {
-	t.Helper()
-	body, _ := json.Marshal(map[string]any{"sessionId": session, "message": "Recommend a fantasy manga", "locale": "en", "stream": stream})
-	status, got := keyPost(t, base, key, "/v1/chat", string(body))
-	if status != http.StatusOK {
-		return status, 0
-	}
-	var cost float64
-	if !stream {
-		var a answer
-		if err := json.Unmarshal([]byte(got), &a); err != nil {
-			t.Fatalf("decode %q: %v", got, err)
-		}
-		return status, a.CostUSD
-	}
-	i := strings.Index(got, `"costUsd":`)
-	if i < 0 || !strings.Contains(got, `"type":"done"`) {
-		// Refused after the stream began: the error frame carries the status.
-		if strings.Contains(got, "budget_exceeded") {
-			return http.StatusPaymentRequired, 0
-		}
-		t.Fatalf("stream ended without done: %s", got)
-	}
-	_, _ = fmt.Sscanf(got[i+len(`"costUsd":`):], "%g", &cost)
-	return status, cost
+// floodDoors are the ways a turn may come in, each as a client sends it:
+// streamed and whole, on every door that runs chat turns.
+var floodDoors = []struct{ name, path, body string }{
+	{"chat", "/v1/chat", `{"sessionId":"%s","message":"Recommend a fantasy manga","locale":"en"}`},
+	{"chat-sse", "/v1/chat", `{"sessionId":"%s","message":"Recommend a fantasy manga","locale":"en","stream":true}`},
+	{"openai-stream", "/v1/chat/completions", `{"model":"sonnet","stream":true,"messages":[{"role":"user","content":"Recommend a fantasy manga"}]}`},
+	{"openai", "/v1/chat/completions", `{"model":"sonnet","messages":[{"role":"user","content":"Recommend a fantasy manga"}]}`},
+	{"responses-stream", "/v1/responses", `{"model":"sonnet","stream":true,"input":"Recommend a fantasy manga"}`},
+	{"anthropic-stream", "/v1/messages", `{"model":"sonnet","max_tokens":300,"stream":true,"messages":[{"role":"user","content":"Recommend a fantasy manga"}]}`},
+	{"bedrock-stream", "/model/sonnet/converse-stream", `{"messages":[{"role":"user","content":[{"text":"Recommend a fantasy manga"}]}]}`},
+	{"bedrock-invoke", "/model/sonnet/invoke", `{"anthropic_version":"bedrock-2023-05-31","max_tokens":300,"messages":[{"role":"user","content":"Recommend a fantasy manga"}]}`},
+	{"ws", "/ws", ""},
 }
 
-// floodKey sends waves of turns, each many streams and JSON requests at
-// once spread over the fleet's instances, all with one key, until a whole
-// wave is refused, and returns what they spent and how many were served
-// and refused for the budget.
-func floodKey(t *testing.T, fleet []*scenario, key string, wave int) (spent float64, served, refused int) {
+// refusedForBudget reports whether a door's answer is a refusal for a
+// budget, before the answer or in its stream.
+func refusedForBudget(body string) bool {
+	return strings.Contains(body, "budget_exceeded") || strings.Contains(body, "budget for this month")
+}
+
+// floodKey sends waves of turns with one key, spread over the fleet's
+// instances and over every door, streamed and whole, many at once, until a
+// whole wave is refused, and returns how many were served and refused for
+// the budget.
+func floodKey(t *testing.T, fleet []*scenario, key string, wave int) (served, refused int) {
 	t.Helper()
 	for round := 0; ; round++ {
 		if round == 20 {
-			t.Fatalf("after %d waves the key is still served: %d served, $%.5f spent", round, served, spent)
+			t.Fatalf("after %d waves the key is still served: %d served", round, served)
 		}
-		before := served
-		s, r, _ := floodWave(t, fleet, key, fmt.Sprintf("w%d", round), wave, &spent)
+		s, r := floodWave(t, fleet, key, fmt.Sprintf("w%d", round), wave)
 		served += s
 		refused += r
-		if served == before {
-			return spent, served, refused
+		if s == 0 {
+			return served, refused
 		}
 	}
 }
 
-func floodWave(t *testing.T, fleet []*scenario, key, name string, turns int, spent *float64) (served, refused int, _ error) {
+func floodWave(t *testing.T, fleet []*scenario, key, name string, turns int) (served, refused int) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i := range turns {
 		sc := fleet[i%len(fleet)]
+		d := floodDoors[(i/len(fleet))%len(floodDoors)]
 		wg.Go(func() {
-			status, cost := keyTurn(t, sc.srv.URL, key, fmt.Sprintf("flood-%s-%d", name, i), i%2 == 1)
+			var ok, budget bool
+			var got string
+			if d.name == "ws" {
+				a := wsKeyTurn(t, sc.srv.URL, key, "Recommend a fantasy manga")
+				ok, budget, got = a.Status == http.StatusOK, a.Error.Code == "budget_exceeded", a.Error.Code+" "+a.Error.Message
+			} else {
+				var status int
+				body := d.body
+				if strings.Contains(body, "%s") { // the gateway's own door: a session each
+					body = fmt.Sprintf(body, "flood-"+name+"-"+strconv.Itoa(i))
+				}
+				status, got = keyPost(t, sc.srv.URL, key, d.path, body)
+				budget = refusedForBudget(got)
+				ok = status == http.StatusOK && !budget
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			*spent += cost
-			switch status {
-			case http.StatusOK:
+			switch {
+			case ok:
 				served++
-			case http.StatusPaymentRequired:
+			case budget:
 				refused++
 			default:
-				t.Errorf("turn %d: status %d", i, status)
+				t.Errorf("turn %d on %s: %.300s", i, d.name, got)
 			}
 		})
 	}
 	wg.Wait()
-	return served, refused, nil
+	return served, refused
+}
+
+// billed is what the fleet's upstreams billed for their answers.
+func billed(fleet []*scenario) float64 {
+	var usd float64
+	for _, sc := range fleet {
+		for _, c := range sc.upstream {
+			usd += c.billed()
+		}
+	}
+	return usd
 }
 
 // keyBudgetConfig is a config whose only budget in the way is one key's
@@ -143,29 +162,47 @@ func TestKeyBudgetHoldsUnderAFlood(t *testing.T) {
 			for range n {
 				fleet = append(fleet, newScenario(t, cfg))
 			}
-			spent, served, refused := floodKey(t, fleet, "sk-team-a", 30)
+			served, refused := floodKey(t, fleet, "sk-team-a", 36)
+			// What the models billed, whatever the gateway counted.
+			spent := billed(fleet)
 			m := cfg.Models[0]
 			oneTurn := m.Price().Cost(provider.Usage{InputTokens: cfg.Budget.RequestInput, OutputTokens: cfg.Budget.RequestOutput})
 			budgetUSD := cfg.Auth.Keys["sk-team-a"].MonthlyCostUSD
-			t.Logf("%d served, %d refused; spent $%.5f of a $%.2f monthly key budget (one turn's estimate at most $%.5f)", served, refused, spent, budgetUSD, oneTurn)
+			t.Logf("%d served, %d refused; the models billed $%.5f against a $%.2f monthly key budget (one turn's estimate at most $%.5f)", served, refused, spent, budgetUSD, oneTurn)
 			if served == 0 || refused == 0 {
 				t.Fatalf("%d served, %d refused: the flood must both spend the budget and be stopped by it", served, refused)
 			}
 			if spent > budgetUSD+oneTurn {
-				t.Fatalf("spent $%.5f against a $%.2f key budget: more than one turn ($%.5f) over", spent, budgetUSD, oneTurn)
+				t.Fatalf("the models billed $%.5f against a $%.2f key budget: more than one turn ($%.5f) over", spent, budgetUSD, oneTurn)
+			}
+			// Every door charged the key what it spent.
+			counted, err := fleet[0].s.enforcer.Spend(context.Background(), []budget.Account{{Scope: budget.ScopeKey, ID: stateHasher(cfg).Hash("sk-team-a")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := counted[0].MonthUSD - spent; d > 1e-6 || d < -1e-6 {
+				t.Fatalf("the key's budget counted $%.6f, the models billed $%.6f: some door's turns were not charged to the key", counted[0].MonthUSD, spent)
 			}
 
-			// Spent: each door refuses the key, naming the key's budget.
+			// Spent: each door refuses the key a turn whose estimate (up to
+			// 1,024 tokens of answer) is over what is left, naming the
+			// key's budget.
 			base := fleet[len(fleet)-1].srv.URL
 			for _, d := range []struct{ path, body, want string }{
 				{"/v1/chat", `{"sessionId":"after","message":"Hi"}`, "budget_exceeded"},
 				{"/v1/chat/completions", `{"model":"sonnet","messages":[{"role":"user","content":"Hi"}]}`, "API key's budget for this month"},
 				{"/v1/messages", `{"model":"sonnet","max_tokens":1024,"messages":[{"role":"user","content":"Hi"}]}`, "API key's budget for this month"},
+				{"/v1/responses", `{"model":"sonnet","input":"Hi"}`, "API key's budget for this month"},
+				{"/model/sonnet/converse", `{"messages":[{"role":"user","content":[{"text":"Hi"}]}]}`, "API key's budget for this month"},
+				{"/model/sonnet/invoke-with-response-stream", `{"anthropic_version":"bedrock-2023-05-31","max_tokens":1024,"messages":[{"role":"user","content":"Hi"}]}`, "API key's budget for this month"},
 			} {
 				status, body := keyPost(t, base, "sk-team-a", d.path, d.body)
 				if status == http.StatusOK || !strings.Contains(body, d.want) {
 					t.Errorf("%s after the key's budget is spent: %d %s; want a refusal naming %q", d.path, status, body, d.want)
 				}
+			}
+			if a := wsKeyTurn(t, base, "sk-team-a", "Hi"); a.Error.Code != "budget_exceeded" {
+				t.Errorf("/ws after the key's budget is spent: %+v; want budget_exceeded", a)
 			}
 			if status, body := keyPost(t, base, "sk-team-b", "/v1/chat/completions", `{"model":"sonnet","messages":[{"role":"user","content":"Hi"}]}`); status != http.StatusOK {
 				t.Fatalf("another key: %d %s; want it served", status, body)
@@ -237,23 +274,42 @@ func TestTeamAndFeatureBudgets(t *testing.T) {
 
 // A key's model list (auth.keys.*.models) refuses the tiers it does not
 // name on every door, in the door's own words, and its turns cascade only
-// through the tiers it names.
+// through the tiers it names; the embedding tiers are in the same list,
+// and the model lists show only what the key may use.
 func TestKeyModelAllowList(t *testing.T) {
 	cfg := quickConfig()
 	cfg.Auth.TrustUserHeader = false
-	cfg.Auth.Keys = map[string]config.Caller{"sk-haiku": {UserID: "cheap-app", Models: []string{"haiku"}}}
+	cfg.Auth.Keys = map[string]config.Caller{
+		"sk-haiku": {UserID: "cheap-app", Models: []string{"haiku"}},
+		"sk-embed": {UserID: "search-app", Models: []string{"cohere-embed"}},
+	}
 	sc := newScenario(t, cfg)
+	converse := `{"messages":[{"role":"user","content":[{"text":"Hi"}]}]}`
+	invoke := `{"anthropic_version":"bedrock-2023-05-31","max_tokens":100,"messages":[{"role":"user","content":"Hi"}]}`
 	for _, d := range []struct{ path, body, want string }{
 		{"/v1/chat/completions", `{"model":"sonnet","messages":[{"role":"user","content":"Hi"}]}`, `"type":"permission_error"`},
+		{"/v1/chat/completions", `{"model":"sonnet","stream":true,"messages":[{"role":"user","content":"Hi"}]}`, `"type":"permission_error"`},
+		{"/v1/responses", `{"model":"sonnet","input":"Hi"}`, `"type":"permission_error"`},
+		{"/v1/responses", `{"model":"sonnet","input":"Hi","stream":true}`, `"type":"permission_error"`},
 		{"/v1/messages", `{"model":"sonnet","max_tokens":100,"messages":[{"role":"user","content":"Hi"}]}`, `"type":"permission_error"`},
+		{"/v1/messages", `{"model":"sonnet","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"Hi"}]}`, `"type":"permission_error"`},
+		{"/model/sonnet/converse", converse, "may not use"},
+		{"/model/sonnet/converse-stream", converse, "may not use"},
+		{"/model/sonnet/invoke", invoke, "may not use"},
+		{"/model/sonnet/invoke-with-response-stream", invoke, "may not use"},
+		{"/v1/embeddings", `{"model":"titan-embed","input":"manga"}`, `"type":"permission_error"`},
 	} {
 		status, body := keyPost(t, sc.srv.URL, "sk-haiku", d.path, d.body)
 		if status != http.StatusForbidden || !strings.Contains(body, d.want) || !strings.Contains(body, "may use haiku") {
-			t.Errorf("%s asking for sonnet: %d %s; want 403 %s naming what the key may use", d.path, status, body, d.want)
+			t.Errorf("%s %s with a haiku-only key: %d %s; want 403 %s naming what the key may use", d.path, d.body, status, body, d.want)
 		}
-		status, body = keyPost(t, sc.srv.URL, "sk-haiku", d.path, strings.Replace(d.body, "sonnet", "haiku", 1))
-		if status != http.StatusOK {
-			t.Errorf("%s asking for haiku: %d %s", d.path, status, body)
+		if d.path == "/v1/embeddings" {
+			continue
+		}
+		allowed := strings.NewReplacer("/model/sonnet/", "/model/haiku/", `"sonnet"`, `"haiku"`).Replace(d.path + " " + d.body)
+		path, body2, _ := strings.Cut(allowed, " ")
+		if status, body := keyPost(t, sc.srv.URL, "sk-haiku", path, body2); status != http.StatusOK {
+			t.Errorf("%s asking for haiku: %d %s", path, status, body)
 		}
 	}
 	// The gateway's own door starts at the first tier: the key's turn
@@ -265,14 +321,91 @@ func TestKeyModelAllowList(t *testing.T) {
 	if status != http.StatusOK || a.Tier != "haiku" {
 		t.Fatalf("/v1/chat: %d %s; want answered by haiku", status, body)
 	}
+	if ws := wsKeyTurn(t, sc.srv.URL, "sk-haiku", "Recommend a manga"); ws.Tier != "haiku" {
+		t.Fatalf("/ws: %+v; want answered by haiku", ws)
+	}
 	if n := sc.upstream["sonnet"].calls.Load(); n != before {
 		t.Fatalf("sonnet called %d times for a haiku-only key", n-before)
+	}
+	// The model lists show what the key may use.
+	for _, h := range []map[string]string{{"Authorization": "Bearer sk-haiku"}, {"x-api-key": "sk-haiku", "anthropic-version": "2023-06-01"}} {
+		req, _ := http.NewRequest(http.MethodGet, sc.srv.URL+"/v1/models", nil)
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"haiku"`) || strings.Contains(string(b), `"sonnet"`) {
+			t.Errorf("GET /v1/models with %v: %d %s; want haiku listed and sonnet not", h, resp.StatusCode, b)
+		}
+	}
+	// A key of an embedding tier embeds with it, falls to no other, and
+	// has no chat model.
+	if status, body := keyPost(t, sc.srv.URL, "sk-embed", "/v1/embeddings", `{"model":"cohere-embed","input":"manga"}`); status != http.StatusOK {
+		t.Errorf("the embedding key on its tier: %d %s", status, body)
+	}
+	if status, body := keyPost(t, sc.srv.URL, "sk-embed", "/v1/embeddings", `{"model":"titan-embed","input":"manga"}`); status != http.StatusForbidden || !strings.Contains(body, "may use cohere-embed") {
+		t.Errorf("the embedding key on another embedding tier: %d %s; want 403", status, body)
+	}
+	if status, body := keyPost(t, sc.srv.URL, "sk-embed", "/v1/chat", `{"sessionId":"e","message":"Hi"}`); status != http.StatusForbidden || !strings.Contains(body, "no chat model") {
+		t.Errorf("the embedding key on /v1/chat: %d %s; want 403", status, body)
 	}
 	// The model list names tiers the config has.
 	bad := cfg
 	bad.Auth.Keys = map[string]config.Caller{"sk-x": {UserID: "x", Models: []string{"opus"}}}
-	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `unknown model tier "opus"`) {
-		t.Fatalf("validate: %v; want the unknown tier named", err)
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `unknown model tier "opus"`) || !strings.Contains(err.Error(), "titan-embed") {
+		t.Fatalf("validate: %v; want the unknown tier named, and the embedding tiers among those it may be", err)
+	}
+}
+
+// wsKeyTurn sends one turn over /ws with key as its bearer key and returns
+// the done frame (or the error frame's code as Error.Code).
+func wsKeyTurn(t *testing.T, base, key, message string) answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/ws", &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	return wsSend(ctx, t, c, message)
+}
+
+// wsSend sends one turn on an open WebSocket and reads to its last frame.
+func wsSend(ctx context.Context, t *testing.T, c *websocket.Conn, message string) answer {
+	t.Helper()
+	id := fmt.Sprintf("r-%d", time.Now().UnixNano())
+	frame, _ := json.Marshal(map[string]string{"action": "sendMessage", "requestId": id, "sessionId": "ws-" + id, "message": message})
+	if err := c.Write(ctx, websocket.MessageText, frame); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("reading /ws: %v", err)
+		}
+		var f struct {
+			Type    string  `json:"type"`
+			Tier    string  `json:"tier"`
+			Code    string  `json:"code"`
+			Message string  `json:"message"`
+			CostUSD float64 `json:"costUsd"`
+		}
+		_ = json.Unmarshal(data, &f)
+		switch f.Type {
+		case "done":
+			return answer{Status: http.StatusOK, Tier: f.Tier, CostUSD: f.CostUSD}
+		case "error":
+			var a answer
+			a.Error.Code, a.Error.Message = f.Code, f.Message
+			return a
+		}
 	}
 }
 

@@ -28,6 +28,32 @@ const keyRefresh = 500 * time.Millisecond
 // when the rotation names no grace.
 const defaultRotationGrace = 24 * time.Hour
 
+// KeyStore says where the API keys created at run time are kept under
+// cfg, as the startup banner puts it, and whether keys may be created: a fleet
+// (fleet.redis) creates them only when its instances share them, in the
+// PostgreSQL database of eventStore.
+func KeyStore(cfg config.Config) (where string, creates bool) {
+	switch {
+	case cfg.EventStore.Driver == eventstore.DriverPostgres:
+		return "API keys in PostgreSQL (table fmgate_api_keys)", true
+	case cfg.Fleet.Redis != "":
+		return "no API keys created at run time (a fleet shares them in PostgreSQL: eventStore.driver postgres)", false
+	case cfg.EventStore.Path != "" && cfg.EventStore.Path != ":memory:":
+		return "API keys in " + keysFile(cfg), true
+	}
+	return "API keys in memory (lost at exit)", true
+}
+
+// keysFile is the SQLite file of run-time keys: keys.db beside the event
+// store.
+func keysFile(cfg config.Config) string {
+	return filepath.Join(filepath.Dir(cfg.EventStore.Path), "keys.db")
+}
+
+// errKeysNotShared refuses to create a key no other instance of the fleet
+// would know.
+var errKeysNotShared = errors.New("keys not shared")
+
 // openKeys opens the store of run-time keys beside the event store (the
 // SQLite file keys.db in its directory, or its PostgreSQL database) and
 // the registry over it.
@@ -40,9 +66,13 @@ func (s *Server) openKeys(ctx context.Context, cfg config.Config) (*keystore.Reg
 		store, err = keystore.OpenPostgres(ctx, cfg.EventStore.PostgresDSN(), "")
 		poll = true
 	case cfg.EventStore.Path != "" && cfg.EventStore.Path != ":memory:":
-		store, err = keystore.OpenSQLite(ctx, filepath.Join(filepath.Dir(cfg.EventStore.Path), "keys.db"))
+		// In a fleet without PostgreSQL the file holds keys made before
+		// (they may still be changed and revoked here), and no new ones.
+		store, err = keystore.OpenSQLite(ctx, keysFile(cfg))
 	default:
-		s.log.Info("no event store on disk: API keys created at run time are kept in memory, and lost at exit")
+		if cfg.Fleet.Redis == "" {
+			s.log.Info("no event store on disk: API keys created at run time are kept in memory, and lost at exit")
+		}
 		store, err = keystore.OpenSQLite(ctx, ":memory:")
 	}
 	if err != nil {
@@ -200,12 +230,17 @@ func (s *Server) mountKeys(reg *keystore.Registry) {
 		if !decodeAdmin(w, r, &spec) {
 			return
 		}
+		if _, ok := KeyStore(*s.config()); !ok {
+			keyError(w, errKeysNotShared)
+			return
+		}
 		issued, err := reg.Create(r.Context(), spec, operator(r))
 		if err != nil {
 			keyError(w, err)
 			return
 		}
 		s.auditKey(r, "created", issued.Record)
+		w.Header().Set("Cache-Control", "no-store") // the secret, shown once, is kept by no cache
 		writeJSON(w, http.StatusCreated, map[string]any{"key": s.viewKey(issued.Record), "secret": issued.Secret,
 			"note": "The secret is shown this once: fmgate keeps only a hash of it."})
 	})
@@ -243,6 +278,7 @@ func (s *Server) mountKeys(reg *keystore.Registry) {
 			return
 		}
 		s.auditKey(r, "rotated", issued.Record)
+		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusOK, map[string]any{"key": s.viewKey(issued.Record), "secret": issued.Secret,
 			"note": fmt.Sprintf("The secret is shown this once. The previous one works until %s.", issued.Record.PrevUntil.Format(time.RFC3339))})
 	})
@@ -278,6 +314,9 @@ func keyError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, keystore.ErrNotFound):
 		writeJSON(w, http.StatusNotFound, adminError("not_found", "No key has this id."))
+	case errors.Is(err, errKeysNotShared):
+		writeJSON(w, http.StatusConflict, adminError("keys_not_shared", "This gateway runs as a fleet (fleet.redis) without PostgreSQL: a key created here would work on this instance alone, and its revocation would not reach the others. "+
+			"Set eventStore.driver: postgres (with eventStore.dsn), where every instance reads the same keys, or give the keys in auth.keys."))
 	case errors.As(err, &inv):
 		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": map[string]any{"code": "invalid_key", "message": inv.Error(), "problems": inv.Problems}})
 	default:

@@ -1,13 +1,17 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/eventstore"
@@ -56,18 +60,43 @@ func createKey(t *testing.T, base, spec string) issuedKey {
 	return k
 }
 
-// onDoors sends a turn with key on each door and returns each status.
+// onDoors sends a turn with key on each door that runs chat turns (the
+// gateway's own over JSON and WebSocket, OpenAI's Chat Completions and
+// Responses, Anthropic's Messages, Bedrock's Converse) and returns each
+// status; a WebSocket turn's is that of its error frame's code.
 func onDoors(t *testing.T, base, key, model string) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for door, d := range map[string]struct{ path, body string }{
 		"chat":      {"/v1/chat", `{"sessionId":"k","message":"Recommend a manga"}`},
 		"openai":    {"/v1/chat/completions", `{"model":"` + model + `","messages":[{"role":"user","content":"Recommend a manga"}]}`},
+		"responses": {"/v1/responses", `{"model":"` + model + `","input":"Recommend a manga"}`},
 		"anthropic": {"/v1/messages", `{"model":"` + model + `","max_tokens":200,"messages":[{"role":"user","content":"Recommend a manga"}]}`},
+		"bedrock":   {"/model/" + model + "/converse", `{"messages":[{"role":"user","content":[{"text":"Recommend a manga"}]}]}`},
 	} {
-		out[door], _ = keyPost(t, base, key, d.path, d.body)
+		var body string
+		out[door], body = keyPost(t, base, key, d.path, d.body)
+		if door == "bedrock" && out[door] == http.StatusForbidden && (strings.Contains(body, "The API key is not valid") || strings.Contains(body, "Send Authorization")) {
+			out[door] = http.StatusUnauthorized // Bedrock's UnrecognizedClientException is a 403
+		}
 	}
+	out["ws"] = wsStatus(wsKeyTurn(t, base, key, "Recommend a manga"))
 	return out
+}
+
+// wsStatus is the HTTP status a WebSocket turn's outcome stands for.
+func wsStatus(a answer) int {
+	switch a.Error.Code {
+	case "":
+		return a.Status
+	case "unauthorized":
+		return http.StatusUnauthorized
+	case "model_not_allowed":
+		return http.StatusForbidden
+	case "budget_exceeded":
+		return http.StatusPaymentRequired
+	}
+	return http.StatusInternalServerError
 }
 
 func allStatus(got map[string]int, want int) bool {
@@ -130,8 +159,9 @@ func TestKeyLifecycleThroughTheAdminAPI(t *testing.T) {
 	if status, body := adminDo(t, base, http.MethodPatch, "/admin/keys/"+k.Key.ID, `{"models":["haiku"]}`); status != http.StatusOK || !strings.Contains(body, `"models":["haiku"]`) {
 		t.Fatalf("PATCH models: %d %s", status, body)
 	}
-	if got := onDoors(t, base, k.Secret, "sonnet"); got["openai"] != http.StatusForbidden || got["anthropic"] != http.StatusForbidden || got["chat"] != http.StatusOK {
-		t.Fatalf("a haiku-only key asking for sonnet: %v, want 403 on the vendors' doors (the gateway's own door starts at haiku)", got)
+	if got := onDoors(t, base, k.Secret, "sonnet"); got["openai"] != http.StatusForbidden || got["responses"] != http.StatusForbidden || got["anthropic"] != http.StatusForbidden ||
+		got["bedrock"] != http.StatusForbidden || got["chat"] != http.StatusOK || got["ws"] != http.StatusOK {
+		t.Fatalf("a haiku-only key asking for sonnet: %v, want 403 on the vendors' doors (the gateway's own doors start at haiku)", got)
 	}
 	if status, body := adminDo(t, base, http.MethodPatch, "/admin/keys/"+k.Key.ID, `{"models":["opus"]}`); status != http.StatusUnprocessableEntity || !strings.Contains(body, `unknown model tier \"opus\"`) {
 		t.Fatalf("PATCH an unknown tier: %d %s", status, body)
@@ -161,17 +191,49 @@ func TestKeyLifecycleThroughTheAdminAPI(t *testing.T) {
 		t.Fatalf("spend after the rotation: $%g, was $%g: the key's spend must carry on", today, spentBefore)
 	}
 
+	// A WebSocket opened before the revocation is refused its next turn.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	open, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/ws", &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + rot.Secret}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.CloseNow()
+	if a := wsSend(ctx, t, open, "Recommend a manga"); a.Status != http.StatusOK {
+		t.Fatalf("a turn on the open WebSocket before the revocation: %+v", a)
+	}
 	if status, body := adminDo(t, base, http.MethodDelete, "/admin/keys/"+k.Key.ID, ""); status != http.StatusOK || !strings.Contains(body, `"status":"revoked"`) {
 		t.Fatalf("DELETE: %d %s", status, body)
 	}
 	if got := onDoors(t, base, rot.Secret, "haiku"); !allStatus(got, http.StatusUnauthorized) {
 		t.Fatalf("a revoked key: %v, want 401 everywhere", got)
 	}
+	if a := wsSend(ctx, t, open, "Recommend a manga"); a.Error.Code != "unauthorized" {
+		t.Fatalf("a turn on a WebSocket opened before the revocation: %+v, want unauthorized", a)
+	}
+	for path, body := range map[string]string{
+		"/v1/embeddings": `{"model":"titan-embed","input":"manga"}`,
+		"/v1/batch":      `{"messages":[{"message":"Recommend a manga"}]}`,
+	} {
+		if status, got := keyPost(t, base, rot.Secret, path, body); status != http.StatusUnauthorized {
+			t.Fatalf("%s with a revoked key: %d %s, want 401", path, status, got)
+		}
+	}
 	if status, _ := adminDo(t, base, http.MethodDelete, "/admin/keys/key_none", ""); status != http.StatusNotFound {
 		t.Fatalf("DELETE an unknown key: %d", status)
 	}
+	// The answers that show a secret are kept by no cache.
+	req, _ := http.NewRequest(http.MethodPost, base+"/admin/keys", strings.NewReader(`{"name":"cached?"}`))
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusCreated || resp.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("POST /admin/keys: %v, Cache-Control %q; want 201 and no-store", err, resp.Header.Get("Cache-Control"))
+	} else {
+		resp.Body.Close()
+	}
 	// Without the admin token nothing of this is reachable.
-	req, _ := http.NewRequest(http.MethodGet, base+"/admin/keys", nil)
+	req, _ = http.NewRequest(http.MethodGet, base+"/admin/keys", nil)
 	req.Header.Set("Authorization", "Bearer "+rot.Secret)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("GET /admin/keys with an API key: %v %v", resp.StatusCode, err)
@@ -185,8 +247,18 @@ func TestKeyLifecycleThroughTheAdminAPI(t *testing.T) {
 			audit = append(audit, e.Outcome.ErrorCode)
 		}
 	}
-	if want := "key_created key_updated key_rotated key_revoked"; strings.Join(audit, " ") != want {
+	if want := "key_created key_updated key_rotated key_revoked key_created"; strings.Join(audit, " ") != want {
 		t.Fatalf("audit spans %q, want %q", audit, want)
+	}
+	// Neither secret is in the events, the audit spans among them.
+	raw, err := os.ReadFile(spans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, secret := range map[string]string{"first": k.Secret, "rotated": rot.Secret} {
+		if strings.Contains(string(raw), secret) {
+			t.Fatalf("the %s secret is in the events", name)
+		}
 	}
 }
 
@@ -207,30 +279,36 @@ func TestKeyRevocationIsFleetWide(t *testing.T) {
 		fleet = append(fleet, newScenario(t, cfg))
 	}
 	k := createKey(t, fleet[0].srv.URL, `{"name":"fleet app","team":"acme"}`)
-	within := func(what string, cond func() bool) {
+	// within waits until every instance answers the key with want, all
+	// within one second of since.
+	within := func(what string, since time.Time, want int) {
 		t.Helper()
-		deadline := time.Now().Add(time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within a second", what)
+		deadline := since.Add(time.Second)
+		left := map[int]bool{0: true, 1: true, 2: true}
+		for len(left) > 0 {
+			for i := range left {
+				// Counting tokens checks the key as a turn does, and costs nothing.
+				s, _ := keyPost(t, fleet[i].srv.URL, k.Secret, "/v1/messages/count_tokens", `{"model":"sonnet","messages":[{"role":"user","content":"Hi"}]}`)
+				if s == want {
+					delete(left, i)
+				}
+			}
+			if len(left) > 0 && time.Now().After(deadline) {
+				t.Fatalf("%s: instances %v (from 0) still answer otherwise a second after", what, left)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	for i, sc := range fleet {
-		within("the new key on instance "+string(rune('1'+i)), func() bool {
-			s, _ := keyPost(t, sc.srv.URL, k.Secret, "/v1/chat", `{"sessionId":"f","message":"Hi"}`)
-			return s == http.StatusOK
-		})
-	}
+	within("the new key", time.Now(), http.StatusOK)
+	asked := time.Now()
 	if status, body := adminDo(t, fleet[1].srv.URL, http.MethodDelete, "/admin/keys/"+k.Key.ID, ""); status != http.StatusOK {
 		t.Fatalf("revoke on instance 2: %d %s", status, body)
 	}
+	within("the revocation", asked, http.StatusUnauthorized)
 	for i, sc := range fleet {
-		within("the revocation on instance "+string(rune('1'+i)), func() bool {
-			s, _ := keyPost(t, sc.srv.URL, k.Secret, "/v1/chat", `{"sessionId":"f","message":"Hi"}`)
-			return s == http.StatusUnauthorized
-		})
+		if s, body := keyPost(t, sc.srv.URL, k.Secret, "/v1/chat", `{"sessionId":"f","message":"Hi"}`); s != http.StatusUnauthorized {
+			t.Fatalf("a turn on instance %d after the revocation: %d %s", i+1, s, body)
+		}
 	}
 }
 
@@ -245,5 +323,23 @@ func TestConfigKeysAndRuntimeKeysTogether(t *testing.T) {
 		if got := onDoors(t, sc.srv.URL, key, "sonnet"); !allStatus(got, http.StatusOK) {
 			t.Fatalf("key %.10s: %v", key, got)
 		}
+	}
+}
+
+// A fleet without PostgreSQL has no key store its instances share: a key
+// created on one would be unknown to the others and its revocation would
+// not reach them, so none is created, and the answer says what to set.
+func TestFleetWithoutPostgresCreatesNoKeys(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Auth.TrustUserHeader = false
+	cfg.Fleet.Redis = redistest.Addr()
+	cfg.Fleet.KeyPrefix = fleetConfig(t)
+	sc := newScenario(t, cfg)
+	status, body := adminDo(t, sc.srv.URL, http.MethodPost, "/admin/keys", `{"name":"fleet app"}`)
+	if status != http.StatusConflict || !strings.Contains(body, `"code":"keys_not_shared"`) || !strings.Contains(body, "eventStore.driver: postgres") {
+		t.Fatalf("POST /admin/keys in a fleet without PostgreSQL: %d %s; want 409 naming eventStore.driver", status, body)
+	}
+	if status, body := adminDo(t, sc.srv.URL, http.MethodGet, "/admin/keys", ""); status != http.StatusOK || !strings.Contains(body, `"keys":null`) && !strings.Contains(body, `"keys":[]`) {
+		t.Fatalf("GET /admin/keys: %d %s", status, body)
 	}
 }

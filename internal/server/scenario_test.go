@@ -13,15 +13,39 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fmgate/fmgate/internal/budget"
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 )
 
-// counting wraps a provider and counts upstream attempts and their outcomes.
+// counting wraps a provider and counts upstream attempts and their
+// outcomes, and what the answers cost at the tier's price: the spend as the
+// vendor would bill it, whatever the gateway counted.
 type counting struct {
 	provider.Provider
 	calls, throttled atomic.Int64
+	price            budget.Price
+	billedNano       atomic.Int64
+}
+
+// billed is what the upstream's answers cost, in USD.
+func (c *counting) billed() float64 { return float64(c.billedNano.Load()) / 1e9 }
+
+func (c *counting) bill(r *provider.Response) {
+	if r != nil {
+		c.billedNano.Add(int64(c.price.Cost(r.Usage)*1e9 + 0.5))
+	}
+}
+
+func (c *counting) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
+	c.calls.Add(1)
+	r, err := c.Provider.Complete(ctx, req)
+	if provider.KindOf(err) == provider.KindThrottled {
+		c.throttled.Add(1)
+	}
+	c.bill(r)
+	return r, err
 }
 
 // CountTokens passes on to the provider's own count, where it has one.
@@ -38,6 +62,7 @@ func (c *counting) Stream(ctx context.Context, req *provider.Request, emit func(
 	if provider.KindOf(err) == provider.KindThrottled {
 		c.throttled.Add(1)
 	}
+	c.bill(r)
 	return r, err
 }
 
@@ -75,6 +100,10 @@ func newScenarioSim(t *testing.T, cfg config.Config, simOpts sim.Options) *scena
 	sc := &scenario{t: t, upstream: map[string]*counting{}}
 	s, err := New(context.Background(), isolate(t, cfg), Options{Catalog: sharedCatalog(t), SimOptions: simOpts, WrapProvider: func(model string, p provider.Provider) provider.Provider {
 		c := &counting{Provider: p}
+		tier, _, _ := strings.Cut(model, "@") // a deployment bills at its tier's price
+		if m, ok := cfg.Model(tier); ok {
+			c.price = m.Price()
+		}
 		sc.upstream[model] = c
 		return c
 	}})

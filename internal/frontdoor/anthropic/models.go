@@ -36,8 +36,8 @@ func modelInfo(m config.Model) ModelInfo {
 	return ModelInfo{Type: "model", ID: m.Name, DisplayName: name, CreatedAt: modelsEpoch}
 }
 
-// listModels answers GET /v1/models in Anthropic's shape: the model tiers,
-// each by the name requests may use.
+// listModels answers GET /v1/models in Anthropic's shape: the model tiers
+// the caller's API key may use, each by the name requests may use.
 func (d *door) listModels(w http.ResponseWriter, r *http.Request) {
 	var t gateway.Turn
 	if err := d.authenticate(r, "", &t); err != nil {
@@ -46,7 +46,9 @@ func (d *door) listModels(w http.ResponseWriter, r *http.Request) {
 	}
 	list := modelList{Data: []ModelInfo{}}
 	for _, m := range d.g.Models() {
-		list.Data = append(list.Data, modelInfo(m))
+		if t.MayUse(m.Name) {
+			list.Data = append(list.Data, modelInfo(m))
+		}
 	}
 	if n := len(list.Data); n > 0 {
 		list.FirstID, list.LastID = &list.Data[0].ID, &list.Data[n-1].ID

@@ -324,17 +324,25 @@ func (c *collector) Finish(*gateway.Result) error { return nil }
 func (c *collector) Fail(*gateway.Error) error    { return nil }
 func (c *collector) WholeAnswer() bool            { return true }
 
+// models lists the model tiers the caller's API key may use.
 func (d *door) models(w http.ResponseWriter, r *http.Request) {
-	if e := d.authenticate(r); e != nil {
-		e.Write(w)
+	key, _ := gateway.Bearer(r)
+	var t gateway.Turn
+	if err := d.g.Authenticate(r, key, "", &t); err != nil {
+		fromGateway(err).Write(w)
 		return
 	}
 	buf := append(make([]byte, 0, 256), `{"object":"list","data":[`...)
-	for i, m := range d.g.Models() {
-		if i > 0 {
+	n := 0
+	for _, m := range d.g.Models() {
+		if !t.MayUse(m.Name) {
+			continue
+		}
+		if n > 0 {
 			buf = append(buf, ',')
 		}
 		buf = appendModel(buf, m.Name)
+		n++
 	}
 	buf = append(buf, "]}\n"...)
 	w.Header().Set("Content-Type", "application/json")

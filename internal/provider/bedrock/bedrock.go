@@ -99,7 +99,7 @@ func New(ctx context.Context, m config.Model, opts Options) (*Provider, error) {
 	if m.Region == "" {
 		return nil, errors.New("bedrock: region is required")
 	}
-	cfg, err := loadConfig(ctx, m.Region, opts)
+	cfg, err := loadConfig(ctx, m.Region, m.AWSProfile, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -122,11 +122,13 @@ func New(ctx context.Context, m config.Model, opts Options) (*Provider, error) {
 // CheckCredentials resolves the AWS credentials m would use, within the
 // credential timeout, for `fmgate validate`.
 func CheckCredentials(ctx context.Context, m config.Model) error {
-	_, err := loadConfig(ctx, m.Region, Options{})
+	_, err := loadConfig(ctx, m.Region, m.AWSProfile, Options{})
 	return err
 }
 
-func loadConfig(ctx context.Context, region string, opts Options) (aws.Config, error) {
+// loadConfig resolves the SDK's config for region, with the credentials of
+// the shared config's profile when one is named.
+func loadConfig(ctx context.Context, region, profile string, opts Options) (aws.Config, error) {
 	timeout := opts.CredentialTimeout
 	if timeout <= 0 {
 		timeout = DefaultCredentialTimeout
@@ -139,6 +141,9 @@ func loadConfig(ctx context.Context, region string, opts Options) (aws.Config, e
 		// to IMDSv1) would break the one-line report; failures surface as
 		// errors instead.
 		awsconfig.WithLogger(logging.Nop{}),
+	}
+	if profile != "" {
+		load = append(load, awsconfig.WithSharedConfigProfile(profile))
 	}
 	if opts.Credentials != nil {
 		load = append(load, awsconfig.WithCredentialsProvider(opts.Credentials))
@@ -154,6 +159,9 @@ func loadConfig(ctx context.Context, region string, opts Options) (aws.Config, e
 	}
 	creds, err := cfg.Credentials.Retrieve(cctx)
 	if err != nil || !creds.HasKeys() {
+		if profile != "" {
+			return aws.Config{}, fmt.Errorf("bedrock: the AWS profile %q gives no credentials (is it in ~/.aws/config or credentials, or AWS_CONFIG_FILE and AWS_SHARED_CREDENTIALS_FILE?): %w", profile, ErrNoCredentials)
+		}
 		return aws.Config{}, ErrNoCredentials
 	}
 	return cfg, nil

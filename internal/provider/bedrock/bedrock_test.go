@@ -5,8 +5,11 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode"
@@ -294,6 +297,53 @@ func TestCredentialsFromTheDefaultChain(t *testing.T) {
 	}
 	if _, err := p.Complete(context.Background(), request("hello")); err != nil {
 		t.Fatalf("a call with the environment's keys: %v", err)
+	}
+}
+
+// A tier (or deployment) with an awsProfile signs with that profile's
+// keys, another account's, while the others keep the default chain's; a
+// profile the shared files lack is named.
+func TestProfileSignsWithItsOwnKeys(t *testing.T) {
+	s, _ := startSim(t)
+	var mu sync.Mutex
+	var signedBy []string
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, cred, _ := strings.Cut(r.Header.Get("Authorization"), "Credential=")
+		akid, _, _ := strings.Cut(cred, "/")
+		mu.Lock()
+		signedBy = append(signedBy, akid)
+		mu.Unlock()
+		simserver.Handler(s).ServeHTTP(w, r)
+	}))
+	home := t.TempDir()
+	creds := filepath.Join(home, "credentials")
+	if err := os.WriteFile(creds, []byte("[partner]\naws_access_key_id = AKIDPARTNER\naws_secret_access_key = partner-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"HOME": home, "AWS_CONFIG_FILE": filepath.Join(home, "config"), "AWS_SHARED_CREDENTIALS_FILE": creds,
+		"AWS_PROFILE": "", "AWS_ACCESS_KEY_ID": "AKIDFROMENV", "AWS_SECRET_ACCESS_KEY": "secret-from-env", "AWS_SESSION_TOKEN": "",
+		"AWS_EC2_METADATA_DISABLED": "true",
+	} {
+		t.Setenv(k, v)
+	}
+	m := config.Model{Name: "sonnet", Provider: "bedrock", ModelID: sonnetID, Region: "us-east-1", Endpoint: srv.URL}
+	for _, profile := range []string{"", "partner"} {
+		m.AWSProfile = profile
+		p, err := bedrock.New(context.Background(), m, bedrock.Options{})
+		if err != nil {
+			t.Fatalf("profile %q: %v", profile, err)
+		}
+		if _, err := p.Complete(context.Background(), request("hello")); err != nil {
+			t.Fatalf("profile %q: %v", profile, err)
+		}
+	}
+	if want := []string{"AKIDFROMENV", "AKIDPARTNER"}; !slices.Equal(signedBy, want) {
+		t.Fatalf("signed by %v, want %v", signedBy, want)
+	}
+	m.AWSProfile = "nobody"
+	if _, err := bedrock.New(context.Background(), m, bedrock.Options{}); err == nil || !strings.Contains(err.Error(), "nobody") {
+		t.Fatalf("an unknown profile: %v; want it named", err)
 	}
 }
 

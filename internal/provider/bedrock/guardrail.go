@@ -36,7 +36,7 @@ func NewGuardrail(ctx context.Context, c guardrail.BedrockConfig, opts Options) 
 	if c.Region == "" {
 		return nil, errors.New("bedrock: guardrail: region is required")
 	}
-	cfg, err := loadConfig(ctx, c.Region, opts)
+	cfg, err := loadConfig(ctx, c.Region, "", opts)
 	if err != nil {
 		return nil, err
 	}
