@@ -239,7 +239,10 @@ func (g *Gateway) settleGuard(ctx context.Context, o *guardedOutput, r *provider
 		err = o.flush()
 	}
 	blocked := isAnswerBlocked(err)
-	if r != nil && (o.redacted || blocked) {
+	// The answer's text is what reached the client: a redacted one, or,
+	// when the attempt failed, without the tail held back for the check,
+	// which never went out (a continuation goes on from what was sent).
+	if r != nil && (o.redacted || blocked || err != nil) {
 		r.Text = o.sent.String()
 	}
 	g.answerSpan(ctx, o, blocked)
