@@ -190,7 +190,7 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 	servedBy(w.Header(), res.Tier, res.Degraded, res.TraceID)
 	body := Completion{
 		ID: meta.id, Created: meta.created, Model: answeredBy(res.ModelID, res.Tier), Text: out.buf.String(),
-		ToolCalls: res.ToolCalls, FinishReason: FinishReason(res.StopReason), Usage: usageOf(res),
+		ToolCalls: res.ToolCalls, FinishReason: FinishReason(res.StopReason), StopSequence: res.StopSequence, Usage: usageOf(res),
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -233,6 +233,7 @@ func (o *streamOutput) BeginTrace(traceID string) {
 func (o *streamOutput) Finish(res *gateway.Result) error {
 	o.tx.mu.Lock()
 	o.tx.finish, o.tx.usage, o.tx.toolCalls = FinishReason(res.StopReason), usageOf(res), res.ToolCalls
+	o.tx.ev.stopSequence = res.StopSequence
 	o.tx.mu.Unlock()
 	return o.StreamOutput.Finish(res)
 }

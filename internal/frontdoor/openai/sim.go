@@ -67,6 +67,7 @@ func (h *simHandler) chat(w http.ResponseWriter, r *http.Request) {
 		if len(resp.ToolCalls) > 0 && ev.toolCalls(resp.ToolCalls) != nil {
 			return
 		}
+		ev.stopSequence = resp.StopSequence
 		_ = ev.finish(FinishReason(resp.StopReason), usage)
 	case provider.KindOf(err) == provider.KindGuardrail:
 		_ = ev.finish(FinishContentFilter, usage)
@@ -95,7 +96,7 @@ func (h *simHandler) complete(w http.ResponseWriter, r *http.Request, req *provi
 		return
 	}
 	body := Completion{
-		ID: meta.id, Created: meta.created, Model: meta.model, Text: resp.Text, ToolCalls: resp.ToolCalls, FinishReason: finish,
+		ID: meta.id, Created: meta.created, Model: meta.model, Text: resp.Text, ToolCalls: resp.ToolCalls, FinishReason: finish, StopSequence: resp.StopSequence,
 		Usage: UsageOf(resp.Usage, 0),
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -238,7 +238,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 		}
 	}
 	resp.TTFT = p.now().Sub(start)
-	resp.StopReason = string(out.StopReason)
+	resp.StopReason, resp.StopSequence = string(out.StopReason), stopSequence(req, out.StopReason)
 	resp.Usage = usageOf(out.Usage)
 	if out.Trace != nil {
 		resp.GuardrailTrace = traceJSON(out.Trace.Guardrail)
@@ -321,7 +321,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 				readErr = provider.EmitThinking(ctx, td)
 			}
 		case *types.ConverseStreamOutputMemberMessageStop:
-			resp.StopReason = string(v.Value.StopReason)
+			resp.StopReason, resp.StopSequence = string(v.Value.StopReason), stopSequence(req, v.Value.StopReason)
 		case *types.ConverseStreamOutputMemberMetadata:
 			resp.Usage, gotUsage = usageOf(v.Value.Usage), true
 			if v.Value.Trace != nil {
@@ -448,6 +448,15 @@ func (p *Provider) input(req *provider.Request) (converseParts, error) {
 
 func (p *Provider) invalid(err error) error {
 	return &provider.Error{Kind: provider.KindValidation, Model: p.name, Err: fmt.Errorf("bedrock: %w", err)}
+}
+
+// stopSequence is the stop sequence that ended an answer stopped by one:
+// Converse does not say which, so it is known only when req asked for one.
+func stopSequence(req *provider.Request, stop types.StopReason) string {
+	if stop != types.StopReasonStopSequence || len(req.StopSequences) != 1 {
+		return ""
+	}
+	return req.StopSequences[0]
 }
 
 // stopError turns a guardrail's or content filter's stop into a guardrail
