@@ -80,7 +80,7 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 		}
 		preq := &provider.Request{Model: name, System: req.System, SystemCache: req.SystemCache, Messages: msgs,
 			MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, StopSequences: req.StopSequences,
-			Tools: req.Tools, ToolChoice: req.ToolChoice, Thinking: req.Thinking}
+			Tools: req.Tools, ToolChoice: req.ToolChoice, Thinking: req.Thinking, Format: req.Format}
 		if op == OpCountTokens {
 			n, err := s.CountTokens(r.Context(), preq)
 			if err != nil {
