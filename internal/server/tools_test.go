@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,7 +17,6 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	oaioption "github.com/openai/openai-go/v3/option"
 
-	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 )
 
@@ -44,92 +42,6 @@ type agent interface {
 	// ask sends the user's message (or, with results, the results of the
 	// last answer's calls), with choice "" (auto) or a tool name to force.
 	ask(t *testing.T, message string, results map[string]string, choice string) (toolAnswer, error)
-}
-
-// TestToolLoopsThroughEveryDoorAndProvider: an agent loop with two tools,
-// through the OpenAI and Anthropic doors (their official Go SDKs, JSON and
-// streamed), served by the simulator, or by the openai, anthropic and
-// bedrock providers against the simulator on their vendors' wires. The model calls
-// the tool the message names, with arguments the SDK parses as JSON; the
-// tool's result comes back through the door and the model answers from it;
-// a message naming both tools gets two parallel calls; a forced tool is
-// called; UTF-8 survives arguments split across stream chunks.
-func TestToolLoopsThroughEveryDoorAndProvider(t *testing.T) {
-	upstreams := map[string]func(t *testing.T, cfg *config.Config){
-		"sim":       func(*testing.T, *config.Config) {},
-		"openai":    func(t *testing.T, cfg *config.Config) { openaiUpstream(t, cfg) },
-		"anthropic": func(t *testing.T, cfg *config.Config) { onAnthropic(t, cfg, "sonnet") },
-		"bedrock": func(t *testing.T, cfg *config.Config) {
-			_, endpoint := bedrockUpstream(t, cfg.Sim.Models["sonnet"])
-			*cfg = onBedrock(*cfg, endpoint)
-		},
-	}
-	doors := map[string]func(url string, stream bool) agent{
-		"openai":    func(url string, stream bool) agent { return newOpenAIAgent(url, stream) },
-		"anthropic": func(url string, stream bool) agent { return newAnthropicAgent(url, stream) },
-	}
-	for _, up := range []string{"sim", "openai", "anthropic", "bedrock"} {
-		t.Run(up, func(t *testing.T) {
-			cfg := quickConfig()
-			upstreams[up](t, &cfg)
-			sc := newScenario(t, cfg)
-			for _, door := range []string{"openai", "anthropic"} {
-				for _, stream := range []bool{false, true} {
-					name := door + map[bool]string{false: "/json", true: "/stream"}[stream]
-					t.Run(name, func(t *testing.T) {
-						agentLoop(t, func() agent { return doors[door](sc.srv.URL, stream) })
-					})
-				}
-			}
-		})
-	}
-}
-
-func agentLoop(t *testing.T, newAgent func() agent) {
-	// A round trip: call, result, answer from the result.
-	a := newAgent()
-	got, err := a.ask(t, "What's the weather in 東京 today?", nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got.calls) != 1 || got.calls[0].name != "get_weather" || got.calls[0].id == "" {
-		t.Fatalf("answer %+v: want one get_weather call", got)
-	}
-	var args struct {
-		City string `json:"city"`
-	}
-	if err := json.Unmarshal([]byte(got.calls[0].args), &args); err != nil || !strings.Contains(args.City, "東京") {
-		t.Fatalf("arguments %q: want a JSON object whose city holds the message's 東京 (%v)", got.calls[0].args, err)
-	}
-	got, err = a.ask(t, "", map[string]string{got.calls[0].id: "晴れ、最高気温18度"}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got.calls) != 0 || !strings.Contains(got.text, "晴れ、最高気温18度") {
-		t.Fatalf("answer to the result %+v: want text quoting the tool's result", got)
-	}
-
-	// Two tools named: two calls at once.
-	got, err = newAgent().ask(t, "What's the weather and the local time in Osaka?", nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := []string{}
-	for _, c := range got.calls {
-		names = append(names, c.name)
-	}
-	if !slices.Equal(names, []string{"get_weather", "get_time"}) || got.calls[0].id == got.calls[1].id {
-		t.Fatalf("answer %+v: want get_weather and get_time called in parallel, with distinct ids", got)
-	}
-
-	// A forced tool, whatever the message says.
-	got, err = newAgent().ask(t, "Hello!", nil, "get_time")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got.calls) != 1 || got.calls[0].name != "get_time" || got.calls[0].args != `{"zone":"Asia/Tokyo"}` {
-		t.Fatalf("answer %+v: want the forced get_time call with its enum's first zone", got)
-	}
 }
 
 // TestToolLoopSurvivesThePrimaryGoingDown: mid-loop, Sonnet (on the
