@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -116,7 +117,22 @@ func New(g Pipeline, opts Options) http.Handler {
 	mux.HandleFunc("DELETE /v1/responses/{id}", d.deleteResponse)
 	mux.HandleFunc("GET /v1/models", d.models)
 	mux.HandleFunc("GET /v1/models/{model}", d.model)
+	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/responses": "POST",
+		"/v1/responses/{id}": "GET, DELETE", "/v1/models": "GET", "/v1/models/{model}": "GET"} {
+		mux.Handle(path, notAllowed(allow))
+	}
 	return mux
+}
+
+// notAllowed answers another method than allow on a route with a 405 in
+// OpenAI's error shape, as OpenAI does, rather than the plain text an SDK
+// would show as its message.
+func notAllowed(allow string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		(&Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+			Message: fmt.Sprintf("Invalid method for URL (%s %s): use %s.", r.Method, truncate(r.URL.Path, 200), allow)}).Write(w)
+	})
 }
 
 type door struct {
