@@ -103,8 +103,10 @@ func TestJSONAnswersOnEveryProvider(t *testing.T) {
 // TestAnswerThatBreaksItsSchemaFallsToTheNextTier: the primary tier (an
 // OpenAI-compatible server that ignores response_format) answers in prose;
 // fmgate counts that as the tier's failure and Haiku answers with the
-// schema's JSON. Streamed, the client never sees the prose. With every
-// model down, the turn gets a 503, not the graceful tier's prose.
+// schema's JSON, on the OpenAI door and for the Anthropic and Bedrock
+// doors' structured outputs. Streamed, the client never sees the prose.
+// With every model down, the turn gets the door's retryable error (503,
+// Anthropic's 529), not the graceful tier's prose.
 func TestAnswerThatBreaksItsSchemaFallsToTheNextTier(t *testing.T) {
 	prose := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -122,6 +124,16 @@ func TestAnswerThatBreaksItsSchemaFallsToTheNextTier(t *testing.T) {
 		if err != nil || tier != "haiku" || strings.Contains(text, "Sure") || !json.Valid([]byte(text)) {
 			t.Fatalf("stream %v: answer %q from %q (%v); want Haiku's JSON and none of the prose", stream, text, tier, err)
 		}
+		// The Anthropic and Bedrock doors' structured outputs, the same way.
+		for door, c := range map[string]conversation{
+			"anthropic": &anthropicConversation{url: sc.srv.URL, stream: stream, user: toolUser()},
+			"bedrock":   newBedrockConversation(sc.srv.URL, stream),
+		} {
+			r, err := c.send(t, ask{text: "Give me one manga to start with, as JSON.", schema: true})
+			if err != nil || r.tier != "haiku" || strings.Contains(r.text, "Sure") || !json.Valid([]byte(r.text)) {
+				t.Fatalf("%s door, stream %v: %+v (%v); want Haiku's JSON and none of the prose", door, stream, r, err)
+			}
+		}
 	}
 	st, _ := sc.s.Sim.Settings("haiku")
 	st.Outage = true
@@ -132,5 +144,13 @@ func TestAnswerThatBreaksItsSchemaFallsToTheNextTier(t *testing.T) {
 	var apiErr *oai.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("every model failing the schema: %v; want a 503", err)
+	}
+	for door, c := range map[string]conversation{
+		"anthropic": &anthropicConversation{url: sc.srv.URL, user: toolUser()},
+		"bedrock":   newBedrockConversation(sc.srv.URL, false),
+	} {
+		if _, err := c.send(t, ask{text: "Give me one manga to start with, as JSON.", schema: true}); statusOf(err) != retryableStatus[door] {
+			t.Fatalf("%s door, every model failing the schema: %v; want a %d", door, err, retryableStatus[door])
+		}
 	}
 }
