@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -118,6 +119,9 @@ func TestAnswerThatBreaksItsSchemaFallsToTheNextTier(t *testing.T) {
 	t.Cleanup(prose.Close)
 	cfg := quickConfig()
 	cfg.Models[0].Provider, cfg.Models[0].Endpoint = "openai", prose.URL+"/v1"
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	cfg.Events.Sinks.JSONL.Path = path
+	cfg.Events.Sampling.Enabled = false // every span reaches the log
 	sc := newScenario(t, cfg)
 	for _, stream := range []bool{false, true} {
 		text, tier, err := jsonAnswer(t, sc.srv.URL, stream, schemaFormat())
@@ -152,5 +156,28 @@ func TestAnswerThatBreaksItsSchemaFallsToTheNextTier(t *testing.T) {
 		if _, err := c.send(t, ask{text: "Give me one manga to start with, as JSON.", schema: true}); statusOf(err) != retryableStatus[door] {
 			t.Fatalf("%s door, every model failing the schema: %v; want a %d", door, err, retryableStatus[door])
 		}
+	}
+	// Sonnet is up, only not fit for JSON: its breaker stays closed, and a
+	// plain question is still its to answer.
+	if a := sc.chat("plain-after-json", "Hello!", "en"); a.Status != 200 || a.Tier != "sonnet" {
+		t.Fatalf("a plain question after nine prose answers to JSON questions: %+v; want Sonnet's answer", a)
+	}
+	// Each of Sonnet's prose answers is a failed attempt of its own tier,
+	// saying why.
+	sc.s.Close() // flush the emitter
+	failed := 0
+	for _, e := range readSpans(t, path) {
+		if e.Name == "model_attempt" && e.Node.NodeID == "sonnet" {
+			if e.Outcome.VendorCode == "" && e.Outcome.Status == "ok" {
+				continue // the plain question's
+			}
+			if e.Outcome.Status != "failed" || e.Outcome.VendorCode != "invalid_json_answer" {
+				t.Fatalf("sonnet's attempt: %+v; want a failure with vendor_code invalid_json_answer", e.Outcome)
+			}
+			failed++
+		}
+	}
+	if failed != 9 {
+		t.Fatalf("%d failed sonnet attempts in the events, want one per JSON question (9)", failed)
 	}
 }
