@@ -386,7 +386,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
 		out.Discard()
 		beginTier(out, model, a.m.ModelID, model != t.firstTier)
-		sctx, span := g.attemptSpan(ctx, t, model, a.m.ModelID)
+		sctx, span := g.attemptSpan(ctx, t, model, a.m)
 		// The answer is checked on its way to the client (guardrails.answers).
 		to, guarded := into, g.guardAnswer(t, into)
 		if guarded != nil {

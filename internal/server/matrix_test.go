@@ -188,6 +188,7 @@ func matrixCell(t *testing.T, door string, open func() conversation) {
 // openAIConversation is a client of the OpenAI door on openai-go.
 type openAIConversation struct {
 	url, user string
+	model     string // the request's model; empty: gpt-4o, no tier's name
 	stream    bool
 	msgs      []oai.ChatCompletionMessageParamUnion
 }
@@ -207,7 +208,11 @@ func (c *openAIConversation) send(t *testing.T, a ask) (reply, error) {
 		}
 		c.msgs = append(c.msgs, oai.UserMessage(parts))
 	}
-	p := oai.ChatCompletionNewParams{Model: "gpt-4o", Messages: c.msgs, MaxCompletionTokens: oai.Int(1000)}
+	model := c.model
+	if model == "" {
+		model = "gpt-4o" // no tier's name: the turn starts at the first tier, Sonnet
+	}
+	p := oai.ChatCompletionNewParams{Model: model, Messages: c.msgs, MaxCompletionTokens: oai.Int(1000)}
 	if a.tools {
 		p.Tools = []oai.ChatCompletionToolUnionParam{
 			oai.ChatCompletionFunctionTool(oai.FunctionDefinitionParam{Name: "get_weather", Description: oai.String("The weather in a city"), Parameters: weatherSchema}),
@@ -223,7 +228,6 @@ func (c *openAIConversation) send(t *testing.T, a ask) (reply, error) {
 	if len(a.stop) > 0 {
 		p.Stop = oai.ChatCompletionNewParamsStopUnion{OfStringArray: a.stop}
 	}
-	// gpt-4o is no tier's name: the turn starts at the first tier, Sonnet.
 	var raw *http.Response
 	var msg oai.ChatCompletionMessage
 	var r reply
