@@ -473,3 +473,40 @@ func (c *bedrockConversation) send(t *testing.T, a ask) (reply, error) {
 	c.msgs = append(c.msgs, brtypes.Message{Role: brtypes.ConversationRoleAssistant, Content: content})
 	return r, nil
 }
+
+// TestForeignToolIDsReachEveryProvider: a conversation whose tool calls
+// carry ids another vendor made — an OpenAI-compatible server's
+// "functions.get_weather:0", a client's 50-character id — is answered by
+// Sonnet on every provider, each of which refuses ids it would not have
+// made (as the simulator's vendor wires do): fmgate sends them in a form
+// the tier's vendor takes, the call and its result still paired.
+func TestForeignToolIDsReachEveryProvider(t *testing.T) {
+	ids := []string{"functions.get_weather:0", "call_" + strings.Repeat("a1b2c3d4e5", 4) + "xyz12"}
+	for _, up := range []string{"openai", "anthropic", "bedrock"} {
+		t.Run(up, func(t *testing.T) {
+			cfg := quickConfig()
+			switch up {
+			case "openai":
+				openaiUpstream(t, &cfg)
+			case "anthropic":
+				onAnthropic(t, &cfg, "sonnet")
+			case "bedrock":
+				_, endpoint := bedrockUpstream(t, cfg.Sim.Models["sonnet"])
+				cfg = onBedrock(cfg, endpoint)
+			}
+			sc := newScenario(t, cfg)
+			for _, id := range ids {
+				c := &openAIConversation{url: sc.srv.URL, user: toolUser(), msgs: []oai.ChatCompletionMessageParamUnion{
+					oai.UserMessage("What's the weather in Kobe?"),
+					{OfAssistant: &oai.ChatCompletionAssistantMessageParam{ToolCalls: []oai.ChatCompletionMessageToolCallUnionParam{{
+						OfFunction: &oai.ChatCompletionMessageFunctionToolCallParam{ID: id,
+							Function: oai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: "get_weather", Arguments: `{"city":"Kobe"}`}}}}}},
+				}}
+				r, err := c.send(t, ask{results: map[string]string{id: "小雨"}, tools: true})
+				if err != nil || r.tier != "sonnet" || !strings.Contains(r.text, "小雨") {
+					t.Fatalf("result of call %q: %+v (%v); want Sonnet quoting it", id, r, err)
+				}
+			}
+		})
+	}
+}

@@ -70,6 +70,11 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 			WriteException(w, Validation(err.Error()))
 			return
 		}
+		// Bedrock refuses a toolUseId it would not have made.
+		if err := provider.CheckToolIDs(req.Messages, provider.MaxToolIDClaude); err != nil {
+			WriteException(w, Validation(err.Error()))
+			return
+		}
 		if req.Guardrail != nil {
 			WriteException(w, Validation("guardrailConfig is not supported by the simulator: it applies no Bedrock guardrails; remove it from the request"))
 			return

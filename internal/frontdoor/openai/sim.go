@@ -40,6 +40,15 @@ func (h *simHandler) chat(w http.ResponseWriter, r *http.Request) {
 		e.Write(w)
 		return
 	}
+	// OpenAI refuses a tool call id longer than it makes.
+	for i, m := range c.Messages() {
+		for _, call := range m.ToolCalls {
+			if len(call.ID) > provider.MaxToolIDOpenAI {
+				invalidRequest("messages", "Invalid 'messages[%d].tool_calls[0].id': string too long. Expected a string with maximum length %d.", i, provider.MaxToolIDOpenAI).Write(w)
+				return
+			}
+		}
+	}
 	name, ok := h.resolve(c.Model)
 	if !ok {
 		modelNotFound(c.Model).Write(w)

@@ -88,7 +88,7 @@ func (p *Provider) body(req *provider.Request, stream bool) ([]byte, error) {
 				}
 				first = false
 				b = append(b, `{"role":"tool","tool_call_id":`...)
-				b = appendString(b, r.CallID)
+				b = appendString(b, provider.ToolID(r.CallID, provider.MaxToolIDOpenAI))
 				b = append(b, `,"content":`...)
 				b = appendString(b, resultText(r))
 				b = append(b, '}')
@@ -259,7 +259,7 @@ func appendToolCalls(b []byte, calls []provider.ToolCall) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"id":`...)
-		b = appendString(b, c.ID)
+		b = appendString(b, provider.ToolID(c.ID, provider.MaxToolIDOpenAI))
 		b = append(b, `,"type":"function","function":{"name":`...)
 		b = appendString(b, c.Name)
 		b = append(b, `,"arguments":`...)
