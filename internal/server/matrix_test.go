@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	anth "github.com/anthropics/anthropic-sdk-go"
@@ -23,6 +26,7 @@ import (
 	oaioption "github.com/openai/openai-go/v3/option"
 
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/vision/visiontest"
 )
 
@@ -508,5 +512,58 @@ func TestForeignToolIDsReachEveryProvider(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBedrockClientsGetIDsBedrockTakes: Sonnet on an OpenAI-compatible
+// server that names its calls as some do ("functions.get_weather:0"); a
+// Bedrock client gets a toolUseId Bedrock's pattern allows, and sends it
+// back with the result, which reaches the server paired with its call.
+func TestBedrockClientsGetIDsBedrockTakes(t *testing.T) {
+	var sawResult atomic.Bool
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Stream   bool `json:"stream"`
+			Messages []struct {
+				Role       string `json:"role"`
+				ToolCallID string `json:"tool_call_id"`
+				ToolCalls  []struct {
+					ID string `json:"id"`
+				} `json:"tool_calls"`
+			} `json:"messages"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		answer := `"message":{"role":"assistant","content":null,"tool_calls":[{"id":"functions.get_weather:0","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Kobe\"}"}}]},"finish_reason":"tool_calls"`
+		for i, m := range req.Messages {
+			if m.Role == "tool" && i > 0 && len(req.Messages[i-1].ToolCalls) == 1 && req.Messages[i-1].ToolCalls[0].ID == m.ToolCallID {
+				sawResult.Store(true)
+				answer = `"message":{"role":"assistant","content":"It rains in Kobe."},"finish_reason":"stop"`
+			}
+		}
+		if req.Stream {
+			delta := strings.Replace(strings.Replace(answer, `"message":`, `"delta":`, 1), `"function":{"name"`, `"index":0,"function":{"name"`, 1)
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,`+delta+`}]}`+"\n\n")
+			_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":7,"total_tokens":17}}`+"\n\ndata: [DONE]\n\n")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,`+answer+`}],"usage":{"prompt_tokens":10,"completion_tokens":7,"total_tokens":17}}`)
+	}))
+	t.Cleanup(up.Close)
+	cfg := quickConfig()
+	cfg.Models[0].Provider, cfg.Models[0].Endpoint = "openai", up.URL+"/v1"
+	sc := newScenario(t, cfg)
+	for _, stream := range []bool{false, true} {
+		sawResult.Store(false)
+		c := newBedrockConversation(sc.srv.URL, stream)
+		r, err := c.send(t, ask{text: "What's the weather in Kobe?", tools: true})
+		if err != nil || len(r.calls) != 1 || r.tier != "sonnet" || provider.ToolID(r.calls[0].id, 64) != r.calls[0].id {
+			t.Fatalf("stream %v: %+v (%v); want Sonnet's call with an id Bedrock takes", stream, r, err)
+		}
+		r, err = c.send(t, ask{results: map[string]string{r.calls[0].id: "rain"}, tools: true})
+		if err != nil || r.tier != "sonnet" || r.text != "It rains in Kobe." || !sawResult.Load() {
+			t.Fatalf("stream %v, the result: %+v (%v); want Sonnet's answer to its paired result", stream, r, err)
+		}
 	}
 }
