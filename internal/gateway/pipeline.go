@@ -527,6 +527,11 @@ func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output
 	if err != nil {
 		return nil, err
 	}
+	// The client's stop sequences end a fallback tier's text too, as they
+	// would have ended a model's.
+	if text, stop, ok := cutAtStop(res.Text, t.StopSequences); ok {
+		res.Text, res.StopReason, res.StopSequence = text, "stop_sequence", stop
+	}
 	beginTier(out, res.Tier, "", true)
 	if err := out.Write(res.Text); err != nil {
 		return nil, err
@@ -534,6 +539,21 @@ func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output
 	g.log.LogAttrs(ctx, slogInfo, "answered by fallback tier",
 		append(turnAttrs(t, cause), attrString("tier", res.Tier))...)
 	return res, nil
+}
+
+// cutAtStop cuts text before the first of stops it holds, and says which
+// one; ok is false when it holds none.
+func cutAtStop(text string, stops []string) (cut, stop string, ok bool) {
+	at := -1
+	for _, s := range stops {
+		if i := strings.Index(text, s); s != "" && i >= 0 && (at < 0 || i < at) {
+			at, stop = i, s
+		}
+	}
+	if at < 0 {
+		return text, "", false
+	}
+	return text[:at], stop, true
 }
 
 // record keeps the exchange in the session, remembers a model's answer for
