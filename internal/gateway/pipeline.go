@@ -616,7 +616,7 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 	}
 	req := &provider.Request{Model: m.Name, System: withContext(t.System, t.Context), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
 		Temperature: t.Temperature, TopP: t.TopP, TopK: t.TopK, Seed: t.Seed, StopSequences: t.StopSequences, CacheKey: t.PromptCacheKey, Tools: t.Tools, ToolChoice: t.ToolChoice,
-		Thinking: t.Thinking, Guardrail: t.Guardrail}
+		Thinking: t.Thinking, Guardrail: t.Guardrail, Metadata: t.Metadata}
 	markPrefixes(t, m, req)
 	return req
 }

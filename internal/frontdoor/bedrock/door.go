@@ -166,7 +166,7 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.Images = req.Messages[last].Images
 	t.History = req.Messages[:last]
 	t.Tools, t.ToolChoice = req.Tools, req.ToolChoice
-	t.Thinking, t.Format = req.Thinking, req.Format
+	t.Thinking, t.Format, t.Metadata = req.Thinking, req.Format, req.Metadata
 	t.Guardrail = req.Guardrail
 	t.ClientSystem, t.ClientSystemCache = req.System, req.SystemCache
 	t.StartTier = tier.Name

@@ -3,10 +3,33 @@ package bedrock
 import (
 	"bytes"
 	"encoding/json"
+	"unicode/utf8"
 
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/structured"
 )
+
+// decodeRequestMetadata reads requestMetadata as Bedrock checks it: at
+// most 16 pairs of strings, each key 1 to 256 characters and each value at
+// most 256.
+func decodeRequestMetadata(raw json.RawMessage) (map[string]string, error) {
+	var md map[string]string
+	if err := json.Unmarshal(raw, &md); err != nil {
+		return nil, invalidf("requestMetadata must be an object of strings: %s", jsonProblem(err))
+	}
+	if len(md) > 16 {
+		return nil, invalidf("requestMetadata holds %d pairs; the limit is 16", len(md))
+	}
+	for k, v := range md {
+		if n := utf8.RuneCountInString(k); n < 1 || n > 256 {
+			return nil, invalidf("requestMetadata keys must be 1 to 256 characters")
+		}
+		if utf8.RuneCountInString(v) > 256 {
+			return nil, invalidf("requestMetadata.%s must be at most 256 characters", truncate(k, 40))
+		}
+	}
+	return md, nil
+}
 
 // decodeOutputConfig reads outputConfig, Converse's structured output:
 // textFormat {type: json_schema, structure: {jsonSchema: {schema, name,

@@ -103,6 +103,9 @@ type Request struct {
 	// Format is outputConfig.textFormat, a JSON schema the answer's text
 	// must match; the zero value is free text.
 	Format provider.Format
+	// Metadata is requestMetadata, for the invocation logs of the Bedrock
+	// tiers that serve the request.
+	Metadata map[string]string
 }
 
 // ParsePath splits an escaped request path, /model/{modelId}/{op}, into the
@@ -195,7 +198,6 @@ func Decode(modelID string, body []byte, images vision.Limits) (*Request, error)
 	}{
 		{"additionalModelResponseFieldPaths", w.AdditionalModelResponseFieldPaths},
 		{"promptVariables", w.PromptVariables},
-		{"requestMetadata", w.RequestMetadata},
 		{"performanceConfig", w.PerformanceConfig},
 		{"serviceTier", w.ServiceTier},
 	} {
@@ -239,6 +241,11 @@ func Decode(modelID string, body []byte, images vision.Limits) (*Request, error)
 	}
 	if err := checkThinking(req); err != nil {
 		return nil, err
+	}
+	if isSet(w.RequestMetadata) {
+		if req.Metadata, err = decodeRequestMetadata(w.RequestMetadata); err != nil {
+			return nil, err
+		}
 	}
 	if isSet(w.OutputConfig) {
 		if req.Format, err = decodeOutputConfig(w.OutputConfig); err != nil {

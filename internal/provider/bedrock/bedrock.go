@@ -219,7 +219,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	}
 	in := &bedrockruntime.ConverseInput{ModelId: aws.String(p.modelID), System: parts.system, Messages: parts.messages,
 		InferenceConfig: parts.inference, ToolConfig: parts.tools, AdditionalModelRequestFields: parts.additional,
-		GuardrailConfig: guardrailConfig(req.Guardrail)}
+		GuardrailConfig: guardrailConfig(req.Guardrail), RequestMetadata: req.Metadata}
 	out, err := p.client.Converse(ctx, in, traced(ctx))
 	if err != nil {
 		return resp, p.normalise(ctx, err)
@@ -267,7 +267,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	}
 	in := &bedrockruntime.ConverseStreamInput{ModelId: aws.String(p.modelID), System: parts.system, Messages: parts.messages,
 		InferenceConfig: parts.inference, ToolConfig: parts.tools, AdditionalModelRequestFields: parts.additional,
-		GuardrailConfig: guardrailStreamConfig(req.Guardrail)}
+		GuardrailConfig: guardrailStreamConfig(req.Guardrail), RequestMetadata: req.Metadata}
 	out, err := p.client.ConverseStream(ctx, in, ownCodec, traced(ctx))
 	if err != nil {
 		return resp, p.normalise(ctx, err)
