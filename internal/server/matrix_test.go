@@ -567,3 +567,36 @@ func TestBedrockClientsGetIDsBedrockTakes(t *testing.T) {
 		}
 	}
 }
+
+// TestInvokeModelStructuredOutput: Claude's Messages body on Bedrock's
+// InvokeModel takes output_config.format as the Messages door does, served
+// by Sonnet on the bedrock provider: the answer's text is the schema's JSON.
+func TestInvokeModelStructuredOutput(t *testing.T) {
+	cfg := quickConfig()
+	_, endpoint := bedrockUpstream(t, cfg.Sim.Models["sonnet"])
+	sc := newScenario(t, onBedrock(cfg, endpoint))
+	schema, _ := json.Marshal(mangaSchema)
+	body := `{"anthropic_version":"bedrock-2023-05-31","max_tokens":400,"output_config":{"format":{"type":"json_schema","schema":` + string(schema) +
+		`}},"messages":[{"role":"user","content":"Give me one manga to start with, as JSON."}]}`
+	req, _ := http.NewRequest(http.MethodPost, sc.srv.URL+"/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/invoke", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User-Id", toolUser())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var msg struct {
+		Content []struct{ Type, Text string } `json:"content"`
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	var m struct {
+		Title   string `json:"title"`
+		Volumes int    `json:"volumes"`
+		Genre   string `json:"genre"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(raw, &msg) != nil || len(msg.Content) != 1 || json.Unmarshal([]byte(msg.Content[0].Text), &m) != nil ||
+		m.Title == "" || m.Genre != "shonen" || resp.Header.Get("X-Fmgate-Tier") != "sonnet" {
+		t.Fatalf("%d %s from %q; want Sonnet's JSON", resp.StatusCode, raw, resp.Header.Get("X-Fmgate-Tier"))
+	}
+}
