@@ -74,7 +74,8 @@ var doorStops = map[string]struct{ tools, end, sequence string }{
 // openai, anthropic and bedrock adapters against the simulator on their
 // vendors' wires). Through each: a tool round trip (a call with the
 // message's 東京 in its arguments, then an answer quoting the result), a
-// forced tool, two parallel calls with distinct ids, a JSON-schema answer,
+// forced tool, two parallel calls with distinct ids answered from both
+// results, a JSON-schema answer,
 // an image question and a stop sequence — each answered by Sonnet, the
 // tier asked for, never a fallback, with the door's own stop reasons.
 func TestTranslationMatrix(t *testing.T) {
@@ -150,14 +151,20 @@ func matrixCell(t *testing.T, door string, open func() conversation) {
 		t.Fatalf("forced tool: %+v; want the get_time call with its enum's first zone", r)
 	}
 
-	// Two tools named: two calls at once, with distinct ids.
-	r = send(open(), "parallel tools", ask{text: "What's the weather and the local time in Osaka?", tools: true})
+	// Two tools named: two calls at once, with distinct ids, and an answer
+	// from both results: an agent loop with two tools.
+	c = open()
+	r = send(c, "parallel tools", ask{text: "What's the weather and the local time in Osaka?", tools: true})
 	names := []string{}
 	for _, call := range r.calls {
 		names = append(names, call.name)
 	}
 	if !slices.Equal(names, []string{"get_weather", "get_time"}) || r.calls[0].id == r.calls[1].id || r.stop != stops.tools {
 		t.Fatalf("parallel tools: %+v; want get_weather and get_time with distinct ids", r)
+	}
+	r = send(c, "both results", ask{results: map[string]string{r.calls[0].id: "くもり", r.calls[1].id: "14:05"}, tools: true})
+	if len(r.calls) != 0 || !strings.Contains(r.text, "くもり") || !strings.Contains(r.text, "14:05") || r.stop != stops.end {
+		t.Fatalf("answer to both results: %+v; want text quoting each", r)
 	}
 
 	// A JSON-schema answer: the schema's JSON and nothing else.
