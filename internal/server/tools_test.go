@@ -30,7 +30,8 @@ type toolCall struct{ id, name, args string }
 // streamed: Sonnet calls the tool, then goes down; Haiku finishes each
 // loop from the tool's result. With every model down, a turn that forces a
 // tool gets the door's retryable error, never the graceful tier's prose; a
-// turn that only offers tools gets the graceful text.
+// turn that only offers tools gets the graceful text, never the cache's
+// answer to the same words asked without tools.
 func TestToolLoopSurvivesThePrimaryGoingDown(t *testing.T) {
 	cfg := quickConfig()
 	haikuUp := onAnthropic(t, &cfg, "haiku")
@@ -45,6 +46,10 @@ func TestToolLoopSurvivesThePrimaryGoingDown(t *testing.T) {
 			return &anthropicConversation{url: sc.srv.URL, stream: stream, user: toolUser()}
 		}
 		return newBedrockConversation(sc.srv.URL, stream)
+	}
+	const plain = "Which comedy manga is the funniest?"
+	if a := sc.chat("plain-asker", plain, "en"); a.Tier != "sonnet" {
+		t.Fatalf("the plain question: %+v; want Sonnet's answer, for the cache", a)
 	}
 	convs, ids := map[string]conversation{}, map[string]string{}
 	for _, door := range doors {
@@ -67,13 +72,17 @@ func TestToolLoopSurvivesThePrimaryGoingDown(t *testing.T) {
 	}
 
 	setUpstream(t, haikuUp, "haiku", func(st *sim.Settings) { st.Outage = true })
+	if a := sc.chat("plain-asker-2", plain, "en"); a.Tier != "cache" {
+		t.Fatalf("the plain question with every model down: %+v; want the cache's answer (else the test below proves nothing)", a)
+	}
 	for _, door := range doors {
 		_, err := open(door, false).send(t, ask{text: "Hello", tools: true, force: "get_time"})
 		if want := retryableStatus[door]; statusOf(err) != want {
 			t.Fatalf("%s door, forced tool with every model down: %v; want a %d", door, err, want)
 		}
-		// Offered, not forced: the graceful tier's text is a valid answer.
-		r, err := open(door, false).send(t, ask{text: "What's the weather in Nara?", tools: true})
+		// Offered, not forced: the graceful tier's text is a valid answer,
+		// and the cache's answer to the question without tools is not.
+		r, err := open(door, false).send(t, ask{text: plain, tools: true})
 		if err != nil || r.text == "" || len(r.calls) != 0 || r.tier != "graceful" {
 			t.Fatalf("%s door, tools offered with every model down: %+v (%v); want the graceful text", door, r, err)
 		}
