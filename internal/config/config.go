@@ -382,11 +382,13 @@ type Model struct {
 	// with top_k), CapabilitySeed (repeat an answer for a seed),
 	// CapabilityVision (read the images a request carries),
 	// CapabilityThinking (reason before answering: Anthropic's extended
-	// thinking) and CapabilityGuardrails (apply the client's Amazon
+	// thinking), CapabilityJSON (answer in JSON matching a client's schema:
+	// response_format on openai, a tool the model must call on anthropic
+	// and bedrock) and CapabilityGuardrails (apply the client's Amazon
 	// Bedrock guardrail, the Bedrock door's guardrailConfig). A request
 	// that needs one skips the tiers without it rather than reach a model
 	// that would ignore it. Default: every capability fmgate can pass to
-	// the tier's provider — tools and vision on every provider, prefill
+	// the tier's provider — tools, vision and json on every provider, prefill
 	// and top_k on all but openai, seed on openai and the simulator,
 	// thinking on the simulator and on anthropic and bedrock tiers whose
 	// modelId is a Claude model that thinks (Claude 3.7 Sonnet, the Claude
@@ -461,11 +463,14 @@ const (
 	// CapabilityGuardrails is applying a client's Amazon Bedrock
 	// guardrail (the Bedrock door's guardrailConfig) to the model call.
 	CapabilityGuardrails = "guardrails"
+	// CapabilityJSON is answering in JSON that matches a client's schema
+	// (or any JSON object), natively or through a forced tool call.
+	CapabilityJSON = "json"
 )
 
 // capabilities are every capability a tier may list.
 var capabilities = []string{CapabilityText, CapabilityTools, CapabilityPrefill, CapabilityTopK, CapabilitySeed, CapabilityVision, CapabilityThinking,
-	CapabilityGuardrails}
+	CapabilityGuardrails, CapabilityJSON}
 
 // Can reports whether the tier has capability c.
 func (m Model) Can(c string) bool {
@@ -474,7 +479,7 @@ func (m Model) Can(c string) bool {
 	}
 	if len(m.Capabilities) == 0 {
 		switch c {
-		case CapabilityTools, CapabilityVision:
+		case CapabilityTools, CapabilityVision, CapabilityJSON:
 			return true
 		case CapabilityPrefill, CapabilityTopK:
 			return m.Provider != "openai" // OpenAI's API has neither

@@ -97,7 +97,7 @@ func TestParseNamesFieldPaths(t *testing.T) {
 		{"image hosts: a top-level wildcard", "server:\n  images: {allowedHosts: [\"*.com\"]}\n", `server.images.allowedHosts[0]: "*.com" is not a host name`},
 		{"image hosts: a wildcard inside", "server:\n  images: {allowedHosts: [\"img.*.example.com\"]}\n", `server.images.allowedHosts[0]: "img.*.example.com" is not a host name`},
 		{"image fetch timeout", "server:\n  images: {fetchTimeout: 0s}\n", "server.images.fetchTimeout: must be > 0"},
-		{"unknown capability", "models:\n  - {name: sonnet, provider: sim, modelId: s, contextWindow: 1000, maxOutputTokens: 10, capabilities: [text, eyes]}\n", `models[0].capabilities: "eyes" is not a capability (use one of text, tools, prefill, top_k, seed, vision, thinking, guardrails)`},
+		{"unknown capability", "models:\n  - {name: sonnet, provider: sim, modelId: s, contextWindow: 1000, maxOutputTokens: 10, capabilities: [text, eyes]}\n", `models[0].capabilities: "eyes" is not a capability (use one of text, tools, prefill, top_k, seed, vision, thinking, guardrails, json)`},
 		{"bedrock guardrail without a region", "guardrails:\n  bedrock: {guardrailId: gr-1, guardrailVersion: \"1\"}\n", "guardrails.bedrock.region: must be set"},
 		{"bedrock guardrail without an id", "guardrails:\n  bedrock: {region: us-east-1, guardrailVersion: \"1\"}\n", "guardrails.bedrock.guardrailId: must be set"},
 		{"bedrock guardrail onError", "guardrails:\n  bedrock: {guardrailId: gr-1, guardrailVersion: \"1\", region: us-east-1, onError: maybe}\n", `guardrails.bedrock.onError: "maybe" is not open or closed`},

@@ -122,6 +122,12 @@ func decodeCanonicalSyms(b []byte, e *Event, syms *symbols) bool {
 	if p.opt(`,"image_bytes":`) {
 		e.Resource.ImageBytes = int(p.int())
 	}
+	if p.opt(`,"image_tokens":`) {
+		e.Resource.ImageTokens = int(p.int())
+	}
+	if p.opt(`,"image_cost_usd":`) {
+		e.Resource.ImageCostUSD = p.float()
+	}
 
 	p.lit(`},"outcome":{"status":`)
 	e.Outcome.Status = Status(p.sym())

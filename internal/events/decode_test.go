@@ -21,7 +21,8 @@ func variedEvents() []Event {
 		SubAgentID: "a", SubAgentVersion: "2"}
 	full.Resource = Resource{TokensIn: 4218, TokensOut: -1, CostUSD: 1.5e-9, CacheHit: CachePrefixPartial,
 		TokensCacheRead: 3000, TokensCacheWrite: 200, CacheSavedUSD: -2.5e-4,
-		CapabilityFlagsActive: []string{"a", "b"}, ToolCalls: 2, ToolNames: []string{"get_weather", "get_time"}, Images: 3, ImageBytes: 123456}
+		CapabilityFlagsActive: []string{"a", "b"}, ToolCalls: 2, ToolNames: []string{"get_weather", "get_time"}, Images: 3, ImageBytes: 123456,
+		ImageTokens: 640, ImageCostUSD: 0.00192}
 	full.Outcome = Outcome{Status: StatusFailed, ErrorCode: "throttled", FallbackUsed: "haiku", EvalScore: &score, VendorCode: "X", StopReason: "end_turn"}
 	full.Attribution = Attribution{Feature: "chat", Surface: "web", Locale: "ja-JP", UserTier: "free", Priority: "P0"}
 	zeroTime := event(4, false)

@@ -439,7 +439,7 @@ var schemaKeys = []string{
 	"artifact.tool_id", "artifact.tool_version", "artifact.sub_agent_id", "artifact.sub_agent_version",
 	"resource", "resource.tokens_in", "resource.tokens_out", "resource.cost_usd",
 	"resource.tokens_cache_read", "resource.tokens_cache_write", "resource.cache_saved_usd",
-	"resource.tool_calls", "resource.tool_names", "resource.images", "resource.image_bytes",
+	"resource.tool_calls", "resource.tool_names", "resource.images", "resource.image_bytes", "resource.image_tokens", "resource.image_cost_usd",
 	"resource.cache_hit", "resource.capability_flags_active",
 	"outcome", "outcome.status", "outcome.error_code", "outcome.fallback_used", "outcome.eval_score", "outcome.vendor_code", "outcome.stop_reason",
 	"attribution", "attribution.feature", "attribution.surface", "attribution.locale",
@@ -497,6 +497,7 @@ func TestEncodeWritesOnlyAllowListedFields(t *testing.T) {
 	full.Resource.TokensCacheRead, full.Resource.TokensCacheWrite, full.Resource.CacheSavedUSD = 10, 2, 0.001
 	full.Resource.ToolCalls, full.Resource.ToolNames = 1, []string{"get_weather"}
 	full.Resource.Images, full.Resource.ImageBytes = 2, 4096
+	full.Resource.ImageTokens, full.Resource.ImageCostUSD = 1280, 0.00384
 	full.Outcome.EvalScore = &score
 	if got := jsonKeys(t, Encode(&full)); !slices.Equal(got, want) {
 		t.Errorf("encoded keys %v", got)

@@ -208,6 +208,11 @@ type Resource struct {
 	// ImageBytes is the bytes of the remote images a fetch span fetched.
 	// Not in the seed's block; omitted when none.
 	ImageBytes int `json:"image_bytes,omitempty"`
+	// ImageTokens is the part of a model attempt's input tokens its images
+	// are, by its vendor's own formula, and ImageCostUSD their price at
+	// the model's input price. Not in the seed's block; omitted when none.
+	ImageTokens  int     `json:"image_tokens,omitempty"`
+	ImageCostUSD float64 `json:"image_cost_usd,omitempty"`
 }
 
 // Outcome is how a span ended.
@@ -370,6 +375,14 @@ func AppendJSON(b []byte, e *Event) []byte {
 	if e.Resource.ImageBytes != 0 {
 		b = appendKey(b, "image_bytes")
 		b = strconv.AppendInt(b, int64(e.Resource.ImageBytes), 10)
+	}
+	if e.Resource.ImageTokens != 0 {
+		b = appendKey(b, "image_tokens")
+		b = strconv.AppendInt(b, int64(e.Resource.ImageTokens), 10)
+	}
+	if e.Resource.ImageCostUSD != 0 {
+		b = appendKey(b, "image_cost_usd")
+		b = appendFloat(b, e.Resource.ImageCostUSD)
 	}
 
 	b = append(b, `},"outcome":{"status":`...)

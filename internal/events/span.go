@@ -385,6 +385,12 @@ func (s *Span) SetToolCalls(names []string) {
 // was sent.
 func (s *Span) SetImages(n int) { s.set(func(e *Event) { e.Resource.Images = n }) }
 
+// SetImageTokens sets resource.image_tokens and image_cost_usd: the part
+// of a model attempt's input its images are, and their price.
+func (s *Span) SetImageTokens(n int, costUSD float64) {
+	s.set(func(e *Event) { e.Resource.ImageTokens, e.Resource.ImageCostUSD = n, costUSD })
+}
+
 // SetImageBytes sets resource.image_bytes, the bytes of the remote images
 // a fetch span fetched.
 func (s *Span) SetImageBytes(n int) { s.set(func(e *Event) { e.Resource.ImageBytes = n }) }

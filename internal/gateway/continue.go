@@ -107,7 +107,7 @@ func (g *Gateway) continueWith(ctx context.Context, t *Turn, model, sofar string
 	// No BeginTier: the answer's headers and first event are long gone; the
 	// done frame's parts name the tiers.
 	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
-		sctx, span := g.attemptSpan(ctx, t, model, m.ModelID)
+		sctx, span := g.attemptSpan(ctx, t, model, m)
 		span.SetFallbackUsed(model)
 		span.AddCapabilityFlags("continuation")
 		actx, stop := context.WithCancelCause(sctx)

@@ -406,7 +406,7 @@ func (g *Gateway) primary(t *Turn) string { return g.cfgOf(t).Models[0].Name }
 // tiersFor is the model tiers that may serve t, in cascade order: from its
 // start tier (a tier name or modelId; all tiers when empty or unknown),
 // less those that lack a capability t needs (tools, prefill, top_k,
-// vision, thinking, guardrails). The slice may not be appended to.
+// vision, thinking, guardrails, json). The slice may not be appended to.
 func (g *Gateway) tiersFor(t *Turn) []string {
 	in := g.snapshotOf(t)
 	models := in.cfg.Models
@@ -418,7 +418,7 @@ func (g *Gateway) tiersFor(t *Turn) []string {
 	}
 	able := make([]string, 0, len(tiers))
 	for i, name := range tiers {
-		if canAll(models[from+i], needs) && roomToThink(t, models[from+i].MaxOutputTokens) == nil && t.mayUse(name) {
+		if canAll(models[from+i], needs) && canShape(t, models[from+i]) && roomToThink(t, models[from+i].MaxOutputTokens) == nil && t.mayUse(name) {
 			able = append(able, name)
 		}
 	}
@@ -468,6 +468,9 @@ func (t *Turn) needs() []string {
 	if t.Guardrail != nil {
 		n = append(n, config.CapabilityGuardrails)
 	}
+	if t.Format.Kind != provider.FormatText {
+		n = append(n, config.CapabilityJSON)
+	}
 	return n
 }
 
@@ -481,6 +484,12 @@ func roomToThink(t *Turn, maxOut int) error {
 	}
 	return invalid("thinking.budget_tokens: %d leaves no room for an answer within the %d output tokens this request is granted (budget.requestOutput, the session's output budget, the tiers' maxOutputTokens); ask for a smaller budget",
 		t.Thinking.BudgetTokens, maxOut)
+}
+
+// canShape reports whether m can give t's answer its format: natively, or
+// through the answer tool, which takes a tier that calls tools.
+func canShape(t *Turn, m config.Model) bool {
+	return t.Format.Kind == provider.FormatText || nativeFormat(m) || m.Can(config.CapabilityTools)
 }
 
 func canAll(m config.Model, needs []string) bool {

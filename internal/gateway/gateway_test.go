@@ -635,3 +635,34 @@ func TestImageTurnNeedsVision(t *testing.T) {
 		})
 	}
 }
+
+// TestJSONTurnNeedsTheJSONCapability: a turn that asks for a JSON answer
+// is offered only to the tiers that can give one: those with json, and
+// for a Claude tier, which is asked through the answer tool, tools too.
+func TestJSONTurnNeedsTheJSONCapability(t *testing.T) {
+	g, _ := newTestGateway(t, both(&scriptProvider{answer: "{}"}), func(c *config.Config) {
+		c.Models[0].Capabilities = []string{config.CapabilityText, config.CapabilityTools}
+		c.Models[1].Provider, c.Models[1].APIKeyEnv = "anthropic", "FMGATE_TEST_ANTHROPIC_KEY"
+		c.Models[1].Capabilities = []string{config.CapabilityText, config.CapabilityJSON}
+	})
+	sonnet := g.Config().Models[0].Name
+	tests := []struct {
+		name string
+		give Turn
+		want []string
+	}{
+		{"text", Turn{}, []string{sonnet, g.Config().Models[1].Name}},
+		{"json object", Turn{Format: provider.Format{Kind: provider.FormatJSONObject}}, []string{}},
+		{"tools, no json", Turn{Tools: []provider.Tool{{Name: "a", Schema: []byte(`{"type":"object"}`)}}}, []string{sonnet}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := g.tiersFor(&tt.give); !slices.Equal(got, tt.want) {
+				t.Fatalf("tiers %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if !(config.Model{Provider: "bedrock"}).Can(config.CapabilityJSON) {
+		t.Fatal("a tier that lists no capabilities cannot answer in JSON")
+	}
+}

@@ -401,7 +401,7 @@ func (g *Gateway) invoke(ctx context.Context, t *Turn, model string, simplified 
 	_, err := g.invoker.Invoke(dctx, model, func(context.Context) error {
 		out.Discard()
 		beginTier(out, model, a.m.ModelID, model != t.firstTier)
-		sctx, span := g.attemptSpan(ctx, t, model, a.m.ModelID)
+		sctx, span := g.attemptSpan(ctx, t, model, a.m)
 		// The answer is checked on its way to the client (guardrails.answers).
 		to, guarded := into, g.guardAnswer(t, into)
 		if guarded != nil {
@@ -555,6 +555,11 @@ func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output
 	if err != nil {
 		return nil, err
 	}
+	// The client's stop sequences end a fallback tier's text too, as they
+	// would have ended a model's.
+	if text, stop, ok := cutAtStop(res.Text, t.StopSequences); ok {
+		res.Text, res.StopReason, res.StopSequence = text, "stop_sequence", stop
+	}
 	beginTier(out, res.Tier, "", true)
 	if err := out.Write(res.Text); err != nil {
 		return nil, err
@@ -562,6 +567,21 @@ func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output
 	g.log.LogAttrs(ctx, slogInfo, "answered by fallback tier",
 		append(turnAttrs(t, cause), attrString("tier", res.Tier))...)
 	return res, nil
+}
+
+// cutAtStop cuts text before the first of stops it holds, and says which
+// one; ok is false when it holds none.
+func cutAtStop(text string, stops []string) (cut, stop string, ok bool) {
+	at := -1
+	for _, s := range stops {
+		if i := strings.Index(text, s); s != "" && i >= 0 && (at < 0 || i < at) {
+			at, stop = i, s
+		}
+	}
+	if at < 0 {
+		return text, "", false
+	}
+	return text[:at], stop, true
 }
 
 // record keeps the exchange in the session, remembers a model's answer for
@@ -625,7 +645,7 @@ func (g *Gateway) request(t *Turn, m modelConfig) *provider.Request {
 	}
 	req := &provider.Request{Model: m.Name, System: withContext(t.System, t.Context), Messages: msgs, MaxTokens: maxOut, Locale: t.Locale,
 		Temperature: t.Temperature, TopP: t.TopP, TopK: t.TopK, Seed: t.Seed, StopSequences: t.StopSequences, CacheKey: t.PromptCacheKey, Tools: t.Tools, ToolChoice: t.ToolChoice,
-		Thinking: t.Thinking, Guardrail: t.Guardrail}
+		Thinking: t.Thinking, Guardrail: t.Guardrail, Metadata: t.Metadata}
 	markPrefixes(t, m, req)
 	return req
 }

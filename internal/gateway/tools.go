@@ -55,7 +55,22 @@ func toolNames(calls []provider.ToolCall) []string {
 }
 
 func badCalls(model string, err error) error {
-	return &provider.Error{Kind: provider.KindUnknown, Model: model, Code: "invalid_tool_call", Err: err}
+	return &provider.Error{Kind: provider.KindUnknown, Model: model, Code: CodeInvalidToolCall, Err: err}
+}
+
+// Codes of a model's answer the gateway refused (provider.Error.Code, and
+// a model attempt span's vendor_code).
+const (
+	CodeInvalidToolCall   = "invalid_tool_call"   // a tool call the client could not run
+	CodeInvalidJSONAnswer = "invalid_json_answer" // JSON that does not match the client's schema
+)
+
+// RejectedAnswer reports whether err is the gateway's refusal of a model's
+// answer: the model is up and answered, but not in the form the client
+// asked for. The next tier answers; the tier's health is not in question.
+func RejectedAnswer(err error) bool {
+	pe, ok := errors.AsType[*provider.Error](err)
+	return ok && pe.Kind == provider.KindUnknown && (pe.Code == CodeInvalidToolCall || pe.Code == CodeInvalidJSONAnswer)
 }
 
 // answerTool is the tool a tier without a native JSON mode is asked to
@@ -211,7 +226,7 @@ func settleShape(t *Turn, model string, r *provider.Response) error {
 }
 
 func badAnswer(model string, err error) error {
-	return &provider.Error{Kind: provider.KindUnknown, Model: model, Code: "invalid_json_answer", Err: err}
+	return &provider.Error{Kind: provider.KindUnknown, Model: model, Code: CodeInvalidJSONAnswer, Err: err}
 }
 
 // heldOutput keeps a turn's text from the client until the whole answer

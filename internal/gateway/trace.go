@@ -118,12 +118,24 @@ func (g *Gateway) step(ctx context.Context, name string, fn func(context.Context
 // are must-persist.
 // The returned ctx carries the span: the provider sends its traceparent
 // upstream.
-func (g *Gateway) attemptSpan(ctx context.Context, t *Turn, model, modelID string) (context.Context, *events.Span) {
+// A turn's images are counted, and their tokens given by the tier's
+// vendor's formula and priced at its model's input price.
+func (g *Gateway) attemptSpan(ctx context.Context, t *Turn, model string, m modelConfig) (context.Context, *events.Span) {
 	ctx, span := g.tracer.Start(ctx, "model_attempt", events.WithKind(events.KindLLMCall), events.WithNodeID(model), events.WithMustPersist())
-	span.SetModel(modelID)
+	span.SetModel(m.ModelID)
 	span.SetPromptVersion(t.PromptVersion)
 	if n := t.ImageCount(); n > 0 {
 		span.SetImages(n)
+		tokens := 0
+		for _, msg := range t.History {
+			for _, im := range msg.Images {
+				tokens += provider.VendorImageTokens(m.Provider, im)
+			}
+		}
+		for _, im := range t.Images {
+			tokens += provider.VendorImageTokens(m.Provider, im)
+		}
+		span.SetImageTokens(tokens, cost(m, provider.Usage{InputTokens: tokens}))
 	}
 	return ctx, span
 }

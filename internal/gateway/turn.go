@@ -100,6 +100,9 @@ type Turn struct {
 	// guardrails capability serve the turn; with none among those it may
 	// use, the turn is refused. Its answer is never cached.
 	Guardrail *provider.Guardrail
+	// Metadata is the Bedrock door's requestMetadata, passed to the model
+	// call (provider.Request.Metadata).
+	Metadata map[string]string
 
 	// ClientIP is the client's address through the state hash (see
 	// Gateway.clientIP, Deps.StateHasher), for the per-address rate limit;

@@ -69,7 +69,7 @@ func allowed(models []string) map[string]map[string]set {
 		"fmgate_turns_total":                {"route": route, "status": newSet(statuses, []string{LabelOther})},
 		"fmgate_errors_total":               {"code": newSet(errorCodes, []string{LabelOther})},
 		"fmgate_fallback_total":             {"tier": tier},
-		"fmgate_model_attempts_total":       {"model": model, "outcome": newSet([]string{outcomeOK}, providerErrorKinds, []string{LabelOther})},
+		"fmgate_model_attempts_total":       {"model": model, "outcome": newSet([]string{outcomeOK}, providerErrorKinds, answerRejections, []string{LabelOther})},
 		"fmgate_tokens_total":               {"model": model, "direction": newSet([]string{directionIn, directionOut})},
 		"fmgate_cost_usd_total":             {"model": model, "component": spans},
 		"fmgate_spans_total":                {"span": spans},

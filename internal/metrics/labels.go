@@ -46,6 +46,11 @@ var providerErrorKinds = []string{
 // outcomeOK is the outcome label of a model attempt that succeeded.
 const outcomeOK = "ok"
 
+// answerRejections are the outcomes of a model attempt whose answer the
+// gateway refused (the span's vendor_code): JSON that did not match the
+// client's schema, or a tool call the client could not run.
+var answerRejections = []string{"invalid_json_answer", "invalid_tool_call"}
+
 // throttleScopes are the scopes a refusal by a limiter is charged to.
 var throttleScopes = []string{"user", "session", "ip", "global", "tenant", "route", "provider", "quota", "connection", "pace"}
 
@@ -116,7 +121,7 @@ var (
 	routeLabel     = newLabel(routes)
 	statusLabel    = newLabel(statuses)
 	codeLabel      = newLabel(errorCodes)
-	outcomeLabel   = newLabel([]string{outcomeOK}, providerErrorKinds)
+	outcomeLabel   = newLabel([]string{outcomeOK}, providerErrorKinds, answerRejections)
 	kindLabel      = newLabel(providerErrorKinds)
 	scopeLabel     = newLabel(throttleScopes)
 	spanLabel      = newLabel(spanNames)

@@ -189,7 +189,7 @@ func New(opts Options) (*Metrics, error) {
 	m.turns = counter("fmgate_turns_total", "Finished turns by route and status (ok, fallback, retry_succeeded, failed).", "route", "status")
 	m.errors = counter("fmgate_errors_total", "Turns that ended with an edge error, by error code.", "code")
 	m.fallbacks = counter("fmgate_fallback_total", "Degraded turns by the tier that served them.", "tier")
-	m.attempts = counter("fmgate_model_attempts_total", "Upstream model calls by model and outcome (ok or the provider error kind).", "model", "outcome")
+	m.attempts = counter("fmgate_model_attempts_total", "Upstream model calls by model and outcome (ok, the provider error kind, or invalid_json_answer and invalid_tool_call for an answer that failed the client's schema or tools).", "model", "outcome")
 	m.tokens = counter("fmgate_tokens_total", "Tokens billed by model and direction (in, out).", "model", "direction")
 	m.cost = counter("fmgate_cost_usd_total", "Cost in US dollars by model (none when no model was involved) and component (the span that incurred it).", "model", "component")
 	m.spans = counter("fmgate_spans_total", "Spans received from the event stream, by span name.", "span")
@@ -423,7 +423,10 @@ func (m *Metrics) observe(e *events.Event) {
 		}
 	case "model_attempt":
 		outcome := attemptOK
-		if e.Outcome.ErrorCode != "" {
+		switch {
+		case e.Outcome.ErrorCode == "unknown" && slices.Contains(answerRejections, e.Outcome.VendorCode):
+			outcome = outcomeLabel.index(e.Outcome.VendorCode) // a schema or tool-call check failed on this tier
+		case e.Outcome.ErrorCode != "":
 			outcome = outcomeLabel.index(e.Outcome.ErrorCode)
 		}
 		model := n.model(e.Artifact.ModelID)

@@ -141,6 +141,19 @@ func TestWriteSpans(t *testing.T) {
 			},
 		},
 		{
+			name: "an answer that failed the client's schema or tools is its tier's own outcome",
+			batch: []events.Event{
+				mk("model_attempt", ids("t1", "a1", "s-turn"), model(sonnet), code("unknown"), func(e *events.Event) { e.Outcome.VendorCode = "invalid_json_answer" }),
+				mk("model_attempt", ids("t2", "a1", "s-turn"), model(sonnet), code("unknown"), func(e *events.Event) { e.Outcome.VendorCode = "invalid_tool_call" }),
+				mk("model_attempt", ids("t3", "a1", "s-turn"), model(sonnet), code("unknown"), func(e *events.Event) { e.Outcome.VendorCode = "SomeVendorError" }),
+			},
+			want: []want{
+				{"fmgate_model_attempts_total", []string{"model", sonnet, "outcome", "invalid_json_answer"}, 1},
+				{"fmgate_model_attempts_total", []string{"model", sonnet, "outcome", "invalid_tool_call"}, 1},
+				{"fmgate_model_attempts_total", []string{"model", sonnet, "outcome", "unknown"}, 1},
+			},
+		},
+		{
 			name: "costs without a model go to model none by component",
 			batch: []events.Event{
 				mk("cache", cost(0.00002)),

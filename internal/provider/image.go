@@ -70,6 +70,30 @@ func ImageTokens(w, h int) int {
 	return max(1, int(math.Ceil(fw*fh/750)))
 }
 
+// VendorImageTokens is the input tokens vendor ("openai", "anthropic",
+// "bedrock", "sim") bills im at, by its published formula: OpenAI's tiles
+// (85 tokens for detail "low"; else the image fit into 2048×2048, its
+// short side brought down to 768, then 85 plus 170 for each 512-pixel
+// tile, as for GPT-4o), and ImageTokens for Claude, on Anthropic or
+// Bedrock, and for the simulator.
+func VendorImageTokens(vendor string, im Image) int {
+	if vendor != "openai" || im.Width <= 0 || im.Height <= 0 {
+		return ImageTokens(im.Width, im.Height)
+	}
+	if im.Detail == "low" {
+		return 85
+	}
+	w, h := float64(im.Width), float64(im.Height)
+	if long := math.Max(w, h); long > 2048 {
+		w, h = w*2048/long, h*2048/long
+	}
+	if short := math.Min(w, h); short > 768 {
+		w, h = w*768/short, h*768/short
+	}
+	tiles := math.Ceil(math.Round(w)/512) * math.Ceil(math.Round(h)/512)
+	return 85 + 170*int(tiles)
+}
+
 // Pending reports whether the image is a remote one still to be fetched.
 func (im Image) Pending() bool { return im.URL != "" }
 

@@ -112,6 +112,10 @@ type Request struct {
 	// vendor to apply (Bedrock's guardrailConfig); only providers of
 	// tiers with the guardrails capability get one.
 	Guardrail *Guardrail
+	// Metadata is Bedrock's requestMetadata, key-value pairs for the
+	// vendor's invocation logs: the bedrock provider sends it; the other
+	// vendors keep no such logs of a call, and it changes no answer.
+	Metadata map[string]string
 }
 
 // Guardrail is a guardrail the vendor applies to a model call: Amazon

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -32,6 +33,31 @@ func TestSegments(t *testing.T) {
 		}
 		if !slices.Equal(got, tt.want) || joined != tt.text {
 			t.Errorf("%s: Segments(%q) = %q (joined %q), want %q", tt.name, tt.text, got, joined, tt.want)
+		}
+	}
+}
+
+// TestToolID: an id a vendor would make passes unchanged; another vendor's
+// (an OpenAI-compatible server's "functions.get_weather:0", a long UUID)
+// becomes one the tier's vendor takes, the same every time, and two ids
+// never become one.
+func TestToolID(t *testing.T) {
+	for _, id := range []string{"toolu_01A09q90qw90lq917835lq9", "tooluse_kZJMlvQmRJ6eAyJE5GIl7Q", "call_abc123"} {
+		if got := ToolID(id, MaxToolIDOpenAI); got != id {
+			t.Errorf("ToolID(%q) = %q, want it unchanged", id, got)
+		}
+	}
+	seen := map[string]string{}
+	for _, id := range []string{"functions.get_weather:0", "functions.get_weather:1", "call_" + strings.Repeat("0123456789", 5), "ツール", "a b"} {
+		for _, max := range []int{MaxToolIDOpenAI, MaxToolIDClaude} {
+			got := ToolID(id, max)
+			if len(got) > max || got != ToolID(id, max) || strings.Trim(got, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
+				t.Errorf("ToolID(%q, %d) = %q: want at most %d of [A-Za-z0-9_-], the same each time", id, max, got, max)
+			}
+			if other, dup := seen[got]; dup && other != id {
+				t.Errorf("%q and %q both became %q", id, other, got)
+			}
+			seen[got] = id
 		}
 	}
 }

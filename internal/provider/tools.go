@@ -2,6 +2,8 @@ package provider
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -59,6 +61,66 @@ type ToolResult struct {
 	CallID  string
 	Content string
 	IsError bool
+}
+
+// Longest tool call ids the vendors take: Anthropic and Bedrock ids are
+// 1–64 of a–z, A–Z, 0–9, _ and -, and OpenAI's at most 40 characters.
+const (
+	MaxToolIDClaude = 64
+	MaxToolIDOpenAI = 40
+)
+
+// ToolID is id as a vendor whose ids are at most max of a–z, A–Z, 0–9, _
+// and - takes it: id itself when it is one, else its allowed characters
+// (others become _) cut short, with a hash of the whole id after them. A
+// conversation's calls can come from another vendor (an OpenAI-compatible
+// server's "functions.get_weather:0", a client's long UUID), and the vendor
+// of the tier refuses an id it would not have made. The same id always
+// maps the same way, so a call and its result still pair; the model's new
+// calls carry its vendor's own ids.
+func ToolID(id string, max int) string {
+	ok := id != "" && len(id) <= max
+	for i := 0; ok && i < len(id); i++ {
+		ok = toolIDByte(id[i])
+	}
+	if ok {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	suffix := "_" + hex.EncodeToString(sum[:6])
+	b := make([]byte, 0, max)
+	for i := 0; i < len(id) && len(b) < max-len(suffix); i++ {
+		if toolIDByte(id[i]) {
+			b = append(b, id[i])
+		} else if len(b) == 0 || b[len(b)-1] != '_' {
+			b = append(b, '_')
+		}
+	}
+	return string(b) + suffix
+}
+
+// CheckToolIDs reports the first tool call id of msgs a vendor whose ids
+// are at most max of a–z, A–Z, 0–9, _ and - would refuse, as it refuses
+// it; the simulator's vendor wires check it so that an adapter that passes
+// another vendor's id on fails its tests.
+func CheckToolIDs(msgs []Message, max int) error {
+	for i, m := range msgs {
+		for _, c := range m.ToolCalls {
+			if ToolID(c.ID, max) != c.ID {
+				return fmt.Errorf("message %d: tool call id %q must be 1 to %d of a-z, A-Z, 0-9, _ and -", i, c.ID, max)
+			}
+		}
+		for _, r := range m.ToolResults {
+			if ToolID(r.CallID, max) != r.CallID {
+				return fmt.Errorf("message %d: tool result id %q must be 1 to %d of a-z, A-Z, 0-9, _ and -", i, r.CallID, max)
+			}
+		}
+	}
+	return nil
+}
+
+func toolIDByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }
 
 // StopToolUse is the stop reason of an answer that ends in tool calls.

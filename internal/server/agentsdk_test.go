@@ -72,9 +72,9 @@ func (r agentRun) check(t *testing.T, how string) {
 // openai and @anthropic-ai/sdk npm clients run their SDK's own tool
 // runner through fmgate, JSON and streamed: the SDK parses the tool calls
 // fmgate sends, runs both tools, and the final answer is built from their
-// results. The openai app also parses a JSON-schema answer with the SDK's
-// parse helper. Sonnet is on the anthropic provider, so the OpenAI app's
-// tools cross vendors.
+// results. Each app also parses a JSON-schema answer with its SDK's parse
+// helper (response_format, output_config.format). Sonnet is on the
+// anthropic provider, so the OpenAI app's tools cross vendors.
 func TestAgentAppsOnTheVendorsJavaScriptSDKs(t *testing.T) {
 	cfg := quickConfig()
 	onAnthropic(t, &cfg, "sonnet")
@@ -97,11 +97,20 @@ func TestAgentAppsOnTheVendorsJavaScriptSDKs(t *testing.T) {
 		t.Fatalf("openai parse: %+v; want the schema's object", oai.Parsed)
 	}
 
-	var anth struct{ JSON, Stream agentRun }
+	var anth struct {
+		JSON, Stream agentRun
+		Parsed       *struct {
+			Title   string `json:"title"`
+			Volumes int    `json:"volumes"`
+		} `json:"parsed"`
+	}
 	runAgent(t, sc, key, "anthropic_agent.cjs", &anth)
 	anth.JSON.check(t, "anthropic toolRunner")
 	anth.Stream.check(t, "anthropic toolRunner, streamed")
 	if anth.JSON.Stop != "end_turn" {
 		t.Fatalf("anthropic toolRunner: final stop_reason %q, want end_turn", anth.JSON.Stop)
+	}
+	if anth.Parsed == nil || anth.Parsed.Title == "" || anth.Parsed.Volumes < 1 {
+		t.Fatalf("anthropic messages.parse: %+v; want the schema's object", anth.Parsed)
 	}
 }

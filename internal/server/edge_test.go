@@ -213,6 +213,53 @@ func TestUnknownAPIPathsAnswerJSON(t *testing.T) {
 	if resp, _ := do(t, "GET", srv.URL+"/v1/batch/none", ""); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("GET /v1/batch/none: %d; want the batch route's own 404", resp.StatusCode)
 	}
+	// Outside /v1/ too, and other methods on the OpenAI door's routes: JSON,
+	// never Go's plain text; the chat page is still a page.
+	for _, tt := range []struct{ method, path string }{
+		{"POST", "/nothing"}, {"GET", "/nothing.html"}, {"POST", "/"}, {"POST", "/guardrail/gr-1/version/1/apply"},
+		{"POST", "/async-invoke"}, {"GET", "/v1/chat/completions"}, {"POST", "/v1/models"}, {"DELETE", "/v1/models/sonnet"},
+		{"GET", "/v1/embeddings"},
+	} {
+		req, _ := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct{ Error struct{ Message string } }
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed || err != nil || body.Error.Message == "" ||
+			!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+			t.Fatalf("%s %s: %d %s %+v (%v); want a JSON 404 or 405 with a message", tt.method, tt.path, resp.StatusCode, resp.Header.Get("Content-Type"), body, err)
+		}
+	}
+	page, err := http.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	html, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	if page.StatusCode != http.StatusOK || !strings.Contains(string(html), "<html") {
+		t.Fatalf("GET /: %d; want the chat page", page.StatusCode)
+	}
+	// An AWS SDK's call of an operation fmgate does not serve gets
+	// Bedrock's shape, which the SDK raises as its own exception.
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/guardrail/gr-1/version/1/apply", strings.NewReader(`{}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Amz-Date", "20260101T000000Z")
+	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKID/20260101/us-east-1/bedrock/aws4_request, SignedHeaders=host, Signature=00")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bedrockBody struct{ Message string }
+	err = json.NewDecoder(resp.Body).Decode(&bedrockBody)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || resp.Header.Get("X-Amzn-ErrorType") != "UnknownOperationException" || err != nil ||
+		!strings.Contains(bedrockBody.Message, "/guardrail/") {
+		t.Fatalf("signed ApplyGuardrail: %d %s %+v (%v); want Bedrock's UnknownOperationException", resp.StatusCode, resp.Header.Get("X-Amzn-ErrorType"), bedrockBody, err)
+	}
 }
 
 // TestHostIsChecked: a page on a name rebound to the gateway's address

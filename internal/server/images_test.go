@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -198,5 +199,41 @@ func TestImageTurnSkipsATierThatCannotSee(t *testing.T) {
 	}
 	if attempts["haiku"] != 2 || attempts["sonnet"] != 0 {
 		t.Fatalf("model attempts with an image by tier: %v; want haiku's two alone", attempts)
+	}
+}
+
+// TestImageTokensArePricedByTheAnsweringVendor: a model attempt's span
+// gives its images' tokens by its vendor's formula, priced at its model's
+// input price — OpenAI's tiles for Sonnet on the openai provider (765 for
+// the 800×600 cover), Claude's 640 for Haiku on the simulator.
+func TestImageTokensArePricedByTheAnsweringVendor(t *testing.T) {
+	cfg := quickConfig()
+	openaiUpstream(t, &cfg)
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	cfg.Events.Sinks.JSONL.Path = path
+	cfg.Events.Sampling.Enabled = false // every span reaches the log
+	sc := newScenario(t, cfg)
+	for _, model := range []string{"sonnet", "haiku"} {
+		r, err := (&openAIConversation{url: sc.srv.URL, user: imageUser(), model: model}).send(t, ask{text: imageQuestion(), image: true})
+		if err != nil || r.tier != model {
+			t.Fatalf("image question to %s: %+v (%v)", model, r, err)
+		}
+	}
+	sc.s.Close() // flush the emitter
+	want := map[string]int{"sonnet": 765, "haiku": 640}
+	price := map[string]float64{"sonnet": cfg.Models[0].InputPerMTok, "haiku": cfg.Models[1].InputPerMTok}
+	seen := 0
+	for _, e := range readSpans(t, path) {
+		if e.Name != "model_attempt" || e.Resource.Images == 0 {
+			continue
+		}
+		seen++
+		tier := e.Node.NodeID
+		if e.Resource.ImageTokens != want[tier] || math.Abs(e.Resource.ImageCostUSD-float64(want[tier])*price[tier]/1e6) > 1e-12 {
+			t.Fatalf("%s's attempt: image tokens %d costing %g; want %d at its input price", tier, e.Resource.ImageTokens, e.Resource.ImageCostUSD, want[tier])
+		}
+	}
+	if seen != 2 {
+		t.Fatalf("%d model attempts with an image, want 2", seen)
 	}
 }

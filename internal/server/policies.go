@@ -365,6 +365,12 @@ func (iv invoker) Invoke(ctx context.Context, model string, call func(context.Co
 			permit.Release(ctx)
 		case kind == provider.KindValidation, kind == provider.KindGuardrail, kind == provider.KindAccessDenied, kind == provider.KindNotFound:
 			permit.Done(ctx, true) // the model answered; the request was the problem
+		case gateway.RejectedAnswer(err):
+			// The model answered, but not in the form the client asked for
+			// (its schema, its tools): the next tier answers, and neither the
+			// breaker nor the pressure counts it against a healthy model.
+			permit.Done(ctx, true)
+			return retry.Final(retry.Unjudged(err))
 		default:
 			permit.Done(ctx, false)
 		}

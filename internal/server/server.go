@@ -291,7 +291,7 @@ func (s *Server) Handler(adminToken string) http.Handler {
 	}
 	mux.Handle("/debug/pprof/", requireAdmin(auth, pprofHandler()))
 	mux.Handle("/metrics", gateway.MethodNotAllowed("GET", "HEAD"))
-	gw := s.Gateway.Handler(adminToken, webui.Handler())
+	gw := s.Gateway.Handler(adminToken, webui.Handler(http.HandlerFunc(unknownAPI)))
 	mux.Handle("/", gw)
 	// The gateway's own API under /v1/, and a JSON answer naming what is
 	// served for any other path there (an SDK shows a plain-text 404 as
@@ -300,6 +300,11 @@ func (s *Server) Handler(adminToken string) http.Handler {
 		mux.Handle(p, gw)
 	}
 	mux.Handle("/v1/", http.HandlerFunc(unknownAPI))
+	// Bedrock Runtime's other operations (ApplyGuardrail, the async
+	// invocations), which the AWS SDKs send to the same endpoint.
+	mux.Handle("/guardrail/", http.HandlerFunc(unknownAPI))
+	mux.Handle("/async-invoke", http.HandlerFunc(unknownAPI))
+	mux.Handle("/async-invoke/", http.HandlerFunc(unknownAPI))
 	return guardEdge(s.cfg.Server.BodyTimeout, guardHost(s.cfg.HostPatterns(),
 		guardCrossSite(s.cfg.Server.OriginPatterns, s.Gateway, guardOperator(s.cfg.Server.ExternalURL, mux))))
 }
@@ -374,16 +379,27 @@ func stateSecret(cfg config.Config) string {
 	return secret
 }
 
-// unknownAPI answers a path under /v1/ that fmgate does not serve, in the
-// error shape the OpenAI and Anthropic SDKs read.
+// unknownAPI answers a request for a path fmgate does not serve with a
+// JSON 404 the asking SDK reads: Bedrock's UnknownOperationException to an
+// AWS SDK (a SigV4-signed request), else an error both the OpenAI and the
+// Anthropic SDKs parse (an SDK shows a plain-text 404 as "404 404 page not
+// found").
 func unknownAPI(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusNotFound)
+	p := r.URL.Path
+	if len(p) > 200 {
+		p = p[:200] + "…"
+	}
 	msg := fmt.Sprintf("fmgate does not serve %s %s. It serves POST /v1/chat/completions, POST /v1/embeddings, POST /v1/responses, "+
 		"GET and DELETE /v1/responses/{id} and GET /v1/models (OpenAI), "+
 		"POST /v1/messages and /v1/messages/count_tokens (Anthropic), POST /model/{model}/converse, /converse-stream, /invoke, "+
 		"/invoke-with-response-stream and /count-tokens (Bedrock), "+
-		"and its own POST /v1/chat, GET /ws and /v1/batch.", r.Method, r.URL.Path)
+		"and its own POST /v1/chat, GET /ws and /v1/batch.", r.Method, strings.ToValidUTF8(p, "?"))
+	if strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 ") || r.Header.Get("X-Amz-Date") != "" {
+		bedrockdoor.WriteException(w, bedrockdoor.Exception{Status: http.StatusNotFound, Type: bedrockdoor.UnknownOperationException, Message: msg})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotFound)
 	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error",
 		"error": map[string]string{"type": "not_found_error", "code": "not_found", "message": msg}})
 }

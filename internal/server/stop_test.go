@@ -222,3 +222,17 @@ func TestSeedRepeatsAnAnswerOnTiersThatHaveIt(t *testing.T) {
 		t.Fatalf("seed with Sonnet on the anthropic provider: answered by %q, want haiku", tier)
 	}
 }
+
+// With every model down, the client's stop sequence still ends the
+// answer it gets from a fallback tier, and the stop reason says so.
+func TestStopSequencesEndTheFallbackTiersText(t *testing.T) {
+	sc := newScenario(t, quickConfig())
+	adminPut(t, sc.srv, "/admin/sim/sonnet", `{"outage":true}`)
+	adminPut(t, sc.srv, "/admin/sim/haiku", `{"outage":true}`)
+	for _, stream := range []bool{false, true} {
+		r, err := (&anthropicConversation{url: sc.srv.URL, stream: stream, user: toolUser()}).send(t, ask{text: "Which manga should I read next?", stop: []string{","}})
+		if err != nil || r.tier == "sonnet" || r.tier == "haiku" || r.text == "" || strings.Contains(r.text, ",") || r.stop != "stop_sequence" || r.stopSeq != "," {
+			t.Fatalf("stream %v: %+v (%v); want a fallback tier's text up to its first comma, ended by the stop sequence", stream, r, err)
+		}
+	}
+}

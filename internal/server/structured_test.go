@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -103,8 +104,10 @@ func TestJSONAnswersOnEveryProvider(t *testing.T) {
 // TestAnswerThatBreaksItsSchemaFallsToTheNextTier: the primary tier (an
 // OpenAI-compatible server that ignores response_format) answers in prose;
 // fmgate counts that as the tier's failure and Haiku answers with the
-// schema's JSON. Streamed, the client never sees the prose. With every
-// model down, the turn gets a 503, not the graceful tier's prose.
+// schema's JSON, on the OpenAI door and for the Anthropic and Bedrock
+// doors' structured outputs. Streamed, the client never sees the prose.
+// With every model down, the turn gets the door's retryable error (503,
+// Anthropic's 529), not the graceful tier's prose.
 func TestAnswerThatBreaksItsSchemaFallsToTheNextTier(t *testing.T) {
 	prose := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -116,11 +119,24 @@ func TestAnswerThatBreaksItsSchemaFallsToTheNextTier(t *testing.T) {
 	t.Cleanup(prose.Close)
 	cfg := quickConfig()
 	cfg.Models[0].Provider, cfg.Models[0].Endpoint = "openai", prose.URL+"/v1"
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	cfg.Events.Sinks.JSONL.Path = path
+	cfg.Events.Sampling.Enabled = false // every span reaches the log
 	sc := newScenario(t, cfg)
 	for _, stream := range []bool{false, true} {
 		text, tier, err := jsonAnswer(t, sc.srv.URL, stream, schemaFormat())
 		if err != nil || tier != "haiku" || strings.Contains(text, "Sure") || !json.Valid([]byte(text)) {
 			t.Fatalf("stream %v: answer %q from %q (%v); want Haiku's JSON and none of the prose", stream, text, tier, err)
+		}
+		// The Anthropic and Bedrock doors' structured outputs, the same way.
+		for door, c := range map[string]conversation{
+			"anthropic": &anthropicConversation{url: sc.srv.URL, stream: stream, user: toolUser()},
+			"bedrock":   newBedrockConversation(sc.srv.URL, stream),
+		} {
+			r, err := c.send(t, ask{text: "Give me one manga to start with, as JSON.", schema: true})
+			if err != nil || r.tier != "haiku" || strings.Contains(r.text, "Sure") || !json.Valid([]byte(r.text)) {
+				t.Fatalf("%s door, stream %v: %+v (%v); want Haiku's JSON and none of the prose", door, stream, r, err)
+			}
 		}
 	}
 	st, _ := sc.s.Sim.Settings("haiku")
@@ -132,5 +148,36 @@ func TestAnswerThatBreaksItsSchemaFallsToTheNextTier(t *testing.T) {
 	var apiErr *oai.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("every model failing the schema: %v; want a 503", err)
+	}
+	for door, c := range map[string]conversation{
+		"anthropic": &anthropicConversation{url: sc.srv.URL, user: toolUser()},
+		"bedrock":   newBedrockConversation(sc.srv.URL, false),
+	} {
+		if _, err := c.send(t, ask{text: "Give me one manga to start with, as JSON.", schema: true}); statusOf(err) != retryableStatus[door] {
+			t.Fatalf("%s door, every model failing the schema: %v; want a %d", door, err, retryableStatus[door])
+		}
+	}
+	// Sonnet is up, only not fit for JSON: its breaker stays closed, and a
+	// plain question is still its to answer.
+	if a := sc.chat("plain-after-json", "Hello!", "en"); a.Status != 200 || a.Tier != "sonnet" {
+		t.Fatalf("a plain question after nine prose answers to JSON questions: %+v; want Sonnet's answer", a)
+	}
+	// Each of Sonnet's prose answers is a failed attempt of its own tier,
+	// saying why.
+	sc.s.Close() // flush the emitter
+	failed := 0
+	for _, e := range readSpans(t, path) {
+		if e.Name == "model_attempt" && e.Node.NodeID == "sonnet" {
+			if e.Outcome.VendorCode == "" && e.Outcome.Status == "ok" {
+				continue // the plain question's
+			}
+			if e.Outcome.Status != "failed" || e.Outcome.VendorCode != "invalid_json_answer" {
+				t.Fatalf("sonnet's attempt: %+v; want a failure with vendor_code invalid_json_answer", e.Outcome)
+			}
+			failed++
+		}
+	}
+	if failed != 9 {
+		t.Fatalf("%d failed sonnet attempts in the events, want one per JSON question (9)", failed)
 	}
 }

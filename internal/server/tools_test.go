@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,11 +12,8 @@ import (
 	"testing"
 
 	anth "github.com/anthropics/anthropic-sdk-go"
-	anthoption "github.com/anthropics/anthropic-sdk-go/option"
 	oai "github.com/openai/openai-go/v3"
-	oaioption "github.com/openai/openai-go/v3/option"
 
-	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 )
 
@@ -30,268 +25,89 @@ var timeSchema = map[string]any{"type": "object", "properties": map[string]any{"
 // toolCall is a tool call as a test reads it off any door.
 type toolCall struct{ id, name, args string }
 
-// toolAnswer is one answer of an agent loop, as any door gave it.
-type toolAnswer struct {
-	text  string
-	calls []toolCall
-	stop  string // the door's own stop reason
-	model string
-}
-
-// agent is a client of one door that offers the two tools and keeps the
-// conversation, in the door's own SDK.
-type agent interface {
-	// ask sends the user's message (or, with results, the results of the
-	// last answer's calls), with choice "" (auto) or a tool name to force.
-	ask(t *testing.T, message string, results map[string]string, choice string) (toolAnswer, error)
-}
-
-// TestToolLoopsThroughEveryDoorAndProvider: an agent loop with two tools,
-// through the OpenAI and Anthropic doors (their official Go SDKs, JSON and
-// streamed), served by the simulator, or by the openai, anthropic and
-// bedrock providers against the simulator on their vendors' wires. The model calls
-// the tool the message names, with arguments the SDK parses as JSON; the
-// tool's result comes back through the door and the model answers from it;
-// a message naming both tools gets two parallel calls; a forced tool is
-// called; UTF-8 survives arguments split across stream chunks.
-func TestToolLoopsThroughEveryDoorAndProvider(t *testing.T) {
-	upstreams := map[string]func(t *testing.T, cfg *config.Config){
-		"sim":       func(*testing.T, *config.Config) {},
-		"openai":    func(t *testing.T, cfg *config.Config) { openaiUpstream(t, cfg) },
-		"anthropic": func(t *testing.T, cfg *config.Config) { onAnthropic(t, cfg, "sonnet") },
-		"bedrock": func(t *testing.T, cfg *config.Config) {
-			_, endpoint := bedrockUpstream(t, cfg.Sim.Models["sonnet"])
-			*cfg = onBedrock(*cfg, endpoint)
-		},
-	}
-	doors := map[string]func(url string, stream bool) agent{
-		"openai":    func(url string, stream bool) agent { return newOpenAIAgent(url, stream) },
-		"anthropic": func(url string, stream bool) agent { return newAnthropicAgent(url, stream) },
-	}
-	for _, up := range []string{"sim", "openai", "anthropic", "bedrock"} {
-		t.Run(up, func(t *testing.T) {
-			cfg := quickConfig()
-			upstreams[up](t, &cfg)
-			sc := newScenario(t, cfg)
-			for _, door := range []string{"openai", "anthropic"} {
-				for _, stream := range []bool{false, true} {
-					name := door + map[bool]string{false: "/json", true: "/stream"}[stream]
-					t.Run(name, func(t *testing.T) {
-						agentLoop(t, func() agent { return doors[door](sc.srv.URL, stream) })
-					})
-				}
-			}
-		})
-	}
-}
-
-func agentLoop(t *testing.T, newAgent func() agent) {
-	// A round trip: call, result, answer from the result.
-	a := newAgent()
-	got, err := a.ask(t, "What's the weather in 東京 today?", nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got.calls) != 1 || got.calls[0].name != "get_weather" || got.calls[0].id == "" {
-		t.Fatalf("answer %+v: want one get_weather call", got)
-	}
-	var args struct {
-		City string `json:"city"`
-	}
-	if err := json.Unmarshal([]byte(got.calls[0].args), &args); err != nil || !strings.Contains(args.City, "東京") {
-		t.Fatalf("arguments %q: want a JSON object whose city holds the message's 東京 (%v)", got.calls[0].args, err)
-	}
-	got, err = a.ask(t, "", map[string]string{got.calls[0].id: "晴れ、最高気温18度"}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got.calls) != 0 || !strings.Contains(got.text, "晴れ、最高気温18度") {
-		t.Fatalf("answer to the result %+v: want text quoting the tool's result", got)
-	}
-
-	// Two tools named: two calls at once.
-	got, err = newAgent().ask(t, "What's the weather and the local time in Osaka?", nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := []string{}
-	for _, c := range got.calls {
-		names = append(names, c.name)
-	}
-	if !slices.Equal(names, []string{"get_weather", "get_time"}) || got.calls[0].id == got.calls[1].id {
-		t.Fatalf("answer %+v: want get_weather and get_time called in parallel, with distinct ids", got)
-	}
-
-	// A forced tool, whatever the message says.
-	got, err = newAgent().ask(t, "Hello!", nil, "get_time")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got.calls) != 1 || got.calls[0].name != "get_time" || got.calls[0].args != `{"zone":"Asia/Tokyo"}` {
-		t.Fatalf("answer %+v: want the forced get_time call with its enum's first zone", got)
-	}
-}
-
-// TestToolLoopSurvivesThePrimaryGoingDown: mid-loop, Sonnet (on the
-// anthropic provider) goes down; Haiku finishes the loop from the tool's
-// result. A turn that forces a tool while every model is down gets a 503
-// the SDK raises, never the graceful tier's prose.
+// TestToolLoopSurvivesThePrimaryGoingDown: Sonnet on Bedrock and Haiku on
+// Anthropic (each the simulator on its vendor's wire). Through every door,
+// streamed: Sonnet calls the tool, then goes down; Haiku finishes each
+// loop from the tool's result. With every model down, a turn that forces a
+// tool gets the door's retryable error, never the graceful tier's prose; a
+// turn that only offers tools gets the graceful text, never the cache's
+// answer to the same words asked without tools.
 func TestToolLoopSurvivesThePrimaryGoingDown(t *testing.T) {
 	cfg := quickConfig()
-	up := onAnthropic(t, &cfg, "sonnet")
-	sc := newScenario(t, cfg)
-	a := newOpenAIAgent(sc.srv.URL, true)
-	got, err := a.ask(t, "What's the weather in Kyoto?", nil, "")
-	if err != nil || len(got.calls) != 1 || got.model != "claude-sonnet" && !strings.Contains(got.model, "sonnet") {
-		t.Fatalf("first answer %+v (%v): want Sonnet's get_weather call", got, err)
+	haikuUp := onAnthropic(t, &cfg, "haiku")
+	sonnetUp, endpoint := bedrockUpstream(t, cfg.Sim.Models["sonnet"])
+	sc := newScenario(t, onBedrock(cfg, endpoint))
+	doors := []string{"openai", "anthropic", "bedrock"}
+	open := func(door string, stream bool) conversation {
+		switch door {
+		case "openai":
+			return &openAIConversation{url: sc.srv.URL, stream: stream, user: toolUser()}
+		case "anthropic":
+			return &anthropicConversation{url: sc.srv.URL, stream: stream, user: toolUser()}
+		}
+		return newBedrockConversation(sc.srv.URL, stream)
 	}
-	setUpstream(t, up, "sonnet", func(st *sim.Settings) { st.Outage = true })
-	got, err = a.ask(t, "", map[string]string{got.calls[0].id: "cloudy"}, "")
-	if err != nil || !strings.Contains(got.text, "cloudy") || !strings.Contains(got.model, "haiku") {
-		t.Fatalf("answer after Sonnet went down %+v (%v): want Haiku quoting the result", got, err)
+	const plain = "Which comedy manga is the funniest?"
+	if a := sc.chat("plain-asker", plain, "en"); a.Tier != "sonnet" {
+		t.Fatalf("the plain question: %+v; want Sonnet's answer, for the cache", a)
+	}
+	convs, ids := map[string]conversation{}, map[string]string{}
+	for _, door := range doors {
+		convs[door] = open(door, true)
+		r, err := convs[door].send(t, ask{text: "What's the weather in Kyoto?", tools: true})
+		if err != nil || len(r.calls) != 1 || r.tier != "sonnet" {
+			t.Fatalf("%s door, first answer %+v (%v): want Sonnet's get_weather call", door, r, err)
+		}
+		ids[door] = r.calls[0].id
+	}
+	setUpstream(t, sonnetUp, "sonnet", func(st *sim.Settings) { st.Outage = true })
+	for _, door := range doors {
+		r, err := convs[door].send(t, ask{results: map[string]string{ids[door]: "cloudy, 12°C"}, tools: true})
+		if err != nil || !strings.Contains(r.text, "cloudy, 12°C") || r.tier != "haiku" || len(r.calls) != 0 {
+			t.Fatalf("%s door, after Sonnet went down: %+v (%v); want Haiku quoting the result", door, r, err)
+		}
+	}
+	if haikuUp.Usage("haiku").OutputTokens == 0 {
+		t.Fatal("the Anthropic upstream billed nothing: Haiku did not answer through it")
 	}
 
-	st, _ := sc.s.Sim.Settings("haiku")
-	st.Outage = true
-	if err := sc.s.Sim.SetSettings("haiku", st); err != nil {
-		t.Fatal(err)
+	setUpstream(t, haikuUp, "haiku", func(st *sim.Settings) { st.Outage = true })
+	if a := sc.chat("plain-asker-2", plain, "en"); a.Tier != "cache" {
+		t.Fatalf("the plain question with every model down: %+v; want the cache's answer (else the test below proves nothing)", a)
 	}
-	_, err = newOpenAIAgent(sc.srv.URL, false).ask(t, "Hello", nil, "get_time")
-	var apiErr *oai.Error
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("forced tool with every model down: %v; want a 503", err)
-	}
-	// Offered, not forced: the graceful tier's text is a valid answer.
-	got, err = newOpenAIAgent(sc.srv.URL, false).ask(t, "What's the weather in Nara?", nil, "")
-	if err != nil || got.text == "" || len(got.calls) != 0 {
-		t.Fatalf("tools offered with every model down: %+v (%v); want the graceful text", got, err)
+	for _, door := range doors {
+		_, err := open(door, false).send(t, ask{text: "Hello", tools: true, force: "get_time"})
+		if want := retryableStatus[door]; statusOf(err) != want {
+			t.Fatalf("%s door, forced tool with every model down: %v; want a %d", door, err, want)
+		}
+		// Offered, not forced: the graceful tier's text is a valid answer,
+		// and the cache's answer to the question without tools is not.
+		r, err := open(door, false).send(t, ask{text: plain, tools: true})
+		if err != nil || r.text == "" || len(r.calls) != 0 || r.tier != "graceful" {
+			t.Fatalf("%s door, tools offered with every model down: %+v (%v); want the graceful text", door, r, err)
+		}
 	}
 }
 
-// openAIAgent drives the OpenAI door with the openai-go SDK.
-type openAIAgent struct {
-	c      oai.Client
-	stream bool
-	msgs   []oai.ChatCompletionMessageParamUnion
-}
+// retryableStatus is the status each door answers a turn no tier could
+// serve in the form it asked for: what its SDK retries.
+var retryableStatus = map[string]int{"openai": http.StatusServiceUnavailable, "anthropic": 529, "bedrock": http.StatusServiceUnavailable}
 
-func newOpenAIAgent(url string, stream bool) *openAIAgent {
-	return &openAIAgent{stream: stream, c: oai.NewClient(oaioption.WithBaseURL(url+"/v1/"), oaioption.WithAPIKey("sk-any"),
-		oaioption.WithHeader("X-User-Id", toolUser()), oaioption.WithMaxRetries(0))}
-}
-
-func (a *openAIAgent) ask(t *testing.T, message string, results map[string]string, choice string) (toolAnswer, error) {
-	t.Helper()
-	if message != "" {
-		a.msgs = append(a.msgs, oai.UserMessage(message))
+// statusOf is the HTTP status of an error any door's SDK raised; 0 for
+// none.
+func statusOf(err error) int {
+	var o *oai.Error
+	var a *anth.Error
+	var aws interface{ HTTPStatusCode() int }
+	switch {
+	case errors.As(err, &o):
+		return o.StatusCode
+	case errors.As(err, &a):
+		return a.StatusCode
+	case errors.As(err, &aws):
+		return aws.HTTPStatusCode()
 	}
-	for _, id := range slices.Sorted(mapKeys(results)) {
-		a.msgs = append(a.msgs, oai.ToolMessage(results[id], id))
-	}
-	p := oai.ChatCompletionNewParams{Model: "sonnet", Messages: a.msgs, Tools: []oai.ChatCompletionToolUnionParam{
-		oai.ChatCompletionFunctionTool(oai.FunctionDefinitionParam{Name: "get_weather", Description: oai.String("The weather in a city"), Parameters: weatherSchema}),
-		oai.ChatCompletionFunctionTool(oai.FunctionDefinitionParam{Name: "get_time", Description: oai.String("The local time"), Parameters: timeSchema}),
-	}}
-	if choice != "" {
-		p.ToolChoice = oai.ToolChoiceOptionFunctionToolChoice(oai.ChatCompletionNamedToolChoiceFunctionParam{Name: choice})
-	}
-	var msg oai.ChatCompletionMessage
-	var ans toolAnswer
-	if a.stream {
-		s := a.c.Chat.Completions.NewStreaming(context.Background(), p)
-		acc := oai.ChatCompletionAccumulator{}
-		for s.Next() {
-			acc.AddChunk(s.Current())
-		}
-		if err := s.Err(); err != nil {
-			return ans, err
-		}
-		if len(acc.Choices) == 0 {
-			t.Fatal("the stream held no choice")
-		}
-		msg, ans.stop, ans.model = acc.Choices[0].Message, acc.Choices[0].FinishReason, acc.Model
-	} else {
-		res, err := a.c.Chat.Completions.New(context.Background(), p)
-		if err != nil {
-			return ans, err
-		}
-		msg, ans.stop, ans.model = res.Choices[0].Message, res.Choices[0].FinishReason, res.Model
-	}
-	ans.text = msg.Content
-	for _, c := range msg.ToolCalls {
-		ans.calls = append(ans.calls, toolCall{id: c.ID, name: c.Function.Name, args: c.Function.Arguments})
-	}
-	if len(ans.calls) > 0 && ans.stop != "tool_calls" {
-		t.Errorf("finish_reason %q with tool calls, want tool_calls", ans.stop)
-	}
-	a.msgs = append(a.msgs, msg.ToParam())
-	return ans, nil
-}
-
-// anthropicAgent drives the Anthropic door with anthropic-sdk-go.
-type anthropicAgent struct {
-	c      anth.Client
-	stream bool
-	msgs   []anth.MessageParam
-}
-
-func newAnthropicAgent(url string, stream bool) *anthropicAgent {
-	return &anthropicAgent{stream: stream, c: anth.NewClient(anthoption.WithBaseURL(url), anthoption.WithAPIKey("sk-any"),
-		anthoption.WithHeader("X-User-Id", toolUser()), anthoption.WithMaxRetries(0))}
-}
-
-func (a *anthropicAgent) ask(t *testing.T, message string, results map[string]string, choice string) (toolAnswer, error) {
-	t.Helper()
-	var blocks []anth.ContentBlockParamUnion
-	for _, id := range slices.Sorted(mapKeys(results)) {
-		blocks = append(blocks, anth.NewToolResultBlock(id, results[id], false))
-	}
-	if message != "" {
-		blocks = append(blocks, anth.NewTextBlock(message))
-	}
-	a.msgs = append(a.msgs, anth.NewUserMessage(blocks...))
-	schema := func(m map[string]any) anth.ToolInputSchemaParam {
-		return anth.ToolInputSchemaParam{Properties: m["properties"], Required: m["required"].([]string)}
-	}
-	p := anth.MessageNewParams{Model: "claude-sonnet-4-5", MaxTokens: 400, Messages: a.msgs, Tools: []anth.ToolUnionParam{
-		{OfTool: &anth.ToolParam{Name: "get_weather", Description: anth.String("The weather in a city"), InputSchema: schema(weatherSchema)}},
-		{OfTool: &anth.ToolParam{Name: "get_time", Description: anth.String("The local time"), InputSchema: schema(timeSchema)}},
-	}}
-	if choice != "" {
-		p.ToolChoice = anth.ToolChoiceParamOfTool(choice)
-	}
-	var msg anth.Message
-	if a.stream {
-		s := a.c.Messages.NewStreaming(context.Background(), p)
-		for s.Next() {
-			if err := msg.Accumulate(s.Current()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := s.Err(); err != nil {
-			return toolAnswer{}, err
-		}
-	} else {
-		res, err := a.c.Messages.New(context.Background(), p)
-		if err != nil {
-			return toolAnswer{}, err
-		}
-		msg = *res
-	}
-	ans := toolAnswer{stop: string(msg.StopReason), model: string(msg.Model)}
-	for _, b := range msg.Content {
-		switch b.Type {
-		case "text":
-			ans.text += b.Text
-		case "tool_use":
-			ans.calls = append(ans.calls, toolCall{id: b.ID, name: b.Name, args: string(b.Input)})
-		}
-	}
-	if len(ans.calls) > 0 && ans.stop != "tool_use" {
-		t.Errorf("stop_reason %q with tool calls, want tool_use", ans.stop)
-	}
-	a.msgs = append(a.msgs, msg.ToParam())
-	return ans, nil
+	return 0
 }
 
 var toolUsers atomic.Int64
@@ -318,7 +134,8 @@ func TestToolCallsAreInTheEvents(t *testing.T) {
 	cfg.Events.Sinks.JSONL.Path = path
 	cfg.Events.Sampling.Enabled = false // every span reaches the log
 	sc := newScenario(t, cfg)
-	got, err := newOpenAIAgent(sc.srv.URL, false).ask(t, "What's the weather and the local time in Sapporo?", nil, "")
+	c := &openAIConversation{url: sc.srv.URL, user: toolUser()}
+	got, err := c.send(t, ask{text: "What's the weather and the local time in Sapporo?", tools: true})
 	if err != nil || len(got.calls) != 2 {
 		t.Fatalf("answer %+v (%v): want two tool calls", got, err)
 	}

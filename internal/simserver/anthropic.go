@@ -33,6 +33,11 @@ func anthropicMessages(s *sim.Sim) http.HandlerFunc {
 			anthropic.WriteError(w, werr)
 			return
 		}
+		// Anthropic refuses a tool id it would not have made.
+		if err := provider.CheckToolIDs(req.Messages, provider.MaxToolIDClaude); err != nil {
+			anthropic.WriteError(w, &anthropic.Error{Status: http.StatusBadRequest, Type: anthropic.ErrInvalidRequest, Message: err.Error()})
+			return
+		}
 		name, ok := resolveAnthropic(w, s, req.Model)
 		if !ok {
 			return

@@ -51,3 +51,26 @@ func TestCompileRefusesOutsideReferences(t *testing.T) {
 		t.Errorf("a bad type compiled: %v", err)
 	}
 }
+
+// FuzzCompileAndCheck: a client's schema and a model's answer, both
+// untrusted bytes, compile and check or fail with an error; nothing
+// panics, and no schema reaches outside itself.
+func FuzzCompileAndCheck(f *testing.F) {
+	f.Add([]byte(`{"type":"object","properties":{"title":{"type":"string"},"volumes":{"type":"integer","minimum":1}},"required":["title"]}`), `{"title":"x","volumes":2}`)
+	f.Add([]byte(`{"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`), `{}`)
+	f.Add([]byte(`{"type":"array","items":{"enum":[1,"a",null]},"minItems":1}`), `[1,"a"]`)
+	f.Add([]byte(`{"pattern":"(a+)+$","type":"string"}`), `"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab"`)
+	f.Add([]byte(`{"$ref":"file:///etc/passwd"}`), `1`)
+	f.Add([]byte(`{"anyOf":[{"type":"object"},{"not":{}}],"format":"email"}`), `{"a":"\ud800"}`)
+	f.Add([]byte(`[]`), `nope`)
+	f.Fuzz(func(t *testing.T, schema []byte, answer string) {
+		s, err := Compile(schema)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("a refusal without words")
+			}
+			return
+		}
+		_ = s.Check(answer)
+	})
+}

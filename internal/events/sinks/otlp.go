@@ -287,6 +287,10 @@ func Attributes(e *events.Event) []attribute.KeyValue {
 	if r := e.Resource; r.ImageBytes != 0 {
 		kv = append(kv, attribute.Int("fmgate.resource.image_bytes", r.ImageBytes))
 	}
+	if r := e.Resource; r.ImageTokens != 0 {
+		kv = append(kv, attribute.Int("fmgate.resource.image_tokens", r.ImageTokens),
+			attribute.Float64("fmgate.resource.image_cost_usd", r.ImageCostUSD))
+	}
 	str("fmgate.resource.cache_hit", string(e.Resource.CacheHit))
 	if len(e.Resource.CapabilityFlagsActive) > 0 {
 		kv = append(kv, attribute.StringSlice("fmgate.resource.capability_flags_active", e.Resource.CapabilityFlagsActive))

@@ -194,6 +194,7 @@ func (d *door) turn(r *http.Request, req *Request, m config.Model) *gateway.Turn
 		Tools:             req.Tools,
 		ToolChoice:        req.ToolChoice,
 		Thinking:          req.Thinking,
+		Format:            req.Format,
 		ToolResults:       req.Messages[last].ToolResults,
 		Images:            req.Messages[last].Images,
 		Route:             "chat",

@@ -96,6 +96,9 @@ type Request struct {
 	// Thinking is thinking {type: enabled, budget_tokens}; nil when
 	// absent or disabled.
 	Thinking *provider.Thinking
+	// Format is the answer's shape: output_config.format (or the beta's
+	// output_format) json_schema; the zero value is free text.
+	Format provider.Format
 }
 
 // ProviderRequest is r as a model call for the model named model.
@@ -107,7 +110,7 @@ func (r *Request) ProviderRequest(model string) *provider.Request {
 	return &provider.Request{
 		Model: model, System: r.System, SystemCache: slices.Clone(r.SystemCache), Messages: msgs,
 		MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK, StopSequences: slices.Clone(r.StopSequences),
-		Tools: r.Tools, ToolChoice: r.ToolChoice, Thinking: r.Thinking,
+		Tools: r.Tools, ToolChoice: r.ToolChoice, Thinking: r.Thinking, Format: r.Format,
 	}
 }
 
@@ -131,7 +134,7 @@ func invalid(format string, args ...any) *Error {
 // supported are the request fields this server honours. Every other field
 // Anthropic defines (service_tier, container, mcp_servers, …) is refused
 // by name, never silently dropped.
-var supported = []string{"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k", "stream", "metadata", "tools", "tool_choice", "thinking"}
+var supported = []string{"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k", "stream", "metadata", "tools", "tool_choice", "thinking", "output_config", "output_format"}
 
 // DecodeRequest reads and validates a Messages request of at most maxBytes
 // (DefaultMaxBodyBytes when <= 0). A refusal is an *Error in Anthropic's
@@ -192,7 +195,7 @@ const BedrockVersion = "bedrock-2023-05-31"
 
 // invokeFields are the fields of a Messages body on Bedrock's InvokeModel:
 // the model is in the path and streaming is the route's, not the body's.
-var invokeFields = []string{"anthropic_version", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "tools", "tool_choice", "thinking"}
+var invokeFields = []string{"anthropic_version", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "tools", "tool_choice", "thinking", "output_config", "output_format"}
 
 // DecodeInvokeBody reads and validates the Messages body of a Bedrock
 // InvokeModel call (anthropic_version bedrock-2023-05-31, no model): the
@@ -348,6 +351,14 @@ func (r *Request) decode(fields map[string]json.RawMessage, images vision.Limits
 	}
 	if r.Thinking, werr = decodeThinking(fields["thinking"], r); werr != nil {
 		return werr
+	}
+	if r.Format, werr = decodeOutputFormat(fields); werr != nil {
+		return werr
+	}
+	if r.Format.Kind != provider.FormatText && r.Thinking != nil {
+		// Claude tiers are asked for the format through a tool they must
+		// call, which thinking does not allow.
+		return invalid("output_config.format: not supported together with thinking by this server; ask for one or the other")
 	}
 	if n := r.ProviderRequest("").CacheMarks(); n > provider.MaxCacheMarks {
 		return invalid("A maximum of %d blocks with cache_control may be provided. Found %d.", provider.MaxCacheMarks, n)
@@ -823,10 +834,15 @@ func decodeTools(v json.RawMessage) ([]provider.Tool, *Error) {
 		if typ != "" && typ != "custom" {
 			return nil, invalid("%s.type: %q tools are not supported (client tools with a name and an input_schema are)", path, typ)
 		}
-		if err := onlyKeys(b, path, "type", "name", "description", "input_schema"); err != nil {
+		if err := onlyKeys(b, path, "type", "name", "description", "input_schema", "strict"); err != nil {
 			return nil, err
 		}
 		var t provider.Tool
+		if v, ok := b["strict"]; ok && !isNull(v) {
+			if err := json.Unmarshal(v, &t.Strict); err != nil {
+				return nil, invalid("%s.strict: must be true or false", path)
+			}
+		}
 		if err := decodeString(b, "name", &t.Name); err != nil {
 			return nil, err
 		}

@@ -94,6 +94,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(imageRequest(imageBlock("image/png", visiontest.Base64(visiontest.PNG(3, 2))), `{"type":"text","text":"what is it?"}`))
 	f.Add(imageRequest(imageBlock("image/gif", visiontest.Base64(visiontest.PNG(3, 2)))))
 	f.Add(imageRequest(`{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}`))
+	f.Add([]byte(`{"model":"m","max_tokens":9,"output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"a":{"$ref":"#/$defs/b"}},"$defs":{"b":{"type":"integer"}}}}},"tools":[{"name":"t","strict":true,"input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"q"}]}`))
+	f.Add([]byte(`{"model":"m","max_tokens":9,"output_format":{"type":"json_schema","schema":{"$ref":"file:///etc/passwd"}},"messages":[{"role":"user","content":"q"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := DecodeRequest(bytes.NewReader(body), 1<<16, vision.Limits{})
 		if err != nil {
@@ -391,6 +393,54 @@ func TestDecodeImageURL(t *testing.T) {
 			_, err := DecodeRequest(bytes.NewReader(imageRequest(tt.give, `{"type":"text","text":"x"}`)), 0, lim)
 			if err == nil || err.Status != 400 || !strings.Contains(err.Message, tt.wantIn) {
 				t.Fatalf("refusal %+v; want a 400 saying %q", err, tt.wantIn)
+			}
+		})
+	}
+}
+
+// TestDecodeOutputFormat: structured outputs, in output_config.format or
+// the beta's output_format, become the answer's JSON schema; a strict tool
+// keeps its strictness; what cannot be honoured is refused by name.
+func TestDecodeOutputFormat(t *testing.T) {
+	const msgs = `"messages":[{"role":"user","content":"x"}]`
+	const schema = `{"type":"object","properties":{"title":{"type":"string"}},"required":["title"]}`
+	for _, body := range []string{
+		`{"model":"m","max_tokens":9,"output_config":{"format":{"type":"json_schema","schema":` + schema + `}},` + msgs + `}`,
+		`{"model":"m","max_tokens":9,"output_format":{"type":"json_schema","schema":` + schema + `},` + msgs + `}`,
+	} {
+		r, err := DecodeRequest(strings.NewReader(body), 0, vision.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Format.Kind != provider.FormatJSONSchema || string(r.Format.Schema) != schema || r.ProviderRequest("m").Format.Kind != provider.FormatJSONSchema {
+			t.Fatalf("%s: format %+v, want the json_schema", body, r.Format)
+		}
+	}
+	r, err := DecodeRequest(strings.NewReader(`{"model":"m","max_tokens":9,"tools":[{"name":"a","strict":true,"input_schema":`+schema+`}],`+msgs+`}`), 0, vision.Limits{})
+	if err != nil || !r.Tools[0].Strict {
+		t.Fatalf("strict tool: %+v (%v)", r, err)
+	}
+
+	tests := []struct{ name, fields, want string }{
+		{"effort", `"output_config":{"effort":"low"}`, "output_config.effort"},
+		{"format type", `"output_config":{"format":{"type":"json_object","schema":{}}}`, "output_config.format.type"},
+		{"no schema", `"output_config":{"format":{"type":"json_schema"}}`, "output_config.format.schema"},
+		{"schema does not compile", `"output_format":{"type":"json_schema","schema":{"type":"objekt"}}`, "output_format.schema"},
+		{"outside reference", `"output_format":{"type":"json_schema","schema":{"$ref":"https://example.com/s.json"}}`, "output_format.schema"},
+		{"both", `"output_format":{"type":"json_schema","schema":{}},"output_config":{"format":{"type":"json_schema","schema":{}}}`, "not both"},
+		{"extra member", `"output_config":{"format":{"type":"json_schema","schema":{},"name":"x"}}`, "output_config.format.name"},
+		{"with thinking", `"max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":1024},"output_config":{"format":{"type":"json_schema","schema":{}}}`, "thinking"},
+		{"strict not a bool", `"tools":[{"name":"a","strict":"yes","input_schema":{"type":"object"}}]`, "tools.0.strict"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := `{"model":"m","max_tokens":9,` + tt.fields + `,` + msgs + `}`
+			if strings.Contains(tt.fields, `"max_tokens"`) {
+				body = `{"model":"m",` + tt.fields + `,` + msgs + `}`
+			}
+			_, err := DecodeRequest(strings.NewReader(body), 0, vision.Limits{})
+			if err == nil || err.Status != 400 || err.Type != ErrInvalidRequest || !strings.Contains(err.Message, tt.want) {
+				t.Fatalf("error %v, want a 400 naming %q", err, tt.want)
 			}
 		})
 	}

@@ -166,7 +166,7 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.Images = req.Messages[last].Images
 	t.History = req.Messages[:last]
 	t.Tools, t.ToolChoice = req.Tools, req.ToolChoice
-	t.Thinking = req.Thinking
+	t.Thinking, t.Format, t.Metadata = req.Thinking, req.Format, req.Metadata
 	t.Guardrail = req.Guardrail
 	t.ClientSystem, t.ClientSystemCache = req.System, req.SystemCache
 	t.StartTier = tier.Name
@@ -224,7 +224,7 @@ func (d *door) converse(w http.ResponseWriter, r *http.Request, t *gateway.Turn,
 		return
 	}
 	setServedHeaders(w.Header(), res.Tier, res.Degraded, res.TraceID)
-	WriteConverse(w, res.Thinking, out.text.String(), res.ToolCalls, stopReason(res.StopReason), res.Usage, d.now().Sub(start), res.GuardrailTrace)
+	WriteConverse(w, res.Thinking, out.text.String(), bedrockIDs(res.ToolCalls), stopReason(res.StopReason), res.Usage, d.now().Sub(start), res.GuardrailTrace)
 }
 
 // converseStream answers with the event stream: the pipeline's frames,
@@ -250,7 +250,7 @@ func (d *door) converseStream(w http.ResponseWriter, r *http.Request, t *gateway
 	default:
 		// Tool calls go out whole, after the text: the gateway has checked
 		// them before the client can act on them.
-		if es.begin() != nil || len(res.ToolCalls) > 0 && es.ew.ToolCalls(res.ToolCalls) != nil {
+		if es.begin() != nil || len(res.ToolCalls) > 0 && es.ew.ToolCalls(bedrockIDs(res.ToolCalls)) != nil {
 			return
 		}
 		_ = es.ew.Stop(stopReason(res.StopReason), res.Usage, d.now().Sub(start), res.GuardrailTrace)
@@ -435,4 +435,16 @@ func traceIDOf(tp string) string {
 		return hex.EncodeToString(tc.TraceID[:])
 	}
 	return ""
+}
+
+// bedrockIDs are calls with ids a Bedrock client sends back unrefused: a
+// tier of another vendor may have made ids Bedrock would not (an
+// OpenAI-compatible server's "functions.get_weather:0").
+func bedrockIDs(calls []provider.ToolCall) []provider.ToolCall {
+	out := make([]provider.ToolCall, len(calls))
+	for i, c := range calls {
+		c.ID = provider.ToolID(c.ID, maxToolUseIDBytes)
+		out[i] = c
+	}
+	return out
 }

@@ -151,6 +151,25 @@ func TestJavaScriptSDK(t *testing.T) {
 			t.Errorf("second answer %q stop %q calls %+v; want %q", s.Text, s.StopReason, s.Calls, wantText)
 		}
 	})
+	t.Run("json schema", func(t *testing.T) {
+		type manga struct {
+			Title   string
+			Volumes int
+		}
+		var got struct {
+			Converse, Stream manga
+			StopReason       string
+		}
+		runJS(t, srv.URL, "json", &got)
+		for name, m := range map[string]manga{"converse": got.Converse, "stream": got.Stream} {
+			if m.Title == "" || m.Volumes < 1 {
+				t.Errorf("%s: %+v; want the schema's object, parsed by the app", name, m)
+			}
+		}
+		if got.StopReason != "end_turn" {
+			t.Errorf("stop reason %q, want end_turn", got.StopReason)
+		}
+	})
 	t.Run("wrong secret", func(t *testing.T) {
 		var got struct{ Error *jsError }
 		runJS(t, srv.URL, "wrongSecret", &got)

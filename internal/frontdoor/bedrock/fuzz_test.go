@@ -67,6 +67,8 @@ var seeds = []string{
 	`{"messages":[{"role":"user","content":[{"text":"weather?"}]},{"role":"assistant","content":[{"text":"Looking."},{"toolUse":{"toolUseId":"t1","name":"get_weather","input":{"city":"東京"}}}]},{"role":"user","content":[{"toolResult":{"toolUseId":"t1","content":[{"text":"rain"},{"json":{"mm":3}}],"status":"error"}},{"cachePoint":{"type":"default"}}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"get_weather","description":"d","inputSchema":{"json":{"type":"object"}}}}],"toolChoice":{"tool":{"name":"get_weather"}}}}`,
 	`{"messages":[{"role":"user","content":[{"text":"x"}]}],"toolConfig":{"tools":[{"cachePoint":{"type":"default"}}],"toolChoice":{"any":{}}}}`,
 	`{"messages":[{"role":"user","content":[{"text":"x"}]}],"guardrailConfig":{"guardrailIdentifier":"gr-1","guardrailVersion":"DRAFT","trace":"enabled","streamProcessingMode":"sync"}}`,
+	`{"messages":[{"role":"user","content":[{"text":"x"}]}],"outputConfig":{"textFormat":{"type":"json_schema","structure":{"jsonSchema":{"name":"manga","schema":"{\"type\":\"object\",\"properties\":{\"t\":{\"$ref\":\"#/$defs/s\"}},\"$defs\":{\"s\":{\"type\":\"string\"}}}"}}}}}`,
+	`{"messages":[{"role":"user","content":[{"text":"x"}]}],"outputConfig":{"textFormat":{"type":"json_schema","structure":{"jsonSchema":{"schema":"{\"$ref\":\"http://169.254.169.254/\"}"}}},"effort":"high"}}`,
 	`{"messages":null}`, `[]`, `{`, ``, `{"messages":[{"role":"user","content":[{"text":"x"}]}]} {}`,
 }
 

@@ -41,7 +41,7 @@ func (d *door) invoke(w http.ResponseWriter, r *http.Request, t *gateway.Turn, m
 	t.Temperature, t.TopP, t.TopK, t.Prefill = req.Temperature, req.TopP, req.TopK, req.Prefill
 	t.StopSequences = req.StopSequences
 	t.Tools, t.ToolChoice, t.ToolResults = req.Tools, req.ToolChoice, req.Messages[last].ToolResults
-	t.Thinking = req.Thinking
+	t.Thinking, t.Format = req.Thinking, req.Format
 	if stream {
 		f := &invokeFramer{start: start, now: d.now, enc: eventstream.NewEncoder()}
 		ev := anthropic.NewFramedEvents(w, "application/vnd.amazon.eventstream", f.frame)

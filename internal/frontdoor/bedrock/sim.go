@@ -76,6 +76,11 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 			WriteException(w, Validation(err.Error()))
 			return
 		}
+		// Bedrock refuses a toolUseId it would not have made.
+		if err := provider.CheckToolIDs(req.Messages, provider.MaxToolIDClaude); err != nil {
+			WriteException(w, Validation(err.Error()))
+			return
+		}
 		if req.Guardrail != nil {
 			WriteException(w, Validation("guardrailConfig is not supported by the simulator: it applies no Bedrock guardrails; remove it from the request"))
 			return
@@ -86,7 +91,7 @@ func Sim(s *sim.Sim, resolve func(modelID string) (string, bool)) http.Handler {
 		}
 		preq := &provider.Request{Model: name, System: req.System, SystemCache: req.SystemCache, Messages: msgs,
 			MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, StopSequences: req.StopSequences,
-			Tools: req.Tools, ToolChoice: req.ToolChoice, Thinking: req.Thinking}
+			Tools: req.Tools, ToolChoice: req.ToolChoice, Thinking: req.Thinking, Format: req.Format}
 		if op == OpCountTokens {
 			n, err := s.CountTokens(r.Context(), preq)
 			if err != nil {

@@ -100,6 +100,12 @@ type Request struct {
 	// Guardrail is guardrailConfig, the Amazon Bedrock guardrail the
 	// model call is to apply; nil when absent.
 	Guardrail *provider.Guardrail
+	// Format is outputConfig.textFormat, a JSON schema the answer's text
+	// must match; the zero value is free text.
+	Format provider.Format
+	// Metadata is requestMetadata, for the invocation logs of the Bedrock
+	// tiers that serve the request.
+	Metadata map[string]string
 }
 
 // ParsePath splits an escaped request path, /model/{modelId}/{op}, into the
@@ -145,6 +151,7 @@ type wireRequest struct {
 	RequestMetadata                   json.RawMessage   `json:"requestMetadata"`
 	PerformanceConfig                 json.RawMessage   `json:"performanceConfig"`
 	ServiceTier                       json.RawMessage   `json:"serviceTier"`
+	OutputConfig                      json.RawMessage   `json:"outputConfig"`
 }
 
 type wireMessage struct {
@@ -191,7 +198,6 @@ func Decode(modelID string, body []byte, images vision.Limits) (*Request, error)
 	}{
 		{"additionalModelResponseFieldPaths", w.AdditionalModelResponseFieldPaths},
 		{"promptVariables", w.PromptVariables},
-		{"requestMetadata", w.RequestMetadata},
 		{"performanceConfig", w.PerformanceConfig},
 		{"serviceTier", w.ServiceTier},
 	} {
@@ -235,6 +241,21 @@ func Decode(modelID string, body []byte, images vision.Limits) (*Request, error)
 	}
 	if err := checkThinking(req); err != nil {
 		return nil, err
+	}
+	if isSet(w.RequestMetadata) {
+		if req.Metadata, err = decodeRequestMetadata(w.RequestMetadata); err != nil {
+			return nil, err
+		}
+	}
+	if isSet(w.OutputConfig) {
+		if req.Format, err = decodeOutputConfig(w.OutputConfig); err != nil {
+			return nil, err
+		}
+		if req.Format.Kind != provider.FormatText && req.Thinking != nil {
+			// Claude tiers are asked for the format through a tool they
+			// must call, which thinking does not allow.
+			return nil, invalidf("outputConfig.textFormat is not supported together with thinking by this endpoint; ask for one or the other")
+		}
 	}
 	if isSet(w.GuardrailConfig) {
 		if req.Guardrail, err = decodeGuardrail(w.GuardrailConfig); err != nil {

@@ -114,7 +114,7 @@ func TestEncodersWriteValidJSON(t *testing.T) {
 			t.Fatalf("invalid JSON: %s", b)
 		}
 	}
-	events := string(meta.appendFinish(meta.appendDelta(nil, text, true), FinishLength, Usage{PromptTokens: 1}, false))
+	events := string(meta.appendFinish(meta.appendDelta(nil, text, true), FinishLength, "\n", Usage{PromptTokens: 1}, false))
 	for _, ev := range strings.Split(strings.TrimSuffix(events, "\n\n"), "\n\n") {
 		data, ok := strings.CutPrefix(ev, "data: ")
 		if !ok || (data != "[DONE]" && !json.Valid([]byte(data))) {

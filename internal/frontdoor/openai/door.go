@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -116,7 +117,22 @@ func New(g Pipeline, opts Options) http.Handler {
 	mux.HandleFunc("DELETE /v1/responses/{id}", d.deleteResponse)
 	mux.HandleFunc("GET /v1/models", d.models)
 	mux.HandleFunc("GET /v1/models/{model}", d.model)
+	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/responses": "POST",
+		"/v1/responses/{id}": "GET, DELETE", "/v1/models": "GET", "/v1/models/{model}": "GET"} {
+		mux.Handle(path, notAllowed(allow))
+	}
 	return mux
+}
+
+// notAllowed answers another method than allow on a route with a 405 in
+// OpenAI's error shape, as OpenAI does, rather than the plain text an SDK
+// would show as its message.
+func notAllowed(allow string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		(&Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+			Message: fmt.Sprintf("Invalid method for URL (%s %s): use %s.", r.Method, truncate(r.URL.Path, 200), allow)}).Write(w)
+	})
 }
 
 type door struct {
@@ -190,7 +206,7 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 	servedBy(w.Header(), res.Tier, res.Degraded, res.TraceID)
 	body := Completion{
 		ID: meta.id, Created: meta.created, Model: answeredBy(res.ModelID, res.Tier), Text: out.buf.String(),
-		ToolCalls: res.ToolCalls, FinishReason: FinishReason(res.StopReason), Usage: usageOf(res),
+		ToolCalls: res.ToolCalls, FinishReason: FinishReason(res.StopReason), StopSequence: res.StopSequence, Usage: usageOf(res),
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -233,6 +249,7 @@ func (o *streamOutput) BeginTrace(traceID string) {
 func (o *streamOutput) Finish(res *gateway.Result) error {
 	o.tx.mu.Lock()
 	o.tx.finish, o.tx.usage, o.tx.toolCalls = FinishReason(res.StopReason), usageOf(res), res.ToolCalls
+	o.tx.ev.stopSequence = res.StopSequence
 	o.tx.mu.Unlock()
 	return o.StreamOutput.Finish(res)
 }

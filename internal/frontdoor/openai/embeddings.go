@@ -176,6 +176,7 @@ func NewEmbeddings(g EmbedPipeline, opts Options) http.Handler {
 	d := &embedDoor{g: g, maxBody: opts.MaxBodyBytes}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/embeddings", d.embed)
+	mux.Handle("/v1/embeddings", notAllowed("POST"))
 	return mux
 }
 

@@ -97,6 +97,10 @@ type Completion struct {
 	ToolCalls []provider.ToolCall
 	// FinishReason is one of the Finish constants.
 	FinishReason string
+	// StopSequence, when set, is the stop sequence that ended the answer,
+	// sent as vLLM does, in the choice's stop_reason (OpenAI's own
+	// answers say only "stop").
+	StopSequence string
 	Usage        Usage
 }
 
@@ -119,6 +123,7 @@ func (c Completion) AppendJSON(dst []byte) []byte {
 	}
 	dst = append(dst, `,"refusal":null},"logprobs":null,"finish_reason":`...)
 	dst = appendString(dst, c.FinishReason)
+	dst = appendStopReason(dst, c.StopSequence)
 	dst = append(dst, `}],"usage":`...)
 	dst = c.Usage.appendJSON(dst)
 	return append(dst, '}')
@@ -201,7 +206,7 @@ func (m chunkMeta) appendToolCall(dst []byte, index int, c provider.ToolCall, fi
 
 // appendFinish appends the events that end a stream: the chunk with the
 // finish reason, the usage chunk when asked for, and [DONE].
-func (m chunkMeta) appendFinish(dst []byte, finish string, u Usage, first bool) []byte {
+func (m chunkMeta) appendFinish(dst []byte, finish, stopSequence string, u Usage, first bool) []byte {
 	dst = m.appendStart(dst)
 	dst = append(dst, `,"choices":[{"index":0,"delta":{`...)
 	if first {
@@ -209,6 +214,7 @@ func (m chunkMeta) appendFinish(dst []byte, finish string, u Usage, first bool) 
 	}
 	dst = append(dst, `},"logprobs":null,"finish_reason":`...)
 	dst = appendString(dst, finish)
+	dst = appendStopReason(dst, stopSequence)
 	dst = append(dst, "}]"...)
 	dst = m.appendEnd(dst)
 	if m.includeUsage {
@@ -218,6 +224,15 @@ func (m chunkMeta) appendFinish(dst []byte, finish string, u Usage, first bool) 
 		dst = append(dst, "}\n\n"...)
 	}
 	return append(dst, "data: [DONE]\n\n"...)
+}
+
+// appendStopReason appends vLLM's stop_reason, the stop sequence that
+// ended the answer, when one did.
+func appendStopReason(dst []byte, stopSequence string) []byte {
+	if stopSequence == "" {
+		return dst
+	}
+	return appendString(append(dst, `,"stop_reason":`...), stopSequence)
 }
 
 // Error is a failure in OpenAI's shape:
@@ -288,6 +303,8 @@ type events struct {
 	buf    []byte
 	wrote  bool // headers and at least one event are out
 	deltas int
+	// stopSequence is sent with the finish reason (appendStopReason).
+	stopSequence string
 }
 
 func newEvents(w http.ResponseWriter, meta chunkMeta) *events {
@@ -324,7 +341,7 @@ func (e *events) toolCalls(calls []provider.ToolCall) error {
 }
 
 func (e *events) finish(reason string, u Usage) error {
-	e.buf = e.meta.appendFinish(e.buf[:0], reason, u, e.deltas == 0)
+	e.buf = e.meta.appendFinish(e.buf[:0], reason, e.stopSequence, u, e.deltas == 0)
 	return e.flush()
 }
 

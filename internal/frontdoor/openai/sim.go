@@ -44,6 +44,15 @@ func (h *simHandler) chat(w http.ResponseWriter, r *http.Request) {
 		e.Write(w)
 		return
 	}
+	// OpenAI refuses a tool call id longer than it makes.
+	for i, m := range c.Messages() {
+		for _, call := range m.ToolCalls {
+			if len(call.ID) > provider.MaxToolIDOpenAI {
+				invalidRequest("messages", "Invalid 'messages[%d].tool_calls[0].id': string too long. Expected a string with maximum length %d.", i, provider.MaxToolIDOpenAI).Write(w)
+				return
+			}
+		}
+	}
 	name, ok := h.resolve(c.Model)
 	if !ok {
 		modelNotFound(c.Model).Write(w)
@@ -71,6 +80,7 @@ func (h *simHandler) chat(w http.ResponseWriter, r *http.Request) {
 		if len(resp.ToolCalls) > 0 && ev.toolCalls(resp.ToolCalls) != nil {
 			return
 		}
+		ev.stopSequence = resp.StopSequence
 		_ = ev.finish(FinishReason(resp.StopReason), usage)
 	case provider.KindOf(err) == provider.KindGuardrail:
 		_ = ev.finish(FinishContentFilter, usage)
@@ -99,7 +109,7 @@ func (h *simHandler) complete(w http.ResponseWriter, r *http.Request, req *provi
 		return
 	}
 	body := Completion{
-		ID: meta.id, Created: meta.created, Model: meta.model, Text: resp.Text, ToolCalls: resp.ToolCalls, FinishReason: finish,
+		ID: meta.id, Created: meta.created, Model: meta.model, Text: resp.Text, ToolCalls: resp.ToolCalls, FinishReason: finish, StopSequence: resp.StopSequence,
 		Usage: UsageOf(resp.Usage, 0),
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -147,7 +147,7 @@ func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 			blocks = append(blocks, sdk.NewThinkingBlock(th.Signature, th.Text))
 		}
 		for _, r := range m.ToolResults {
-			blocks = append(blocks, sdk.NewToolResultBlock(r.CallID, r.Content, r.IsError))
+			blocks = append(blocks, sdk.NewToolResultBlock(provider.ToolID(r.CallID, provider.MaxToolIDClaude), r.Content, r.IsError))
 		}
 		// Images come before the text, as Anthropic recommends.
 		for _, im := range m.Images {
@@ -160,7 +160,7 @@ func (p *Provider) params(req *provider.Request) sdk.MessageNewParams {
 			}
 		}
 		for _, c := range m.ToolCalls {
-			blocks = append(blocks, sdk.NewToolUseBlock(c.ID, c.Input, c.Name))
+			blocks = append(blocks, sdk.NewToolUseBlock(provider.ToolID(c.ID, provider.MaxToolIDClaude), c.Input, c.Name))
 		}
 		if toolOnly && len(m.Cache) > 0 {
 			// No text to end the prefix in: the last tool block ends it.

@@ -227,7 +227,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	}
 	in := &bedrockruntime.ConverseInput{ModelId: aws.String(p.modelID), System: parts.system, Messages: parts.messages,
 		InferenceConfig: parts.inference, ToolConfig: parts.tools, AdditionalModelRequestFields: parts.additional,
-		GuardrailConfig: guardrailConfig(req.Guardrail)}
+		GuardrailConfig: guardrailConfig(req.Guardrail), RequestMetadata: req.Metadata}
 	out, err := p.client.Converse(ctx, in, traced(ctx))
 	if err != nil {
 		return resp, p.normalise(ctx, err)
@@ -246,7 +246,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 		}
 	}
 	resp.TTFT = p.now().Sub(start)
-	resp.StopReason = string(out.StopReason)
+	resp.StopReason, resp.StopSequence = string(out.StopReason), stopSequence(req, out.StopReason)
 	resp.Usage = usageOf(out.Usage)
 	if out.Trace != nil {
 		resp.GuardrailTrace = traceJSON(out.Trace.Guardrail)
@@ -275,7 +275,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	}
 	in := &bedrockruntime.ConverseStreamInput{ModelId: aws.String(p.modelID), System: parts.system, Messages: parts.messages,
 		InferenceConfig: parts.inference, ToolConfig: parts.tools, AdditionalModelRequestFields: parts.additional,
-		GuardrailConfig: guardrailStreamConfig(req.Guardrail)}
+		GuardrailConfig: guardrailStreamConfig(req.Guardrail), RequestMetadata: req.Metadata}
 	out, err := p.client.ConverseStream(ctx, in, ownCodec, traced(ctx))
 	if err != nil {
 		return resp, p.normalise(ctx, err)
@@ -329,7 +329,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 				readErr = provider.EmitThinking(ctx, td)
 			}
 		case *types.ConverseStreamOutputMemberMessageStop:
-			resp.StopReason = string(v.Value.StopReason)
+			resp.StopReason, resp.StopSequence = string(v.Value.StopReason), stopSequence(req, v.Value.StopReason)
 		case *types.ConverseStreamOutputMemberMetadata:
 			resp.Usage, gotUsage = usageOf(v.Value.Usage), true
 			if v.Value.Trace != nil {
@@ -456,6 +456,15 @@ func (p *Provider) input(req *provider.Request) (converseParts, error) {
 
 func (p *Provider) invalid(err error) error {
 	return &provider.Error{Kind: provider.KindValidation, Model: p.name, Err: fmt.Errorf("bedrock: %w", err)}
+}
+
+// stopSequence is the stop sequence that ended an answer stopped by one:
+// Converse does not say which, so it is known only when req asked for one.
+func stopSequence(req *provider.Request, stop types.StopReason) string {
+	if stop != types.StopReasonStopSequence || len(req.StopSequences) != 1 {
+		return ""
+	}
+	return req.StopSequences[0]
 }
 
 // stopError turns a guardrail's or content filter's stop into a guardrail

@@ -411,3 +411,25 @@ func TestConcurrentStreams(t *testing.T) {
 		t.Fatalf("streams report %+v, the simulator billed %+v", sum, billed)
 	}
 }
+
+// TestStopSequenceThatEndedTheAnswer: Converse says only stop_sequence;
+// with one stop sequence asked for, the answer names it, JSON and
+// streamed; with two, it cannot know which.
+func TestStopSequenceThatEndedTheAnswer(t *testing.T) {
+	_, srv := startSim(t)
+	p := newProvider(t, srv.URL)
+	for _, stops := range [][]string{{"\n"}, {"\n", "END"}} {
+		want := map[int]string{1: "\n", 2: ""}[len(stops)]
+		req := request("What manga do you recommend?")
+		req.StopSequences = stops
+		for name, call := range map[string]func() (*provider.Response, error){
+			"json":   func() (*provider.Response, error) { return p.Complete(context.Background(), req) },
+			"stream": func() (*provider.Response, error) { return p.Stream(context.Background(), req, nil) },
+		} {
+			resp, err := call()
+			if err != nil || resp.StopReason != "stop_sequence" || resp.StopSequence != want || strings.Contains(resp.Text, "\n") {
+				t.Fatalf("%s, stops %q: %+v (%v); want stop_sequence %q", name, stops, resp, err, want)
+			}
+		}
+	}
+}

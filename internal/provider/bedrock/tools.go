@@ -88,7 +88,7 @@ func content(m provider.Message) ([]types.ContentBlock, error) {
 			return nil, fmt.Errorf("the input of tool call %q: %w", c.ID, err)
 		}
 		blocks = append(blocks, &types.ContentBlockMemberToolUse{Value: types.ToolUseBlock{
-			ToolUseId: aws.String(c.ID), Name: aws.String(c.Name), Input: input}})
+			ToolUseId: aws.String(provider.ToolID(c.ID, provider.MaxToolIDClaude)), Name: aws.String(c.Name), Input: input}})
 	}
 	if m.Content == "" && tools > 0 && len(m.Cache) > 0 {
 		blocks = append(blocks, &types.ContentBlockMemberCachePoint{Value: cachePoint(longest(m.Cache))})
@@ -97,7 +97,7 @@ func content(m provider.Message) ([]types.ContentBlock, error) {
 }
 
 func toolResult(r provider.ToolResult) types.ContentBlock {
-	b := types.ToolResultBlock{ToolUseId: aws.String(r.CallID),
+	b := types.ToolResultBlock{ToolUseId: aws.String(provider.ToolID(r.CallID, provider.MaxToolIDClaude)),
 		Content: []types.ToolResultContentBlock{&types.ToolResultContentBlockMemberText{Value: r.Content}}}
 	if r.IsError {
 		b.Status = types.ToolResultStatusError

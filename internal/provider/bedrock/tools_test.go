@@ -261,3 +261,32 @@ func TestCutToolCallIsEstimated(t *testing.T) {
 		t.Fatalf("usage %+v (without tools %+v); want an estimate counting the tools", resp.Usage, bareResp.Usage)
 	}
 }
+
+// TestRequestMetadataOnTheWire: a request's metadata reaches Converse as
+// requestMetadata, and none is sent without it.
+func TestRequestMetadataOnTheWire(t *testing.T) {
+	var bodies []map[string]any
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			t.Error(err)
+		}
+		bodies = append(bodies, body)
+		bedrock.WriteConverse(w, nil, "ok", nil, "end_turn", provider.Usage{InputTokens: 1, OutputTokens: 1}, 0, nil)
+	}))
+	p := newProvider(t, srv.URL)
+	req := request("Hello")
+	req.Metadata = map[string]string{"tenant": "storefront", "feature": "chat"}
+	for _, r := range []*provider.Request{req, request("Hello")} {
+		if _, err := p.Complete(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ := json.Marshal(bodies[0]["requestMetadata"])
+	if string(got) != `{"feature":"chat","tenant":"storefront"}` {
+		t.Fatalf("requestMetadata %s", got)
+	}
+	if _, ok := bodies[1]["requestMetadata"]; ok {
+		t.Fatalf("a request without metadata sent %v", bodies[1]["requestMetadata"])
+	}
+}

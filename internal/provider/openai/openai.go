@@ -26,6 +26,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -177,7 +178,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	if resp.ToolCalls, err = c.calls.done(); err != nil {
 		return resp, p.fail(provider.KindUnavailable, 0, "", err)
 	}
-	return resp, p.finish(resp, c.finish)
+	return resp, p.finish(req, resp, c.finish, c.stopped)
 }
 
 // Stream streams the answer, delta by delta.
@@ -208,6 +209,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		usage    provider.Usage
 		reported bool
 		finish   string
+		stopped  string
 		calls    callParts
 		c        = chunk{calls: &calls}
 	)
@@ -253,7 +255,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 			usage, reported = c.usage, true
 		}
 		if c.finish != "" {
-			finish = c.finish
+			finish, stopped = c.finish, c.stopped
 		}
 		if d := c.content; d != "" {
 			if text.Len() == 0 {
@@ -276,12 +278,15 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	if resp.ToolCalls, err = calls.done(); err != nil {
 		return resp, p.fail(provider.KindUnavailable, 0, "", err)
 	}
-	return resp, p.finish(resp, finish)
+	return resp, p.finish(req, resp, finish, stopped)
 }
 
 // finish records the finish reason as the stop reason, or fails a
-// content-filtered answer as a guardrail intervention.
-func (p *Provider) finish(resp *provider.Response, reason string) error {
+// content-filtered answer as a guardrail intervention. A "stop" ended by
+// one of req's stop sequences is "stop_sequence" when the server says
+// which one (vLLM's stop_reason); OpenAI does not, and its stops read as
+// end_turn.
+func (p *Provider) finish(req *provider.Request, resp *provider.Response, reason, stopped string) error {
 	switch reason {
 	case "content_filter":
 		return p.fail(provider.KindGuardrail, 0, "content_filter", errors.New("the server's content filter stopped the answer"))
@@ -289,6 +294,9 @@ func (p *Provider) finish(resp *provider.Response, reason string) error {
 		resp.StopReason = "max_tokens"
 	case "stop":
 		resp.StopReason = "end_turn"
+		if stopped != "" && slices.Contains(req.StopSequences, stopped) {
+			resp.StopReason, resp.StopSequence = "stop_sequence", stopped
+		}
 	case "tool_calls", "function_call":
 		resp.StopReason = provider.StopToolUse
 	default:

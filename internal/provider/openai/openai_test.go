@@ -526,3 +526,35 @@ func TestStreamDoesNotWaitForABodyThatNeverEnds(t *testing.T) {
 		t.Fatalf("the call took %v after its answer was complete", took)
 	}
 }
+
+// TestStopSequenceThatEndedTheAnswer: a server that says which stop
+// sequence ended an answer (vLLM's stop_reason, which the simulator sends
+// too) gives stop_sequence and the sequence, JSON and streamed; a plain
+// "stop" — OpenAI's own, or vLLM's stop token — stays end_turn.
+func TestStopSequenceThatEndedTheAnswer(t *testing.T) {
+	_, base := upstream(t, sim.Settings{TTFTMs: 1, TokensPerSecond: 5000})
+	p := newProvider(t, base)
+	req := request("What manga do you recommend?")
+	req.StopSequences = []string{"\n", "END"}
+	for name, call := range map[string]func() (*provider.Response, error){
+		"json":   func() (*provider.Response, error) { return p.Complete(context.Background(), req) },
+		"stream": func() (*provider.Response, error) { return p.Stream(context.Background(), req, nil) },
+	} {
+		resp, err := call()
+		if err != nil || resp.StopReason != "stop_sequence" || resp.StopSequence != "\n" || strings.Contains(resp.Text, "\n") {
+			t.Fatalf("%s: %+v (%v); want the first line, ended by the newline", name, resp, err)
+		}
+	}
+	for _, stopReason := range []string{`null`, `128009`, `"not asked for"`} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop","stop_reason":`+stopReason+`}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`)
+		}))
+		resp, err := newProvider(t, srv.URL+"/v1").Complete(context.Background(), req)
+		srv.Close()
+		if err != nil || resp.StopReason != "end_turn" || resp.StopSequence != "" {
+			t.Fatalf("stop_reason %s: %+v (%v); want end_turn", stopReason, resp, err)
+		}
+	}
+}

@@ -88,7 +88,7 @@ func (p *Provider) body(req *provider.Request, stream bool) ([]byte, error) {
 				}
 				first = false
 				b = append(b, `{"role":"tool","tool_call_id":`...)
-				b = appendString(b, r.CallID)
+				b = appendString(b, provider.ToolID(r.CallID, provider.MaxToolIDOpenAI))
 				b = append(b, `,"content":`...)
 				b = appendString(b, resultText(r))
 				b = append(b, '}')
@@ -259,7 +259,7 @@ func appendToolCalls(b []byte, calls []provider.ToolCall) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"id":`...)
-		b = appendString(b, c.ID)
+		b = appendString(b, provider.ToolID(c.ID, provider.MaxToolIDOpenAI))
 		b = append(b, `,"type":"function","function":{"name":`...)
 		b = appendString(b, c.Name)
 		b = append(b, `,"arguments":`...)
@@ -442,9 +442,11 @@ func (e *eventReader) line() ([]byte, error) {
 // chunk is what fmgate reads of one chat.completion.chunk: the first
 // choice's delta and finish reason, the model and the usage.
 type chunk struct {
-	model    string
-	content  string
-	finish   string
+	model   string
+	content string
+	finish  string
+	stopped string // the stop string that ended the answer, where the server says
+
 	usage    provider.Usage
 	reported bool // usage was in this chunk
 	// calls, when set, gathers the tool call pieces of the stream.
@@ -473,7 +475,7 @@ func (c *chunk) decode(data string) error {
 					return err
 				}
 				if ch.index == 0 && !answered { // fmgate asks for one choice
-					c.content, c.finish, answered = ch.content, ch.finish, true
+					c.content, c.finish, c.stopped, answered = ch.content, ch.finish, ch.stopped, true
 				}
 				return nil
 			})
@@ -505,6 +507,9 @@ var errMalformed = errors.New("a chunk of the stream is not JSON")
 type choice struct {
 	index           int64
 	content, finish string
+	// stopped is vLLM's stop_reason when it is a string: the stop
+	// sequence that ended the answer (OpenAI itself does not say).
+	stopped string
 	// calls, when set, gathers the choice's tool calls.
 	calls *callParts
 }
@@ -516,6 +521,11 @@ func (ch *choice) read(p *scanner, textKey string) error {
 			ch.index, err = p.int()
 		case "finish_reason":
 			ch.finish, err = p.text()
+		case "stop_reason":
+			if p.peek() != '"' {
+				return p.skip() // null, or the id of a stop token
+			}
+			ch.stopped, err = p.str()
 		case textKey:
 			if p.null() {
 				return nil
@@ -540,6 +550,7 @@ func (ch *choice) read(p *scanner, textKey string) error {
 // completion is what fmgate reads of a chat.completion.
 type completion struct {
 	model, text, finish string
+	stopped             string
 	usage               provider.Usage
 	reported, answered  bool
 	calls               callParts
@@ -562,7 +573,7 @@ func decodeCompletion(raw []byte) (*completion, error) {
 					return err
 				}
 				if ch.index == 0 && !c.answered {
-					c.text, c.finish, c.answered = ch.content, ch.finish, true
+					c.text, c.finish, c.stopped, c.answered = ch.content, ch.finish, ch.stopped, true
 				}
 				return nil
 			})

@@ -134,6 +134,27 @@ const scenarios = {
     });
     return { first, second: await streamTools(c, msgs) };
   },
+  // A JSON-schema answer (outputConfig.textFormat), JSON and streamed.
+  async json() {
+    const c = client();
+    const schema = { type: 'object', properties: { title: { type: 'string' }, volumes: { type: 'integer' } }, required: ['title', 'volumes'], additionalProperties: false };
+    const input = {
+      modelId: model,
+      messages: messages('Give me one manga to start with, as JSON.'),
+      outputConfig: { textFormat: { type: 'json_schema', structure: { jsonSchema: { name: 'manga', schema: JSON.stringify(schema) } } } },
+    };
+    const whole = await c.send(new ConverseCommand(input));
+    const out = await c.send(new ConverseStreamCommand(input));
+    let streamed = '';
+    for await (const ev of out.stream) {
+      if (ev.contentBlockDelta && ev.contentBlockDelta.delta.text) streamed += ev.contentBlockDelta.delta.text;
+    }
+    return {
+      converse: JSON.parse(whole.output.message.content.map((b) => b.text || '').join('')),
+      stopReason: whole.stopReason,
+      stream: JSON.parse(streamed),
+    };
+  },
   async throttled() {
     const c = client();
     await converse(c, questions.en); // the one call the limit allows
