@@ -8,16 +8,16 @@
 # event store, Prometheus metrics and the live figures. With
 # FMGATE_BENCH_REDIS=HOST:PORT it runs in fleet mode instead: every policy's
 # state in that Redis, under a key prefix of its own. FMGATE_BENCH_UPSTREAM
-# is the model tiers' upstream: stream (the default: every answer streamed
-# from the mock, first-token and idle deadlines on) or client (a JSON
-# client's answer asked for whole, as the bare proxy does).
+# is the model tiers' upstream: auto (the default: a JSON client's answer
+# asked for whole, a streaming client's streamed), client, or stream (every
+# answer streamed from the mock, first-token and idle deadlines on).
 # FMGATE_BENCH_STORE=off runs it without the embedded event store.
 set -euo pipefail
 : "${MOCK_URL:?MOCK_URL, the /v1 URL of the mock upstream, must be set}"
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${FMGATE_BIN:-$here/.bin/fmgate}
 work=$(mktemp -d "${TMPDIR:-/tmp}/fmgate-bench.XXXXXX")
-upstream=${FMGATE_BENCH_UPSTREAM:-stream}
+upstream=${FMGATE_BENCH_UPSTREAM:-auto}
 sed -e "s#@MOCK_URL@#$MOCK_URL#g" -e "s#@WORK@#$work#g" -e "s#@UPSTREAM@#$upstream#g" "$here/fmgate-bench.yaml" >"$work/fmgate.yaml"
 if [ "${FMGATE_BENCH_STORE:-on}" = off ]; then
 	# Without the embedded event store (events still go to the write-ahead

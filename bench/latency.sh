@@ -20,7 +20,7 @@
 # (bare or fmgate) runs on CPU 1 and the mock and the load generator on
 # CPU 0 (taskset), so that the hop's tail is not the generator's share of
 # the same cores; each Go process then sees one CPU. The mock is restarted with the chunk delay between the
-# two: fmgate streams from the model even for a JSON client, so the rate
+# two: with upstream stream, fmgate streams from the model even for a JSON client, so the rate
 # measurement runs against a mock without delay. Every process started here
 # is stopped on exit. Knobs (env):
 #   REPEAT=3 DURATION=10 WARMUP=2 RATES=2000 MAX_INFLIGHT=4000 TIMEOUT=10s

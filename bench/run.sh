@@ -7,7 +7,7 @@
 #   bench/run.sh                                       # non-streaming, CONC=50
 #   BODY='{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}' bench/run.sh
 #   FMGATE_BENCH_REDIS=127.0.0.1:6379 bench/run.sh      # fleet mode: every policy's state in Redis
-#   FMGATE_BENCH_UPSTREAM=client bench/run.sh          # a JSON client's answer asked for whole upstream
+#   FMGATE_BENCH_UPSTREAM=stream bench/run.sh          # every model call streamed, a JSON client's too
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
