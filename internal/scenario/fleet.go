@@ -175,6 +175,10 @@ events:
     jsonl: {path: %q}
 eventStore: {path: %q}
 prompt: {reloadInterval: 0s}
+# Full-text retrieval only: the catalog's embedding at start finishes at a
+# different moment on each instance, and a turn's context must not change
+# with it, since the session probe compares two turns' input tokens.
+catalog: {hybrid: false}
 quota:
   models:
     sonnet: {tpm: %[19]d, rpm: %[20]d}
