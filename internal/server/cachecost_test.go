@@ -334,6 +334,11 @@ func TestPromptCachingWorkedExample(t *testing.T) {
 		// The model's cost alone: the gateway's own unit costs (compute by
 		// the second, state writes) vary with the machine.
 		cfg.UnitCosts = config.UnitCosts{}
+		// Full-text retrieval only: whether the catalog's embedding at start
+		// has finished must not change the context of a turn, and so the
+		// two conversations.
+		noHybrid := false
+		cfg.Catalog.Hybrid = &noHybrid
 		sc := newScenarioSim(t, cfg, sim.Options{Rand: rand.New(rand.NewPCG(27, 11))})
 		for i, turn := range mangaConversation {
 			a := sc.chatSession("reader", "worked-example", turn.message, turn.locale)
