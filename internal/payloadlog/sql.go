@@ -97,16 +97,7 @@ func (s *SQLite) Scan(ctx context.Context, f Filter, fn func(Row) error) error {
 		return wrap("scan", err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return wrap("scan", err)
-		}
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
-	return wrap("scan", rows.Err())
+	return eachRow(rows, fn)
 }
 
 // DeleteUser implements Store.
@@ -229,16 +220,7 @@ func (p *Postgres) Scan(ctx context.Context, f Filter, fn func(Row) error) error
 		return wrap("scan", err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return wrap("scan", err)
-		}
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
-	return wrap("scan", rows.Err())
+	return eachRow(rows, fn)
 }
 
 // DeleteUser implements Store.
@@ -268,6 +250,27 @@ func (p *Postgres) Close() error {
 
 // scanner is a row of database/sql or pgx.
 type scanner interface{ Scan(dest ...any) error }
+
+// rowCursor is what eachRow reads: database/sql's rows and pgx's alike.
+type rowCursor interface {
+	scanner
+	Next() bool
+	Err() error
+}
+
+// eachRow calls fn with every payload row of rows, in order.
+func eachRow(rows rowCursor, fn func(Row) error) error {
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return wrap("scan", err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return wrap("scan", rows.Err())
+}
 
 func scanRow(sc scanner) (Row, error) {
 	var r Row
