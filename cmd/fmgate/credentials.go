@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider/bedrock"
@@ -42,8 +44,13 @@ func credentialProblems(ctx context.Context, cfg config.Config) []string {
 	for i, e := range cfg.Embeddings {
 		check(fmt.Sprintf("embeddings[%d]", i), e.Connection())
 	}
-	if g := cfg.Guardrails.Bedrock; g.Enabled() {
-		check("guardrails.bedrock", config.Model{Name: g.GuardrailID, Provider: "bedrock", Region: g.Region})
+	remotes := cfg.Guardrails.Remotes()
+	for _, profile := range slices.Sorted(maps.Keys(remotes)) {
+		g, field := remotes[profile], "guardrails.bedrock"
+		if profile != "" {
+			field = "guardrails.profiles." + profile + ".bedrock"
+		}
+		check(field, config.Model{Name: g.GuardrailID, Provider: "bedrock", Region: g.Region})
 	}
 	return lines
 }

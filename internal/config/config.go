@@ -632,6 +632,10 @@ type Caller struct {
 	// PayloadLog logs the request and answer of every turn made with the
 	// key (payloadLog, which must be enabled). Default false.
 	PayloadLog bool `yaml:"payloadLog"`
+	// Guardrails names the guardrails profile (guardrails.profiles) the
+	// key's turns are checked under, instead of their feature's, route's
+	// or the top level's. Default "": none of its own.
+	Guardrails string `yaml:"guardrails"`
 }
 
 // Fleet configures shared state for several gateway instances.
@@ -1033,6 +1037,11 @@ func (c Config) Validate() error {
 		}
 		if caller.PayloadLog && !c.PayloadLog.Enabled {
 			v.add(p+".payloadLog", "payloadLog.enabled is false: switch payload logs on to log this key's turns")
+		}
+		if caller.Guardrails != "" {
+			if err := c.Guardrails.CheckProfile(caller.Guardrails); err != nil {
+				v.add(p+".guardrails", err.Error())
+			}
 		}
 	}
 	b := c.Batch

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fmgate/fmgate/internal/breaker"
+	"github.com/fmgate/fmgate/internal/guardrail"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -386,6 +387,19 @@ func TestPayloadLogNeedsItsKey(t *testing.T) {
 	cfg.Auth.Keys = map[string]Caller{"sk-shop": {UserID: "shop", PayloadLog: true}}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "payloadLog: payloadLog.enabled is false") {
 		t.Fatalf("a key marked payloadLog with payload logs off: %v", err)
+	}
+}
+
+// A key's guardrails profile must be one of guardrails.profiles.
+func TestKeyGuardrailsProfile(t *testing.T) {
+	cfg := Default()
+	cfg.Auth.Keys = map[string]Caller{"sk-shop": {UserID: "shop", Guardrails: "storefront"}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `guardrails: no guardrails profile named "storefront" (guardrails.profiles lists none)`) {
+		t.Fatalf("a key naming a profile that does not exist: %v", err)
+	}
+	cfg.Guardrails.Profiles = map[string]guardrail.Config{"storefront": {Email: guardrail.Redact}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("a key naming its profile: %v", err)
 	}
 }
 

@@ -33,7 +33,7 @@ type Policies struct {
 	// each blocked (the redirect answer), redacted (a typed placeholder
 	// before any model or store sees it) or logged. Default: card numbers
 	// and マイナンバー redacted.
-	Guardrails guardrail.Config `yaml:"guardrails"`
+	Guardrails guardrail.Policy `yaml:"guardrails"`
 	// Budget is step 4: token and cost budgets.
 	Budget budget.Config `yaml:"budget"`
 	// Catalog is the retrieval step between budget and plan: the product
@@ -81,7 +81,7 @@ func defaultPolicies() Policies {
 	return Policies{
 		RateLimit:  ratelimit.DefaultConfig(),
 		Budget:     budget.DefaultConfig(),
-		Guardrails: guardrail.DefaultConfig(),
+		Guardrails: guardrail.DefaultPolicy(),
 		Catalog:    catalog.DefaultConfig(),
 		Quota:      quota.DefaultConfig(),
 		Queue:      queue.DefaultConfig(),

@@ -41,6 +41,13 @@ var reloadable = []string{
 	"guardrails.denyTerms", "guardrails.denyAction", "guardrails.answers",
 	// The remote check's client is built at start; its policy is read per turn.
 	"guardrails.bedrock.timeout", "guardrails.bedrock.onError", "guardrails.bedrock.pricePer1kTextUnits",
+	// A profile's checks as the top level's; a profile added or removed
+	// whole is reloadable unless it brings a remote check (CheckReload).
+	"guardrails.profiles.*.email", "guardrails.profiles.*.phone", "guardrails.profiles.*.card",
+	"guardrails.profiles.*.myNumber", "guardrails.profiles.*.postalCode", "guardrails.profiles.*.denyTerms",
+	"guardrails.profiles.*.denyAction", "guardrails.profiles.*.answers", "guardrails.profiles.*.bedrock.timeout",
+	"guardrails.profiles.*.bedrock.onError", "guardrails.profiles.*.bedrock.pricePer1kTextUnits",
+	"guardrails.features", "guardrails.routes",
 	"budget.timezone", "budget.storeTimeout",
 	"quota.safetyMargin", "quota.models", "quota.pauseAt", "quota.guaranteed",
 	"retry.strategy", "retry.base", "retry.cap", "retry.multiplier", "retry.maxRetries", "retry.classes",
@@ -119,6 +126,7 @@ func CheckReload(current, next Config) ([]string, error) {
 	for _, p := range changed {
 		switch {
 		case Reloadable(p):
+		case newLocalProfile(current, next, p):
 		case strings.HasPrefix(p, "fallback.tiers") && slices.Equal(contentTiers(current), contentTiers(next)):
 			// The model tiers listed there follow models (Validate).
 		default:
@@ -134,6 +142,19 @@ func CheckReload(current, next Config) ([]string, error) {
 		return changed, &RestartError{Fields: restart}
 	}
 	return changed, nil
+}
+
+// newLocalProfile reports whether path is a guardrails profile added or
+// removed whole that has no remote check: its checks are read per turn,
+// while a remote check's client is built at start.
+func newLocalProfile(current, next Config, path string) bool {
+	name, ok := strings.CutPrefix(path, "guardrails.profiles.")
+	if !ok || strings.Contains(name, ".") {
+		return false
+	}
+	a, inA := current.Guardrails.Profiles[name]
+	b, inB := next.Guardrails.Profiles[name]
+	return inA != inB && !a.Bedrock.Enabled() && !b.Bedrock.Enabled()
 }
 
 // contentTiers are the tiers of c's fallback cascade below the models

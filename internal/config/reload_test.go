@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fmgate/fmgate/internal/guardrail"
 	"github.com/fmgate/fmgate/internal/quota"
 	"github.com/fmgate/fmgate/internal/ratelimit"
 )
@@ -84,6 +85,13 @@ func TestCheckReloadRefusesRestartFields(t *testing.T) {
 		{"embedding tiers need a restart", func(c *Config) {
 			c.Embeddings[0].Endpoint = "https://example.com"
 		}, nil, []string{"embeddings[0].endpoint"}},
+		{"a guardrails profile without a remote check, and the choice of it, reload", func(c *Config) {
+			c.Guardrails.Profiles = map[string]guardrail.Config{"storefront": {Email: guardrail.Redact}}
+			c.Guardrails.Features = map[string]string{"recommend": "storefront"}
+		}, []string{"guardrails.profiles.storefront", "guardrails.features.recommend"}, nil},
+		{"a guardrails profile with a Bedrock guardrail needs a restart", func(c *Config) {
+			c.Guardrails.Profiles = map[string]guardrail.Config{"storefront": {Bedrock: guardrail.BedrockConfig{GuardrailID: "gr-1", GuardrailVersion: "1", Region: "us-east-1"}}}
+		}, nil, []string{"guardrails.profiles.storefront"}},
 		{"the first key changes the hosts allowed", func(c *Config) {
 			c.Auth.Keys = map[string]Caller{"sk-secret-123": {UserID: "u"}}
 		}, []string{"auth.keys.sk-s…"}, []string{"auth.keys (adding the first key"}},
@@ -188,6 +196,10 @@ func TestReloadable(t *testing.T) {
 		{"guardrails.bedrock.timeout", true},
 		{"guardrails.bedrock.guardrailId", false},
 		{"guardrails.bedrock.region", false},
+		{"guardrails.profiles.storefront.email", true},
+		{"guardrails.profiles.storefront.bedrock.onError", true},
+		{"guardrails.profiles.storefront.bedrock.guardrailId", false},
+		{"guardrails.routes.chat", true},
 	}
 	for _, tt := range tests {
 		if got := Reloadable(tt.give); got != tt.want {

@@ -54,8 +54,9 @@ type Gateway struct {
 	judge    Judge
 	batcher  Batcher
 	images   ImageFetcher
-	// guardrail is the remote guardrail check (Deps.Guardrail); nil: none.
-	guardrail guardrail.Checker
+	// guardrails are the remote guardrail checks by profile
+	// (Deps.Guardrails).
+	guardrails map[string]guardrail.Checker
 	// payloads is the payload log (Deps.Payloads); nil: none.
 	payloads PayloadLog
 
@@ -142,11 +143,13 @@ type Deps struct {
 	// refuses them.
 	Images ImageFetcher
 
-	// Guardrail is the remote guardrail check of guardrails.bedrock, run
-	// after the built-in checks within guardrails.bedrock.timeout: it
-	// should be behind a breaker of its own, wrapping ErrGuardrailOpen
-	// while that is open. Nil checks nothing remotely.
-	Guardrail guardrail.Checker
+	// Guardrails are the remote guardrail checks, by guardrails profile
+	// ("" for the top level's guardrails.bedrock), each run after the
+	// built-in checks within its bedrock.timeout: each should be behind a
+	// breaker of its own, wrapping ErrGuardrailOpen while that is open. A
+	// profile with a remote check and none here fails the check (its
+	// onError decides).
+	Guardrails map[string]guardrail.Checker
 
 	// Payloads keeps the request and answer of the turns payloadLog
 	// chooses; nil keeps none (payloadLog.enabled off).
@@ -167,35 +170,35 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		}
 	}
 	g := &Gateway{
-		estimate:  d.EstimateTokens,
-		sessions:  d.Sessions,
-		log:       d.Log,
-		now:       d.Now,
-		prompts:   d.Prompts,
-		hasher:    d.UserHasher,
-		stateHash: d.StateHasher,
-		keys:      d.Keys,
-		slots:     d.Slots,
-		proxies:   cfg.Server.Proxies(),
-		streamCfg: cfg.Stream,
-		admit:     d.Admitter,
-		budget:    d.Budgeter,
-		retrieve:  d.Retriever,
-		plan:      d.Planner,
-		reserve:   d.Reserver,
-		invoker:   d.Invoker,
-		fallback:  d.Fallback,
-		judge:     d.Judge,
-		batcher:   d.Batcher,
-		images:    d.Images,
-		guardrail: d.Guardrail,
-		payloads:  d.Payloads,
-		admin:     d.AdminRoutes,
-		tracer:    d.Tracer,
-		batches:   newBatchJobs(cfg.Batch, d.Jobs, d.Now),
-		throttle:  d.OnThrottle,
-		embedders: d.Embedders,
-		tokens:    d.CountTokens,
+		estimate:   d.EstimateTokens,
+		sessions:   d.Sessions,
+		log:        d.Log,
+		now:        d.Now,
+		prompts:    d.Prompts,
+		hasher:     d.UserHasher,
+		stateHash:  d.StateHasher,
+		keys:       d.Keys,
+		slots:      d.Slots,
+		proxies:    cfg.Server.Proxies(),
+		streamCfg:  cfg.Stream,
+		admit:      d.Admitter,
+		budget:     d.Budgeter,
+		retrieve:   d.Retriever,
+		plan:       d.Planner,
+		reserve:    d.Reserver,
+		invoker:    d.Invoker,
+		fallback:   d.Fallback,
+		judge:      d.Judge,
+		batcher:    d.Batcher,
+		images:     d.Images,
+		guardrails: d.Guardrails,
+		payloads:   d.Payloads,
+		admin:      d.AdminRoutes,
+		tracer:     d.Tracer,
+		batches:    newBatchJobs(cfg.Batch, d.Jobs, d.Now),
+		throttle:   d.OnThrottle,
+		embedders:  d.Embedders,
+		tokens:     d.CountTokens,
 	}
 	g.inForce.Store(newSnapshot(&cfg, d.Providers))
 	g.drained, g.startDrain = context.WithCancel(context.Background())

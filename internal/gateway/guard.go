@@ -14,21 +14,36 @@ import (
 	"github.com/fmgate/fmgate/internal/provider"
 )
 
-// guard is step 3¾: it checks t's message under the config's guardrails,
-// the built-in checks and then the remote one (guardrails.bedrock), redacts
-// what is to be redacted in place, and returns a guardrail error for a
-// message to block — the cascade answers it with the redirect message. A
-// message with findings gets a span naming the kinds found and the action
-// taken, never the text; each remote check gets one, whatever its verdict.
+// guard is step 3¾: it checks t's message under its guardrails (its key's,
+// feature's or route's profile, else the top level's), the built-in checks
+// and then the remote one (bedrock), redacts what is to be redacted in
+// place, and returns a guardrail error for a message to block — the
+// cascade answers it with the redirect message. A message with findings
+// gets a span naming the profile, the kinds found and the action taken,
+// never the text; each remote check gets one, whatever its verdict.
 func (g *Gateway) guard(ctx context.Context, t *Turn) error {
-	cfg := g.cfgOf(t).Guardrails
-	if err := g.guardBuiltin(ctx, t, cfg); err != nil {
+	profile, cfg := g.guardsOf(t)
+	if err := g.guardBuiltin(ctx, t, profile, cfg); err != nil {
 		return err
 	}
-	return g.guardRemote(ctx, t, cfg.Bedrock)
+	return g.guardRemote(ctx, t, profile, cfg)
 }
 
-func (g *Gateway) guardBuiltin(ctx context.Context, t *Turn, cfg guardrail.Config) error {
+// guardsOf is the guardrails profile t is held to and its checks.
+func (g *Gateway) guardsOf(t *Turn) (string, guardrail.Config) {
+	return g.cfgOf(t).Guardrails.For(t.KeyGuardrails, t.Feature, t.Route)
+}
+
+// guardSpan starts a guardrail check's span. Its artifact is the tool
+// "guardrails" at the version of the profile that chose the checks (""
+// for the top level's), so a trace says which set a verdict came from.
+func (g *Gateway) guardSpan(ctx context.Context, name, profile string, opts ...events.StartOption) (context.Context, *events.Span) {
+	ctx, span := g.tracer.Start(ctx, name, append(opts, events.WithKind(events.KindInternal), events.WithNodeID("guard"))...)
+	span.SetTool(guardrailsModel, profile)
+	return ctx, span
+}
+
+func (g *Gateway) guardBuiltin(ctx context.Context, t *Turn, profile string, cfg guardrail.Config) error {
 	if !cfg.Enabled() {
 		return nil
 	}
@@ -37,19 +52,19 @@ func (g *Gateway) guardBuiltin(ctx context.Context, t *Turn, cfg guardrail.Confi
 		return nil // a clean message costs no span
 	}
 	// A finding is kept whatever the sampling (the span has no text).
-	ctx, span := g.tracer.Start(ctx, "guard", events.WithKind(events.KindInternal), events.WithNodeID("guard"), events.WithMustPersist())
+	ctx, span := g.guardSpan(ctx, "guard", profile, events.WithMustPersist())
 	defer span.End()
-	return g.act(ctx, span, t, v)
+	return g.act(ctx, span, t, cfg, v)
 }
 
 // act applies a verdict with findings to t: a block empties the message
 // and returns the guardrail error, a redaction replaces it.
-func (g *Gateway) act(ctx context.Context, span *events.Span, t *Turn, v guardrail.Verdict) error {
+func (g *Gateway) act(ctx context.Context, span *events.Span, t *Turn, cfg guardrail.Config, v guardrail.Verdict) error {
 	kinds := strings.Join(v.Kinds(), ",")
 	if v.Blocked {
 		if t.logPayload {
 			// Its payload keeps the text with every finding masked.
-			masked := g.cfgOf(t).Guardrails.Mask(t.Message)
+			masked := cfg.Mask(t.Message)
 			t.blockedQuestion = &masked
 		}
 		t.noteGuard("guardrail_blocked:" + kinds)
@@ -70,23 +85,29 @@ func (g *Gateway) act(ctx context.Context, span *events.Span, t *Turn, v guardra
 // wrap when its breaker is open.
 var ErrGuardrailOpen = errors.New("guardrail breaker open")
 
-// guardRemote checks t's message with the remote guardrail check, within
-// bc.Timeout. When the check fails (an error, the timeout, its breaker
-// open), bc.OnError decides: open lets the message go on, the span saying
+// guardRemote checks t's message with the remote guardrail check of cfg
+// (its profile's client, Deps.Guardrails), within its timeout. When the
+// check fails (an error, the timeout, its breaker open, no client), its
+// onError decides: open lets the message go on, the span saying
 // the check was skipped and why; closed refuses the turn with
 // guardrail_unavailable.
-func (g *Gateway) guardRemote(ctx context.Context, t *Turn, bc guardrail.BedrockConfig) error {
-	if g.guardrail == nil || !bc.Enabled() || strings.TrimSpace(t.Message) == "" {
+func (g *Gateway) guardRemote(ctx context.Context, t *Turn, profile string, cfg guardrail.Config) error {
+	bc := cfg.Bedrock
+	if !bc.Enabled() || strings.TrimSpace(t.Message) == "" {
 		return nil
 	}
 	bc = bc.Filled()
 	// A passed check's span is sampled as the turn is; a finding or a
 	// failure is kept whatever the sampling.
-	ctx, span := g.tracer.Start(ctx, "guard_bedrock", events.WithKind(events.KindInternal), events.WithNodeID("guard"))
+	ctx, span := g.guardSpan(ctx, "guard_bedrock", profile)
 	defer span.End()
-	cctx, cancel := context.WithTimeout(ctx, bc.Timeout)
-	v, err := g.guardrail.Check(cctx, t.Message)
-	cancel()
+	var v guardrail.Verdict
+	err := errNoGuardrailClient
+	if check := g.guardrails[profile]; check != nil {
+		cctx, cancel := context.WithTimeout(ctx, bc.Timeout)
+		v, err = check.Check(cctx, t.Message)
+		cancel()
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err() // the caller left; the check says nothing
@@ -111,8 +132,13 @@ func (g *Gateway) guardRemote(ctx context.Context, t *Turn, bc guardrail.Bedrock
 		return nil
 	}
 	span.SetMustPersist()
-	return g.act(ctx, span, t, v)
+	return g.act(ctx, span, t, cfg, v)
 }
+
+// errNoGuardrailClient is the failure of a remote check configured with
+// no client to make it: a profile given a Bedrock guardrail by a reload
+// (its client is built at start).
+var errNoGuardrailClient = errors.New("no client for this guardrail: its connection takes effect on a restart")
 
 // skipReason names why a remote check failed, for its span.
 func skipReason(err error) string {
@@ -121,6 +147,8 @@ func skipReason(err error) string {
 		return "breaker_open"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
+	case errors.Is(err, errNoGuardrailClient):
+		return "no_client"
 	}
 	return "error"
 }
@@ -161,16 +189,18 @@ type guardedOutput struct {
 	kinds []string
 	// redacted is whether anything let through differs from the answer.
 	redacted bool
+	// profile names the checks' guardrails profile.
+	profile string
 }
 
 // guardAnswer wraps out in a guardedOutput when t's config checks
 // answers; nil otherwise, when t's answer is text only.
 func (g *Gateway) guardAnswer(t *Turn, out Output) *guardedOutput {
-	cfg := g.cfgOf(t).Guardrails
-	if !cfg.Answers || !cfg.Enabled() || t.Format.Kind != provider.FormatText {
+	profile, cfg := g.guardsOf(t)
+	if !cfg.ChecksAnswers() || t.Format.Kind != provider.FormatText {
 		return nil
 	}
-	return &guardedOutput{Output: out, s: cfg.NewStream()}
+	return &guardedOutput{Output: out, s: cfg.NewStream(), profile: profile}
 }
 
 func (o *guardedOutput) Write(text string) error {
@@ -221,7 +251,7 @@ func (g *Gateway) answerSpan(ctx context.Context, o *guardedOutput, blocked bool
 	if o == nil || len(o.kinds) == 0 {
 		return
 	}
-	_, span := g.tracer.Start(ctx, "guard_answer", events.WithKind(events.KindInternal), events.WithNodeID("guard"), events.WithMustPersist())
+	_, span := g.guardSpan(ctx, "guard_answer", o.profile, events.WithMustPersist())
 	code := "guardrail_checked:"
 	if blocked {
 		code = "guardrail_blocked:"

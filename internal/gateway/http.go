@@ -201,6 +201,7 @@ func (g *Gateway) authenticateKey(r *http.Request, key, bodyUser string, t *Turn
 			t.KeyHash = g.stateHash.Hash(key)
 		}
 		t.Premium = c.Tier == "premium"
+		t.KeyGuardrails = c.Guardrails
 		if cfg.PayloadLog.Enabled {
 			t.PayloadLog, t.KeyID = c.PayloadLog, c.KeyID
 			if t.KeyID == "" {

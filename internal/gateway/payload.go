@@ -68,7 +68,8 @@ func (g *Gateway) keepPayload(t *Turn, res *Result) {
 	if !t.logPayload || res.TraceID == "" {
 		return
 	}
-	mask := g.cfgOf(t).Guardrails.Mask
+	_, checks := g.guardsOf(t)
+	mask := checks.Mask
 	source := "model"
 	if !g.isModel(res.Tier) {
 		source = res.Tier
@@ -97,7 +98,8 @@ func (g *Gateway) captureContent(span *events.Span, t *Turn, r *provider.Respons
 	if !t.logPayload || !g.cfgOf(t).PayloadLog.CaptureContent {
 		return
 	}
-	mask := g.cfgOf(t).Guardrails.Mask
+	_, checks := g.guardsOf(t)
+	mask := checks.Mask
 	c := &events.Content{Input: []events.ContentMessage{{Role: "user", Parts: []events.ContentPart{{Type: "text", Content: mask(t.question())}}}}}
 	if r != nil {
 		out := events.ContentMessage{Role: "assistant", FinishReason: finishReason(r.StopReason, err)}

@@ -124,6 +124,10 @@ type Turn struct {
 	// filled while payload logs are on.
 	PayloadLog bool
 	KeyID      string
+	// KeyGuardrails is the guardrails profile the caller's API key
+	// chooses (auth.keys.*.guardrails); empty: its feature's, its route's
+	// or the top level's.
+	KeyGuardrails string
 	// Caller, from the front door's authentication. Tenant is the API key's
 	// tenant, for fair queueing; empty means the user id.
 	Tenant   string
@@ -333,4 +337,5 @@ func (t *Turn) SetCaller(c *Turn) {
 	t.KeyPerMinute, t.KeyConcurrent = c.KeyPerMinute, c.KeyConcurrent
 	t.KeyHash, t.KeyMonthly, t.KeyDailyUSD, t.KeyMonthlyUSD, t.KeyModels = c.KeyHash, c.KeyMonthly, c.KeyDailyUSD, c.KeyMonthlyUSD, c.KeyModels
 	t.PayloadLog, t.KeyID = c.PayloadLog, c.KeyID
+	t.KeyGuardrails = c.KeyGuardrails
 }

@@ -37,7 +37,8 @@ const (
 	KindDenied     = "denied_term"
 )
 
-// Config chooses an action per kind; an empty action turns the kind off.
+// Config is one set of checks: an action per kind (an empty action turns
+// the kind off), and the remote check. Policy chooses the set a turn gets.
 type Config struct {
 	// Email, Phone, Card, MyNumber and PostalCode are each "block",
 	// "redact", "log" or "" (not checked).
@@ -53,8 +54,9 @@ type Config struct {
 	// Answers applies the same checks to the models' answers, each streamed
 	// piece before it is sent: a redacted finding reaches neither the
 	// client nor the session, and a blocked one ends the answer (before its
-	// first byte, the turn gets the redirect answer instead). Default true.
-	Answers bool `yaml:"answers"`
+	// first byte, the turn gets the redirect answer instead). Default true
+	// (a profile's too).
+	Answers *bool `yaml:"answers"`
 	// Bedrock is a guardrail of Amazon Bedrock Guardrails the user's
 	// message is checked against after the checks above, before any model
 	// sees it. Its guardrailId, guardrailVersion, region, endpoint and
@@ -66,7 +68,14 @@ type Config struct {
 // DefaultConfig redacts payment card numbers and マイナンバー: no model
 // needs them to answer, and a transcript must not keep them.
 func DefaultConfig() Config {
-	return Config{Card: Redact, MyNumber: Redact, Answers: true}
+	answers := true
+	return Config{Card: Redact, MyNumber: Redact, Answers: &answers}
+}
+
+// ChecksAnswers reports whether c checks the models' answers too
+// (Answers, default true) — with any built-in check on to apply.
+func (c Config) ChecksAnswers() bool {
+	return (c.Answers == nil || *c.Answers) && c.Enabled()
 }
 
 // Validate names each action that is not one.

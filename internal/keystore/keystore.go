@@ -35,6 +35,9 @@ type Record struct {
 	MonthlyCostUSD    float64  `json:"monthlyCostUsd,omitempty"`
 	// PayloadLog logs the payloads of the key's turns.
 	PayloadLog bool `json:"payloadLog,omitempty"`
+	// Guardrails names the guardrails profile the key's turns are checked
+	// under (guardrails.profiles); empty: none of its own.
+	Guardrails string `json:"guardrails,omitempty"`
 	// Prefix is the start of the secret, to tell keys apart in lists and
 	// logs; the rest is never kept.
 	Prefix string `json:"prefix"`

@@ -42,6 +42,9 @@ type Spec struct {
 	// PayloadLog logs the payload of every turn made with the key (the
 	// gateway's payloadLog must be on).
 	PayloadLog bool `json:"payloadLog"`
+	// Guardrails names the guardrails profile the key's turns are
+	// checked under (guardrails.profiles); empty: none of its own.
+	Guardrails string `json:"guardrails"`
 	// Bedrock asks for an access key id and secret access key that sign
 	// Bedrock requests (SigV4), instead of a bearer secret.
 	Bedrock bool `json:"bedrock"`
@@ -336,6 +339,7 @@ type Patch struct {
 	MonthlyCostUSD    *float64   `json:"monthlyCostUsd"`
 	ExpiresAt         *time.Time `json:"expiresAt"`
 	PayloadLog        *bool      `json:"payloadLog"`
+	Guardrails        *string    `json:"guardrails"`
 }
 
 // Update applies p to key id on behalf of by.
@@ -355,6 +359,7 @@ func (r *Registry) Update(ctx context.Context, id string, p Patch, by string) (R
 		set(&k.MonthlyCostUSD, p.MonthlyCostUSD)
 		set(&k.ExpiresAt, p.ExpiresAt)
 		set(&k.PayloadLog, p.PayloadLog)
+		set(&k.Guardrails, p.Guardrails)
 		return Issued{}, r.check(*k, now)
 	})
 }
@@ -456,7 +461,7 @@ func apply(k *Record, s Spec) {
 	k.Tier, k.Priority, k.Models = s.Tier, s.Priority, s.Models
 	k.RequestsPerMinute, k.Concurrent = s.RequestsPerMinute, s.Concurrent
 	k.MonthlyRequests, k.DailyCostUSD, k.MonthlyCostUSD, k.ExpiresAt = s.MonthlyRequests, s.DailyCostUSD, s.MonthlyCostUSD, s.ExpiresAt
-	k.PayloadLog = s.PayloadLog
+	k.PayloadLog, k.Guardrails = s.PayloadLog, s.Guardrails
 }
 
 func set[T any](dst *T, v *T) {

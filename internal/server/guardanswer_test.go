@@ -53,7 +53,7 @@ func (p saying) Complete(ctx context.Context, req *provider.Request) (*provider.
 func guardedAnswers(t *testing.T, cfg guardrail.Config, pieces ...string) (*scenario, string, <-chan []provider.Message) {
 	t.Helper()
 	c := quickConfig()
-	c.Guardrails = cfg
+	c.Guardrails = guardrail.Policy{Config: cfg}
 	spans := filepath.Join(t.TempDir(), "events.jsonl")
 	c.Events.Sinks.JSONL.Path = spans
 	asked := make(chan []provider.Message, 16)
@@ -73,7 +73,7 @@ func guardedAnswers(t *testing.T, cfg guardrail.Config, pieces ...string) (*scen
 // anyhow, reach neither the client nor the session: their placeholders
 // do, streamed or whole.
 func TestAnswersAreRedactedOnTheirWay(t *testing.T) {
-	sc, spans, asked := guardedAnswers(t, guardrail.Config{Phone: guardrail.Redact, Email: guardrail.Redact, Answers: true},
+	sc, spans, asked := guardedAnswers(t, guardrail.Config{Phone: guardrail.Redact, Email: guardrail.Redact},
 		"Call our desk at ０３－１２", "３４－５６７８ or mail help@exam", "ple.jp, and enjoy One Piece vol. 105.")
 	want := "Call our desk at [PHONE] or mail [EMAIL], and enjoy One Piece vol. 105."
 	frames := sseFrames(t, sc.srv.URL, "streamer", "how do I reach you", "en")
@@ -118,7 +118,7 @@ func TestAnswersAreRedactedOnTheirWay(t *testing.T) {
 // card never sent.
 func TestAnswersAreBlockedBeforeTheFinding(t *testing.T) {
 	t.Run("before the first byte", func(t *testing.T) {
-		sc, _, _ := guardedAnswers(t, guardrail.Config{Card: guardrail.Block, Answers: true}, "4111 1111 1111 1111 is the card on file.")
+		sc, _, _ := guardedAnswers(t, guardrail.Config{Card: guardrail.Block}, "4111 1111 1111 1111 is the card on file.")
 		a := sc.chat("u", "which card do I use", "en")
 		if a.Status != 200 || !a.Degraded || a.Text != fallback.Redirect("en") {
 			t.Fatalf("answer %+v, want the redirect message, degraded", a)
@@ -126,7 +126,7 @@ func TestAnswersAreBlockedBeforeTheFinding(t *testing.T) {
 	})
 	t.Run("mid-stream", func(t *testing.T) {
 		long := strings.Repeat("One Piece is a long-running pirate adventure. ", 100)
-		sc, _, _ := guardedAnswers(t, guardrail.Config{Card: guardrail.Block, Answers: true}, long, "Your card 4111 1111 ", "1111 1111 was used.")
+		sc, _, _ := guardedAnswers(t, guardrail.Config{Card: guardrail.Block}, long, "Your card 4111 1111 ", "1111 1111 was used.")
 		frames := sseFrames(t, sc.srv.URL, "streamer", "tell me about my order", "en")
 		var text strings.Builder
 		for _, f := range frames {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/config"
@@ -12,22 +14,35 @@ import (
 	"github.com/fmgate/fmgate/internal/provider/bedrock"
 )
 
-// guardrailBreaker is the name of the remote guardrail check's breaker.
+// guardrailBreaker is the name of the top level's remote guardrail
+// check's breaker; a profile's is "guardrail:<profile>", configured as
+// this one.
 const guardrailBreaker = "guardrail"
 
-// remoteGuardrail is the check of guardrails.bedrock behind its breaker,
-// its credentials resolved now (the AWS SDK's default chain, as for the
-// bedrock tiers); nil when it is off.
-func (s *Server) remoteGuardrail(ctx context.Context, cfg config.Config) (guardrail.Checker, error) {
-	bc := cfg.Guardrails.Bedrock
-	if !bc.Enabled() {
-		return nil, nil
+// remoteGuardrails are the checks of guardrails.bedrock and of each
+// profile's bedrock, by profile ("" for the top level), each behind its
+// own breaker, their credentials resolved now (the AWS SDK's default
+// chain, as for the bedrock tiers).
+func (s *Server) remoteGuardrails(ctx context.Context, cfg config.Config) (map[string]guardrail.Checker, error) {
+	remotes := cfg.Guardrails.Remotes()
+	out := make(map[string]guardrail.Checker, len(remotes))
+	for _, profile := range slices.Sorted(maps.Keys(remotes)) {
+		field, breakerName := "guardrails.bedrock", guardrailBreaker
+		if profile != "" {
+			field, breakerName = "guardrails.profiles."+profile+".bedrock", guardrailBreaker+":"+profile
+		}
+		g, err := bedrock.NewGuardrail(ctx, remotes[profile], bedrock.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		bcfg, ok := cfg.Breakers[guardrailBreaker]
+		if !ok {
+			bcfg = breaker.DefaultConfig()
+		}
+		br := s.Breakers.GetOr(breakerName, bcfg)
+		out[profile] = breakerCheck{check: g, br: br}
 	}
-	g, err := bedrock.NewGuardrail(ctx, bc, bedrock.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("guardrails.bedrock: %w", err)
-	}
-	return breakerCheck{check: g, br: s.Breakers.Get(guardrailBreaker)}, nil
+	return out, nil
 }
 
 // breakerCheck runs a remote check behind its breaker: refused at once,

@@ -40,7 +40,7 @@ func TestGuardrailsRedactBeforeTheModel(t *testing.T) {
 // kept; its span says what was found, never the text.
 func TestGuardrailsBlock(t *testing.T) {
 	cfg := quickConfig()
-	cfg.Guardrails = guardrail.Config{Email: guardrail.Block, DenyTerms: []string{"違法ダウンロード"}}
+	cfg.Guardrails = guardrail.Policy{Config: guardrail.Config{Email: guardrail.Block, DenyTerms: []string{"違法ダウンロード"}}}
 	spans := filepath.Join(t.TempDir(), "events.jsonl")
 	cfg.Events.Sinks.JSONL.Path = spans
 	sc := newScenario(t, cfg)

@@ -150,7 +150,8 @@ func (s *Server) checkKeyPolicy(r keystore.Record) error {
 // callerOf is the caller a run-time key stands for.
 func callerOf(r keystore.Record) config.Caller {
 	return config.Caller{KeyID: r.ID, UserID: r.UserID, Tier: r.Tier, Priority: r.Priority, Tenant: r.Team, Models: r.Models,
-		MonthlyRequests: r.MonthlyRequests, RequestsPerMinute: r.RequestsPerMinute, Concurrent: r.Concurrent, DailyCostUSD: r.DailyCostUSD, MonthlyCostUSD: r.MonthlyCostUSD, Signs: r.AccessKeyID != "", PayloadLog: r.PayloadLog}
+		MonthlyRequests: r.MonthlyRequests, RequestsPerMinute: r.RequestsPerMinute, Concurrent: r.Concurrent, DailyCostUSD: r.DailyCostUSD, MonthlyCostUSD: r.MonthlyCostUSD, Signs: r.AccessKeyID != "", PayloadLog: r.PayloadLog,
+		Guardrails: r.Guardrails}
 }
 
 // runtimeKeys is the registry as the gateway looks keys up.

@@ -37,7 +37,7 @@ func payloadConfig(t *testing.T) config.Config {
 		shopKey:  {UserID: "shop-customer", PayloadLog: true},
 		otherKey: {UserID: "other-customer"},
 	}
-	cfg.Guardrails = guardrail.Config{Card: guardrail.Redact, Email: guardrail.Block, Answers: true}
+	cfg.Guardrails = guardrail.Policy{Config: guardrail.Config{Card: guardrail.Redact, Email: guardrail.Block}}
 	return cfg
 }
 

@@ -38,8 +38,8 @@ func TestNoPersonalDataReachesTheWire(t *testing.T) {
 		st.TTFTMs, st.TokensPerSecond = 0, 0
 		cfg.Sim.Models[name] = st
 	}
-	cfg.Guardrails = guardrail.Config{Email: guardrail.Redact, Phone: guardrail.Redact, Card: guardrail.Redact,
-		MyNumber: guardrail.Redact, PostalCode: guardrail.Redact, Answers: true}
+	cfg.Guardrails = guardrail.Policy{Config: guardrail.Config{Email: guardrail.Redact, Phone: guardrail.Redact, Card: guardrail.Redact,
+		MyNumber: guardrail.Redact, PostalCode: guardrail.Redact}}
 	up, err := sim.New(cfg.SimConfig(), sim.Options{})
 	if err != nil {
 		t.Fatal(err)

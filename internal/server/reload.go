@@ -112,6 +112,9 @@ func (s *Server) reload() (ReloadResult, error) {
 		}
 		return ReloadResult{}, &ReloadError{Status: http.StatusUnprocessableEntity, Code: codeNeedsRestart, Problems: problems, Err: err}
 	}
+	if err := s.keysKeepTheirProfiles(next); err != nil {
+		return ReloadResult{}, invalidConfig(err)
+	}
 	oldTiers := s.tiers.Load()
 	tiers, err := s.buildTiers(context.Background(), next, oldTiers)
 	if err != nil {
@@ -137,6 +140,33 @@ func (s *Server) reload() (ReloadResult, error) {
 	}
 	_, res.PromptVersion = s.Ledger.Active()
 	return res, nil
+}
+
+// keysKeepTheirProfiles refuses a config that removes a guardrails
+// profile a run-time key still names: its turns would silently lose their
+// checks. The key is to be moved to another profile first.
+func (s *Server) keysKeepTheirProfiles(next config.Config) error {
+	if s.keys == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	all, err := s.keys.List(ctx)
+	if err != nil {
+		return fmt.Errorf("the run-time keys could not be read to check their guardrails profiles: %w", err)
+	}
+	var problems []error
+	now := time.Now()
+	for _, k := range all {
+		if k.Guardrails == "" || k.Status(now) != "active" {
+			continue
+		}
+		if err := next.Guardrails.CheckProfile(k.Guardrails); err != nil {
+			problems = append(problems, fmt.Errorf("guardrails.profiles: run-time key %s (%s) is checked under profile %q, which this config removes: "+
+				"PATCH /admin/keys/%s with another guardrails profile first", k.ID, k.Name, k.Guardrails, k.ID))
+		}
+	}
+	return errors.Join(problems...)
 }
 
 // apply gives each policy cfg's limits, then puts cfg and its model tiers

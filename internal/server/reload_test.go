@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -513,5 +514,54 @@ func TestReloadWithoutAFile(t *testing.T) {
 	}
 	if firing, _ := alertNames(t, sc.srv); slices.Contains(firing, "FmgateConfigReloadFailed") {
 		t.Error("a reload with no file to read raised the reload alert")
+	}
+}
+
+// TestReloadChangesAGuardrailsProfile: a reload applies a profile's new
+// checks to the next turn of a key held to it, and refuses a config that
+// removes a profile a run-time key still names, keeping the one in force.
+func TestReloadChangesAGuardrailsProfile(t *testing.T) {
+	f := newReloadable(t, false)
+	base := limits{perMinute: 100, sonnetIn: 3, sonnetOut: 15, sonnetRPM: 1000}
+	withProfile := func(checks string) limits {
+		l := base
+		l.extraYA = "guardrails:\n  profiles:\n    storefront: " + checks + "\n"
+		return l
+	}
+	f.write(t, withProfile("{email: redact}"))
+	var mu sync.Mutex
+	var last []provider.Message
+	_, srv := f.start(t, io.Discard, func(_ string, p provider.Provider) provider.Provider {
+		return seeing{Provider: p, mu: &mu, last: &last}
+	})
+	k := createKey(t, srv.URL, `{"name":"shop","userId":"shop","guardrails":"storefront"}`)
+	seen := func(message string) string {
+		t.Helper()
+		if a := shopTurn(t, srv.URL, k.Secret, "shop", message); a.Status != http.StatusOK {
+			t.Fatalf("turn: %+v", a)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return last[len(last)-1].Content
+	}
+	const msg = "Mail taro@example.com or call 090-1234-5678"
+	if got := seen(msg); !strings.Contains(got, "[EMAIL]") || !strings.Contains(got, "090-1234-5678") {
+		t.Fatalf("before the reload the model saw %q; want the e-mail redacted only", got)
+	}
+	f.write(t, withProfile("{email: redact, phone: redact}"))
+	if a := postReload(t, srv); a.Status != http.StatusOK || !slices.Contains(a.Changed, "guardrails.profiles.storefront.phone") {
+		t.Fatalf("reload adding a check to the profile: %+v", a)
+	}
+	if got := seen(msg); !strings.Contains(got, "[PHONE]") {
+		t.Fatalf("after the reload the model saw %q; want the phone number redacted too", got)
+	}
+	f.write(t, base)
+	a := postReload(t, srv)
+	if a.Status != http.StatusUnprocessableEntity || a.Error.Code != codeInvalidConfig ||
+		!strings.Contains(strings.Join(a.Error.Problems, " "), k.Key.ID) {
+		t.Fatalf("reload removing the key's profile: %+v; want 422 naming the key", a)
+	}
+	if got := seen(msg); !strings.Contains(got, "[PHONE]") {
+		t.Fatalf("after the refused reload the model saw %q; the profile in force should stay", got)
 	}
 }

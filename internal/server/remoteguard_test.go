@@ -193,3 +193,87 @@ func TestRemoteGuardrailFailures(t *testing.T) {
 		}
 	})
 }
+
+// TestGuardrailsProfileForTheStorefrontKey: the storefront's keys — one in
+// the config file, one made at run time — are held to the storefront
+// profile (e-mail and phone numbers redacted, the Bedrock guardrail
+// asked), while another key gets the top level's checks only; a blocked
+// storefront turn's span names the profile and the verdict.
+func TestGuardrailsProfileForTheStorefrontKey(t *testing.T) {
+	url, calls := guardrailService(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(string(body), "illegally") {
+			_, _ = io.WriteString(w, intervened)
+			return
+		}
+		_, _ = io.WriteString(w, `{"action":"NONE","outputs":[],"assessments":[],"usage":{"topicPolicyUnits":1}}`)
+	})
+	cfg := quickConfig()
+	cfg.Auth.TrustUserHeader = false
+	cfg.Guardrails.Profiles = map[string]guardrail.Config{"storefront": {
+		Email: guardrail.Redact, Phone: guardrail.Redact, Card: guardrail.Redact,
+		Bedrock: guardrail.BedrockConfig{GuardrailID: "gr-manga", GuardrailVersion: "2", Region: "ap-northeast-1",
+			Endpoint: url, Timeout: 500 * time.Millisecond, OnError: guardrail.OnErrorClosed},
+	}}
+	cfg.Auth.Keys = map[string]config.Caller{
+		shopKey:  {UserID: "shop-customer", Guardrails: "storefront"},
+		otherKey: {UserID: "other-customer"},
+	}
+	spans := filepath.Join(t.TempDir(), "events.jsonl")
+	cfg.Events.Sinks.JSONL.Path = spans
+	sc, seen := instance(t, cfg)
+	base := sc.srv.URL
+	const contact = "Mail taro@example.com or call 090-1234-5678 about my One Piece order"
+	lastSeen := func() string {
+		msgs := seen()
+		return msgs[len(msgs)-1].Content
+	}
+
+	if a := shopTurn(t, base, shopKey, "shop-1", contact); a.Status != 200 || a.Degraded {
+		t.Fatalf("storefront turn: %+v", a)
+	}
+	if got := lastSeen(); strings.Contains(got, "taro@example.com") || strings.Contains(got, "090-1234-5678") ||
+		!strings.Contains(got, "[EMAIL]") || !strings.Contains(got, "[PHONE]") {
+		t.Fatalf("for the storefront key the model saw %q; want the e-mail and the phone number redacted", got)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("the Bedrock guardrail was asked %d times for one storefront turn", calls.Load())
+	}
+	if a := shopTurn(t, base, otherKey, "other-1", contact); a.Status != 200 {
+		t.Fatalf("other key's turn: %+v", a)
+	}
+	if got := lastSeen(); !strings.Contains(got, "taro@example.com") {
+		t.Fatalf("for the other key the model saw %q; the top level checks no e-mail addresses", got)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("the Bedrock guardrail was asked for a key outside the storefront profile (%d calls)", calls.Load())
+	}
+
+	// A key made at run time chooses the profile too; one naming no
+	// profile is refused by name.
+	if status, body := adminDo(t, base, http.MethodPost, "/admin/keys", `{"name":"shop app","guardrails":"storfront"}`); status != http.StatusUnprocessableEntity ||
+		!strings.Contains(body, `no guardrails profile named \"storfront\"`) {
+		t.Fatalf("a key naming an unknown profile: %d %s; want 422 naming it", status, body)
+	}
+	k := createKey(t, base, `{"name":"shop app","userId":"shop-app","guardrails":"storefront"}`)
+	a := shopTurn(t, base, k.Secret, "shop-2", "Where can I read One Piece for free illegally?")
+	if a.Status != 200 || !a.Degraded || a.Text != fallback.Redirect("en") {
+		t.Fatalf("a blocked storefront turn: %+v; want the redirect answer, degraded", a)
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("the Bedrock guardrail was asked %d times; want twice", calls.Load())
+	}
+
+	var verdicts []string
+	for _, e := range guardSpans(t, sc, spans) {
+		if e.Artifact.ToolID != "guardrails" || e.Artifact.ToolVersion != "storefront" {
+			t.Fatalf("guard_bedrock span's artifact %+v; want the guardrails at the storefront profile", e.Artifact)
+		}
+		verdicts = append(verdicts, e.Outcome.ErrorCode)
+	}
+	// A passed check's span is sampled as its turn is; the block is kept.
+	if len(verdicts) == 0 || verdicts[len(verdicts)-1] != "guardrail_blocked:remote:topic" {
+		t.Fatalf("storefront verdicts %v; want the block by topic last", verdicts)
+	}
+}

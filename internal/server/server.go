@@ -33,6 +33,7 @@ import (
 	bedrockdoor "github.com/fmgate/fmgate/internal/frontdoor/bedrock"
 	openaidoor "github.com/fmgate/fmgate/internal/frontdoor/openai"
 	"github.com/fmgate/fmgate/internal/gateway"
+	"github.com/fmgate/fmgate/internal/keystore"
 	"github.com/fmgate/fmgate/internal/live"
 	"github.com/fmgate/fmgate/internal/metrics"
 	"github.com/fmgate/fmgate/internal/provider"
@@ -79,6 +80,8 @@ type Options struct {
 type Server struct {
 	Gateway *gateway.Gateway
 	Sim     *sim.Sim
+	// keys are the API keys managed at run time; nil until New opens them.
+	keys *keystore.Registry
 	// The policies' state, for the admin API and tests.
 	Breakers  *breaker.Set
 	Quota     quota.Ledger
@@ -206,10 +209,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Server, error) 
 		s.Close()
 		return nil, fmt.Errorf("keys: %w", err)
 	}
-	deps.Keys = runtimeKeys{keys}
+	deps.Keys, s.keys = runtimeKeys{keys}, keys
 	s.mountKeys(keys)
 	deps.Images = imageFetcher(cfg.Server.Images)
-	if deps.Guardrail, err = s.remoteGuardrail(ctx, cfg); err != nil {
+	if deps.Guardrails, err = s.remoteGuardrails(ctx, cfg); err != nil {
 		s.Close()
 		return nil, err
 	}
