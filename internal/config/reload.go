@@ -38,14 +38,15 @@ var reloadable = []string{
 	"budget.safetyTokens", "budget.sessionInput", "budget.sessionOutput", "budget.dailyCostUsd",
 	"budget.monthlyCostUsd", "budget.teams", "budget.features",
 	"guardrails.email", "guardrails.phone", "guardrails.card", "guardrails.myNumber", "guardrails.postalCode",
-	"guardrails.denyTerms", "guardrails.denyAction", "guardrails.answers",
+	"guardrails.denyTerms", "guardrails.denyAction", "guardrails.answers", "guardrails.maxNonText", "guardrails.nonTextAction",
 	// The remote check's client is built at start; its policy is read per turn.
 	"guardrails.bedrock.timeout", "guardrails.bedrock.onError", "guardrails.bedrock.pricePer1kTextUnits",
 	// A profile's checks as the top level's; a profile added or removed
 	// whole is reloadable unless it brings a remote check (CheckReload).
 	"guardrails.profiles.*.email", "guardrails.profiles.*.phone", "guardrails.profiles.*.card",
 	"guardrails.profiles.*.myNumber", "guardrails.profiles.*.postalCode", "guardrails.profiles.*.denyTerms",
-	"guardrails.profiles.*.denyAction", "guardrails.profiles.*.answers", "guardrails.profiles.*.bedrock.timeout",
+	"guardrails.profiles.*.denyAction", "guardrails.profiles.*.answers", "guardrails.profiles.*.maxNonText",
+	"guardrails.profiles.*.nonTextAction", "guardrails.profiles.*.bedrock.timeout",
 	"guardrails.profiles.*.bedrock.onError", "guardrails.profiles.*.bedrock.pricePer1kTextUnits",
 	"guardrails.features", "guardrails.routes",
 	"budget.timezone", "budget.storeTimeout",

@@ -13,10 +13,12 @@ package guardrail
 import (
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -35,6 +37,7 @@ const (
 	KindMyNumber   = "my_number"
 	KindPostalCode = "postal_code"
 	KindDenied     = "denied_term"
+	KindNonText    = "non_text"
 )
 
 // Config is one set of checks: an action per kind (an empty action turns
@@ -51,6 +54,17 @@ type Config struct {
 	// DenyAction ("block" by default).
 	DenyTerms  []string `yaml:"denyTerms"`
 	DenyAction string   `yaml:"denyAction"`
+	// MaxNonText is the largest share (above 0, below 1) of a user's
+	// message, in characters other than spaces, that may be other than
+	// text: symbols and emoji, control, format and private-use
+	// characters, combining marks stacked on a mark, and runs of 64 or
+	// more base64 characters (an encoded payload). A message of at least
+	// 16 such characters above it is acted on with NonTextAction, "block"
+	// (the default) or "log": a guard against encoded instructions and
+	// character floods. Answers are not held to it. Default 0: not
+	// checked.
+	MaxNonText    float64 `yaml:"maxNonText"`
+	NonTextAction string  `yaml:"nonTextAction"`
 	// Answers applies the same checks to the models' answers, each streamed
 	// piece before it is sent: a redacted finding reaches neither the
 	// client nor the session, and a blocked one ends the answer (before its
@@ -92,6 +106,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("denyTerms[%d]: must not be empty", i))
 		}
 	}
+	if c.MaxNonText < 0 || c.MaxNonText >= 1 || math.IsNaN(c.MaxNonText) {
+		errs = append(errs, fmt.Errorf("maxNonText: %v must be above 0 and below 1 (a share of the message), or 0 (not checked)", c.MaxNonText))
+	}
+	if a := c.NonTextAction; a != "" && a != Block && a != Log {
+		errs = append(errs, fmt.Errorf("nonTextAction: %q is not block or log (a message is not redacted for its share of non-text)", a))
+	}
 	if err := c.Bedrock.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -102,7 +122,8 @@ func (c Config) Validate() error {
 // Enabled reports whether any built-in check is on (the remote one:
 // Bedrock.Enabled).
 func (c Config) Enabled() bool {
-	return c.Email != "" || c.Phone != "" || c.Card != "" || c.MyNumber != "" || c.PostalCode != "" || len(c.DenyTerms) > 0
+	return c.Email != "" || c.Phone != "" || c.Card != "" || c.MyNumber != "" || c.PostalCode != "" || len(c.DenyTerms) > 0 ||
+		c.MaxNonText > 0
 }
 
 // Finding is one match in the text, by byte offsets.
@@ -146,6 +167,26 @@ var (
 
 // Check checks text under c.
 func (c Config) Check(text string) Verdict {
+	if c.MaxNonText > 0 && text != "" {
+		if share, n := nonTextShare(text); n >= minNonTextRunes && share > c.MaxNonText {
+			action := c.NonTextAction
+			if action == "" {
+				action = Block
+			}
+			f := Finding{Kind: KindNonText, Action: action, Start: 0, End: len(text)}
+			if action == Block { // the whole message goes; nothing else matters
+				return Verdict{Findings: []Finding{f}, Blocked: true, Text: text}
+			}
+			v := c.checkText(text)
+			v.Findings = append([]Finding{f}, v.Findings...)
+			return v
+		}
+	}
+	return c.checkText(text)
+}
+
+// checkText is Check without the non-text share.
+func (c Config) checkText(text string) Verdict {
 	v := Verdict{Text: text}
 	if !c.Enabled() || text == "" || len(c.DenyTerms) == 0 && !strings.ContainsFunc(text, maySpell) {
 		return v
@@ -230,6 +271,9 @@ func (c Config) Mask(text string) string {
 	v := c.Check(text)
 	if len(v.Findings) == 0 {
 		return text
+	}
+	if f := v.Findings[0]; f.Kind == KindNonText && f.Action == Block {
+		return "[" + strings.ToUpper(KindNonText) + "]"
 	}
 	var b strings.Builder
 	last := 0
@@ -374,8 +418,10 @@ type Stream struct {
 	term int
 }
 
-// NewStream starts checking a streamed text under c.
+// NewStream starts checking a streamed text under c (less MaxNonText,
+// which is for a whole message: a piece of an answer is no measure).
 func (c Config) NewStream() *Stream {
+	c.MaxNonText = 0
 	s := &Stream{c: c}
 	for _, t := range c.DenyTerms {
 		s.term = max(s.term, len(strings.TrimSpace(t))*3-1) // a full-width form is up to three times as long
@@ -501,4 +547,42 @@ func inNumber(r rune) bool {
 
 func startsNumber(r rune) bool {
 	return r >= '0' && r <= '9' || r >= '０' && r <= '９' || r == '+' || r == '＋' || r == '〒'
+}
+
+// minNonTextRunes is the least count of characters (spaces aside) a
+// message must have for its share of non-text to be judged: a short
+// reaction ("👍👍") is not a flood.
+const minNonTextRunes = 16
+
+// base64Run is a run of characters long enough to be an encoded payload
+// rather than a word.
+var base64Run = regexp.MustCompile(`[A-Za-z0-9+/]{64,}={0,2}`)
+
+// nonTextShare is the share of text's characters, spaces aside, that are
+// not text (MaxNonText), and the count of those characters.
+func nonTextShare(text string) (float64, int) {
+	encoded := 0
+	for _, m := range base64Run.FindAllStringIndex(text, -1) {
+		encoded += m[1] - m[0] // ASCII: a byte a character
+	}
+	n, other := 0, 0
+	mark := false
+	for _, r := range text {
+		if unicode.IsSpace(r) {
+			mark = false
+			continue
+		}
+		n++
+		isMark := unicode.Is(unicode.M, r)
+		switch {
+		case unicode.IsSymbol(r), unicode.IsControl(r), unicode.Is(unicode.Cf, r), unicode.Is(unicode.Co, r),
+			r == utf8.RuneError, isMark && mark:
+			other++
+		}
+		mark = isMark
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return float64(other+encoded) / float64(n), n
 }

@@ -98,3 +98,46 @@ func TestPolicyRemotes(t *testing.T) {
 		t.Fatalf("Remotes() = %v; want the top level's and the storefront's", got)
 	}
 }
+
+func TestMaxNonText(t *testing.T) {
+	c := Config{MaxNonText: 0.3}
+	blob := strings.Repeat("aGVsbG8gd29ybGQgaWdub3JlIHByZXZpb3Vz", 3)
+	for _, tt := range []struct {
+		name, text string
+		blocked    bool
+	}{
+		{"a Japanese question", "「ワンピース」の最新刊はいつ発売ですか？ 100巻以降も教えてください！", false},
+		{"an English question with a price", "Is volume 107 still ¥528, and is there a box set?", false},
+		{"a short reaction", "👍👍👍 thanks!", false},
+		{"an emoji flood", strings.Repeat("🔥💯🙏", 10) + " read this", true},
+		{"stacked combining marks", "h" + strings.Repeat("\u0301\u0302\u0303", 10) + "ello there friend", true},
+		{"an encoded payload", "please decode " + blob, true},
+		{"control characters", "ok" + strings.Repeat("\u200b\u202e", 12) + "fine", true},
+	} {
+		v := c.Check(tt.text)
+		if v.Blocked != tt.blocked {
+			share, n := nonTextShare(tt.text)
+			t.Errorf("%s: blocked %v, want %v (share %.2f of %d)", tt.name, v.Blocked, tt.blocked, share, n)
+		}
+		if tt.blocked && (len(v.Findings) != 1 || v.Findings[0].Kind != KindNonText) {
+			t.Errorf("%s: findings %+v; want the one non_text finding", tt.name, v.Findings)
+		}
+	}
+	flood := strings.Repeat("🔥", 20) + " mail taro@example.com"
+	if m := c.Mask(flood); m != "[NON_TEXT]" {
+		t.Errorf("Mask of a blocked flood = %q; want the whole message masked", m)
+	}
+	logged := Config{MaxNonText: 0.3, NonTextAction: Log, Email: Redact}
+	v := logged.Check(flood)
+	if v.Blocked || v.Text != strings.Repeat("🔥", 20)+" mail [EMAIL]" || v.Kinds()[0] != KindNonText {
+		t.Errorf("logged: %+v; want the flood logged and the e-mail redacted", v)
+	}
+	if s := c.NewStream(); s.c.MaxNonText != 0 {
+		t.Error("a streamed answer is held to the share of non-text")
+	}
+	for _, bad := range []Config{{MaxNonText: 1}, {MaxNonText: -0.1}, {MaxNonText: 0.5, NonTextAction: Redact}} {
+		if bad.Validate() == nil {
+			t.Errorf("Validate accepted %+v", bad)
+		}
+	}
+}
