@@ -555,6 +555,12 @@ func (g *Gateway) fallBack(ctx context.Context, t *Turn, cause error, out Output
 	if err != nil {
 		return nil, err
 	}
+	// A guardrail's redirect answer says so in its stop reason, which each
+	// vendor door gives in its own words (content_filter, refusal,
+	// guardrail_intervened).
+	if pe, ok := errors.AsType[*provider.Error](cause); ok && pe.Kind == provider.KindGuardrail {
+		res.StopReason = StopGuardrail
+	}
 	// The client's stop sequences end a fallback tier's text too, as they
 	// would have ended a model's.
 	if text, stop, ok := cutAtStop(res.Text, t.StopSequences); ok {

@@ -23,6 +23,12 @@ const (
 
 func (p Priority) String() string { return "P" + string(rune('0'+int(p))) }
 
+// StopGuardrail is the stop reason of the redirect answer to a message a
+// guardrail blocked (the built-in checks, a guardrail service, or the
+// model's own content filter): Bedrock's word, which the other vendor doors
+// map to theirs.
+const StopGuardrail = "guardrail_intervened"
+
 // Turn is one user message travelling through the pipeline. The front door
 // fills the request fields; the pipeline steps fill the rest.
 type Turn struct {
@@ -231,8 +237,9 @@ type Result struct {
 	// mode after the primary timed out.
 	Simplified bool
 	// StopReason is the model's (end_turn, max_tokens, stop_sequence); empty
-	// for the tiers below the models. StopSequence is the sequence that
-	// ended the answer, when the vendor said which.
+	// for the tiers below the models, but StopGuardrail for the redirect
+	// answer to a message a guardrail blocked. StopSequence is the sequence
+	// that ended the answer, when the vendor said which.
 	StopReason   string
 	StopSequence string
 	// ToolCalls are the tools the model called, after Text (StopReason

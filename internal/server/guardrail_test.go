@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/fallback"
 	"github.com/fmgate/fmgate/internal/guardrail"
 	"github.com/fmgate/fmgate/internal/redistest"
@@ -70,5 +72,35 @@ func TestGuardrailsBlock(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no guard span says the message was blocked for an e-mail address")
+	}
+}
+
+// TestGuardrailBlockInEachVendorsWords: a message the guardrails block
+// gets the redirect answer on every vendor door, marked degraded, with
+// the stop reason that vendor gives a filtered answer — so a client of
+// the vendor's SDK sees a content filter, not an ordinary end of turn.
+func TestGuardrailBlockInEachVendorsWords(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Auth.TrustUserHeader = false
+	cfg.Auth.Keys = map[string]config.Caller{shopKey: {UserID: "shop"}}
+	cfg.Guardrails = guardrail.Policy{Config: guardrail.Config{Email: guardrail.Block}}
+	sc := newScenario(t, cfg)
+	const ask = "mail taro@example.com"
+	for _, d := range []struct{ door, path, body, want string }{
+		{"openai", "/v1/chat/completions", `{"model":"sonnet","messages":[{"role":"user","content":"` + ask + `"}]}`, `"finish_reason":"content_filter"`},
+		{"openai stream", "/v1/chat/completions", `{"model":"sonnet","stream":true,"messages":[{"role":"user","content":"` + ask + `"}]}`, `"finish_reason":"content_filter"`},
+		{"responses", "/v1/responses", `{"model":"sonnet","input":"` + ask + `"}`, `"incomplete_details":{"reason":"content_filter"}`},
+		{"anthropic", "/v1/messages", `{"model":"sonnet","max_tokens":100,"messages":[{"role":"user","content":"` + ask + `"}]}`, `"stop_reason":"refusal"`},
+		{"bedrock", "/model/sonnet/converse", `{"messages":[{"role":"user","content":[{"text":"` + ask + `"}]}]}`, `"stopReason":"guardrail_intervened"`},
+	} {
+		status, body := keyPost(t, sc.srv.URL, shopKey, d.path, d.body)
+		if status != http.StatusOK || !strings.Contains(body, d.want) || !strings.Contains(body, "I cannot help with that request") {
+			t.Errorf("%s: %d %s; want 200 with the redirect answer and %s", d.door, status, body, d.want)
+		}
+	}
+	for name, c := range sc.upstream {
+		if n := c.calls.Load(); n != 0 {
+			t.Fatalf("%s called %d times for blocked messages", name, n)
+		}
 	}
 }

@@ -1091,6 +1091,8 @@ func StopReason(s string) string {
 	switch s {
 	case StopEndTurn, StopMaxTokens, StopSequence, StopRefusal, provider.StopToolUse:
 		return s
+	case "guardrail_intervened", "content_filtered", "content_filter":
+		return StopRefusal // a guardrail's or a content filter's redirect answer
 	}
 	return StopEndTurn
 }
