@@ -511,3 +511,53 @@ func TestKeyNoteReadsBack(t *testing.T) {
 		})
 	}
 }
+
+// A run-time key may be limited to embedding tiers as to chat tiers: the
+// admin API takes their names (and refuses an unknown one), the embeddings
+// door serves only the tiers listed, and a key listing no chat tier has no
+// chat; one listing chat tiers alone has no embeddings.
+func TestKeyLimitedToEmbeddingTiers(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Auth.TrustUserHeader = false
+	sc := newScenario(t, cfg)
+	base := sc.srv.URL
+	if status, body := adminDo(t, base, http.MethodPost, "/admin/keys", `{"name":"typo","models":["titan-embd"]}`); status != http.StatusUnprocessableEntity ||
+		!strings.Contains(body, `unknown model tier \"titan-embd\"`) || !strings.Contains(body, "titan-embed") {
+		t.Fatalf("an unknown embedding tier: %d %s, want 422 listing the tiers", status, body)
+	}
+	k := createKey(t, base, `{"name":"search indexer","models":["titan-embed"]}`)
+	if strings.Join(k.Key.Models, ",") != "titan-embed" {
+		t.Fatalf("the key's models: %v", k.Key.Models)
+	}
+	embed := func(model string) (int, string) {
+		t.Helper()
+		return keyPost(t, base, k.Secret, "/v1/embeddings", `{"model":"`+model+`","input":"fantasy manga"}`)
+	}
+	if status, body := embed("titan-embed"); status != http.StatusOK || !strings.Contains(body, `"embedding"`) {
+		t.Fatalf("titan-embed with a titan-embed key: %d %s", status, body)
+	}
+	if status, body := embed("cohere-embed"); status != http.StatusForbidden || !strings.Contains(body, "model_not_allowed") {
+		t.Fatalf("cohere-embed with a titan-embed key: %d %s, want 403 model_not_allowed", status, body)
+	}
+	if got := onDoors(t, base, k.Secret, "haiku"); !allStatus(got, http.StatusForbidden) {
+		t.Fatalf("chat with an embeddings-only key: %v, want 403 on every door", got)
+	}
+	if status, body := adminDo(t, base, http.MethodPatch, "/admin/keys/"+k.Key.ID, `{"models":["haiku","cohere-embed"]}`); status != http.StatusOK {
+		t.Fatalf("PATCH: %d %s", status, body)
+	}
+	if status, _ := embed("cohere-embed"); status != http.StatusOK {
+		t.Fatalf("cohere-embed once listed: %d, want 200", status)
+	}
+	if status, _ := embed("titan-embed"); status != http.StatusForbidden {
+		t.Fatalf("titan-embed once unlisted: %d, want 403", status)
+	}
+	if status := chatStatus(t, base, k.Secret, "haiku"); status != http.StatusOK {
+		t.Fatalf("haiku once listed: %d, want 200", status)
+	}
+	if status, body := adminDo(t, base, http.MethodPatch, "/admin/keys/"+k.Key.ID, `{"models":["haiku"]}`); status != http.StatusOK {
+		t.Fatalf("PATCH: %d %s", status, body)
+	}
+	if status, _ := embed("cohere-embed"); status != http.StatusForbidden {
+		t.Fatalf("embeddings with a chat-only key: %d, want 403", status)
+	}
+}

@@ -237,6 +237,7 @@ func (s *Server) observeTiers(cfg config.Config) {
 	}
 	if s.Ledger != nil {
 		s.Ledger.SetModels(ledgerModels(cfg))
+		s.Ledger.SetEmbeddings(ledgerEmbeddings(cfg))
 	}
 }
 
