@@ -76,13 +76,16 @@ type PromptSource func() (name, text, path string, err error)
 type Ledger struct {
 	graph  Graph
 	models []Model
-	tools  []Tool
-	source PromptSource
-	now    func() time.Time
-	log    *slog.Logger
+	// embeddings are the embedding tiers, listed apart from the models:
+	// nothing that reads models (the primary, the cost views) means them.
+	embeddings []Model
+	tools      []Tool
+	source     PromptSource
+	now        func() time.Time
+	log        *slog.Logger
 
 	active atomic.Pointer[Prompt]
-	mu     sync.Mutex // serializes Reload and guards seen, graph and models
+	mu     sync.Mutex // serializes Reload and guards seen, graph, models and embeddings
 	seen   []Prompt   // every prompt version loaded since start, oldest first
 }
 
@@ -131,6 +134,14 @@ func (l *Ledger) SetModels(models []Model) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.models = models
+}
+
+// SetEmbeddings replaces the embedding tiers listed, at start and after a
+// config reload.
+func (l *Ledger) SetEmbeddings(embeddings []Model) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.embeddings = embeddings
 }
 
 // Reload re-reads the prompt source. It reports whether the active version
@@ -208,11 +219,14 @@ type Versions struct {
 	Graph   Graph    `json:"graph"`
 	Prompts []Prompt `json:"prompts"`
 	Models  []Model  `json:"models"`
-	Tools   []Tool   `json:"tools"`
+	// Embeddings are the embedding tiers, in their cascade order.
+	Embeddings []Model `json:"embeddings"`
+	Tools      []Tool  `json:"tools"`
 }
 
 // Versions lists what is live: the graph, the prompt versions loaded since
-// start (the active one flagged), the models and the tools.
+// start (the active one flagged), the models, the embedding tiers and the
+// tools.
 func (l *Ledger) Versions() Versions {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -222,9 +236,12 @@ func (l *Ledger) Versions() Versions {
 		p.Active = p.Version == active
 		ps[i] = p
 	}
-	v := Versions{Graph: l.graph, Prompts: ps, Models: l.models, Tools: l.tools}
+	v := Versions{Graph: l.graph, Prompts: ps, Models: l.models, Embeddings: l.embeddings, Tools: l.tools}
 	if v.Models == nil {
 		v.Models = []Model{}
+	}
+	if v.Embeddings == nil {
+		v.Embeddings = []Model{}
 	}
 	if v.Tools == nil {
 		v.Tools = []Tool{}

@@ -131,3 +131,31 @@ func TestHandler(t *testing.T) {
 		t.Fatalf("versions: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// The embedding tiers are listed apart from the models, [] when none, and
+// follow a reload.
+func TestVersionsListEmbeddingsApart(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "prompt.txt")
+	if err := os.WriteFile(path, []byte("one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(Graph{Version: "v1"}, []Model{{Name: "sonnet"}}, nil, fileSource(path), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() string {
+		rec := httptest.NewRecorder()
+		l.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/admin/versions", nil))
+		return rec.Body.String()
+	}
+	if body := get(); !strings.Contains(body, `"embeddings":[]`) {
+		t.Fatalf("no embedding tier: %s", body)
+	}
+	l.SetEmbeddings([]Model{{Name: "titan-embed", ModelID: "amazon.titan-embed-text-v2:0", Provider: "sim"}})
+	var vs Versions
+	if err := json.Unmarshal([]byte(get()), &vs); err != nil || len(vs.Models) != 1 || vs.Models[0].Name != "sonnet" ||
+		len(vs.Embeddings) != 1 || vs.Embeddings[0].Name != "titan-embed" {
+		t.Fatalf("versions %+v (%v): want sonnet among the models and titan-embed apart", vs, err)
+	}
+}

@@ -8,7 +8,10 @@
 //
 // What the pool learns is shared through a State: in memory for one
 // instance, in Redis for a fleet, so that a deployment one instance saw
-// throttled is spared by all.
+// throttled is spared by all. Each deployment also has an adaptive
+// pressure level of its own (Pressure, as the retrier keeps one per tier):
+// a deployment under pressure is sent a smaller share of the calls, one
+// whose pressure circuit is open none, while its siblings keep theirs.
 package deploy
 
 import (
@@ -21,6 +24,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/retry"
 )
 
 // Strategies of a pool.
@@ -43,6 +47,18 @@ type Deployment struct {
 	// Quota names the deployment's own TPM/RPM ceiling in the ledger;
 	// "": only the tier's.
 	Quota string
+	// Pressure names the deployment's adaptive pressure level
+	// (Pool.WithPressure), as its breaker is named: "<tier>@<name>"; "":
+	// none is kept, and it counts as NORMAL.
+	Pressure string
+}
+
+// Pressure is what a pool needs of the adaptive retry pressure: each
+// deployment's outcomes recorded, and their levels read together
+// (retry.Pressure satisfies it).
+type Pressure interface {
+	Record(ctx context.Context, name string, o retry.Outcome)
+	Levels(ctx context.Context, names []string) []retry.Level
 }
 
 // Quota is what a pool needs of the quota ledger: a reservation on a
@@ -113,6 +129,11 @@ type Pool struct {
 	observe  Observer
 	quota    Quota
 	estimate func(*provider.Request) int
+	pressure Pressure
+	// pressured names the deployments that keep a pressure level; at
+	// holds their indexes in deps.
+	pressured []string
+	at        []int
 
 	mu      sync.Mutex
 	current []int // smooth weighted round robin
@@ -157,6 +178,24 @@ func (p *Pool) WithQuota(q Quota, estimate func(*provider.Request) int) *Pool {
 	return p
 }
 
+// WithPressure makes the pool record each call's outcome to its
+// deployment's pressure level (Deployment.Pressure) and weigh those levels
+// when it picks: a deployment's weight is halved at each level above
+// NORMAL (SLIGHT, RECOVERY, HIGH), so that it is sent fewer calls but
+// still some, whose outcomes can bring its level down again; its average
+// latency counts double at each level for lowest-latency; and a
+// deployment at CIRCUIT_OPEN is passed over, as one whose breaker is open,
+// until its cooldown ends. A call its caller gave up on is not recorded.
+func (p *Pool) WithPressure(pr Pressure) *Pool {
+	p.pressure, p.pressured, p.at = pr, nil, nil
+	for i, d := range p.deps {
+		if d.Pressure != "" {
+			p.pressured, p.at = append(p.pressured, d.Pressure), append(p.at, i)
+		}
+	}
+	return p
+}
+
 // Deployments names the pool's deployments, in order.
 func (p *Pool) Deployments() []string {
 	names := make([]string, len(p.deps))
@@ -188,6 +227,10 @@ func (p *Pool) Stream(ctx context.Context, req *provider.Request, emit func(text
 // call tries the deployments in the order order gives until one answers.
 func (p *Pool) call(ctx context.Context, req *provider.Request, do func(context.Context, Deployment, *provider.Request) (*provider.Response, error), started *bool) (*provider.Response, error) {
 	order := p.order(ctx)
+	if len(order) == 0 {
+		return nil, &provider.Error{Kind: provider.KindUnavailable, Model: p.tier,
+			Err: fmt.Errorf("every deployment of %s is failing: its pressure circuit is open", p.tier)}
+	}
 	var last error
 	tried := 0
 	for _, i := range order {
@@ -220,6 +263,7 @@ func (p *Pool) call(ctx context.Context, req *provider.Request, do func(context.
 		} else {
 			settle(-1)
 		}
+		p.judge(ctx, d, err)
 		if err == nil {
 			permit.Done(ctx, true)
 			p.observe(p.tier, d.Name, "ok", took)
@@ -273,8 +317,47 @@ func (p *Pool) reserve(ctx context.Context, d Deployment, req *provider.Request)
 	return settle, ok
 }
 
-// order is the deployments in the order to try: those throttled now left
-// out, the strategy's choice first, then the others by weight.
+// judge records to d's pressure what err (nil: an answer) says about it,
+// as the retrier would of a tier: nothing for a call its caller gave up
+// on or that ran out of its time.
+func (p *Pool) judge(ctx context.Context, d Deployment, err error) {
+	if p.pressure == nil || d.Pressure == "" {
+		return
+	}
+	o := retry.OutcomeOK
+	if err != nil {
+		kind := provider.KindOf(err)
+		if kind == provider.KindCanceled || ctx.Err() != nil {
+			return
+		}
+		o = retry.OutcomeOf(kind)
+	}
+	p.pressure.Record(ctx, d.Pressure, o)
+}
+
+// levels are the deployments' pressure levels, read in one call; NORMAL
+// for those without one.
+func (p *Pool) levels(ctx context.Context) []retry.Level {
+	out := make([]retry.Level, len(p.deps))
+	if p.pressure == nil || len(p.pressured) == 0 {
+		return out
+	}
+	if got := p.pressure.Levels(ctx, p.pressured); len(got) == len(p.pressured) {
+		for j, l := range got {
+			out[p.at[j]] = l
+		}
+	}
+	return out
+}
+
+// share scales a deployment's weight by its pressure level: 8 at NORMAL,
+// halved at each level above it, 1 at HIGH.
+func share(l retry.Level) int { return 8 >> min(max(int(l), 0), int(retry.LevelHigh)) }
+
+// order is the deployments in the order to try: those throttled now and
+// those whose pressure circuit is open left out, the strategy's choice
+// first, then the others by weight for their pressure. It is empty when
+// every deployment's pressure circuit is open.
 func (p *Pool) order(ctx context.Context) []int {
 	names := p.Deployments()
 	var stats []Stat
@@ -282,11 +365,20 @@ func (p *Pool) order(ctx context.Context) []int {
 		stats, err = p.state.Stats(ctx, p.tier, names)
 		return err
 	})
+	levels := p.levels(ctx)
 	now := p.now()
 	avail := make([]int, 0, len(p.deps))
+	spare := -1 // of those throttled, the one whose throttle ends first
 	for i := range p.deps {
+		if levels[i] == retry.LevelCircuitOpen {
+			p.observe(p.tier, p.deps[i].Name, "skipped", 0)
+			continue
+		}
 		if stats != nil && now.Before(stats[i].ThrottledUntil) {
 			p.observe(p.tier, p.deps[i].Name, "skipped", 0)
+			if spare < 0 || stats[i].ThrottledUntil.Before(stats[spare].ThrottledUntil) {
+				spare = i
+			}
 			continue
 		}
 		avail = append(avail, i)
@@ -294,51 +386,53 @@ func (p *Pool) order(ctx context.Context) []int {
 	if len(avail) == 0 {
 		// All throttled: try the one whose throttle ends first, rather
 		// than none, in case it is over.
-		first := 0
-		for i := range stats {
-			if stats[i].ThrottledUntil.Before(stats[first].ThrottledUntil) {
-				first = i
-			}
+		if spare < 0 {
+			return nil
 		}
-		return []int{first}
+		return []int{spare}
 	}
-	pick := p.pick(avail, stats)
+	weight := func(i int) int { return p.deps[i].Weight * share(levels[i]) }
+	pick := p.pick(avail, stats, levels, weight)
 	out := []int{pick}
 	rest := slices.DeleteFunc(slices.Clone(avail), func(i int) bool { return i == pick })
-	slices.SortStableFunc(rest, func(a, b int) int { return p.deps[b].Weight - p.deps[a].Weight })
+	slices.SortStableFunc(rest, func(a, b int) int { return weight(b) - weight(a) })
 	return append(out, rest...)
 }
 
-// pick chooses among avail by the pool's strategy. Without stats (the
-// state did not answer) every strategy falls back to weights.
-func (p *Pool) pick(avail []int, stats []Stat) int {
+// pick chooses among avail by the pool's strategy, with each deployment's
+// weight for its pressure. Without stats (the state did not answer) every
+// strategy falls back to weights.
+func (p *Pool) pick(avail []int, stats []Stat, levels []retry.Level, weight func(int) int) int {
 	switch {
 	case p.strategy == LeastBusy && stats != nil:
 		return slices.MinFunc(avail, func(a, b int) int {
 			// Fewest in flight for its weight; ties to the heavier.
-			la, lb := stats[a].InFlight*p.deps[b].Weight, stats[b].InFlight*p.deps[a].Weight
+			la, lb := stats[a].InFlight*weight(b), stats[b].InFlight*weight(a)
 			if la != lb {
 				return la - lb
 			}
-			return p.deps[b].Weight - p.deps[a].Weight
+			return weight(b) - weight(a)
 		})
 	case p.strategy == LowestLatency && stats != nil:
 		// An unmeasured deployment is tried first, so that each gets an
-		// average.
-		return slices.MinFunc(avail, func(a, b int) int { return int(stats[a].Latency - stats[b].Latency) })
+		// average; one under pressure counts as slower.
+		latency := func(i int) time.Duration {
+			return stats[i].Latency * time.Duration(share(retry.LevelNormal)/share(levels[i]))
+		}
+		return slices.MinFunc(avail, func(a, b int) int { return int(latency(a) - latency(b)) })
 	}
-	return p.weighted(avail)
+	return p.weighted(avail, weight)
 }
 
 // weighted is smooth weighted round robin over avail: each deployment gets
 // its weight's share of calls, spread evenly.
-func (p *Pool) weighted(avail []int) int {
+func (p *Pool) weighted(avail []int, weight func(int) int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	total, best := 0, -1
 	for _, i := range avail {
-		p.current[i] += p.deps[i].Weight
-		total += p.deps[i].Weight
+		p.current[i] += weight(i)
+		total += weight(i)
 		if best < 0 || p.current[i] > p.current[best] {
 			best = i
 		}
@@ -377,6 +471,9 @@ type Snapshot struct {
 	Latency    time.Duration `json:"latencyNs"`
 	Throttled  bool          `json:"throttled"`
 	Until      time.Time     `json:"throttledUntil,omitzero"`
+	// Pressure is the deployment's adaptive pressure level (NORMAL,
+	// SLIGHT, RECOVERY, HIGH, CIRCUIT_OPEN); empty when none is kept.
+	Pressure string `json:"pressure,omitempty"`
 }
 
 // Snapshots reports each deployment's state.
@@ -385,6 +482,7 @@ func (p *Pool) Snapshots(ctx context.Context) ([]Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	levels := p.levels(ctx)
 	now := p.now()
 	out := make([]Snapshot, len(p.deps))
 	for i, d := range p.deps {
@@ -394,6 +492,9 @@ func (p *Pool) Snapshots(ctx context.Context) ([]Snapshot, error) {
 		}
 		out[i] = Snapshot{Tier: p.tier, Deployment: d.Name, Weight: d.Weight, Strategy: p.strategy, Breaker: b,
 			InFlight: stats[i].InFlight, Latency: stats[i].Latency, Throttled: now.Before(stats[i].ThrottledUntil), Until: stats[i].ThrottledUntil}
+		if p.pressure != nil && d.Pressure != "" {
+			out[i].Pressure = levels[i].String()
+		}
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/fmgate/fmgate/internal/breaker"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/redistest"
+	"github.com/fmgate/fmgate/internal/retry"
 )
 
 func stateConformance(t *testing.T, open func(t *testing.T) State) {
@@ -122,7 +124,7 @@ func (f *fake) Stream(ctx context.Context, req *provider.Request, emit func(stri
 	return r, emit(r.Text)
 }
 
-func pool(t *testing.T, strategy string, state State, weights ...int) (*Pool, []*fake) {
+func pool(t testing.TB, strategy string, state State, weights ...int) (*Pool, []*fake) {
 	t.Helper()
 	names := []string{"east", "west", "north"}
 	var deps []Deployment
@@ -296,5 +298,198 @@ func TestDeploymentQuota(t *testing.T) {
 	}
 	if q.settled.Load() != 0 {
 		t.Fatalf("settled %d tokens; the fake bills none", q.settled.Load())
+	}
+}
+
+// fixedPressure reports the levels it is given and counts what is
+// recorded.
+type fixedPressure struct {
+	mu       sync.Mutex
+	levels   map[string]retry.Level
+	recorded map[string][]retry.Outcome
+}
+
+func (f *fixedPressure) Record(_ context.Context, name string, o retry.Outcome) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.recorded == nil {
+		f.recorded = map[string][]retry.Outcome{}
+	}
+	f.recorded[name] = append(f.recorded[name], o)
+}
+
+func (f *fixedPressure) Levels(_ context.Context, names []string) []retry.Level {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]retry.Level, len(names))
+	for i, n := range names {
+		out[i] = f.levels[n]
+	}
+	return out
+}
+
+// withPressure gives p's deployments their "<tier>@<name>" pressure.
+func withPressure(p *Pool, pr Pressure) {
+	for i := range p.deps {
+		p.deps[i].Pressure = "sonnet@" + p.deps[i].Name
+	}
+	p.WithPressure(pr)
+}
+
+// Each deployment records its own outcomes: one that throttles every call
+// rises to HIGH while its sibling, answering the calls it sheds, stays
+// NORMAL, and so does the tier the pool's caller keeps.
+func TestDeploymentPressureIsItsOwn(t *testing.T) {
+	ctx := context.Background()
+	pr := retry.NewMemoryPressure(retry.DefaultConfig().Pressure, time.Now)
+	state := NewMemory(nil)
+	p, f := pool(t, Weighted, state, 1, 1)
+	withPressure(p, pr)
+	f[0].mode.Store("throttle")
+	for i := range 20 {
+		// The throttle's cooldown would spare east after its first
+		// throttle; lift it, so that east is tried whenever it is picked.
+		state.mu.Lock()
+		if d := state.deps[[2]string{"sonnet", "east"}]; d != nil {
+			d.until = time.Time{}
+		}
+		state.mu.Unlock()
+		if _, err := p.Complete(ctx, &provider.Request{}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		pr.Record(ctx, "sonnet", retry.OutcomeOK) // the tier's call answered
+	}
+	got := pr.Levels(ctx, []string{"sonnet@east", "sonnet@west", "sonnet"})
+	if got[0] != retry.LevelHigh || got[1] != retry.LevelNormal || got[2] != retry.LevelNormal {
+		t.Fatalf("east throttling every call: east %s, west %s, tier %s; want HIGH, NORMAL, NORMAL", got[0], got[1], got[2])
+	}
+	if f[0].calls.Load() == 0 || f[1].calls.Load() != 20 {
+		t.Fatalf("east called %d times, west %d of 20", f[0].calls.Load(), f[1].calls.Load())
+	}
+	snaps, err := p.Snapshots(ctx)
+	if err != nil || snaps[0].Pressure != "HIGH" || snaps[1].Pressure != "NORMAL" {
+		t.Fatalf("snapshots %+v, %v; want east HIGH, west NORMAL", snaps, err)
+	}
+	// Without pressure the snapshot says nothing of it.
+	plain, _ := pool(t, Weighted, nil, 1, 1)
+	if snaps, _ := plain.Snapshots(ctx); snaps[0].Pressure != "" {
+		t.Fatalf("a pool without pressure reports %q", snaps[0].Pressure)
+	}
+}
+
+// The outcomes recorded are the retrier's: an answer and a request's own
+// fault are OK, a throttle a throttle, an outage a failure; a call whose
+// caller gave up is not recorded.
+func TestDeploymentPressureOutcomes(t *testing.T) {
+	pr := &fixedPressure{}
+	p, f := pool(t, Weighted, nil, 1)
+	withPressure(p, pr)
+	for _, mode := range []string{"ok", "invalid", "throttle", "fail"} {
+		f[0].mode.Store(mode)
+		p.state = NewMemory(nil) // no cooldown between the calls
+		_, _ = p.Complete(context.Background(), &provider.Request{})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _ = p.Complete(ctx, &provider.Request{})
+	want := []retry.Outcome{retry.OutcomeOK, retry.OutcomeOK, retry.OutcomeThrottled, retry.OutcomeFailed}
+	got := pr.recorded["sonnet@east"]
+	if !slices.Equal(got, want) {
+		t.Fatalf("recorded %v, want %v and nothing for the canceled call", got, want)
+	}
+}
+
+// A deployment under pressure gets a smaller share of the calls, halved
+// at each level, never none; one whose pressure circuit is open gets
+// none; all open, the tier is unavailable.
+func TestBalancerPrefersTheLessPressured(t *testing.T) {
+	tests := []struct {
+		name     string
+		strategy string
+		east     retry.Level
+		wantEast int // of 900 calls at weights 1:1
+	}{
+		{"normal", Weighted, retry.LevelNormal, 450},
+		{"slight", Weighted, retry.LevelSlight, 300},
+		{"high", Weighted, retry.LevelHigh, 100},
+		{"open", Weighted, retry.LevelCircuitOpen, 0},
+		{"least busy, high", LeastBusy, retry.LevelHigh, 0}, // nothing in flight: ties go to the heavier
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, f := pool(t, tt.strategy, nil, 1, 1)
+			withPressure(p, &fixedPressure{levels: map[string]retry.Level{"sonnet@east": tt.east}})
+			for range 900 {
+				if _, err := p.Complete(context.Background(), &provider.Request{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := int(f[0].calls.Load()); got != tt.wantEast {
+				t.Fatalf("east at %s got %d of 900 calls, want %d", tt.east, got, tt.wantEast)
+			}
+		})
+	}
+	// Lowest latency: a deployment under pressure counts as slower.
+	state := NewMemory(nil)
+	p, f := pool(t, LowestLatency, state, 1, 1)
+	withPressure(p, &fixedPressure{levels: map[string]retry.Level{"sonnet@east": retry.LevelHigh}})
+	ctx := context.Background()
+	_ = state.End(ctx, "sonnet", "east", "a", 50*time.Millisecond)
+	_ = state.End(ctx, "sonnet", "west", "b", 300*time.Millisecond)
+	if _, err := p.Complete(ctx, &provider.Request{}); err != nil || f[1].calls.Load() != 1 {
+		t.Fatalf("east (50ms, HIGH) against west (300ms, NORMAL): west called %d times, %v", f[1].calls.Load(), err)
+	}
+	// Every circuit open: no call, the tier's unavailable error.
+	p, f = pool(t, Weighted, nil, 1, 1)
+	withPressure(p, &fixedPressure{levels: map[string]retry.Level{"sonnet@east": retry.LevelCircuitOpen, "sonnet@west": retry.LevelCircuitOpen}})
+	_, err := p.Complete(ctx, &provider.Request{})
+	if provider.KindOf(err) != provider.KindUnavailable || f[0].calls.Load()+f[1].calls.Load() != 0 {
+		t.Fatalf("every circuit open: %v after %d calls", err, f[0].calls.Load()+f[1].calls.Load())
+	}
+}
+
+// A fleet's deployments share their pressure: a deployment one instance
+// saw throttled is sent fewer calls by another.
+func TestDeploymentPressureIsFleetWide(t *testing.T) {
+	c, prefix := redistest.Client(t)
+	ctx := context.Background()
+	cfg := retry.DefaultConfig().Pressure
+	a := retry.NewRedisPressure(c, prefix, "a", cfg, time.Now)
+	b := retry.NewRedisPressure(c, prefix, "b", cfg, time.Now)
+	for range 2 {
+		a.Record(ctx, "sonnet@east", retry.OutcomeThrottled)
+	}
+	p, f := pool(t, Weighted, nil, 1, 1)
+	withPressure(p, b)
+	for range 90 {
+		if _, err := p.Complete(ctx, &provider.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b's own calls to east answer, so its local level stays NORMAL: the
+	// HIGH it weighs is a's.
+	if east := f[0].calls.Load(); east != 10 {
+		t.Fatalf("east, HIGH on the other instance, got %d of 90 calls; want 10", east)
+	}
+}
+
+// BenchmarkPoolComplete is a call through a pool of three deployments on
+// the in-memory state, with and without the deployments' pressure: what
+// reading the levels and recording the outcome adds to every call.
+func BenchmarkPoolComplete(b *testing.B) {
+	for _, withLevels := range []bool{false, true} {
+		b.Run(map[bool]string{false: "no pressure", true: "memory pressure"}[withLevels], func(b *testing.B) {
+			p, _ := pool(b, Weighted, NewMemory(nil), 3, 2, 1)
+			if withLevels {
+				withPressure(p, retry.NewMemoryPressure(retry.DefaultConfig().Pressure, time.Now))
+			}
+			ctx, req := context.Background(), &provider.Request{}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := p.Complete(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

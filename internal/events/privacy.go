@@ -51,6 +51,16 @@ func (h *Hasher) Hash(userID string) string {
 	return h.hash("", userID)
 }
 
+// Session returns the keyed hash Span.SetSession stores as the session id
+// of session id; "" for "". A reader looking a session's spans up by its
+// id asks for this.
+func (h *Hasher) Session(id string) string {
+	if id == "" {
+		return ""
+	}
+	return h.hash("session\x00", id)
+}
+
 // hash is Hash of prefix+id, computed without building the string: two
 // SHA-256 sums over buffers on the stack (ids up to a few hundred bytes),
 // so that the result is the only allocation.

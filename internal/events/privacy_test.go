@@ -2,6 +2,7 @@ package events
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -141,5 +142,22 @@ func BenchmarkHash(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		h.hash("session\x00", "chatcmpl-80bb40c5197bac3c251b9d92")
+	}
+}
+
+// Session is the session id SetSession stores, so that a reader can look a
+// session's spans up by its id.
+func TestHasherSessionIsTheStoredSessionID(t *testing.T) {
+	rec := &recorder{}
+	tr := newTestTracer(rec, false)
+	_, span := tr.Start(context.Background(), "key_audit")
+	span.SetSession("key_0123")
+	span.End()
+	h := NewHasher([]byte("0123456789abcdef-test"))
+	if len(rec.evs) != 1 || rec.evs[0].SessionID != h.Session("key_0123") || h.Session("key_0123") == h.Hash("key_0123") {
+		t.Fatalf("stored session %q, Session %q", rec.evs[0].SessionID, h.Session("key_0123"))
+	}
+	if h.Session("") != "" {
+		t.Fatal("an empty session id hashes to something")
 	}
 }

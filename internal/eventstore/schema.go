@@ -114,6 +114,9 @@ var schema = []string{
 		PRIMARY KEY (minute, th)
 	) WITHOUT ROWID`,
 	`CREATE INDEX IF NOT EXISTS turn_info_eval ON turn_info(minute) WHERE eval_score IS NOT NULL`,
+	// The key audit trail (audit.go): a few rows, so the partial index
+	// costs a turn of another feature nothing.
+	`CREATE INDEX IF NOT EXISTS turns_key_audit ON turns(ts_start) WHERE feature = '` + KeyAdminFeature + `'`,
 
 	`CREATE TABLE IF NOT EXISTS turn_versions (
 		vid INTEGER NOT NULL,

@@ -12,14 +12,28 @@ import (
 // tokens (provider.TokenCounter), within deadline.attempt. Otherwise, or
 // when the vendor fails, the count is fmgate's estimate and estimated is
 // set. t's caller must have been authenticated.
-func (g *Gateway) CountTokens(ctx context.Context, t *Turn) (n int, estimated bool) {
+//
+// The tier is t's start tier; for a request that names none, the first
+// tier t's API key may use, where its turn would start. A request its key
+// may not make is refused with the error a turn gets (403
+// model_not_allowed), and nothing is counted.
+func (g *Gateway) CountTokens(ctx context.Context, t *Turn) (n int, estimated bool, err error) {
+	cfg := g.cfgOf(t)
+	if err := keyMayChat(cfg, t); err != nil {
+		return 0, false, err
+	}
 	own, _ := g.promptFor(t)
 	t.System = appendPrompt(own, t.ClientSystem)
 	name := t.StartTier
-	if !g.isModel(name) {
+	if _, ok := cfg.Model(name); !ok {
 		name = g.primary(t)
+		for _, m := range cfg.Models {
+			if t.mayUse(m.Name) {
+				name = m.Name
+				break
+			}
+		}
 	}
-	cfg := g.cfgOf(t)
 	m, _ := cfg.Model(name)
 	req := g.request(t, m)
 	if tc, ok := g.providerOf(t, name).(provider.TokenCounter); ok {
@@ -27,16 +41,16 @@ func (g *Gateway) CountTokens(ctx context.Context, t *Turn) (n int, estimated bo
 		n, err := tc.CountTokens(cctx, req)
 		cancel()
 		if err == nil {
-			return n, false
+			return n, false, nil
 		}
 		g.log.LogAttrs(ctx, slogInfo, "the vendor did not count the tokens; answering with the estimate", turnAttrs(t, err)...)
 	}
 	if g.estimate != nil {
-		return g.estimate(req), true
+		return g.estimate(req), true, nil
 	}
 	n = len(req.System) / 4
 	for _, msg := range req.Messages {
 		n += len(msg.Content) / 4
 	}
-	return n, true
+	return n, true, nil
 }

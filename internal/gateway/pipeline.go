@@ -197,14 +197,8 @@ func (g *Gateway) validate(t *Turn) error {
 	if asked != "" && !g.supportsLocale(asked) {
 		return invalid("locale %q is not supported (use one of %s)", asked, strings.Join(cfg.Locales, ", "))
 	}
-	if i := startTier(cfg.Models, t.StartTier); i >= 0 && !t.mayUse(cfg.Models[i].Name) {
-		return forbiddenModel(t, t.StartTier)
-	}
-	if len(t.KeyModels) > 0 && !slices.ContainsFunc(cfg.Models, func(m config.Model) bool { return t.mayUse(m.Name) }) {
-		// Only embedding tiers: a chat turn would reach no model, only
-		// the fallback cascade's answers.
-		return &Error{Status: http.StatusForbidden, Code: CodeModelForbidden,
-			Message: fmt.Sprintf("This API key may use no chat model; it may use %s.", strings.Join(t.KeyModels, ", "))}
+	if err := keyMayChat(cfg, t); err != nil {
+		return err
 	}
 	if t.Guardrail != nil && len(g.tiersFor(t)) == 0 {
 		// Answered by a model that cannot apply it, the guardrail would be
@@ -214,6 +208,22 @@ func (g *Gateway) validate(t *Turn) error {
 		return e
 	}
 	return compileShapes(t)
+}
+
+// keyMayChat refuses t when its API key may not use the model tier its
+// request names, or may use no chat tier at all: every door that takes a
+// chat request answers these the same (a turn, a token count).
+func keyMayChat(cfg *config.Config, t *Turn) *Error {
+	if i := startTier(cfg.Models, t.StartTier); i >= 0 && !t.mayUse(cfg.Models[i].Name) {
+		return forbiddenModel(t, t.StartTier)
+	}
+	if len(t.KeyModels) > 0 && !slices.ContainsFunc(cfg.Models, func(m config.Model) bool { return t.mayUse(m.Name) }) {
+		// Only embedding tiers: a chat turn would reach no model, only
+		// the fallback cascade's answers.
+		return &Error{Status: http.StatusForbidden, Code: CodeModelForbidden,
+			Message: fmt.Sprintf("This API key may use no chat model; it may use %s.", strings.Join(t.KeyModels, ", "))}
+	}
+	return nil
 }
 
 // forbiddenModel refuses t's request for a tier its API key may not use.

@@ -364,3 +364,28 @@ func TestPostgresVersionSeesALateCommit(t *testing.T) {
 		t.Fatal("a revocation committed after a later change is never seen: the key still works")
 	}
 }
+
+// A patch names the fields it sends, as the admin API spells them, and no
+// other: an update's audit says what it changed.
+func TestPatchFields(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		want []string
+	}{
+		{"nothing", `{}`, nil},
+		{"models and a budget", `{"monthlyCostUsd":20,"models":["haiku"]}`, []string{"models", "monthlyCostUsd"}},
+		{"a field set to its zero", `{"name":"","payloadLog":false,"expiresAt":"0001-01-01T00:00:00Z"}`, []string{"name", "expiresAt", "payloadLog"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var p Patch
+			if err := json.Unmarshal([]byte(tt.give), &p); err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Fields(); strings.Join(got, ",") != strings.Join(tt.want, ",") {
+				t.Fatalf("Fields() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -340,6 +341,20 @@ type Patch struct {
 	ExpiresAt         *time.Time `json:"expiresAt"`
 	PayloadLog        *bool      `json:"payloadLog"`
 	Guardrails        *string    `json:"guardrails"`
+}
+
+// Fields names the fields p sets, by their JSON names, in the order Patch
+// declares them: what an update changes, for its audit.
+func (p Patch) Fields() []string {
+	v := reflect.ValueOf(p)
+	var out []string
+	for i := range v.NumField() {
+		if !v.Field(i).IsNil() {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // Update applies p to key id on behalf of by.

@@ -31,6 +31,18 @@ type State struct {
 	// Quota holds one entry per model with a ceiling.
 	Quota []Quota
 	Queue QueueState
+	// Pressure holds the adaptive pressure level of each model tier and
+	// of each deployment of a tier that has several.
+	Pressure []Pressure
+}
+
+// Pressure is one model tier's or deployment's adaptive pressure level.
+type Pressure struct {
+	// Name is the tier's, or the deployment's "<tier>@<deployment>" (as
+	// its breaker is named).
+	Name string `json:"name"`
+	// Level is NORMAL, SLIGHT, RECOVERY, HIGH or CIRCUIT_OPEN.
+	Level string `json:"level"`
 }
 
 // Breaker is one circuit breaker's position.
@@ -106,9 +118,12 @@ type Snapshot struct {
 	Queue           Queue              `json:"queue"`
 	Breakers        []Breaker          `json:"breakers"`
 	Quota           []Quota            `json:"quota"`
-	Projections     []Projection       `json:"projections"`
-	// StateError says why breakers, quota and queue could not be read; they
-	// are then empty while the span-derived figures stay. Omitted when fine.
+	// Pressure is State.Pressure, sorted by name.
+	Pressure    []Pressure   `json:"pressure"`
+	Projections []Projection `json:"projections"`
+	// StateError says why breakers, quota, queue and pressure could not be
+	// read; they are then empty while the span-derived figures stay.
+	// Omitted when fine.
 	StateError string `json:"stateError,omitempty"`
 	// Instances is the fleet breakdown when the aggregator shares its
 	// window with a fleet (SetFleet): one line per instance that published
@@ -323,6 +338,8 @@ func (a *Aggregator) Snapshot(ctx context.Context) Snapshot {
 func applyState(s *Snapshot, st State) {
 	s.Breakers = append(make([]Breaker, 0, len(st.Breakers)), st.Breakers...)
 	sort.Slice(s.Breakers, func(i, j int) bool { return s.Breakers[i].Name < s.Breakers[j].Name })
+	s.Pressure = append(make([]Pressure, 0, len(st.Pressure)), st.Pressure...)
+	sort.Slice(s.Pressure, func(i, j int) bool { return s.Pressure[i].Name < s.Pressure[j].Name })
 	s.Quota = make([]Quota, 0, len(st.Quota))
 	for _, q := range st.Quota {
 		if q.Saturation == 0 {

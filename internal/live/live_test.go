@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -267,7 +268,8 @@ func TestStateIsJoined(t *testing.T) {
 				{Model: "sonnet", TPMUsed: 170_000, TPMCeiling: 340_000, RPMUsed: 1530, RPMCeiling: 1700},
 				{Model: "haiku", TPMUsed: 10, TPMCeiling: 850_000, RPMUsed: 1, RPMCeiling: 3400, Saturation: 0.75},
 			},
-			Queue: QueueState{Depth: 3, ByPriority: map[string]int{"P1": 1, "P3": 2}, OldestWait: 1500 * time.Millisecond},
+			Queue:    QueueState{Depth: 3, ByPriority: map[string]int{"P1": 1, "P3": 2}, OldestWait: 1500 * time.Millisecond},
+			Pressure: []Pressure{{"sonnet@west", "NORMAL"}, {"sonnet", "NORMAL"}, {"sonnet@east", "HIGH"}},
 		}, nil
 	}
 	a := New(DefaultConfig(), state, clk.Now)
@@ -285,6 +287,9 @@ func TestStateIsJoined(t *testing.T) {
 	}
 	if len(s.Quota) != 2 || s.Quota[0] != wantQ[0] || s.Quota[1] != wantQ[1] {
 		t.Errorf("quota = %+v, want %+v", s.Quota, wantQ)
+	}
+	if want := []Pressure{{"sonnet", "NORMAL"}, {"sonnet@east", "HIGH"}, {"sonnet@west", "NORMAL"}}; !slices.Equal(s.Pressure, want) {
+		t.Errorf("pressure = %v, want %v (sorted)", s.Pressure, want)
 	}
 	if s.Queue.Depth != 3 || s.Queue.OldestWaitMs != 1500 || !maps.Equal(s.Queue.ByPriority, map[string]int{"P1": 1, "P3": 2}) {
 		t.Errorf("queue = %+v", s.Queue)
@@ -398,7 +403,7 @@ func TestSnapshotJSONShape(t *testing.T) {
 	want := `{"t":"2026-03-01T12:00:00Z","windowSeconds":60,"turns":0,"turnsPerSecond":0,"errors":0,"errorRate":0,` +
 		`"errorsByCode":{},"refused":0,"refusedByCode":{},"latencyMs":{"p50":null,"p95":null,"p99":null},"ttftMs":{"p50":null,"p95":null,"p99":null},` +
 		`"tiers":{},"costUsdPerMinute":0,"tokensPerMinute":{},"queue":{"depth":0,"byPriority":{},"oldestWaitMs":0},` +
-		`"breakers":[],"quota":[],"projections":[]}`
+		`"breakers":[],"quota":[],"pressure":[],"projections":[]}`
 	if string(b) != want {
 		t.Fatalf("empty snapshot\n got %s\nwant %s", b, want)
 	}

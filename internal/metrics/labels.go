@@ -70,6 +70,10 @@ var priorities = []string{"P0", "P1", "P2", "P3"}
 // breakerStates are the three states of a circuit breaker.
 var breakerStates = []string{"closed", "half_open", "open"}
 
+// pressureLevels are the five adaptive pressure levels, least conservative
+// first.
+var pressureLevels = []string{"normal", "slight", "recovery", "high", "circuit_open"}
+
 // Directions of token flow.
 const (
 	directionIn  = "in"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,18 @@ type State struct {
 	Breakers []BreakerState
 	Quota    []QuotaState
 	Queue    []QueueDepth
+	// Deployments are the pressure levels of the deployments of the tiers
+	// that have several.
+	Deployments []DeploymentPressure
+}
+
+// DeploymentPressure is the adaptive pressure level of one deployment of a
+// tier (labels tier and deployment, as fmgate_deployment_calls_total's,
+// from the configuration). Level is the level's name, NORMAL, SLIGHT,
+// RECOVERY, HIGH or CIRCUIT_OPEN, in any case; any other exports 0 for
+// all five.
+type DeploymentPressure struct {
+	Tier, Deployment, Level string
 }
 
 // BreakerState is one circuit breaker. Name is the breaker's name (a
@@ -52,7 +65,8 @@ type QueueDepth struct {
 type StateFunc func(ctx context.Context) (State, error)
 
 // SetState installs (or, with nil, removes) the callback whose State is
-// exported as fmgate_breaker_state, fmgate_quota_* and fmgate_queue_depth.
+// exported as fmgate_breaker_state, fmgate_quota_*, fmgate_queue_depth and
+// fmgate_deployment_pressure.
 // When it fails, panics, outlasts Options.StateTimeout, or is still running
 // from an earlier scrape, that scrape exports none of these gauges (rather
 // than stale values) and fmgate_state_errors_total{reason} counts it.
@@ -98,6 +112,9 @@ var (
 	descQuotaCeiling = prometheus.NewDesc("fmgate_quota_ceiling_per_minute",
 		"Quota ceiling enforced: tokens (kind tpm) or requests (kind rpm) per minute.",
 		[]string{"model", "kind"}, nil)
+	descDeployPressure = prometheus.NewDesc("fmgate_deployment_pressure",
+		"Adaptive pressure level of a tier's deployment, one-hot: 1 for its current level (normal, slight, recovery, high, circuit_open), 0 for the others.",
+		[]string{"tier", "deployment", "level"}, nil)
 	descQueue = prometheus.NewDesc("fmgate_queue_depth",
 		"Turns waiting in the priority queue, by priority.",
 		[]string{"priority"}, nil)
@@ -124,6 +141,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descQuotaUsed
 	ch <- descQuotaCeiling
 	ch <- descQueue
+	ch <- descDeployPressure
 }
 
 var errPanic = errors.New("state callback panicked")
@@ -191,6 +209,32 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	c.collectBreakers(ch, st.Breakers)
 	c.collectQuota(ch, st.Quota)
 	c.collectQueue(ch, st.Queue)
+	c.collectPressure(ch, st.Deployments)
+}
+
+func (c *stateCollector) collectPressure(ch chan<- prometheus.Metric, ds []DeploymentPressure) {
+	if len(ds) == 0 {
+		return
+	}
+	// A deployment reported twice shows the more conservative level.
+	type key struct{ tier, dep string }
+	byDep := make(map[key]int, len(ds))
+	for _, d := range ds {
+		k := key{d.Tier, d.Deployment}
+		if cur, ok := byDep[k]; !ok || slices.Index(pressureLevels, strings.ToLower(d.Level)) > cur {
+			byDep[k] = slices.Index(pressureLevels, strings.ToLower(d.Level))
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(byDep), func(a, b key) int { return strings.Compare(a.tier+"\x00"+a.dep, b.tier+"\x00"+b.dep) })
+	for _, k := range keys {
+		for i, l := range pressureLevels {
+			v := 0.0
+			if i == byDep[k] {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descDeployPressure, prometheus.GaugeValue, v, k.tier, k.dep, l)
+		}
+	}
 }
 
 // breakerRank orders states by severity, so that two breakers reported

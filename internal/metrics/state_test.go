@@ -82,9 +82,24 @@ func TestStateGauges(t *testing.T) {
 			},
 		},
 		{
+			name: "deployment pressure one-hot, any case; a deployment twice shows the worse level",
+			give: State{Deployments: []DeploymentPressure{
+				{"sonnet", "east", "HIGH"}, {"sonnet", "west", "normal"}, {"sonnet", "west", "SLIGHT"}, {"haiku", "a", "broken"},
+			}},
+			want: []want{
+				{"fmgate_deployment_pressure", []string{"tier", "sonnet", "deployment", "east", "level", "high"}, 1},
+				{"fmgate_deployment_pressure", []string{"tier", "sonnet", "deployment", "east", "level", "normal"}, 0},
+				{"fmgate_deployment_pressure", []string{"tier", "sonnet", "deployment", "east", "level", "circuit_open"}, 0},
+				{"fmgate_deployment_pressure", []string{"tier", "sonnet", "deployment", "west", "level", "slight"}, 1},
+				{"fmgate_deployment_pressure", []string{"tier", "sonnet", "deployment", "west", "level", "normal"}, 0},
+				{"fmgate_deployment_pressure", []string{"tier", "haiku", "deployment", "a", "level", "normal"}, 0},
+				{"fmgate_deployment_pressure", []string{"tier", "haiku", "deployment", "a", "level", "recovery"}, 0},
+			},
+		},
+		{
 			name:   "empty state exports nothing",
 			give:   State{},
-			absent: []string{"fmgate_breaker_state", "fmgate_queue_depth", "fmgate_quota_used_per_minute"},
+			absent: []string{"fmgate_breaker_state", "fmgate_queue_depth", "fmgate_quota_used_per_minute", "fmgate_deployment_pressure"},
 		},
 	}
 	for _, tt := range tests {

@@ -36,6 +36,11 @@ func Classify(err error) (provider.Kind, bool) {
 	return kind, false
 }
 
+// OutcomeOf is what a call that failed with an error of this kind says
+// about the model it was made to, as Retrier.Do records it to Pressure
+// (a cancellation says nothing: Do records none).
+func OutcomeOf(kind provider.Kind) Outcome { return outcomeOf(kind) }
+
 // outcomeOf is what a failure of this kind says about the model.
 func outcomeOf(kind provider.Kind) Outcome {
 	switch {

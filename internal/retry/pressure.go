@@ -50,9 +50,18 @@ func (l Level) String() string {
 // failed probe in RECOVERY: a model that throttles still answers the calls
 // it accepts, and the send rate (SendRate) sheds just the calls beyond
 // those. An open circuit would shed them all for the whole cooldown.
+//
+// A model is any name: a tier ("sonnet") or one deployment of a tier
+// ("sonnet@east", as its breaker and quota are named), each with a level
+// of its own, so that a deployment's throttles raise neither its tier's
+// level nor its siblings'.
 type Pressure interface {
 	Record(ctx context.Context, model string, o Outcome)
 	Level(ctx context.Context, model string) Level
+	// Levels returns the level of each of models, in order, as Level
+	// would one by one: for a caller that weighs several at once (a
+	// tier's deployments), in one call to any shared state.
+	Levels(ctx context.Context, models []string) []Level
 }
 
 // Outcome is what one call says about the model it was made to.
@@ -110,6 +119,15 @@ func (p *MemoryPressure) Level(_ context.Context, model string) Level {
 	}
 	p.cool(st, p.now())
 	return st.level
+}
+
+// Levels implements Pressure.
+func (p *MemoryPressure) Levels(ctx context.Context, models []string) []Level {
+	out := make([]Level, len(models))
+	for i, m := range models {
+		out[i] = p.Level(ctx, m)
+	}
+	return out
 }
 
 // record applies one outcome and returns the level before and after.
@@ -210,3 +228,6 @@ func (Steady) Record(context.Context, string, Outcome) {}
 
 // Level implements Pressure.
 func (Steady) Level(context.Context, string) Level { return LevelNormal }
+
+// Levels implements Pressure.
+func (Steady) Levels(_ context.Context, models []string) []Level { return make([]Level, len(models)) }

@@ -2,6 +2,7 @@ package retry
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -133,6 +134,42 @@ func testPressure(t *testing.T, newPressure newPressureFunc) {
 			}
 		})
 	}
+	t.Run("a tier's deployments are keyed apart from it and from each other", func(t *testing.T) {
+		ctx := context.Background()
+		clk := newFakeClock()
+		p := newPressure(t, DefaultConfig().Pressure, clk)
+		keys := []string{"sonnet", "sonnet@east", "sonnet@west", "haiku@east"}
+		if got := p.Levels(ctx, keys); !slices.Equal(got, []Level{LevelNormal, LevelNormal, LevelNormal, LevelNormal}) {
+			t.Fatalf("nothing recorded: levels %v", got)
+		}
+		// East throttles every call while west answers every one: east's
+		// level rises, and neither west's nor the tier's moves.
+		for range 5 {
+			p.Record(ctx, "sonnet@east", OutcomeThrottled)
+			p.Record(ctx, "sonnet@west", OutcomeOK)
+			p.Record(ctx, "sonnet", OutcomeOK)
+		}
+		want := []Level{LevelNormal, LevelHigh, LevelNormal, LevelNormal}
+		if got := p.Levels(ctx, keys); !slices.Equal(got, want) {
+			t.Fatalf("east throttled: levels %v of %v, want %v", got, keys, want)
+		}
+		for i, k := range keys {
+			if got := p.Level(ctx, k); got != want[i] {
+				t.Fatalf("Level(%s) = %s; Levels said %s", k, got, want[i])
+			}
+		}
+		// A deployment's failures open its own circuit only.
+		for range 10 {
+			p.Record(ctx, "sonnet@west", OutcomeFailed)
+		}
+		want = []Level{LevelNormal, LevelHigh, LevelCircuitOpen, LevelNormal}
+		if got := p.Levels(ctx, keys); !slices.Equal(got, want) {
+			t.Fatalf("west failing: levels %v of %v, want %v", got, keys, want)
+		}
+		if got := p.Levels(ctx, nil); len(got) != 0 {
+			t.Fatalf("Levels of no model: %v", got)
+		}
+	})
 }
 
 func TestRedisPressureFleet(t *testing.T) {
@@ -155,6 +192,13 @@ func TestRedisPressureFleet(t *testing.T) {
 	}
 	if got := b.Level(ctx, "haiku"); got != LevelNormal {
 		t.Fatalf("another model is %s", got)
+	}
+	// A deployment's level reaches the fleet under its own name.
+	for range 2 {
+		a.Record(ctx, "sonnet@east", OutcomeThrottled)
+	}
+	if got := b.Levels(ctx, []string{"sonnet@east", "sonnet@west", "sonnet"}); !slices.Equal(got, []Level{LevelHigh, LevelNormal, LevelCircuitOpen}) {
+		t.Fatalf("b sees %v for east (throttled on a), west and the tier", got)
 	}
 
 	clk.Advance(c.Cooldown)

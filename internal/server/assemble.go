@@ -289,6 +289,16 @@ func ledgerModels(cfg config.Config) []artifacts.Model {
 	return models
 }
 
+// ledgerEmbeddings are cfg's embedding tiers as the artifact ledger lists
+// them.
+func ledgerEmbeddings(cfg config.Config) []artifacts.Model {
+	out := make([]artifacts.Model, len(cfg.Embeddings))
+	for i, e := range cfg.Embeddings {
+		out[i] = artifacts.Model{Name: e.Name, ModelID: e.ModelID, Provider: e.Provider}
+	}
+	return out
+}
+
 // genAIProviders names each tier's vendor as OpenTelemetry's GenAI
 // conventions do (gen_ai.provider.name).
 func genAIProviders(models []config.Model) map[string]string {
@@ -493,6 +503,7 @@ func (s *Server) artifacts(cfg config.Config, configPath string, now func() time
 	if err != nil {
 		return nil, err
 	}
+	l.SetEmbeddings(ledgerEmbeddings(cfg))
 	s.Ledger = l
 	s.admin.Handle("/admin/versions", l.Handler())
 	s.admin.Handle("/admin/versions/", l.Handler())

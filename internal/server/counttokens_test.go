@@ -84,3 +84,63 @@ func decodeBody(t *testing.T, resp *http.Response, v any) {
 		t.Fatalf("%s: %s: %v", resp.Request.URL.Path, b, err)
 	}
 }
+
+// count_tokens honours the key's model list as the turn does: a key that
+// may not use the tier its request names, or that may use no chat tier,
+// gets the very refusal /v1/messages gives it (status, Anthropic error
+// type and message), and the Bedrock door's CountTokens that of Converse;
+// a tier it may use is counted.
+func TestCountTokensRefusesATierTheKeyMayNotUse(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Auth.TrustUserHeader = false
+	sc := newScenario(t, cfg)
+	base := sc.srv.URL
+	haikuOnly := createKey(t, base, `{"name":"haiku only","models":["haiku"]}`)
+	embedOnly := createKey(t, base, `{"name":"embeddings only","models":["titan-embed"]}`)
+	// count_tokens takes a Messages request without max_tokens.
+	counted := func(model string) string {
+		return `{"model":"` + model + `","messages":[{"role":"user","content":"Recommend a fantasy manga"}]}`
+	}
+	messages := func(model string) string {
+		return strings.Replace(counted(model), `"messages"`, `"max_tokens":100,"messages"`, 1)
+	}
+	type refusal struct {
+		status int
+		body   string
+	}
+	for _, tt := range []struct {
+		name, key, model string
+	}{
+		{"a tier the key may not use", haikuOnly.Secret, "sonnet"},
+		{"a tier by its model id", haikuOnly.Secret, cfg.Models[0].ModelID},
+		{"a key with no chat tier", embedOnly.Secret, "haiku"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var turn, count refusal
+			turn.status, turn.body = keyPost(t, base, tt.key, "/v1/messages", messages(tt.model))
+			count.status, count.body = keyPost(t, base, tt.key, "/v1/messages/count_tokens", counted(tt.model))
+			if turn.status != http.StatusForbidden || !strings.Contains(turn.body, `"type":"permission_error"`) {
+				t.Fatalf("/v1/messages: %d %s, want 403 permission_error", turn.status, turn.body)
+			}
+			if count != turn {
+				t.Fatalf("count_tokens: %d %s\n/v1/messages: %d %s\nwant the same refusal", count.status, count.body, turn.status, turn.body)
+			}
+			converse := `{"messages":[{"role":"user","content":[{"text":"Recommend a fantasy manga"}]}]}`
+			var conv, bcount refusal
+			conv.status, conv.body = keyPost(t, base, tt.key, "/model/"+tt.model+"/converse", converse)
+			bcount.status, bcount.body = keyPost(t, base, tt.key, "/model/"+tt.model+"/count-tokens", `{"input":{"converse":`+converse+`}}`)
+			if conv.status != http.StatusForbidden || bcount != conv {
+				t.Fatalf("Bedrock CountTokens: %d %s\nConverse: %d %s\nwant the same 403", bcount.status, bcount.body, conv.status, conv.body)
+			}
+		})
+	}
+	for _, model := range []string{"haiku", "a-model-no-tier-answers-to"} {
+		status, body := keyPost(t, base, haikuOnly.Secret, "/v1/messages/count_tokens", counted(model))
+		var n struct {
+			InputTokens int `json:"input_tokens"`
+		}
+		if err := json.Unmarshal([]byte(body), &n); status != http.StatusOK || err != nil || n.InputTokens <= 0 {
+			t.Fatalf("count_tokens for %s with the haiku key: %d %s", model, status, body)
+		}
+	}
+}

@@ -62,10 +62,11 @@ func (ts *tierSet) model(name string) (config.Model, bool) {
 }
 
 // tierProvider is the provider of tier m: its one provider, or the pool
-// over its deployments, each with a provider and a breaker of its own
+// over its deployments, each with a provider, a breaker of its own
 // ("<tier>@<deployment>", fleet-shared like the tier's, and configured as
-// the tier's unless breakers names it) and the pool's state in Redis in
-// fleet mode.
+// the tier's unless breakers names it) and an adaptive pressure level of
+// its own under the same name (in the retrier's pressure, fleet-shared
+// like the tier's), and the pool's state in Redis in fleet mode.
 func (s *Server) tierProvider(ctx context.Context, cfg config.Config, m config.Model) (provider.Provider, error) {
 	if len(m.Deployments) == 0 {
 		return s.provider(ctx, m)
@@ -87,7 +88,8 @@ func (s *Server) tierProvider(ctx context.Context, cfg config.Config, m config.M
 		if dm.Provider == "sim" {
 			model = dm.Name
 		}
-		deps[i] = deploy.Deployment{Name: d.Name, Model: model, Weight: d.Weight, Provider: p, Breaker: s.Breakers.GetOr(dm.Name, tierBreaker)}
+		deps[i] = deploy.Deployment{Name: d.Name, Model: model, Weight: d.Weight, Provider: p, Breaker: s.Breakers.GetOr(dm.Name, tierBreaker),
+			Pressure: dm.Name}
 		if d.TPM > 0 {
 			deps[i].Quota = dm.Name
 		}
@@ -105,6 +107,9 @@ func (s *Server) tierProvider(ctx context.Context, cfg config.Config, m config.M
 		return nil, err
 	}
 	pool.WithQuota(deploymentQuota{s.Quota}, roughTokens)
+	if s.Retrier != nil {
+		pool.WithPressure(s.Retrier.Pressure)
+	}
 	return pool, nil
 }
 
@@ -146,7 +151,7 @@ func roughTokens(r *provider.Request) int {
 
 // serveDeployments answers GET /admin/deployments: each deployment of
 // each tier that has several, with its breaker, calls in flight, average
-// latency and throttle.
+// latency, throttle and pressure level.
 func (s *Server) serveDeployments(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()

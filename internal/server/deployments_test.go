@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
@@ -10,7 +12,9 @@ import (
 	"time"
 
 	"github.com/fmgate/fmgate/internal/config"
+	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/redistest"
+	"github.com/fmgate/fmgate/internal/retry"
 )
 
 // deploymentCalls reads fmgate_deployment_calls_total{tier,deployment,outcome}.
@@ -140,4 +144,120 @@ func TestDeploymentCeiling(t *testing.T) {
 	if quotaOf["sonnet@east"] != 2 || breakers["sonnet@east"] != "closed" || breakers["sonnet@west"] != "closed" {
 		t.Fatalf("live state: quota %v, breakers %v; want each deployment listed", quotaOf, breakers)
 	}
+}
+
+// A deployment keeps a pressure level of its own: with east throttling
+// every call, east's level rises while west, answering every turn, stays
+// NORMAL, and so does the tier, whose retries keep the configured policy.
+// GET /admin/deployments, the live view and /metrics show each
+// deployment's level; in a fleet, another instance sees east's too.
+func TestThrottledDeploymentPressure(t *testing.T) {
+	for _, fleet := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "fleet"}[fleet], func(t *testing.T) {
+			cfg := quickConfig()
+			cfg.Models[0].Deployments = []config.Deployment{{Name: "east"}, {Name: "west"}}
+			for m, c := range cfg.Quota.Models {
+				c.TPM, c.RPM = 1<<40, 1<<40
+				cfg.Quota.Models[m] = c
+			}
+			cfg.Deadline.FirstByte, cfg.Deadline.Attempt = 20*time.Second, 15*time.Second
+			if fleet {
+				cfg.Fleet.Redis = redistest.Addr()
+				cfg.Fleet.KeyPrefix = fleetConfig(t)
+			}
+			sc := newScenario(t, cfg)
+			adminPut(t, sc.srv, "/admin/sim/"+url.PathEscape("sonnet@east"), `{"errorRate":{"throttled":1}}`)
+			tiers, statuses := sc.run(40, 4, "Recommend a manga")
+			if tiers["sonnet"] != 40 {
+				t.Fatalf("with east throttled: tiers %v, statuses %v; want all 40 on sonnet", tiers, statuses)
+			}
+			if deploymentCalls(t, sc, "east", "throttled") == 0 || deploymentCalls(t, sc, "west", "ok") != 40 {
+				t.Fatalf("east throttled %d times, west answered %d of 40", deploymentCalls(t, sc, "east", "throttled"), deploymentCalls(t, sc, "west", "ok"))
+			}
+			ctx := context.Background()
+			levels := sc.s.Retrier.Pressure.Levels(ctx, []string{"sonnet@east", "sonnet@west", "sonnet"})
+			if east := levels[0]; east != retry.LevelSlight && east != retry.LevelHigh {
+				t.Fatalf("east's pressure after throttling every call: %s, want SLIGHT or HIGH", east)
+			}
+			if levels[1] != retry.LevelNormal || levels[2] != retry.LevelNormal {
+				t.Fatalf("west's pressure %s, the tier's %s: want both NORMAL", levels[1], levels[2])
+			}
+			// The tier's retries keep the configured policy.
+			if got, want := sc.s.Retrier.Policy(provider.KindUnavailable, levels[2]), sc.s.Retrier.Policy(provider.KindUnavailable, retry.LevelNormal); got != want {
+				t.Fatalf("the tier's retry policy %+v, want the configured %+v", got, want)
+			}
+
+			seen := func(base string) map[string]string {
+				t.Helper()
+				status, body := adminDo(t, base, http.MethodGet, "/admin/deployments", "")
+				var out struct {
+					Deployments []struct {
+						Deployment, Pressure string
+					}
+				}
+				if err := json.Unmarshal([]byte(body), &out); status != http.StatusOK || err != nil {
+					t.Fatalf("GET /admin/deployments: %d %s (%v)", status, body, err)
+				}
+				m := map[string]string{}
+				for _, d := range out.Deployments {
+					m[d.Deployment] = d.Pressure
+				}
+				return m
+			}
+			want := map[string]string{"east": levels[0].String(), "west": "NORMAL"}
+			if got := seen(sc.srv.URL); !maps.Equal(got, want) {
+				t.Fatalf("GET /admin/deployments shows pressure %v, want %v", got, want)
+			}
+			st, err := sc.s.readState(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inLive := map[string]string{}
+			for _, p := range st.Pressure {
+				inLive[p.Name] = p.Level
+			}
+			if inLive["sonnet@east"] != levels[0].String() || inLive["sonnet@west"] != "NORMAL" || inLive["sonnet"] != "NORMAL" || inLive["haiku"] != "NORMAL" {
+				t.Fatalf("the live view's pressure: %v", inLive)
+			}
+			if got := pressureGauge(t, sc, "east"); got != strings.ToLower(levels[0].String()) {
+				t.Fatalf("fmgate_deployment_pressure for east: %q, want %s", got, levels[0])
+			}
+			if got := pressureGauge(t, sc, "west"); got != "normal" {
+				t.Fatalf("fmgate_deployment_pressure for west: %q, want normal", got)
+			}
+			if fleet {
+				// Another instance, whose own simulator never throttled
+				// east, weighs east's level all the same.
+				other := newScenario(t, cfg)
+				if got := seen(other.srv.URL); !maps.Equal(got, want) {
+					t.Fatalf("another instance shows pressure %v, want %v", got, want)
+				}
+			}
+		})
+	}
+}
+
+// pressureGauge is the level fmgate_deployment_pressure marks 1 for
+// deployment dep of sonnet.
+func pressureGauge(t *testing.T, sc *scenario, dep string) string {
+	t.Helper()
+	fams, err := sc.s.Metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "fmgate_deployment_pressure" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["tier"] == "sonnet" && labels["deployment"] == dep && m.GetGauge().GetValue() == 1 {
+				return labels["level"]
+			}
+		}
+	}
+	return ""
 }

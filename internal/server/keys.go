@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -205,7 +206,8 @@ func (s *Server) viewKeys(ctx context.Context, keys []keystore.Record) []keyView
 }
 
 // mountKeys serves /admin/keys: create, list, read, change, rotate and
-// revoke the API keys managed at run time.
+// revoke the API keys managed at run time, and read each one's audit
+// trail.
 func (s *Server) mountKeys(reg *keystore.Registry) {
 	s.admin.HandleFunc("GET /admin/keys", func(w http.ResponseWriter, r *http.Request) {
 		all, err := reg.List(r.Context())
@@ -240,7 +242,7 @@ func (s *Server) mountKeys(reg *keystore.Registry) {
 			keyError(w, err)
 			return
 		}
-		s.auditKey(r, "created", issued.Record)
+		s.auditKey(r, "created", issued.Record, nil)
 		w.Header().Set("Cache-Control", "no-store") // the secret, shown once, is kept by no cache
 		writeJSON(w, http.StatusCreated, map[string]any{"key": s.viewKey(issued.Record), "secret": issued.Secret,
 			"note": "The secret is shown this once: fmgate keeps only a hash of it."})
@@ -255,7 +257,7 @@ func (s *Server) mountKeys(reg *keystore.Registry) {
 			keyError(w, err)
 			return
 		}
-		s.auditKey(r, "updated", k)
+		s.auditKey(r, "updated", k, p.Fields())
 		writeJSON(w, http.StatusOK, s.viewKey(k))
 	})
 	s.admin.HandleFunc("POST /admin/keys/{id}/rotate", func(w http.ResponseWriter, r *http.Request) {
@@ -278,10 +280,13 @@ func (s *Server) mountKeys(reg *keystore.Registry) {
 			keyError(w, err)
 			return
 		}
-		s.auditKey(r, "rotated", issued.Record)
+		s.auditKey(r, "rotated", issued.Record, nil)
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusOK, map[string]any{"key": s.viewKey(issued.Record), "secret": issued.Secret,
 			"note": fmt.Sprintf("The secret is shown this once. The previous one works until %s.", issued.Record.PrevUntil.Format(time.RFC3339))})
+	})
+	s.admin.HandleFunc("GET /admin/keys/{id}/audit", func(w http.ResponseWriter, r *http.Request) {
+		s.serveKeyAudit(w, r, reg)
 	})
 	s.admin.HandleFunc("DELETE /admin/keys/{id}", func(w http.ResponseWriter, r *http.Request) {
 		k, err := reg.Revoke(r.Context(), r.PathValue("id"), operator(r))
@@ -289,7 +294,7 @@ func (s *Server) mountKeys(reg *keystore.Registry) {
 			keyError(w, err)
 			return
 		}
-		s.auditKey(r, "revoked", k)
+		s.auditKey(r, "revoked", k, nil)
 		writeJSON(w, http.StatusOK, s.viewKey(k))
 	})
 }
@@ -347,17 +352,126 @@ func operator(r *http.Request) string {
 }
 
 // auditKey records a change to a key as a key_audit span in the event
-// store: what happened, to which key (its id and name, never its secret),
-// by whom, when.
-func (s *Server) auditKey(r *http.Request, action string, k keystore.Record) {
+// store: what happened (its error code, key_<action>), to which key (its
+// session is the key's id, hashed as every session id is), by whom and
+// what an update sent (its note, keyNote), when. It never carries the
+// secret.
+func (s *Server) auditKey(r *http.Request, action string, k keystore.Record, changed []string) {
+	by := operator(r)
+	s.log.Info("API key "+action, "key", k.ID, "name", k.Name, "team", k.Team, "by", by, "changed", changed)
 	if s.tracer == nil {
 		return
 	}
-	_, span := s.tracer.Start(context.WithoutCancel(r.Context()), "key_audit", events.WithKind(events.KindInternal), events.WithMustPersist())
-	span.SetAttribution(events.Attribution{Feature: "key_admin"})
+	_, span := s.tracer.Start(context.WithoutCancel(r.Context()), eventstore.KeyAuditSpan, events.WithKind(events.KindInternal),
+		events.WithNodeID("key_"+action), events.WithMustPersist())
+	span.SetAttribution(events.Attribution{Feature: eventstore.KeyAdminFeature, Surface: "admin"})
 	span.SetSession(k.ID)
 	span.SetErrorCode("key_" + action)
-	span.SetExcerpt(fmt.Sprintf("%s key %s (%q, team %q) by %s", action, k.ID, k.Name, k.Team, operator(r)))
+	span.SetNote(keyNote(action, by, changed, k))
 	span.End()
-	s.log.Info("API key "+action, "key", k.ID, "name", k.Name, "team", k.Team, "by", operator(r))
+}
+
+// keyNote is an audit span's note: the action and who made it first (the
+// note is cut at 200 characters), then the fields an update sent, then the
+// key's name and team as they became:
+//
+//	updated by "admin token (ops-kenji)"; changed models, monthlyCostUsd; key "gift finder", team "acme"
+//
+// readKeyNote reads it back.
+func keyNote(action, by string, changed []string, k keystore.Record) string {
+	note := action + " by " + strconv.Quote(by)
+	if len(changed) > 0 {
+		note += "; changed " + strings.Join(changed, ", ")
+	}
+	return note + fmt.Sprintf("; key %q, team %q", k.Name, k.Team)
+}
+
+// readKeyNote reads who made a change and the fields it sent from its
+// note (keyNote). A note written before keyNote ("updated key key_… (…)
+// by admin token") gives who alone; one without a note (excerpts off, as
+// those were kept) gives neither.
+func readKeyNote(action, note string) (by string, changed []string) {
+	rest, ok := strings.CutPrefix(note, action+" by ")
+	if !ok {
+		if i := strings.LastIndex(note, ") by "); i >= 0 {
+			return note[i+len(") by "):], nil
+		}
+		return "", nil
+	}
+	q, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return "", nil
+	}
+	by, _ = strconv.Unquote(q)
+	if fields, ok := strings.CutPrefix(rest[len(q):], "; changed "); ok {
+		fields, _, _ = strings.Cut(fields, ";")
+		changed = strings.Split(fields, ", ")
+	}
+	return by, changed
+}
+
+// Bounds of GET /admin/keys/{id}/audit.
+const (
+	defaultKeyAudit = 50
+	maxKeyAudit     = 500
+)
+
+// keyAuditEntry is one change to a key as GET /admin/keys/{id}/audit
+// shows it.
+type keyAuditEntry struct {
+	At time.Time `json:"at"`
+	// Action is created, updated, rotated or revoked.
+	Action string `json:"action"`
+	// By is who made it: the admin token or a dashboard session, with
+	// the X-Fmgate-Operator name it sent.
+	By string `json:"by,omitempty"`
+	// Changed are the fields an update sent.
+	Changed []string `json:"changed,omitempty"`
+	// Note is the audit span's note as stored.
+	Note    string `json:"note,omitempty"`
+	TraceID string `json:"traceId"`
+}
+
+// serveKeyAudit answers GET /admin/keys/{id}/audit?limit=N: the key's
+// audit spans from the event store, newest first, at most limit (default
+// 50, at most 500).
+func (s *Server) serveKeyAudit(w http.ResponseWriter, r *http.Request, reg *keystore.Registry) {
+	limit := defaultKeyAudit
+	if v, ok := r.URL.Query()["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if len(v) != 1 || err != nil || n < 1 || n > maxKeyAudit {
+			writeJSON(w, http.StatusBadRequest, adminError("invalid_request", fmt.Sprintf("limit: must be one whole number from 1 to %d (default %d), not %q", maxKeyAudit, defaultKeyAudit, strings.Join(v, ","))))
+			return
+		}
+		limit = n
+	}
+	id := r.PathValue("id")
+	if _, ok, err := reg.Get(r.Context(), id); err != nil {
+		keyStoreDown(w, err)
+		return
+	} else if !ok {
+		keyError(w, keystore.ErrNotFound)
+		return
+	}
+	auditor, ok := s.store.(eventstore.KeyAuditor)
+	if !ok {
+		writeJSON(w, http.StatusNotImplemented, adminError("no_event_store", "The audit trail is kept in the event store, and this gateway has none: set eventStore.path (or eventStore.driver: postgres)."))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	spans, err := auditor.KeyAudit(ctx, s.hasher.Session(id), limit)
+	if err != nil {
+		s.log.Warn("key audit not read", "key", id, "err", err)
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, adminError("event_store_unavailable", "The event store did not answer; try again shortly."))
+		return
+	}
+	out := make([]keyAuditEntry, len(spans))
+	for i, e := range spans {
+		action := strings.TrimPrefix(e.Outcome.ErrorCode, "key_")
+		by, changed := readKeyNote(action, e.PromptExcerpt)
+		out[i] = keyAuditEntry{At: e.TSStart.UTC(), Action: action, By: by, Changed: changed, Note: e.PromptExcerpt, TraceID: e.TraceID}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"keyId": id, "limit": limit, "events": out})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/eventstore"
+	"github.com/fmgate/fmgate/internal/keystore"
 	"github.com/fmgate/fmgate/internal/pgtest"
 	"github.com/fmgate/fmgate/internal/redistest"
 )
@@ -341,5 +342,222 @@ func TestFleetWithoutPostgresCreatesNoKeys(t *testing.T) {
 	}
 	if status, body := adminDo(t, sc.srv.URL, http.MethodGet, "/admin/keys", ""); status != http.StatusOK || !strings.Contains(body, `"keys":null`) && !strings.Contains(body, `"keys":[]`) {
 		t.Fatalf("GET /admin/keys: %d %s", status, body)
+	}
+}
+
+// keyAuditBody is the answer of GET /admin/keys/{id}/audit.
+type keyAuditBody struct {
+	KeyID  string `json:"keyId"`
+	Limit  int    `json:"limit"`
+	Events []struct {
+		At      time.Time `json:"at"`
+		Action  string    `json:"action"`
+		By      string    `json:"by"`
+		Changed []string  `json:"changed"`
+		Note    string    `json:"note"`
+		TraceID string    `json:"traceId"`
+	} `json:"events"`
+}
+
+// A key's audit trail through the admin API: every change to it, newest
+// first, with who made it and what an update sent, never its secret;
+// another key's changes are not in it; limit bounds it, a bad limit is a
+// 400, an unknown key a 404, and an API key reads none of it.
+func TestKeyAuditTrailThroughTheAdminAPI(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Auth.TrustUserHeader = false
+	sc := newScenario(t, cfg)
+	base := sc.srv.URL
+
+	k := createKey(t, base, `{"name":"gift finder","team":"acme","monthlyCostUsd":20}`)
+	other := createKey(t, base, `{"name":"other app","team":"zeta"}`)
+	if status, body := adminDo(t, base, http.MethodPatch, "/admin/keys/"+k.Key.ID, `{"monthlyCostUsd":30,"models":["haiku"]}`); status != http.StatusOK {
+		t.Fatalf("PATCH: %d %s", status, body)
+	}
+	if status, body := adminDo(t, base, http.MethodPatch, "/admin/keys/"+other.Key.ID, `{"team":"omega"}`); status != http.StatusOK {
+		t.Fatalf("PATCH the other key: %d %s", status, body)
+	}
+	status, body := adminDo(t, base, http.MethodPost, "/admin/keys/"+k.Key.ID+"/rotate", `{"graceSeconds":0}`)
+	var rot issuedKey
+	if err := json.Unmarshal([]byte(body), &rot); status != http.StatusOK || err != nil {
+		t.Fatalf("rotate: %d %s", status, body)
+	}
+	if status, body := adminDo(t, base, http.MethodDelete, "/admin/keys/"+k.Key.ID, ""); status != http.StatusOK {
+		t.Fatalf("DELETE: %d %s", status, body)
+	}
+
+	// The spans reach the event store through the emitter's queue: read
+	// until the four changes are there.
+	var trail keyAuditBody
+	var raw string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		status, raw = adminDo(t, base, http.MethodGet, "/admin/keys/"+k.Key.ID+"/audit", "")
+		if status != http.StatusOK {
+			t.Fatalf("GET audit: %d %s", status, raw)
+		}
+		trail = keyAuditBody{}
+		if err := json.Unmarshal([]byte(raw), &trail); err != nil {
+			t.Fatalf("GET audit: %s (%v)", raw, err)
+		}
+		if len(trail.Events) >= 4 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var actions []string
+	for _, e := range trail.Events {
+		actions = append(actions, e.Action)
+		if e.By != "admin token (ops-kenji)" || e.At.IsZero() || len(e.TraceID) != 32 {
+			t.Fatalf("entry %+v: want who (the admin token, named ops-kenji), when and its trace", e)
+		}
+	}
+	if want := "revoked rotated updated created"; strings.Join(actions, " ") != want || trail.KeyID != k.Key.ID || trail.Limit != 50 {
+		t.Fatalf("the trail of %s: %q (key %s, limit %d), want %q newest first, limit 50", k.Key.ID, actions, trail.KeyID, trail.Limit, want)
+	}
+	for i := 1; i < len(trail.Events); i++ {
+		if trail.Events[i].At.After(trail.Events[i-1].At) {
+			t.Fatalf("entry %d (%s) is newer than the one before it (%s)", i, trail.Events[i].At, trail.Events[i-1].At)
+		}
+	}
+	if got := trail.Events[2].Changed; strings.Join(got, ",") != "models,monthlyCostUsd" {
+		t.Fatalf("the update's fields: %v, want models and monthlyCostUsd", got)
+	}
+	if !strings.Contains(trail.Events[3].Note, `key "gift finder", team "acme"`) {
+		t.Fatalf("the creation's note %q does not name the key", trail.Events[3].Note)
+	}
+	for name, secret := range map[string]string{"first": k.Secret, "rotated": rot.Secret} {
+		if strings.Contains(raw, secret) || strings.Contains(raw, secret[:10]) {
+			t.Fatalf("the %s secret (or its prefix) is in the trail: %s", name, raw)
+		}
+	}
+
+	// The other key's trail is its own.
+	_, raw = adminDo(t, base, http.MethodGet, "/admin/keys/"+other.Key.ID+"/audit", "")
+	var theirs keyAuditBody
+	if err := json.Unmarshal([]byte(raw), &theirs); err != nil || len(theirs.Events) != 2 || theirs.Events[0].Action != "updated" ||
+		strings.Join(theirs.Events[0].Changed, ",") != "team" || theirs.Events[1].Action != "created" {
+		t.Fatalf("the other key's trail: %s", raw)
+	}
+
+	status, raw = adminDo(t, base, http.MethodGet, "/admin/keys/"+k.Key.ID+"/audit?limit=2", "")
+	var two keyAuditBody
+	if err := json.Unmarshal([]byte(raw), &two); status != http.StatusOK || err != nil || len(two.Events) != 2 ||
+		two.Events[0].Action != "revoked" || two.Events[1].Action != "rotated" || two.Limit != 2 {
+		t.Fatalf("limit=2: %d %s", status, raw)
+	}
+	for _, q := range []string{"limit=0", "limit=501", "limit=ten", "limit=", "limit=2&limit=3", "limit=-1"} {
+		status, raw := adminDo(t, base, http.MethodGet, "/admin/keys/"+k.Key.ID+"/audit?"+q, "")
+		if status != http.StatusBadRequest || !strings.Contains(raw, `"code":"invalid_request"`) || !strings.Contains(raw, "limit") {
+			t.Fatalf("?%s: %d %s, want 400 invalid_request naming limit", q, status, raw)
+		}
+	}
+	if status, raw := adminDo(t, base, http.MethodGet, "/admin/keys/key_none/audit", ""); status != http.StatusNotFound || !strings.Contains(raw, `"code":"not_found"`) {
+		t.Fatalf("an unknown key's trail: %d %s, want 404 not_found", status, raw)
+	}
+	fresh := createKey(t, base, `{"name":"reader"}`)
+	req, _ := http.NewRequest(http.MethodGet, base+"/admin/keys/"+k.Key.ID+"/audit", nil)
+	req.Header.Set("Authorization", "Bearer "+fresh.Secret)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET audit with an API key: %v %v, want 401", resp.StatusCode, err)
+	} else {
+		resp.Body.Close()
+	}
+}
+
+// Without an event store the trail is not kept: 501 says so, for a key
+// that exists.
+func TestKeyAuditWithoutAnEventStore(t *testing.T) {
+	cfg := quickConfig()
+	cfg.EventStore.Path = ""
+	sc := newScenario(t, cfg)
+	k := createKey(t, sc.srv.URL, `{"name":"no store"}`)
+	if status, raw := adminDo(t, sc.srv.URL, http.MethodGet, "/admin/keys/"+k.Key.ID+"/audit", ""); status != http.StatusNotImplemented || !strings.Contains(raw, `"code":"no_event_store"`) {
+		t.Fatalf("GET audit without an event store: %d %s", status, raw)
+	}
+}
+
+// The note an audit span carries reads back into who and what, whatever
+// the name holds; a note of the earlier form gives who alone.
+func TestKeyNoteReadsBack(t *testing.T) {
+	tests := []struct {
+		name        string
+		action, by  string
+		changed     []string
+		keyName     string
+		note        string // "" builds it with keyNote
+		wantBy      string
+		wantChanged []string
+	}{
+		{name: "created", action: "created", by: "admin token", keyName: "shop", wantBy: "admin token"},
+		{name: "updated", action: "updated", by: "dashboard session (ana)", changed: []string{"models", "expiresAt"}, keyName: "a", wantBy: "dashboard session (ana)", wantChanged: []string{"models", "expiresAt"}},
+		{name: "a name that looks like a note", action: "revoked", by: `admin token (x"; changed y)`, keyName: `z" by "q; changed w`, wantBy: `admin token (x"; changed y)`},
+		{name: "the earlier form", action: "updated", note: `updated key key_ab ("shop", team "acme") by admin token (ops)`, wantBy: "admin token (ops)"},
+		{name: "no note", action: "rotated", note: "-", wantBy: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			note := tt.note
+			if note == "" {
+				note = keyNote(tt.action, tt.by, tt.changed, keystore.Record{Name: tt.keyName, Team: "acme"})
+			}
+			if note == "-" {
+				note = ""
+			}
+			by, changed := readKeyNote(tt.action, note)
+			if by != tt.wantBy || strings.Join(changed, ",") != strings.Join(tt.wantChanged, ",") {
+				t.Fatalf("readKeyNote(%q) = %q, %v; want %q, %v", note, by, changed, tt.wantBy, tt.wantChanged)
+			}
+		})
+	}
+}
+
+// A run-time key may be limited to embedding tiers as to chat tiers: the
+// admin API takes their names (and refuses an unknown one), the embeddings
+// door serves only the tiers listed, and a key listing no chat tier has no
+// chat; one listing chat tiers alone has no embeddings.
+func TestKeyLimitedToEmbeddingTiers(t *testing.T) {
+	cfg := quickConfig()
+	cfg.Auth.TrustUserHeader = false
+	sc := newScenario(t, cfg)
+	base := sc.srv.URL
+	if status, body := adminDo(t, base, http.MethodPost, "/admin/keys", `{"name":"typo","models":["titan-embd"]}`); status != http.StatusUnprocessableEntity ||
+		!strings.Contains(body, `unknown model tier \"titan-embd\"`) || !strings.Contains(body, "titan-embed") {
+		t.Fatalf("an unknown embedding tier: %d %s, want 422 listing the tiers", status, body)
+	}
+	k := createKey(t, base, `{"name":"search indexer","models":["titan-embed"]}`)
+	if strings.Join(k.Key.Models, ",") != "titan-embed" {
+		t.Fatalf("the key's models: %v", k.Key.Models)
+	}
+	embed := func(model string) (int, string) {
+		t.Helper()
+		return keyPost(t, base, k.Secret, "/v1/embeddings", `{"model":"`+model+`","input":"fantasy manga"}`)
+	}
+	if status, body := embed("titan-embed"); status != http.StatusOK || !strings.Contains(body, `"embedding"`) {
+		t.Fatalf("titan-embed with a titan-embed key: %d %s", status, body)
+	}
+	if status, body := embed("cohere-embed"); status != http.StatusForbidden || !strings.Contains(body, "model_not_allowed") {
+		t.Fatalf("cohere-embed with a titan-embed key: %d %s, want 403 model_not_allowed", status, body)
+	}
+	if got := onDoors(t, base, k.Secret, "haiku"); !allStatus(got, http.StatusForbidden) {
+		t.Fatalf("chat with an embeddings-only key: %v, want 403 on every door", got)
+	}
+	if status, body := adminDo(t, base, http.MethodPatch, "/admin/keys/"+k.Key.ID, `{"models":["haiku","cohere-embed"]}`); status != http.StatusOK {
+		t.Fatalf("PATCH: %d %s", status, body)
+	}
+	if status, _ := embed("cohere-embed"); status != http.StatusOK {
+		t.Fatalf("cohere-embed once listed: %d, want 200", status)
+	}
+	if status, _ := embed("titan-embed"); status != http.StatusForbidden {
+		t.Fatalf("titan-embed once unlisted: %d, want 403", status)
+	}
+	if status := chatStatus(t, base, k.Secret, "haiku"); status != http.StatusOK {
+		t.Fatalf("haiku once listed: %d, want 200", status)
+	}
+	if status, body := adminDo(t, base, http.MethodPatch, "/admin/keys/"+k.Key.ID, `{"models":["haiku"]}`); status != http.StatusOK {
+		t.Fatalf("PATCH: %d %s", status, body)
+	}
+	if status, _ := embed("cohere-embed"); status != http.StatusForbidden {
+		t.Fatalf("embeddings with a chat-only key: %d, want 403", status)
 	}
 }

@@ -40,7 +40,9 @@ func chatStatus(t *testing.T, base, key, model string) int {
 // and shows its secret once, shows what the key spent once it is used,
 // edits its budgets and models, rotates it (both secrets work through the
 // grace) and revokes it — each change made in the page and checked from
-// outside it, with the secret, on the OpenAI door.
+// outside it, with the secret, on the OpenAI door — and reads its history,
+// each change with who made it. A key limited to an embedding tier, ticked
+// in the same form, embeds with that tier only and has no chat.
 func TestKeysPageInBrowser(t *testing.T) {
 	// Keys that sign Bedrock requests need the seal key.
 	t.Setenv("FMGATE_KEY_SEAL_KEY", strings.Repeat("ab", 32))
@@ -50,7 +52,10 @@ func TestKeysPageInBrowser(t *testing.T) {
 	base := sc.srv.URL
 	p := signIn(t, base)
 	p.open("#/keys")
-	p.wait("the model tiers as checkboxes", `document.querySelectorAll('#key-form input[name="models"]').length === 2`)
+	p.wait("the model and embedding tiers as checkboxes", `document.querySelectorAll('#key-form input[name="models"]').length === 4`)
+	if got := p.eval(`[...document.querySelectorAll('#key-form input[name="models"]')].map(b => b.value).join(",")`); got != "sonnet,haiku,titan-embed,cohere-embed" {
+		t.Errorf("the tiers offered: %s, want the chat tiers then the embedding tiers", got)
+	}
 	if got := p.eval(`String(document.querySelector(".ranges").hidden)`); got != "true" {
 		t.Errorf("the range buttons show on the Keys view, which reads no time range")
 	}
@@ -195,8 +200,8 @@ func TestKeysPageInBrowser(t *testing.T) {
 			t.Fatalf("the %s secret of a revoked key: %d, want 401", name, st)
 		}
 	}
-	if got := p.eval(`String(document.querySelectorAll('` + row + ` button').length)`); got != "0" {
-		t.Errorf("a revoked key offers %s actions, want none", got)
+	if got := p.eval(`[...document.querySelectorAll('` + row + ` button')].map(b => b.dataset.action).join(",")`); got != "history" {
+		t.Errorf("a revoked key offers %q, want its history alone", got)
 	}
 	if got := p.eval(`String(!!document.querySelector('[data-testid="secret-box"]'))`); got != "false" {
 		t.Errorf("the revoked key's secret still shows")
@@ -207,6 +212,47 @@ func TestKeysPageInBrowser(t *testing.T) {
 	sc.getJSON("/admin/keys/"+list.Keys[0].ID, &one)
 	if one.Status != "revoked" {
 		t.Errorf("GET the key: status %q, want revoked", one.Status)
+	}
+
+	// Its history: every change made in the page, newest first, by the
+	// dashboard session. The spans reach the event store through the
+	// emitter's queue: wait for them there first.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var trail keyAuditBody
+		sc.getJSON("/admin/keys/"+list.Keys[0].ID+"/audit", &trail)
+		if len(trail.Events) >= 4 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.do("open the history", chromedp.Click(chromedp.CSS(row+` button[data-action="history"]`)))
+	history := `tr[data-testid="key-action"][data-kind="history"] [data-testid="key-history"]`
+	p.wait("the history read", `(document.querySelector('`+history+`') || {dataset: {}}).dataset.state === "ready"`)
+	if got := p.eval(`[...document.querySelectorAll('` + history + ` [data-testid="history-row"]')].map(r => r.dataset.action).join(" ")`); got != "revoked rotated updated created" {
+		t.Errorf("the history shows %q, want revoked rotated updated created", got)
+	}
+	if got := p.text(history + ` [data-testid="history-row"][data-action="updated"]`); !strings.Contains(got, "dashboard session") || !strings.Contains(got, "models, monthlyRequests, dailyCostUsd, monthlyCostUsd") {
+		t.Errorf("the update's line: %q, want who (the dashboard session) and the fields it sent", got)
+	}
+
+	// A key for the embeddings alone, ticked in the form.
+	p.do("create an embeddings-only key",
+		chromedp.SendKeys(chromedp.CSS(`#key-name`), "search indexer"),
+		chromedp.Click(chromedp.CSS(`#key-model-titan-embed`)),
+		chromedp.Click(chromedp.CSS(`#key-create`)))
+	p.wait("its secret shown", `(() => { const b = document.querySelector('[data-testid="secret-box"][data-kind="created"]');
+		return !!b && b.querySelector("h2").textContent.includes("search indexer") && /^fmk_/.test(b.querySelector('[data-testid="secret"]').textContent); })()`)
+	indexer := p.text(secretSel)
+	p.wait("the key listed with its tier", `(document.querySelector('`+keyRow("search indexer")+` [data-testid="key-models"]') || {}).textContent === "titan-embed"`)
+	if status, body := keyPost(t, base, indexer, "/v1/embeddings", `{"model":"titan-embed","input":"manga"}`); status != http.StatusOK {
+		t.Fatalf("the embeddings-only key on titan-embed: %d %s, want 200", status, body)
+	}
+	if status, body := keyPost(t, base, indexer, "/v1/embeddings", `{"model":"cohere-embed","input":"manga"}`); status != http.StatusForbidden || !strings.Contains(body, "model_not_allowed") {
+		t.Fatalf("the embeddings-only key on cohere-embed: %d %s, want 403 model_not_allowed", status, body)
+	}
+	if s := chatStatus(t, base, indexer, "haiku"); s != http.StatusForbidden {
+		t.Fatalf("the embeddings-only key on a chat tier: %d, want 403", s)
 	}
 
 	// A key that signs Bedrock requests: its access key id shows with its

@@ -6,6 +6,7 @@ import (
 	"github.com/fmgate/fmgate/internal/adminauth"
 	"maps"
 	"net/http"
+	"slices"
 	"sort"
 
 	"github.com/fmgate/fmgate/internal/alerts"
@@ -50,6 +51,17 @@ func (s *Server) observers(cfg config.Config) ([]events.Sink, error) {
 			out.Queue = append(out.Queue, metrics.QueueDepth{Priority: p, Depth: n})
 		}
 		sort.Slice(out.Queue, func(i, j int) bool { return out.Queue[i].Priority < out.Queue[j].Priority })
+		deps := map[string]pressureName{}
+		for _, n := range s.tiers.Load().pressureNames() {
+			if n.deployment != "" {
+				deps[n.name] = n
+			}
+		}
+		for _, p := range st.Pressure {
+			if d, ok := deps[p.Name]; ok {
+				out.Deployments = append(out.Deployments, metrics.DeploymentPressure{Tier: d.tier, Deployment: d.deployment, Level: p.Level})
+			}
+		}
 		return out, nil
 	})
 	s.Metrics = m
@@ -99,8 +111,8 @@ func (s *Server) alerting(cfg config.Config) {
 	s.admin.Handle("/admin/alerts", am.Handler())
 }
 
-// readState reads the breakers, the quota ledger and the queue, each
-// bounded by ctx.
+// readState reads the breakers, the quota ledger, the queue and the
+// adaptive pressure levels, each bounded by ctx.
 func (s *Server) readState(ctx context.Context) (live.State, error) {
 	var st live.State
 	snaps := s.Breakers.Snapshots(ctx)
@@ -131,7 +143,39 @@ func (s *Server) readState(ctx context.Context) (live.State, error) {
 	for p, n := range qs.ByPriority {
 		st.Queue.ByPriority[fmt.Sprintf("P%d", p)] = n
 	}
+	if s.Retrier != nil && s.Retrier.Pressure != nil {
+		names := s.tiers.Load().pressureNames()
+		keys := make([]string, len(names))
+		for i, n := range names {
+			keys[i] = n.name
+		}
+		for i, l := range s.Retrier.Pressure.Levels(ctx, keys) {
+			st.Pressure = append(st.Pressure, live.Pressure{Name: keys[i], Level: l.String()})
+		}
+	}
 	return st, nil
+}
+
+// pressureName is a name the retrier keeps a pressure level under: a
+// model tier's, or a deployment's "<tier>@<deployment>".
+type pressureName struct{ name, tier, deployment string }
+
+// pressureNames are the model tiers in force, by name, each followed by
+// its deployments; none before the tiers are built (the live view starts
+// reading first).
+func (ts *tierSet) pressureNames() []pressureName {
+	if ts == nil {
+		return nil
+	}
+	var out []pressureName
+	for _, name := range slices.Sorted(maps.Keys(ts.built)) {
+		m := ts.built[name]
+		out = append(out, pressureName{name: m.Name, tier: m.Name})
+		for _, d := range m.Deployments {
+			out = append(out, pressureName{name: m.Deployment(d).Name, tier: m.Name, deployment: d.Name})
+		}
+	}
+	return out
 }
 
 // metricsHandler serves GET /metrics: behind the admin token, unless
@@ -193,6 +237,7 @@ func (s *Server) observeTiers(cfg config.Config) {
 	}
 	if s.Ledger != nil {
 		s.Ledger.SetModels(ledgerModels(cfg))
+		s.Ledger.SetEmbeddings(ledgerEmbeddings(cfg))
 	}
 }
 

@@ -3,6 +3,8 @@ package pgstore
 import (
 	"strconv"
 	"strings"
+
+	"github.com/fmgate/fmgate/internal/eventstore"
 )
 
 // Text columns compare by bytes (COLLATE "C"), as Go strings do: the
@@ -105,6 +107,10 @@ var schema = []string{
 	`ALTER TABLE spans ADD COLUMN IF NOT EXISTS must_persist boolean NOT NULL DEFAULT false`,
 	`ALTER TABLE spans ALTER COLUMN rec DROP NOT NULL`,
 	`ALTER TABLE turns ADD COLUMN IF NOT EXISTS sampled_out boolean NOT NULL DEFAULT false`,
+
+	// The key audit trail (eventstore.KeyAuditor): a few rows, so the
+	// partial index costs a span of another name nothing.
+	`CREATE INDEX IF NOT EXISTS spans_key_audit ON spans (session_id, ts_start) WHERE name = '` + eventstore.KeyAuditSpan + `'`,
 }
 
 // addPrevKey gives turns the key each turn had before its last update

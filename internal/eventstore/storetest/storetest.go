@@ -214,6 +214,7 @@ func Run(t *testing.T, open func(t *testing.T) Backend) {
 	t.Run("Whole", func(t *testing.T) { run(t, whole, data) })
 	t.Run("Sampled", func(t *testing.T) { run(t, thin, sampled) })
 	t.Run("ForgetUser", func(t *testing.T) { forgetUser(t, open(t), data) })
+	t.Run("KeyAudit", func(t *testing.T) { keyAudit(t, open(t), data) })
 	t.Run("SampledKeepsFewerSpans", func(t *testing.T) {
 		ref := newReference(sampled)
 		count := func(s Backend) (n int) {
@@ -1193,4 +1194,87 @@ func forgetUser(t *testing.T, s Backend, data []events.Event) {
 		t.Fatalf("forgetting them again changed %d spans (%v)", n, err)
 	}
 	run(t, s, forgotten)
+}
+
+// keyAudit: a key's audit spans are found by its session among every
+// other span (turns of the same session id, other keys' changes), newest
+// first, each once however often it was delivered, bounded by the limit.
+func keyAudit(t *testing.T, s Backend, data []events.Event) {
+	ctx := context.Background()
+	a, ok := s.(eventstore.KeyAuditor)
+	if !ok {
+		t.Fatalf("%T does not read the key audit trail", s)
+	}
+	change := func(i int, session, action string) events.Event {
+		at := T0.Add(time.Duration(i) * time.Minute)
+		return events.Event{SchemaVersion: 3, TraceID: fmt.Sprintf("%016x%016x", 0xa0d17, i+1), SpanID: fmt.Sprintf("%016x", i+1),
+			SessionID: session, Name: eventstore.KeyAuditSpan, MustPersist: true, TSStart: at, TSEnd: at.Add(time.Millisecond),
+			PromptExcerpt: fmt.Sprintf("%s by %q", action, "admin token"),
+			Node:          events.Node{InvocationMode: events.ModeSyncStreaming},
+			Artifact:      events.Artifact{ArtifactKind: events.KindInternal},
+			Resource:      events.Resource{CapabilityFlagsActive: []string{}},
+			Outcome:       events.Outcome{Status: events.StatusOK, ErrorCode: "key_" + action},
+			Attribution:   events.Attribution{Feature: eventstore.KeyAdminFeature, Surface: "admin"}}
+	}
+	mine, theirs := "5e55109a0000aaaa", "5e55109a0000bbbb"
+	var audit []events.Event
+	for i, action := range []string{"created", "updated", "updated", "rotated", "revoked"} {
+		audit = append(audit, change(2*i, mine, action))
+		if i < 2 {
+			audit = append(audit, change(2*i+1, theirs, action))
+		}
+	}
+	// A turn of a session with the same id is no change to a key.
+	turns := slices.Clone(data[:40])
+	for i := range turns {
+		turns[i].SessionID = mine
+	}
+	for _, batch := range [][]events.Event{turns, audit, audit[:3]} { // the last delivered again
+		if err := s.Write(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	actions := func(es []events.Event) []string {
+		out := make([]string, len(es))
+		for i, e := range es {
+			out[i] = e.Outcome.ErrorCode
+			if e.Name != eventstore.KeyAuditSpan || e.SessionID != mine && e.SessionID != theirs || e.PromptExcerpt == "" {
+				t.Fatalf("KeyAudit returned %+v", e)
+			}
+		}
+		return out
+	}
+	got, err := a.KeyAudit(ctx, mine, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"key_revoked", "key_rotated", "key_updated", "key_updated", "key_created"}; !slices.Equal(actions(got), want) {
+		t.Fatalf("the key's trail %v, want %v (newest first)", actions(got), want)
+	}
+	for i := 1; i < len(got); i++ {
+		if !got[i].TSStart.Before(got[i-1].TSStart) {
+			t.Fatalf("change %d at %s is not older than the one before, at %s", i, got[i].TSStart, got[i-1].TSStart)
+		}
+	}
+	if !got[0].TSStart.Equal(audit[len(audit)-1].TSStart) || got[0].PromptExcerpt != `revoked by "admin token"` {
+		t.Fatalf("the newest change: %s %q", got[0].TSStart, got[0].PromptExcerpt)
+	}
+	if got, err := a.KeyAudit(ctx, mine, 2); err != nil || !slices.Equal(actions(got), []string{"key_revoked", "key_rotated"}) {
+		t.Fatalf("limit 2: %v, %v", actions(got), err)
+	}
+	if got, err := a.KeyAudit(ctx, theirs, 100); err != nil || !slices.Equal(actions(got), []string{"key_updated", "key_created"}) {
+		t.Fatalf("the other key's trail: %v, %v", actions(got), err)
+	}
+	if got, err := a.KeyAudit(ctx, "5e55109a0000cccc", 100); err != nil || len(got) != 0 {
+		t.Fatalf("a key without changes: %v, %v", got, err)
+	}
+	for _, bad := range []struct {
+		session string
+		limit   int
+	}{{mine, 0}, {mine, eventstore.MaxLimit + 1}, {"", 10}} {
+		if _, err := a.KeyAudit(ctx, bad.session, bad.limit); !errors.Is(err, eventstore.ErrInvalid) {
+			t.Errorf("KeyAudit(%q, %d): %v, want ErrInvalid", bad.session, bad.limit, err)
+		}
+	}
 }

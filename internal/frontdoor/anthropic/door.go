@@ -26,7 +26,7 @@ type Pipeline interface {
 	Authenticate(r *http.Request, key, bodyUser string, t *gateway.Turn) error
 	ResolveModel(name string) (config.Model, bool)
 	Models() []config.Model
-	CountTokens(ctx context.Context, t *gateway.Turn) (n int, estimated bool)
+	CountTokens(ctx context.Context, t *gateway.Turn) (n int, estimated bool, err error)
 }
 
 // Options tune the door. The zero value is the default.
@@ -142,7 +142,8 @@ const RemoteImageCount = "messages: count_tokens counts images sent inline (base
 
 // countTokens answers count_tokens: the input tokens of a Messages request
 // as the tier its model names would be sent it, fmgate's system prompt
-// included (see gateway.Gateway.CountTokens).
+// included (see gateway.Gateway.CountTokens); a key that may not use that
+// tier gets the refusal /v1/messages would give it.
 func (d *door) countTokens(w http.ResponseWriter, r *http.Request) {
 	req, werr := DecodeCountTokens(r.Body, d.maxBody, d.images)
 	if werr != nil {
@@ -159,7 +160,12 @@ func (d *door) countTokens(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, invalid("%s", RemoteImageCount))
 		return
 	}
-	n, estimated := d.g.CountTokens(r.Context(), t)
+	n, estimated, err := d.g.CountTokens(r.Context(), t)
+	if err != nil {
+		// A key that may not use the tier is refused as on /v1/messages.
+		writeGatewayError(w, err)
+		return
+	}
 	w.Header().Set(HeaderTokenCount, map[bool]string{true: "estimate", false: "vendor"}[estimated])
 	writeJSON(w, http.StatusOK, struct {
 		InputTokens int `json:"input_tokens"`

@@ -29,7 +29,7 @@ type Pipeline interface {
 	AuthenticateSigned(r *http.Request, key string, t *gateway.Turn) error
 	SigningSecret(akid string, getenv func(string) string) (secret string, known bool)
 	ResolveModel(name string) (config.Model, bool)
-	CountTokens(ctx context.Context, t *gateway.Turn) (n int, estimated bool)
+	CountTokens(ctx context.Context, t *gateway.Turn) (n int, estimated bool, err error)
 }
 
 // Options tune the door. Zero values are the defaults.

@@ -46,8 +46,8 @@ func (fakePipeline) AuthenticateSigned(*http.Request, string, *gateway.Turn) err
 
 func (fakePipeline) SigningSecret(string, func(string) string) (string, bool) { return "", false }
 
-func (fakePipeline) CountTokens(_ context.Context, t *gateway.Turn) (int, bool) {
-	return len(t.Message), true
+func (fakePipeline) CountTokens(_ context.Context, t *gateway.Turn) (int, bool, error) {
+	return len(t.Message), true, nil
 }
 
 func (fakePipeline) ResolveModel(name string) (config.Model, bool) {

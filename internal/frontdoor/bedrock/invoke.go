@@ -239,7 +239,12 @@ func (d *door) countTokens(w http.ResponseWriter, r *http.Request, t *gateway.Tu
 		WriteException(w, Validation(anthropic.RemoteImageCount))
 		return
 	}
-	n, estimated := d.g.CountTokens(r.Context(), t)
+	n, estimated, err := d.g.CountTokens(r.Context(), t)
+	if err != nil {
+		// A key that may not use the tier is refused as on Converse.
+		WriteException(w, exceptionFor(err))
+		return
+	}
 	w.Header().Set(HeaderTokenCount, map[bool]string{true: "estimate", false: "vendor"}[estimated])
 	writeJSON(w, http.StatusOK, struct {
 		InputTokens int `json:"inputTokens"`

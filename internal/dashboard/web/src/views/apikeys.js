@@ -1,10 +1,11 @@
 // Keys: the API keys created at run time (GET /admin/keys), each with its
 // budgets beside what it spent today and this month, a form to create one,
-// and on each row the changes an operator makes to a key: its models and
-// budgets (PATCH), a new secret (rotate), its end (revoke, after a
-// confirmation). A secret is shown once, in the answer that creates or
-// rotates the key; the page keeps it only until the operator hides it or
-// leaves the view.
+// and on each row the changes an operator makes to a key: its models (the
+// chat tiers and the embedding tiers) and budgets (PATCH), a new secret
+// (rotate), its end (revoke, after a confirmation); and its history, the
+// changes made to it (GET /admin/keys/{id}/audit). A secret is shown once,
+// in the answer that creates or rotates the key; the page keeps it only
+// until the operator hides it or leaves the view.
 
 import { get, post, patch, del, message, APIError } from "../api.js";
 import { h, clear, panel, bar } from "../dom.js";
@@ -15,6 +16,8 @@ import { models } from "../models.js";
 const MAX_KEYS = 100;
 /** The status of a key as a level of the page's colours. */
 const LEVEL = { active: "ok", expired: "warn", revoked: "bad" };
+/** The changes a key's history shows, newest first. */
+const HISTORY = 20;
 /** The grace a rotation asks for unless the operator changes it. */
 const DEFAULT_GRACE_HOURS = 24;
 const HEAD = ["name", "team / app", "prefix", "status", "models", "spent of budget", "requests / month", "expires", "created", ""];
@@ -103,17 +106,24 @@ function textInput(id, fieldName, attrs = {}) {
   return h("input", { id, name: fieldName, autocomplete: "off", spellcheck: "false", dataset: { field: fieldName }, ...attrs });
 }
 
-/** The models a key may use, as checkboxes of the configured tiers (and of any it has outside them). */
+/**
+ * The models a key may use, as checkboxes: the configured chat tiers (and
+ * any the key has outside the known tiers), then the embedding tiers.
+ * tiers is {chat, embed}.
+ */
 function modelChoices(fieldset, idPrefix, tiers, chosen) {
-  const names = [...tiers, ...chosen.filter((m) => !tiers.includes(m))];
+  const known = [...tiers.chat, ...tiers.embed];
+  const chat = [...tiers.chat, ...chosen.filter((m) => !known.includes(m))];
   clear(fieldset).append(h("legend", null, "models ", h("span", { class: "note" }, "(none ticked: every tier)")));
-  if (!names.length) {
+  if (!chat.length && !tiers.embed.length) {
     fieldset.append(h("span", { class: "muted" }, "No model tier is known: the key may use every tier."));
     return;
   }
-  for (const name of names) {
-    const box = h("input", { type: "checkbox", name: "models", value: name, id: `${idPrefix}-model-${name}`, checked: chosen.includes(name) });
-    fieldset.append(h("label", { class: "check" }, box, " ", name));
+  const box = (name) => h("label", { class: "check" },
+    h("input", { type: "checkbox", name: "models", value: name, id: `${idPrefix}-model-${name}`, checked: chosen.includes(name) }), " ", name);
+  fieldset.append(...chat.map(box));
+  if (tiers.embed.length) {
+    fieldset.append(h("span", { class: "key-models-group", dataset: { testid: "embedding-tiers" } }, "embeddings (/v1/embeddings):"), ...tiers.embed.map(box));
   }
 }
 
@@ -160,7 +170,7 @@ export default {
   filterNote: "API keys created at run time; spend is today and this month in the budget's time zone.",
   render(root, ctx) {
     let keys = [];
-    let tiers = [];
+    let tiers = { chat: [], embed: [] };
     let tiersRead = false;
     let open = null; // the action row open under a key: {id, kind, el}
 
@@ -228,7 +238,7 @@ export default {
     /** Opens (or closes, when it is open) the action row kind under key k. */
     function toggle(k, kind) {
       if (open && open.id === k.id && open.kind === kind) return close();
-      const build = { edit: editRow, rotate: rotateRow, revoke: revokeRow }[kind];
+      const build = { edit: editRow, rotate: rotateRow, revoke: revokeRow, history: historyRow }[kind];
       open = { id: k.id, kind, el: h("tr", { class: "key-action-row", dataset: { testid: "key-action", kind, key: k.id } },
         h("td", { colspan: String(HEAD.length) }, build(k))) };
       draw();
@@ -238,13 +248,14 @@ export default {
     }
 
     function actions(k) {
-      if (k.status === "revoked") return h("span", { class: "muted" }, "—");
       const btn = (kind, label, cls = "plain") => h("button", {
         type: "button", class: cls, dataset: { action: kind }, "aria-label": `${label} ${k.name}`,
         "aria-expanded": String(!!open && open.id === k.id && open.kind === kind),
         on: { click: () => toggle(k, kind) },
       }, label);
-      return [btn("edit", "Edit"), k.status === "active" ? btn("rotate", "Rotate") : null, btn("revoke", "Revoke", "plain danger")];
+      // A revoked key changes no more; its history stays.
+      if (k.status === "revoked") return btn("history", "History");
+      return [btn("edit", "Edit"), k.status === "active" ? btn("rotate", "Rotate") : null, btn("revoke", "Revoke", "plain danger"), btn("history", "History")];
     }
 
     function row(k) {
@@ -395,6 +406,34 @@ export default {
       return form;
     }
 
+    /** The changes made to k, newest first, read when the row opens. */
+    function historyRow(k) {
+      const body = h("div", { dataset: { testid: "key-history", state: "loading" } }, h("p", { class: "muted" }, "Reading the changes made to this key…"));
+      const wrap = h("div", { class: "key-form" },
+        h("p", { class: "key-form-lead" }, `The changes made to “${k.name}”, newest first (the last ${HISTORY}; kept as long as the event store keeps spans).`),
+        body,
+        h("div", { class: "key-buttons" }, h("button", { type: "button", class: "plain", on: { click: close } }, "Close")));
+      get(`/admin/keys/${encodeURIComponent(k.id)}/audit`, { limit: HISTORY }).then((r) => {
+        const events = r.events || [];
+        body.dataset.state = "ready";
+        if (!events.length) {
+          clear(body).append(h("p", { class: "empty" }, "No change to this key is in the event store."));
+          return;
+        }
+        clear(body).append(h("table", { class: "grid key-history" },
+          h("thead", null, h("tr", null, ["when", "what", "by", "fields sent"].map((label) => h("th", null, label)))),
+          h("tbody", null, events.map((e) => h("tr", { dataset: { testid: "history-row", action: e.action } },
+            h("td", null, datetime(e.at)),
+            h("td", null, e.action),
+            h("td", null, e.by || h("span", { class: "muted", title: e.note || "" }, "not recorded")),
+            h("td", null, (e.changed || []).join(", ") || h("span", { class: "muted" }, "—")))))));
+      }, (err) => {
+        body.dataset.state = "error";
+        clear(body).append(h("p", { class: "error" }, message(err)));
+      });
+      return wrap;
+    }
+
     // ---- the form that creates a key ---------------------------------------
     const f = {
       name: textInput("key-name", "name", { placeholder: "e.g. gift finder" }),
@@ -445,7 +484,7 @@ export default {
       }
     });
     const createPanel = panel("Create a key", { testid: "key-create-panel" });
-    createPanel.show(h("p", { class: "note" }, "Leave a budget or the quota empty for none, and every model unticked for every tier. The secret is shown once, above the list."), form);
+    createPanel.show(h("p", { class: "note" }, "Leave a budget or the quota empty for none, and every model unticked for every tier (chat and embeddings). The secret is shown once, above the list."), form);
 
     root.append(secretSlot, listPanel.el, createPanel.el);
 
@@ -457,7 +496,7 @@ export default {
           h("span", { class: "error" }, `The model tiers could not be read (${message(m.error)}); unticked, a key may use every tier.`));
         return;
       }
-      tiers = m.names;
+      tiers = { chat: m.names, embed: m.embeddings || [] };
       tiersRead = true;
       modelChoices(choices, "key", tiers, []);
     }
