@@ -248,12 +248,7 @@ func (d *door) converseStream(w http.ResponseWriter, r *http.Request, t *gateway
 			_ = es.ew.Exception(streamException(e.Type), e.Message)
 		}
 	default:
-		// Tool calls go out whole, after the text: the gateway has checked
-		// them before the client can act on them.
-		if es.begin() != nil || len(res.ToolCalls) > 0 && es.ew.ToolCalls(bedrockIDs(res.ToolCalls)) != nil {
-			return
-		}
-		_ = es.ew.Stop(stopReason(res.StopReason), res.Usage, d.now().Sub(start), res.GuardrailTrace)
+		_ = es.finish(res, d.now().Sub(start))
 	}
 }
 
@@ -346,6 +341,21 @@ func (s *eventSender) begin() error {
 		}
 	}
 	return nil
+}
+
+// finish ends a successful answer: its tool calls, whole, after the text
+// (the gateway has checked them before the client can act on them), then
+// messageStop and the metadata event.
+func (s *eventSender) finish(res *gateway.Result, latency time.Duration) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	if len(res.ToolCalls) > 0 {
+		if err := s.ew.ToolCalls(bedrockIDs(res.ToolCalls)); err != nil {
+			return err
+		}
+	}
+	return s.ew.Stop(stopReason(res.StopReason), res.Usage, latency, res.GuardrailTrace)
 }
 
 // Send implements stream.Sender.

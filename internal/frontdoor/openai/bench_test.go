@@ -1,8 +1,11 @@
 package openai
 
 import (
+	"context"
+	"net/http"
 	"testing"
 
+	"github.com/fmgate/fmgate/internal/stream"
 	"github.com/fmgate/fmgate/internal/vision"
 )
 
@@ -27,4 +30,54 @@ func BenchmarkAppendDelta(b *testing.B) {
 	for b.Loop() {
 		buf = meta.appendDelta(buf[:0], "『進撃の巨人』（ダークファンタジー、全34巻完結）", false)
 	}
+}
+
+// discard is a connection that takes every write at once: what is left is
+// the door's own cost.
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}
+func (d *discard) Flush()                      {}
+
+// chunkText is one aggregation window of a streamed Japanese answer.
+const chunkText = "『進撃の巨人』（ダークファンタジー、全34巻完結）は、壁に囲まれた街で巨人と戦う物語です。"
+
+// BenchmarkStreamChunk is the door's cost per chunk of a streamed answer:
+// one op takes one chunk from the stream layer (its contract frame, as the
+// stream encodes it) to the vendor's event written and flushed on the
+// connection.
+func BenchmarkStreamChunk(b *testing.B) {
+	ctx := context.Background()
+	b.Run("chat", func(b *testing.B) {
+		meta := chunkMeta{id: "chatcmpl-0123456789abcdef01234567", created: 1795558911, model: "anthropic.claude-3-sonnet-20240229-v1:0", includeUsage: true}
+		tx := &transcoder{ev: newEvents(&discard{h: http.Header{}}, meta), tier: "sonnet"}
+		frame := make([]byte, 0, 512)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			frame = stream.Chunk{RequestID: "0123456789abcdef01234567", Index: i, Text: chunkText}.AppendJSON(frame[:0])
+			if err := tx.Send(ctx, frame); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("responses", func(b *testing.B) {
+		w := &discard{h: http.Header{}}
+		tx := &respTranscoder{w: w, rc: http.NewResponseController(w), buf: make([]byte, 0, 1024), tier: "sonnet",
+			st: &ResponseStream{R: &Response{ID: "resp_0123456789abcdef01234567", CreatedAt: 1795558911, Model: "claude-sonnet-4", Request: &Responses{}}}}
+		frame := make([]byte, 0, 512)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			tx.st.R.Text = "" // the answer so far is kept for the end; not this benchmark's subject
+			frame = stream.Chunk{RequestID: "0123456789abcdef01234567", Index: i, Text: chunkText}.AppendJSON(frame[:0])
+			if err := tx.Send(ctx, frame); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
 }
