@@ -209,13 +209,21 @@ func (e ErrorFrame) AppendJSON(dst []byte) []byte {
 // errNotFinite is returned for a done frame JSON cannot carry.
 var errNotFinite = errors.New("stream: done frame: confidence, costUsd, cacheSavedUsd and tps must be finite")
 
+// checkFinite refuses a done frame with a float JSON cannot carry.
+func (d *Done) checkFinite() error {
+	for _, f := range [...]float64{d.Confidence, d.CostUSD, d.CacheSavedUSD, d.Metrics.TPS} {
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return errNotFinite
+		}
+	}
+	return nil
+}
+
 // AppendJSON appends the wire form of d to dst. It fails only when a float
 // field is NaN or infinite.
 func (d Done) AppendJSON(dst []byte) ([]byte, error) {
-	for _, f := range []float64{d.Confidence, d.CostUSD, d.CacheSavedUSD, d.Metrics.TPS} {
-		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return dst, errNotFinite
-		}
+	if err := d.checkFinite(); err != nil {
+		return dst, err
 	}
 	buf := bytes.NewBuffer(dst)
 	enc := json.NewEncoder(buf)
@@ -394,9 +402,43 @@ func appendJSONString[T ~string | ~[]byte](dst []byte, s T) []byte {
 	return append(dst, '"')
 }
 
+// chunkOverhead is the length of chunk frame c's JSON less its quoted text,
+// ridLen being the length of c.RequestID quoted.
+func chunkOverhead(c Chunk, ridLen int) int {
+	n := len(`{"type":"chunk","requestId":`) + ridLen + len(`,"index":`) + decimalLen(c.Index) + len(`,"text":`) + len(`}`)
+	if c.Split {
+		n += len(`,"subIndex":`) + decimalLen(c.SubIndex)
+	}
+	return n
+}
+
+// decimalLen is the number of characters of n in decimal.
+func decimalLen(n int) int {
+	l := 1
+	if n < 0 {
+		l++
+	}
+	for n <= -10 || n >= 10 {
+		n /= 10
+		l++
+	}
+	return l
+}
+
+// jsonStringLen is the length of s quoted by appendJSONString.
+func jsonStringLen[T ~string | ~[]byte](s T) int {
+	n := 2
+	for i := 0; i < len(s); {
+		out, size := escapedLen(s[i:])
+		n += out
+		i += size
+	}
+	return n
+}
+
 // escapedLen is how many bytes the first character of s takes once quoted by
 // appendJSONString, and how many bytes of s it consumes.
-func escapedLen(s []byte) (out, size int) {
+func escapedLen[T ~string | ~[]byte](s T) (out, size int) {
 	b := s[0]
 	if b < utf8.RuneSelf {
 		switch {
@@ -407,7 +449,7 @@ func escapedLen(s []byte) (out, size int) {
 		}
 		return 1, 1
 	}
-	r, size := utf8.DecodeRune(s)
+	r, size := decodeRune(s)
 	switch {
 	case r == utf8.RuneError && size == 1:
 		return 6, 1
