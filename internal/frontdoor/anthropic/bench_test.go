@@ -18,24 +18,24 @@ func (d *discard) WriteHeader(int)             {}
 func (d *discard) Flush()                      {}
 
 // BenchmarkStreamChunk is the door's cost per chunk of a streamed answer:
-// one op takes one chunk from the stream layer (its contract frame, as the
-// stream encodes it) to the content_block_delta event written and flushed
-// on the connection.
+// one op takes one chunk from the stream layer (the frame as a value and
+// its text, as the stream hands it to a FrameSender) to the
+// content_block_delta event written and flushed on the connection.
 func BenchmarkStreamChunk(b *testing.B) {
-	const text = "『進撃の巨人』（ダークファンタジー、全34巻完結）は、壁に囲まれた街で巨人と戦う物語です。"
+	text := []byte("『進撃の巨人』（ダークファンタジー、全34巻完結）は、壁に囲まれた街で巨人と戦う物語です。")
 	ctx := context.Background()
-	s := &sender{ev: NewEvents(&discard{h: http.Header{}}), id: "msg_0123456789abcdef01234567", model: "claude-sonnet-4", tier: "sonnet"}
-	frame := stream.Chunk{RequestID: "r", Text: "open the text block"}.AppendJSON(nil)
-	if err := s.Send(ctx, frame); err != nil {
+	ev := NewEvents(&discard{h: http.Header{}})
+	ev.Hold() // as Stream does
+	s := &sender{ev: ev, id: "msg_0123456789abcdef01234567", model: "claude-sonnet-4", tier: "sonnet"}
+	f := &stream.Frame{Type: stream.TypeChunk, Chunk: stream.Chunk{RequestID: "msg_0123456789abcdef01234567"}}
+	if err := s.SendFrame(ctx, f, []byte("open the text block")); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
-	i := 1
 	for b.Loop() {
-		frame = stream.Chunk{RequestID: "msg_0123456789abcdef01234567", Index: i, Text: text}.AppendJSON(frame[:0])
-		if err := s.Send(ctx, frame); err != nil {
+		f.Chunk.Index++
+		if err := s.SendFrame(ctx, f, text); err != nil {
 			b.Fatal(err)
 		}
-		i++
 	}
 }

@@ -63,22 +63,80 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
-func chunkFrame(i int, text string) []byte {
-	return stream.Chunk{RequestID: "r1", Index: i, Text: text}.AppendJSON(nil)
+// step is one frame the stream hands the door: a value, and for a chunk
+// its text.
+type step struct {
+	f    stream.Frame
+	text string
 }
 
-func doneFrame(t *testing.T, d stream.Done) []byte {
-	t.Helper()
+func chunkFrame(i int, text string) step {
+	return step{f: stream.Frame{Type: stream.TypeChunk, Chunk: stream.Chunk{RequestID: "r1", Index: i}}, text: text}
+}
+
+func heartbeat() step { return step{f: stream.Frame{Type: stream.TypeHeartbeat}} }
+
+func doneFrame(d stream.Done) step {
 	d.RequestID = "r1"
-	b, err := d.AppendJSON(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return step{f: stream.Frame{Type: stream.TypeDone, Done: d}}
 }
 
-// TestStreamTranscodes: the contract's frames become the exact Messages
-// event stream recorded in testdata/transcode: the reasoning held until
+func errorFrame(code, message string, retryAfter int) step {
+	return step{f: stream.Frame{Type: stream.TypeError, Error: stream.ErrorFrame{RequestID: "r1", Code: code, Message: message, RetryAfterSeconds: retryAfter}}}
+}
+
+// flushCounter counts the writes and flushes that reach the connection.
+type flushCounter struct {
+	*httptest.ResponseRecorder
+	writes, flushes int
+}
+
+func (c *flushCounter) Write(b []byte) (int, error) { c.writes++; return c.ResponseRecorder.Write(b) }
+func (c *flushCounter) Flush()                      { c.flushes++; c.ResponseRecorder.Flush() }
+
+// sendAll hands steps to fs as the stream does (values) or, with asJSON,
+// as the contract's JSON frames through Send, and checks that each frame
+// that wrote anything wrote and flushed once.
+func sendAll(t *testing.T, fs stream.FrameSender, w *flushCounter, steps []step, asJSON bool) {
+	t.Helper()
+	ctx := context.Background()
+	for i, st := range steps {
+		before, writes, flushes := w.Body.Len(), w.writes, w.flushes
+		f := st.f
+		var err error
+		if asJSON {
+			f.Chunk.Text = st.text
+			b, jerr := f.AppendJSON(nil)
+			if jerr != nil {
+				t.Fatal(jerr)
+			}
+			err = fs.Send(ctx, b)
+		} else {
+			var text []byte
+			if f.Type == stream.TypeChunk {
+				text = []byte(st.text)
+			}
+			err = fs.SendFrame(ctx, &f, text)
+		}
+		if err != nil {
+			t.Fatalf("frame %d (%s): %v", i, st.f.Type, err)
+		}
+		if wrote := w.Body.Len() > before; wrote && (w.writes-writes != 1 || w.flushes-flushes != 1) {
+			t.Errorf("frame %d (%s) took %d writes and %d flushes, want 1 and 1", i, st.f.Type, w.writes-writes, w.flushes-flushes)
+		}
+	}
+}
+
+// modes are the two ways a door is handed frames.
+var modes = []struct {
+	name   string
+	asJSON bool
+}{{"values", false}, {"json", true}}
+
+// TestStreamTranscodes: the stream's frames, as values or as the
+// contract's JSON, become the exact Messages event stream recorded in
+// testdata/transcode (from the sender that decoded JSON frames), each
+// frame's events in one write and one flush: the reasoning held until
 // the text, text with every escape, pings, tool calls in pieces, the stop
 // sequence and the usage from the result or, without one, from the done
 // frame, and an error event mid-stream.
@@ -90,7 +148,7 @@ func TestStreamTranscodes(t *testing.T) {
 		name     string
 		thinking []provider.ThinkingDelta
 		res      *gateway.Result
-		frames   [][]byte
+		frames   []step
 	}{
 		{
 			name: "thinking-text-tools",
@@ -98,43 +156,41 @@ func TestStreamTranscodes(t *testing.T) {
 				{Block: 0, Signature: "c2lnbmF0dXJl"}, {Redacted: "cmVkYWN0ZWQ="}, {Block: 2, Text: "then answer"}},
 			res: &gateway.Result{StopReason: "stop_sequence", StopSequence: "END", ToolCalls: []provider.ToolCall{weather},
 				Usage: provider.Usage{InputTokens: 6, CachedInputTokens: 30, CacheWriteTokens: 4, OutputTokens: 7}},
-			frames: [][]byte{stream.AppendHeartbeat(nil), chunkFrame(0, "Hello, "), stream.AppendHeartbeat(nil),
-				chunkFrame(1, awkward), doneFrame(t, done)},
+			frames: []step{heartbeat(), chunkFrame(0, "Hello, "), heartbeat(), chunkFrame(1, awkward), doneFrame(done)},
 		},
 		{
 			name:   "tools-only",
 			res:    &gateway.Result{StopReason: provider.StopToolUse, ToolCalls: []provider.ToolCall{weather}, Usage: provider.Usage{InputTokens: 9, OutputTokens: 3}},
-			frames: [][]byte{doneFrame(t, done)},
+			frames: []step{doneFrame(done)},
 		},
 		{
 			name:   "usage-from-done",
-			frames: [][]byte{doneFrame(t, done)},
+			frames: []step{doneFrame(done)},
 		},
 		{
 			name: "error-mid-stream",
-			frames: [][]byte{stream.ErrorFrame{RequestID: "r1", Code: "upstream_failed", Message: "dropped"}.AppendJSON(nil),
-				chunkFrame(0, "Once upon"),
-				stream.ErrorFrame{RequestID: "r1", Code: "rate_limited", Message: "Too many requests, slow down.", RetryAfterSeconds: 3}.AppendJSON(nil)},
+			frames: []step{errorFrame("upstream_failed", "dropped", 0), chunkFrame(0, "Once upon"),
+				errorFrame("rate_limited", "Too many requests, slow down.", 3)},
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rec := httptest.NewRecorder()
-			s := &sender{ev: NewEvents(rec), id: "msg_r1", traceID: "0af7651916cd43dd8448eb211c80319c"}
-			out := &streamOutput{snd: s}
-			out.BeginTier("sonnet", "claude-sonnet-4", false)
-			for _, d := range tt.thinking {
-				if err := out.Think(d); err != nil {
-					t.Fatal(err)
+		for _, m := range modes {
+			t.Run(tt.name+"/"+m.name, func(t *testing.T) {
+				w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+				ev := NewEvents(w)
+				ev.Hold() // as Stream does
+				s := &sender{ev: ev, id: "msg_r1", traceID: "0af7651916cd43dd8448eb211c80319c"}
+				out := &streamOutput{snd: s}
+				out.BeginTier("sonnet", "claude-sonnet-4", false)
+				for _, d := range tt.thinking {
+					if err := out.Think(d); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}
-			s.res = tt.res
-			for _, f := range tt.frames {
-				if err := s.Send(context.Background(), f); err != nil {
-					t.Fatal(err)
-				}
-			}
-			golden(t, tt.name+".txt", exchange(rec))
-		})
+				s.res = tt.res
+				sendAll(t, s, w, tt.frames, m.asJSON)
+				golden(t, tt.name+".txt", exchange(w.ResponseRecorder))
+			})
+		}
 	}
 }

@@ -18,22 +18,21 @@ func (d *discard) WriteHeader(int)             {}
 func (d *discard) Flush()                      {}
 
 // BenchmarkStreamChunk is the door's cost per chunk of a streamed answer:
-// one op takes one chunk from the stream layer (its contract frame, as the
-// stream encodes it) to the contentBlockDelta event written and flushed on
-// the connection.
+// one op takes one chunk from the stream layer (the frame as a value and
+// its text, as the stream hands it to a FrameSender) to the
+// contentBlockDelta event written and flushed on the connection.
 func BenchmarkStreamChunk(b *testing.B) {
-	const text = "『進撃の巨人』（ダークファンタジー、全34巻完結）は、壁に囲まれた街で巨人と戦う物語です。"
+	text := []byte("『進撃の巨人』（ダークファンタジー、全34巻完結）は、壁に囲まれた街で巨人と戦う物語です。")
 	ctx := context.Background()
 	w := &discard{h: http.Header{}}
 	es := &eventSender{w: w, ew: NewEventWriter(w), tier: "sonnet"}
-	frame := make([]byte, 0, 512)
+	es.ew.Hold() // as converseStream does
+	f := &stream.Frame{Type: stream.TypeChunk, Chunk: stream.Chunk{RequestID: "0123456789abcdef01234567"}}
 	b.ReportAllocs()
-	i := 0
 	for b.Loop() {
-		frame = stream.Chunk{RequestID: "0123456789abcdef01234567", Index: i, Text: text}.AppendJSON(frame[:0])
-		if err := es.Send(ctx, frame); err != nil {
+		if err := es.SendFrame(ctx, f, text); err != nil {
 			b.Fatal(err)
 		}
-		i++
+		f.Chunk.Index++
 	}
 }

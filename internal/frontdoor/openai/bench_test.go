@@ -45,39 +45,36 @@ func (d *discard) Flush()                      {}
 const chunkText = "『進撃の巨人』（ダークファンタジー、全34巻完結）は、壁に囲まれた街で巨人と戦う物語です。"
 
 // BenchmarkStreamChunk is the door's cost per chunk of a streamed answer:
-// one op takes one chunk from the stream layer (its contract frame, as the
-// stream encodes it) to the vendor's event written and flushed on the
-// connection.
+// one op takes one chunk from the stream layer (the frame as a value and
+// its text, as the stream hands it to a FrameSender) to the vendor's event
+// written and flushed on the connection.
 func BenchmarkStreamChunk(b *testing.B) {
 	ctx := context.Background()
+	text := []byte(chunkText)
 	b.Run("chat", func(b *testing.B) {
 		meta := chunkMeta{id: "chatcmpl-0123456789abcdef01234567", created: 1795558911, model: "anthropic.claude-3-sonnet-20240229-v1:0", includeUsage: true}
 		tx := &transcoder{ev: newEvents(&discard{h: http.Header{}}, meta), tier: "sonnet"}
-		frame := make([]byte, 0, 512)
+		f := &stream.Frame{Type: stream.TypeChunk, Chunk: stream.Chunk{RequestID: "0123456789abcdef01234567"}}
 		b.ReportAllocs()
-		i := 0
 		for b.Loop() {
-			frame = stream.Chunk{RequestID: "0123456789abcdef01234567", Index: i, Text: chunkText}.AppendJSON(frame[:0])
-			if err := tx.Send(ctx, frame); err != nil {
+			if err := tx.SendFrame(ctx, f, text); err != nil {
 				b.Fatal(err)
 			}
-			i++
+			f.Chunk.Index++
 		}
 	})
 	b.Run("responses", func(b *testing.B) {
 		w := &discard{h: http.Header{}}
 		tx := &respTranscoder{w: w, rc: http.NewResponseController(w), buf: make([]byte, 0, 1024), tier: "sonnet",
 			st: &ResponseStream{R: &Response{ID: "resp_0123456789abcdef01234567", CreatedAt: 1795558911, Model: "claude-sonnet-4", Request: &Responses{}}}}
-		frame := make([]byte, 0, 512)
+		f := &stream.Frame{Type: stream.TypeChunk, Chunk: stream.Chunk{RequestID: "0123456789abcdef01234567"}}
 		b.ReportAllocs()
-		i := 0
 		for b.Loop() {
 			tx.st.R.Text = "" // the answer so far is kept for the end; not this benchmark's subject
-			frame = stream.Chunk{RequestID: "0123456789abcdef01234567", Index: i, Text: chunkText}.AppendJSON(frame[:0])
-			if err := tx.Send(ctx, frame); err != nil {
+			if err := tx.SendFrame(ctx, f, text); err != nil {
 				b.Fatal(err)
 			}
-			i++
+			f.Chunk.Index++
 		}
 	})
 }

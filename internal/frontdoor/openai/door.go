@@ -254,8 +254,8 @@ func (o *streamOutput) Finish(res *gateway.Result) error {
 	return o.StreamOutput.Finish(res)
 }
 
-// transcoder is the stream's Sender: it turns the contract's frames into
-// OpenAI's events.
+// transcoder is the stream's FrameSender: it turns the stream's frames
+// into OpenAI's events, written and flushed once a frame.
 type transcoder struct {
 	mu       sync.Mutex
 	ev       *events
@@ -282,13 +282,14 @@ func (tx *transcoder) refuse(err error) {
 	fromGateway(err).Write(tx.ev.w)
 }
 
-// Send implements stream.Sender.
+// Send implements stream.Sender for a frame in the contract's JSON.
 func (tx *transcoder) Send(ctx context.Context, frame []byte) error {
+	return stream.SendDecoded(ctx, tx, frame)
+}
+
+// SendFrame implements stream.FrameSender.
+func (tx *transcoder) SendFrame(ctx context.Context, f *stream.Frame, text []byte) error {
 	if err := ctx.Err(); err != nil {
-		return err
-	}
-	f, err := stream.DecodeFrame(frame)
-	if err != nil {
 		return err
 	}
 	tx.mu.Lock()
@@ -310,25 +311,23 @@ func (tx *transcoder) Send(ctx context.Context, frame []byte) error {
 	}
 	switch f.Type {
 	case stream.TypeChunk:
-		return tx.ev.delta(f.Chunk.Text)
+		tx.ev.addDelta(text)
 	case stream.TypeDone:
 		u := tx.usage
 		if u == (Usage{}) {
 			u = Usage{PromptTokens: f.Done.Tokens.Input, CompletionTokens: f.Done.Tokens.Output, CostUSD: f.Done.CostUSD,
 				CachedTokens: f.Done.Tokens.CacheRead, CacheWriteTokens: f.Done.Tokens.CacheWrite}
 		}
-		if len(tx.toolCalls) > 0 {
-			if err := tx.ev.toolCalls(tx.toolCalls); err != nil {
-				return err
-			}
-		}
-		return tx.ev.finish(orElse(tx.finish, FinishStop), u)
+		tx.ev.addToolCalls(tx.toolCalls)
+		tx.ev.addFinish(orElse(tx.finish, FinishStop), u)
 	case stream.TypeError:
-		return tx.ev.fail(fromFrame(f.Error))
+		tx.ev.addFail(fromFrame(f.Error))
 	case stream.TypeHeartbeat:
-		return tx.ev.comment()
+		tx.ev.addComment()
+	default:
+		return nil
 	}
-	return nil
+	return tx.ev.flush()
 }
 
 // collector is the Output of a JSON answer.

@@ -293,10 +293,10 @@ func (o *respStreamOutput) Finish(res *gateway.Result) error {
 	return o.StreamOutput.Finish(res)
 }
 
-// respTranscoder is the stream's Sender: it turns the contract's frames
-// into the Responses API's events. Headers go out with the first event,
-// so a turn refused before the answer begins still gets an HTTP error
-// with its status.
+// respTranscoder is the stream's FrameSender: it turns the stream's
+// frames into the Responses API's events, written and flushed once a
+// frame. Headers go out with the first event, so a turn refused before
+// the answer begins still gets an HTTP error with its status.
 type respTranscoder struct {
 	mu       sync.Mutex
 	w        http.ResponseWriter
@@ -343,13 +343,14 @@ func (tx *respTranscoder) begin(dst []byte) []byte {
 	return tx.st.Begin(dst)
 }
 
-// Send implements stream.Sender.
+// Send implements stream.Sender for a frame in the contract's JSON.
 func (tx *respTranscoder) Send(ctx context.Context, frame []byte) error {
+	return stream.SendDecoded(ctx, tx, frame)
+}
+
+// SendFrame implements stream.FrameSender.
+func (tx *respTranscoder) SendFrame(ctx context.Context, f *stream.Frame, text []byte) error {
 	if err := ctx.Err(); err != nil {
-		return err
-	}
-	f, err := stream.DecodeFrame(frame)
-	if err != nil {
 		return err
 	}
 	tx.mu.Lock()
@@ -366,7 +367,7 @@ func (tx *respTranscoder) Send(ctx context.Context, frame []byte) error {
 	buf := tx.buf[:0]
 	switch f.Type {
 	case stream.TypeChunk:
-		buf = tx.st.Delta(tx.begin(buf), f.Chunk.Text)
+		buf = appendOutputTextDelta(tx.st, tx.begin(buf), text)
 	case stream.TypeDone:
 		buf = tx.begin(buf)
 		r := tx.st.R

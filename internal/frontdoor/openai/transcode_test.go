@@ -66,23 +66,76 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
-func chunkFrame(i int, text string) []byte {
-	return stream.Chunk{RequestID: "r1", Index: i, Text: text}.AppendJSON(nil)
+// step is one frame the stream hands the door: a value, and for a chunk
+// its text.
+type step struct {
+	f    stream.Frame
+	text string
 }
 
-func doneFrame(t *testing.T, d stream.Done) []byte {
-	t.Helper()
+func chunkFrame(i int, text string) step {
+	return step{f: stream.Frame{Type: stream.TypeChunk, Chunk: stream.Chunk{RequestID: "r1", Index: i}}, text: text}
+}
+
+func heartbeat() step { return step{f: stream.Frame{Type: stream.TypeHeartbeat}} }
+
+func doneFrame(_ *testing.T, d stream.Done) step {
 	d.RequestID = "r1"
-	b, err := d.AppendJSON(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return step{f: stream.Frame{Type: stream.TypeDone, Done: d}}
 }
 
-func errorFrame(code, message string, retryAfter int) []byte {
-	return stream.ErrorFrame{RequestID: "r1", Code: code, Message: message, RetryAfterSeconds: retryAfter}.AppendJSON(nil)
+func errorFrame(code, message string, retryAfter int) step {
+	return step{f: stream.Frame{Type: stream.TypeError, Error: stream.ErrorFrame{RequestID: "r1", Code: code, Message: message, RetryAfterSeconds: retryAfter}}}
 }
+
+// flushCounter counts the writes and flushes that reach the connection.
+type flushCounter struct {
+	*httptest.ResponseRecorder
+	writes, flushes int
+}
+
+func (c *flushCounter) Write(b []byte) (int, error) { c.writes++; return c.ResponseRecorder.Write(b) }
+func (c *flushCounter) Flush()                      { c.flushes++; c.ResponseRecorder.Flush() }
+
+// sendAll hands steps to fs as the stream does (values) or, with asJSON,
+// as the contract's JSON frames through Send, and checks that each frame
+// that wrote anything wrote and flushed once.
+func sendAll(t *testing.T, fs stream.FrameSender, w *flushCounter, steps []step, asJSON bool) {
+	t.Helper()
+	ctx := context.Background()
+	for i, st := range steps {
+		before, writes, flushes := w.Body.Len(), w.writes, w.flushes
+		var err error
+		if asJSON {
+			f := st.f
+			f.Chunk.Text = st.text
+			b, jerr := f.AppendJSON(nil)
+			if jerr != nil {
+				t.Fatal(jerr)
+			}
+			err = fs.Send(ctx, b)
+		} else {
+			f := st.f
+			var text []byte
+			if f.Type == stream.TypeChunk {
+				text = []byte(st.text)
+			}
+			err = fs.SendFrame(ctx, &f, text)
+		}
+		if err != nil {
+			t.Fatalf("frame %d (%s): %v", i, st.f.Type, err)
+		}
+		if wrote := w.Body.Len() > before; wrote && (w.writes-writes != 1 || w.flushes-flushes != 1) {
+			t.Errorf("frame %d (%s) took %d writes and %d flushes, want 1 and 1", i, st.f.Type, w.writes-writes, w.flushes-flushes)
+		}
+	}
+}
+
+// modes are the two ways a door is handed frames.
+var modes = []struct {
+	name   string
+	asJSON bool
+}{{"values", false}, {"json", true}}
 
 var (
 	weather = provider.ToolCall{ID: "call_1", Name: "get_weather",
@@ -100,8 +153,10 @@ type served struct {
 	calls                 []provider.ToolCall
 }
 
-// TestChatStreamTranscodes: the contract's frames become the exact
-// chat.completion.chunk stream recorded in testdata/transcode: text with
+// TestChatStreamTranscodes: the stream's frames, as values or as the
+// contract's JSON, become the exact chat.completion.chunk stream recorded
+// in testdata/transcode (from the transcoder that decoded JSON frames),
+// each frame in one write and one flush: text with
 // every escape, keep-alives, tool calls in pieces, the stop sequence, the
 // usage chunk from the result or, without one, from the done frame, and
 // an error event mid-stream.
@@ -111,68 +166,63 @@ func TestChatStreamTranscodes(t *testing.T) {
 		usage  bool // stream_options.include_usage
 		tx     served
 		stop   string
-		frames [][]byte
+		frames []step
 	}{
 		{
 			name: "text", usage: true,
 			tx: served{tier: "sonnet", traceID: "0af7651916cd43dd8448eb211c80319c", finish: FinishStop,
 				usage: &Usage{PromptTokens: 40, CompletionTokens: 7, CachedTokens: 30, CacheWriteTokens: 4, CacheWrite1hTokens: 2, CostUSD: 0.000125}},
 			stop: "END",
-			frames: [][]byte{stream.AppendHeartbeat(nil), chunkFrame(0, "Hello, "), stream.AppendHeartbeat(nil),
+			frames: []step{heartbeat(), chunkFrame(0, "Hello, "), heartbeat(),
 				chunkFrame(1, awkward), doneFrame(t, doneTokens)},
 		},
 		{
 			name: "tools", usage: false,
 			tx:     served{tier: "haiku", degraded: true, finish: FinishToolCalls, calls: []provider.ToolCall{weather, search}},
-			frames: [][]byte{doneFrame(t, doneTokens)},
+			frames: []step{doneFrame(t, doneTokens)},
 		},
 		{
 			name: "text-then-tools", usage: true,
 			tx:     served{tier: "sonnet", finish: FinishToolCalls, calls: []provider.ToolCall{weather}},
-			frames: [][]byte{chunkFrame(0, "Let me check."), doneFrame(t, doneTokens)},
+			frames: []step{chunkFrame(0, "Let me check."), doneFrame(t, doneTokens)},
 		},
 		{
 			name: "usage-from-done", usage: true,
 			tx:     served{tier: "cache"},
-			frames: [][]byte{doneFrame(t, doneTokens)},
+			frames: []step{doneFrame(t, doneTokens)},
 		},
 		{
 			name: "error-mid-stream", usage: true,
 			tx:     served{tier: "sonnet"},
-			frames: [][]byte{errorFrame("upstream_failed", "dropped", 0), chunkFrame(0, "Once upon"), errorFrame("rate_limited", "Too many requests, slow down.", 3)},
+			frames: []step{errorFrame("upstream_failed", "dropped", 0), chunkFrame(0, "Once upon"), errorFrame("rate_limited", "Too many requests, slow down.", 3)},
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rec := httptest.NewRecorder()
-			meta := chunkMeta{id: "chatcmpl-r1", created: 1795558911, model: "claude-sonnet-4", includeUsage: tt.usage}
-			tx := &transcoder{ev: newEvents(rec, meta), tier: tt.tx.tier, degraded: tt.tx.degraded, traceID: tt.tx.traceID,
-				finish: tt.tx.finish, toolCalls: tt.tx.calls}
-			if tt.tx.usage != nil {
-				tx.usage = *tt.tx.usage
-			}
-			tx.ev.stopSequence = tt.stop
-			for _, f := range tt.frames {
-				if err := tx.Send(context.Background(), f); err != nil {
-					t.Fatal(err)
+		for _, m := range modes {
+			t.Run(tt.name+"/"+m.name, func(t *testing.T) {
+				w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+				meta := chunkMeta{id: "chatcmpl-r1", created: 1795558911, model: "claude-sonnet-4", includeUsage: tt.usage}
+				tx := &transcoder{ev: newEvents(w, meta), tier: tt.tx.tier, degraded: tt.tx.degraded, traceID: tt.tx.traceID,
+					finish: tt.tx.finish, toolCalls: tt.tx.calls}
+				if tt.tx.usage != nil {
+					tx.usage = *tt.tx.usage
 				}
-			}
-			golden(t, "chat-"+tt.name+".txt", exchange(rec))
-		})
+				tx.ev.stopSequence = tt.stop
+				sendAll(t, tx, w, tt.frames, m.asJSON)
+				golden(t, "chat-"+tt.name+".txt", exchange(w.ResponseRecorder))
+			})
+		}
 	}
 }
 
 // TestChatStreamDropsAnEarlyError: an error before any event leaves the
 // response untouched, for the door to answer with an HTTP error.
 func TestChatStreamDropsAnEarlyError(t *testing.T) {
-	rec := httptest.NewRecorder()
-	tx := &transcoder{ev: newEvents(rec, chunkMeta{id: "chatcmpl-r1"})}
-	for _, f := range [][]byte{stream.AppendHeartbeat(nil), errorFrame("rate_limited", "slow down", 2)} {
-		if err := tx.Send(context.Background(), f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if rec.Body.Len() != 0 || tx.ev.wrote {
+	w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+	rec := w.ResponseRecorder
+	tx := &transcoder{ev: newEvents(w, chunkMeta{id: "chatcmpl-r1"})}
+	sendAll(t, tx, w, []step{heartbeat(), errorFrame("rate_limited", "slow down", 2)}, false)
+	if rec.Body.Len() != 0 || tx.ev.wrote || w.flushes != 0 {
 		t.Fatalf("wrote %q before the answer began", rec.Body.String())
 	}
 	tx.refuse(errors.New("the turn failed"))
@@ -182,48 +232,47 @@ func TestChatStreamDropsAnEarlyError(t *testing.T) {
 }
 
 // TestResponsesStreamTranscodes: the same frames become the Responses
-// API's events recorded in testdata/transcode.
+// API's events recorded in testdata/transcode, one write and one flush a
+// frame.
 func TestResponsesStreamTranscodes(t *testing.T) {
 	tests := []struct {
 		name   string
 		tx     served
-		frames [][]byte
+		frames []step
 	}{
 		{
 			name: "text-and-tools",
 			tx: served{tier: "sonnet", traceID: "0af7651916cd43dd8448eb211c80319c", finish: FinishToolCalls,
 				usage: &Usage{PromptTokens: 40, CompletionTokens: 7, CachedTokens: 30}, calls: []provider.ToolCall{weather}},
-			frames: [][]byte{stream.AppendHeartbeat(nil), chunkFrame(0, "Hello, "), stream.AppendHeartbeat(nil),
+			frames: []step{heartbeat(), chunkFrame(0, "Hello, "), heartbeat(),
 				chunkFrame(1, awkward), doneFrame(t, doneTokens)},
 		},
 		{
 			name:   "usage-from-done",
 			tx:     served{tier: "haiku", degraded: true, finish: FinishLength},
-			frames: [][]byte{chunkFrame(0, "Once upon a time"), doneFrame(t, doneTokens)},
+			frames: []step{chunkFrame(0, "Once upon a time"), doneFrame(t, doneTokens)},
 		},
 		{
 			name:   "error-mid-stream",
 			tx:     served{tier: "sonnet"},
-			frames: [][]byte{errorFrame("upstream_failed", "dropped", 0), chunkFrame(0, "Once upon"), errorFrame("upstream_failed", "The model stopped answering.", 0)},
+			frames: []step{errorFrame("upstream_failed", "dropped", 0), chunkFrame(0, "Once upon"), errorFrame("upstream_failed", "The model stopped answering.", 0)},
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rec := httptest.NewRecorder()
-			var kept *Response
-			tx := &respTranscoder{w: rec, rc: http.NewResponseController(rec),
-				st:   &ResponseStream{R: &Response{ID: "resp_r1", CreatedAt: 1795558911, Model: "claude-sonnet-4", Request: &Responses{Store: true}}},
-				keep: func(r *Response) { kept = r }, now: func() time.Time { return time.Unix(1795558913, 0) },
-				tier: tt.tx.tier, degraded: tt.tx.degraded, traceID: tt.tx.traceID, finish: tt.tx.finish, usage: tt.tx.usage, calls: tt.tx.calls}
-			for _, f := range tt.frames {
-				if err := tx.Send(context.Background(), f); err != nil {
-					t.Fatal(err)
+		for _, m := range modes {
+			t.Run(tt.name+"/"+m.name, func(t *testing.T) {
+				w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+				var kept *Response
+				tx := &respTranscoder{w: w, rc: http.NewResponseController(w),
+					st:   &ResponseStream{R: &Response{ID: "resp_r1", CreatedAt: 1795558911, Model: "claude-sonnet-4", Request: &Responses{Store: true}}},
+					keep: func(r *Response) { kept = r }, now: func() time.Time { return time.Unix(1795558913, 0) },
+					tier: tt.tx.tier, degraded: tt.tx.degraded, traceID: tt.tx.traceID, finish: tt.tx.finish, usage: tt.tx.usage, calls: tt.tx.calls}
+				sendAll(t, tx, w, tt.frames, m.asJSON)
+				golden(t, "responses-"+tt.name+".txt", exchange(w.ResponseRecorder))
+				if done := tt.name != "error-mid-stream"; done != (kept != nil) {
+					t.Errorf("response kept: %v, want %v", kept != nil, done)
 				}
-			}
-			golden(t, "responses-"+tt.name+".txt", exchange(rec))
-			if done := tt.name != "error-mid-stream"; done != (kept != nil) {
-				t.Errorf("response kept: %v, want %v", kept != nil, done)
-			}
-		})
+			})
+		}
 	}
 }
