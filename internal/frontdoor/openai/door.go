@@ -143,10 +143,13 @@ type door struct {
 	store     ResponseStore
 	maxStored int64
 	log       *slog.Logger
+	bufs      bufPool // request bodies, JSON answers, event streams
 }
 
 func (d *door) chat(w http.ResponseWriter, r *http.Request) {
-	c, e := ReadChat(r, d.maxBody, d.images)
+	body := d.bufs.get()
+	c, e := readChat(r, d.maxBody, d.images, body)
+	d.bufs.put(body) // c keeps none of its bytes
 	if e != nil {
 		e.Write(w)
 		return
@@ -204,23 +207,38 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	servedBy(w.Header(), res.Tier, res.Degraded, res.TraceID)
-	body := Completion{
+	answer := Completion{
 		ID: meta.id, Created: meta.created, Model: answeredBy(res.ModelID, res.Tier), Text: out.buf.String(),
 		ToolCalls: res.ToolCalls, FinishReason: FinishReason(res.StopReason), StopSequence: res.StopSequence, Usage: usageOf(res),
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write(append(body.AppendJSON(make([]byte, 0, 512+out.buf.Len())), '\n'))
+	d.writeJSON(w, answer.AppendJSON)
+}
+
+// writeJSON writes the JSON that appendJSON appends, and a newline, as the
+// response body, encoded in a pooled buffer.
+func (d *door) writeJSON(w http.ResponseWriter, appendJSON func([]byte) []byte) {
+	b := d.bufs.get()
+	*b = append(appendJSON(*b), '\n')
+	_, _ = w.Write(*b)
+	d.bufs.put(b)
 }
 
 // stream runs the turn into chat.completion.chunk events. A turn refused
 // before any text gets an HTTP error; a failure after text ends the stream
 // with an error event and no [DONE].
 func (d *door) stream(w http.ResponseWriter, r *http.Request, t *gateway.Turn, meta chunkMeta) {
+	buf := d.bufs.get()
 	tx := &transcoder{ev: newEvents(w, meta)}
+	tx.ev.buf = *buf
 	out := &streamOutput{tx: tx}
 	out.StreamOutput = d.g.NewStreamOutput(r.Context(), tx, t.RequestID)
-	defer out.Close()
+	defer func() {
+		out.Close() // no frame is sent after this: the buffer is free
+		*buf = tx.ev.buf
+		d.bufs.put(buf)
+	}()
 	if _, err := d.g.Run(r.Context(), t, out); err != nil {
 		tx.refuse(err)
 	}

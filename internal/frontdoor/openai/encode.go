@@ -317,7 +317,7 @@ type events struct {
 }
 
 func newEvents(w http.ResponseWriter, meta chunkMeta) *events {
-	return &events{w: w, rc: http.NewResponseController(w), meta: meta, buf: make([]byte, 0, 512)}
+	return &events{w: w, rc: http.NewResponseController(w), meta: meta}
 }
 
 // begin sends the stream's headers.
