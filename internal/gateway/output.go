@@ -10,8 +10,9 @@ import (
 
 // StreamOutput is the Output of a streaming front door (WebSocket, SSE, a
 // vendor door's event stream): the chunk aggregator over the connection's
-// sender, which receives the contract's JSON frames (stream.DecodeFrame
-// reads them back for a door that speaks another wire format).
+// sender, which receives the contract's JSON frames, or the frames as
+// values when it is a stream.FrameSender (a door that speaks another wire
+// format encodes its events from them, without decoding JSON).
 type StreamOutput struct {
 	s       *stream.Stream
 	settled atomic.Bool

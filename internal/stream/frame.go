@@ -209,13 +209,21 @@ func (e ErrorFrame) AppendJSON(dst []byte) []byte {
 // errNotFinite is returned for a done frame JSON cannot carry.
 var errNotFinite = errors.New("stream: done frame: confidence, costUsd, cacheSavedUsd and tps must be finite")
 
+// checkFinite refuses a done frame with a float JSON cannot carry.
+func (d *Done) checkFinite() error {
+	for _, f := range [...]float64{d.Confidence, d.CostUSD, d.CacheSavedUSD, d.Metrics.TPS} {
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return errNotFinite
+		}
+	}
+	return nil
+}
+
 // AppendJSON appends the wire form of d to dst. It fails only when a float
 // field is NaN or infinite.
 func (d Done) AppendJSON(dst []byte) ([]byte, error) {
-	for _, f := range []float64{d.Confidence, d.CostUSD, d.CacheSavedUSD, d.Metrics.TPS} {
-		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return dst, errNotFinite
-		}
+	if err := d.checkFinite(); err != nil {
+		return dst, err
 	}
 	buf := bytes.NewBuffer(dst)
 	enc := json.NewEncoder(buf)
@@ -394,9 +402,98 @@ func appendJSONString[T ~string | ~[]byte](dst []byte, s T) []byte {
 	return append(dst, '"')
 }
 
+// AppendMarshaledString appends s quoted exactly as encoding/json quotes a
+// string, for the front doors whose vendor events encoding/json wrote
+// before they were written by hand, so their bytes stay the same. It
+// differs from AppendJSONString in writing \b and \f short, and with html
+// (json.Marshal's default) in escaping <, > and & too.
+func AppendMarshaledString[T ~string | ~[]byte](dst []byte, s T, html bool) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' && (!html || b != '<' && b != '>' && b != '&') {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := decodeRune(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// chunkOverhead is the length of chunk frame c's JSON less its quoted text,
+// ridLen being the length of c.RequestID quoted.
+func chunkOverhead(c Chunk, ridLen int) int {
+	n := len(`{"type":"chunk","requestId":`) + ridLen + len(`,"index":`) + decimalLen(c.Index) + len(`,"text":`) + len(`}`)
+	if c.Split {
+		n += len(`,"subIndex":`) + decimalLen(c.SubIndex)
+	}
+	return n
+}
+
+// decimalLen is the number of characters of n in decimal.
+func decimalLen(n int) int {
+	l := 1
+	if n < 0 {
+		l++
+	}
+	for n <= -10 || n >= 10 {
+		n /= 10
+		l++
+	}
+	return l
+}
+
+// jsonStringLen is the length of s quoted by appendJSONString.
+func jsonStringLen[T ~string | ~[]byte](s T) int {
+	n := 2
+	for i := 0; i < len(s); {
+		out, size := escapedLen(s[i:])
+		n += out
+		i += size
+	}
+	return n
+}
+
 // escapedLen is how many bytes the first character of s takes once quoted by
 // appendJSONString, and how many bytes of s it consumes.
-func escapedLen(s []byte) (out, size int) {
+func escapedLen[T ~string | ~[]byte](s T) (out, size int) {
 	b := s[0]
 	if b < utf8.RuneSelf {
 		switch {
@@ -407,7 +504,7 @@ func escapedLen(s []byte) (out, size int) {
 		}
 		return 1, 1
 	}
-	r, size := utf8.DecodeRune(s)
+	r, size := decodeRune(s)
 	switch {
 	case r == utf8.RuneError && size == 1:
 		return 6, 1

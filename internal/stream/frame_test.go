@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -186,4 +187,30 @@ func quotedLen(b []byte) int {
 		b = b[size:]
 	}
 	return n
+}
+
+// FuzzAppendMarshaledString: the hand-written quoting is byte for byte
+// what encoding/json writes, with HTML escaping (json.Marshal) and without
+// (an Encoder with SetEscapeHTML(false)).
+func FuzzAppendMarshaledString(f *testing.F) {
+	f.Add("「進撃の巨人」 \"q\" \\ \n\t\b\f\x01\x7f <b>&amp;</b> \u2028\u2029 🍣 \xff\xe6\xbc")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		marshaled, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendMarshaledString(nil, []byte(s), true); !bytes.Equal(got, marshaled) {
+			t.Fatalf("html: got %s, json.Marshal %s", got, marshaled)
+		}
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendMarshaledString(nil, s, false); !bytes.Equal(got, bytes.TrimSuffix(b.Bytes(), []byte("\n"))) {
+			t.Fatalf("no html: got %s, Encoder %s", got, b.Bytes())
+		}
+	})
 }

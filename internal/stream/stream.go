@@ -1,7 +1,9 @@
 // Package stream carries a model's text deltas to a client connection
-// (WebSocket or SSE) as the JSON frames of fmgate's external contract. It
-// aggregates small deltas into chunks (every 100 ms or 4 KB), never splits a
-// UTF-8 character, keeps frames under 32 KB, sends heartbeats on a silent
+// (WebSocket or SSE) as the JSON frames of fmgate's external contract, or,
+// to a front door that speaks a vendor's protocol, as the same frames in
+// values (FrameSender), which the door encodes as its own events. It
+// aggregates small deltas into chunks (every 100 ms or 4 KB), never splits
+// a UTF-8 character, keeps frames under 32 KB, sends heartbeats on a silent
 // connection, stops after a maximum duration, and applies backpressure: a
 // slow client first pauses the stream, then blocks the writer, then cancels
 // the stream, so memory stays bounded and the model call can be cancelled.
@@ -42,6 +44,58 @@ type Sender interface {
 	Send(ctx context.Context, frame []byte) error
 }
 
+// FrameSender is a Sender that takes frames as values. A Stream finds it by
+// type assertion and calls SendFrame instead of Send, so a front door that
+// speaks another wire format (a vendor's events) encodes them from the
+// frame's fields instead of parsing the contract's JSON back. SendFrame
+// follows Send's rules: it honours ctx, runs one at a time, and keeps
+// neither f nor text once it returns. A failed SendFrame is retried with
+// the same frame, as a failed Send is.
+type FrameSender interface {
+	Sender
+	// SendFrame sends f. For a chunk, text is the chunk's text and
+	// f.Chunk.Text is empty: text is the stream's own buffer, which it
+	// reuses once SendFrame returns. Other frames have no text.
+	SendFrame(ctx context.Context, f *Frame, text []byte) error
+}
+
+// SendDecoded decodes frame, one of the contract's frames, and hands it to
+// fs.SendFrame: the Send of a FrameSender, for frames that come from
+// elsewhere than a Stream.
+func SendDecoded(ctx context.Context, fs FrameSender, frame []byte) error {
+	f, err := DecodeFrame(frame)
+	if err != nil {
+		return err
+	}
+	var text []byte
+	if f.Type == TypeChunk {
+		text, f.Chunk.Text = []byte(f.Chunk.Text), ""
+	}
+	return fs.SendFrame(ctx, &f, text)
+}
+
+// jsonSender is the FrameSender of a plain Sender: it encodes each frame
+// in the contract's JSON, into a buffer it keeps for the next one.
+type jsonSender struct {
+	Sender
+	buf []byte
+}
+
+func (j *jsonSender) SendFrame(ctx context.Context, f *Frame, text []byte) error {
+	switch f.Type {
+	case TypeChunk:
+		j.buf = appendChunk(j.buf[:0], f.Chunk, text)
+	case TypeHeartbeat:
+		return j.Send(ctx, heartbeatJSON)
+	default:
+		var err error
+		if j.buf, err = f.AppendJSON(j.buf[:0]); err != nil {
+			return err
+		}
+	}
+	return j.Send(ctx, j.buf)
+}
+
 // Metrics describe a stream so far.
 type Metrics struct {
 	// TTFT is from New to the first chunk frame sent; zero before it.
@@ -72,8 +126,10 @@ type Stream struct {
 	parent    context.Context
 	ctx       context.Context // canceled when the stream dies, aborting a Send
 	cancel    context.CancelFunc
-	sender    Sender
+	sender    FrameSender
 	requestID string
+	// ridLen is the length of requestID quoted, for sizing chunk frames.
+	ridLen    int
 	cfg       Config
 	clock     Clock
 	start     time.Time
@@ -115,6 +171,7 @@ type Stream struct {
 	flushTimer, hbTimer, maxTimer, pauseTimer Timer
 
 	send sendSlot // the run goroutine's own
+	out  Frame    // the frame being sent; the run goroutine's own
 }
 
 // sendSlot is the context a Send gets, cancelled by its timer SendTimeout
@@ -159,17 +216,23 @@ type ending struct {
 	fail *ErrorFrame
 }
 
-// New starts a stream for requestID that sends through s. Zero fields of cfg
-// take their defaults and a nil clock means SystemClock. Canceling ctx (the
-// client went away) stops the stream. Call Close when done with it.
+// New starts a stream for requestID that sends through s: as the
+// contract's JSON frames, or as values when s is a FrameSender. Zero fields
+// of cfg take their defaults and a nil clock means SystemClock. Canceling
+// ctx (the client went away) stops the stream. Call Close when done with it.
 func New(ctx context.Context, s Sender, requestID string, cfg Config, clock Clock) *Stream {
 	if clock == nil {
 		clock = SystemClock{}
 	}
+	fs, ok := s.(FrameSender)
+	if !ok {
+		fs = &jsonSender{Sender: s}
+	}
 	st := &Stream{
 		parent:    ctx,
-		sender:    s,
+		sender:    fs,
 		requestID: requestID,
+		ridLen:    jsonStringLen(requestID),
 		cfg:       cfg.withDefaults(),
 		clock:     clock,
 		exited:    make(chan struct{}),
@@ -309,7 +372,7 @@ func (s *Stream) Discard() bool {
 // of Finish and Fail takes effect; later calls return ErrFinished. A Done
 // with a NaN or infinite float is rejected without finishing the stream.
 func (s *Stream) Finish(d Done) error {
-	if _, err := d.AppendJSON(nil); err != nil {
+	if err := d.checkFinite(); err != nil {
 		return err
 	}
 	return s.end(ending{done: &d})
@@ -456,7 +519,6 @@ func (s *Stream) hasWorkLocked() bool {
 func (s *Stream) run() {
 	defer close(s.exited)
 	defer s.send.release()
-	var frame []byte
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
@@ -477,12 +539,11 @@ func (s *Stream) run() {
 		case s.status != nil && (len(s.buf) > 0 || s.started || s.final != nil):
 			s.status = nil // the answer itself is ready: the status is stale
 		case s.status != nil:
-			st := *s.status
+			s.out = Frame{Type: TypeStatus, Status: *s.status}
 			s.status = nil
 			s.lastFrameAt = now
 			s.mu.Unlock()
-			frame = st.AppendJSON(frame[:0])
-			_ = s.deliver(frame)
+			_ = s.deliver(&s.out, nil)
 			s.mu.Lock()
 		case len(s.buf) > 0 && (s.flushReq || s.final != nil):
 			text := s.buf
@@ -494,7 +555,7 @@ func (s *Stream) run() {
 			index := s.nextIndex
 			s.nextIndex++
 			s.mu.Unlock()
-			frame = s.sendChunk(frame[:0], index, text)
+			s.sendChunk(index, text)
 			s.mu.Lock()
 			s.inflight = 0
 			s.spare = text[:0]
@@ -502,19 +563,18 @@ func (s *Stream) run() {
 		case s.final != nil:
 			var err error
 			if s.final.done != nil {
-				d := *s.final.done
-				d.RequestID = s.requestID
-				d.Metrics = s.doneMetricsLocked(now, d.Tokens.Output)
-				frame, err = d.AppendJSON(frame[:0])
+				s.out = Frame{Type: TypeDone, Done: *s.final.done}
+				s.out.Done.RequestID = s.requestID
+				s.out.Done.Metrics = s.doneMetricsLocked(now, s.out.Done.Tokens.Output)
+				err = s.out.Done.checkFinite()
 			} else {
-				e := *s.final.fail
-				e.RequestID = s.requestID
-				frame = e.AppendJSON(frame[:0])
+				s.out = Frame{Type: TypeError, Error: *s.final.fail}
+				s.out.Error.RequestID = s.requestID
 			}
 			s.lastFrameAt = now
 			s.mu.Unlock()
 			if err == nil {
-				err = s.deliver(frame)
+				err = s.deliver(&s.out, nil)
 			}
 			s.mu.Lock()
 			s.finalErr, s.finalDone = err, true
@@ -524,7 +584,8 @@ func (s *Stream) run() {
 			s.hbReq = false
 			s.lastFrameAt = now
 			s.mu.Unlock()
-			err := s.deliver(heartbeatJSON)
+			s.out = Frame{Type: TypeHeartbeat}
+			err := s.deliver(&s.out, nil)
 			s.mu.Lock()
 			if err == nil {
 				s.m.Heartbeats++
@@ -534,29 +595,29 @@ func (s *Stream) run() {
 }
 
 // sendChunk sends text as one chunk frame, or as several pieces sharing
-// index when the frame would exceed MaxFrameBytes. It returns the scratch
-// buffer for reuse.
-func (s *Stream) sendChunk(frame []byte, index int, text []byte) []byte {
-	c := Chunk{RequestID: s.requestID, Index: index}
-	frame = appendChunk(frame, c, text)
-	if len(frame) <= s.cfg.MaxFrameBytes {
-		if s.deliver(frame) == nil {
+// index when the frame would exceed MaxFrameBytes. The pieces are the same
+// for a FrameSender, which never sees the JSON they are measured in: a
+// door's events follow the contract's chunks one for one.
+func (s *Stream) sendChunk(index int, text []byte) {
+	s.out = Frame{Type: TypeChunk, Chunk: Chunk{RequestID: s.requestID, Index: index}}
+	c := &s.out.Chunk
+	if over := chunkOverhead(*c, s.ridLen); over+2+6*len(text) <= s.cfg.MaxFrameBytes || over+jsonStringLen(text) <= s.cfg.MaxFrameBytes {
+		// Quoting makes a byte at most 6 bytes long: most chunks fit
+		// without measuring.
+		if s.deliver(&s.out, text) == nil {
 			s.recordChunk(len(text))
 		}
-		return frame
+		return
 	}
 	c.Split = true
 	for ; len(text) > 0; c.SubIndex++ {
-		frame = appendChunk(frame[:0], c, "")
-		n := fitPrefix(text, s.cfg.MaxFrameBytes-len(frame)+2)
-		frame = appendChunk(frame[:0], c, text[:n])
-		if s.deliver(frame) != nil {
-			return frame
+		n := fitPrefix(text, s.cfg.MaxFrameBytes-chunkOverhead(*c, s.ridLen))
+		if s.deliver(&s.out, text[:n]) != nil {
+			return
 		}
 		s.recordChunk(n)
 		text = text[n:]
 	}
-	return frame
 }
 
 func (s *Stream) recordChunk(n int) {
@@ -569,12 +630,13 @@ func (s *Stream) recordChunk(n int) {
 	s.m.Bytes += int64(n)
 }
 
-// deliver sends frame, pausing and retrying on failure, until it is
-// delivered or the stream dies. A delivered but slow frame is not resent.
-func (s *Stream) deliver(frame []byte) error {
+// deliver sends f (with text, a chunk's), pausing and retrying on
+// failure, until it is delivered or the stream dies. A delivered but slow
+// frame is not resent.
+func (s *Stream) deliver(f *Frame, text []byte) error {
 	for {
 		start := s.clock.Now()
-		err := s.sender.Send(s.send.begin(s.ctx, s.clock, s.cfg.SendTimeout), frame)
+		err := s.sender.SendFrame(s.send.begin(s.ctx, s.clock, s.cfg.SendTimeout), f, text)
 		s.send.end()
 		slow := s.clock.Now().Sub(start) >= s.cfg.SendTimeout
 

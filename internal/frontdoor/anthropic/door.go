@@ -232,6 +232,7 @@ type Runner interface {
 // failure after the answer began ends it with an error event. A turn refused or failed before anything was sent returns its
 // error, for the caller to answer in its own shape; otherwise nil.
 func Stream(ctx context.Context, g Runner, ev *Events, t *gateway.Turn) error {
+	ev.Hold() // each frame's events leave in one write; sender.SendFrame flushes them
 	snd := &sender{ev: ev, id: t.RequestID}
 	headers := t.OnTraceparent
 	t.OnTraceparent = func(tp string) {
@@ -289,10 +290,11 @@ func (o *streamOutput) Finish(res *gateway.Result) error {
 	return o.StreamOutput.Finish(res)
 }
 
-// sender transcodes the contract's frames into the Messages API's events.
-// Headers go out with the first text (or the end of an empty answer), so a
-// turn refused before it still gets a JSON error with its status. A
-// heartbeat before then is dropped; after it, it is a ping.
+// sender is the stream's FrameSender: it transcodes the stream's frames
+// into the Messages API's events, flushed once a frame. Headers go out
+// with the first text (or the end of an empty answer), so a turn refused
+// before it still gets a JSON error with its status. A heartbeat before
+// then is dropped; after it, it is a ping.
 type sender struct {
 	ev      *Events
 	id      string
@@ -317,13 +319,15 @@ func (s *sender) began() bool {
 	return s.started
 }
 
-// Send implements stream.Sender.
+// Send implements stream.Sender for a frame in the contract's JSON.
 func (s *sender) Send(ctx context.Context, frame []byte) error {
+	return stream.SendDecoded(ctx, s, frame)
+}
+
+// SendFrame implements stream.FrameSender: the frame's events go out in
+// one write and one flush, those sent before a failure included.
+func (s *sender) SendFrame(ctx context.Context, f *stream.Frame, text []byte) error {
 	if err := ctx.Err(); err != nil {
-		return err
-	}
-	f, err := stream.DecodeFrame(frame)
-	if err != nil {
 		return err
 	}
 	if dl, ok := ctx.Deadline(); ok {
@@ -331,12 +335,20 @@ func (s *sender) Send(ctx context.Context, frame []byte) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	err := s.sendLocked(f, text)
+	if ferr := s.ev.Flush(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+func (s *sender) sendLocked(f *stream.Frame, text []byte) error {
 	switch f.Type {
 	case stream.TypeChunk:
 		if err := s.openLocked(true); err != nil {
 			return err
 		}
-		return s.ev.TextDelta(s.textAt, f.Chunk.Text)
+		return s.ev.textDelta(s.textAt, text)
 	case stream.TypeHeartbeat:
 		if !s.started {
 			return nil

@@ -25,6 +25,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/stream"
 	"github.com/fmgate/fmgate/internal/vision"
 )
 
@@ -1149,14 +1150,17 @@ func retrySeconds(d time.Duration) int {
 // message_start, content_block_start, content_block_delta…,
 // content_block_stop, message_delta (stop reason and usage), message_stop;
 // ping any time after message_start, error to end a broken stream. Every
-// event is flushed.
+// event is flushed as it is sent, or after Hold, with the others held, by
+// Flush.
 type Events struct {
 	w           http.ResponseWriter
 	rc          *http.ResponseController
 	contentType string
 	frame       Framer
 	began       bool
-	buf         []byte
+	held        bool
+	buf         []byte // framed events not yet written
+	data        []byte // the JSON of the event being framed
 }
 
 // Framer appends the wire form of the event named name, whose JSON is
@@ -1190,7 +1194,40 @@ func (e *Events) Began() bool { return e.began }
 // SetWriteDeadline bounds the next writes; zero clears the bound.
 func (e *Events) SetWriteDeadline(t time.Time) { _ = e.rc.SetWriteDeadline(t) }
 
+// Hold keeps the events sent from now on until Flush, which writes them in
+// one write and flushes once: the events one frame of the pipeline's
+// stream becomes (message_start and the first delta; the end's blocks,
+// message_delta and message_stop) leave together.
+func (e *Events) Hold() { e.held = true }
+
+// Flush writes the events held and flushes the connection; it does nothing
+// when none is held.
+func (e *Events) Flush() error {
+	if len(e.buf) == 0 {
+		return nil
+	}
+	_, err := e.w.Write(e.buf)
+	e.buf = e.buf[:0]
+	if err != nil {
+		return err
+	}
+	if err := e.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
 func (e *Events) send(name string, v any) error {
+	data, err := marshal(v)
+	if err != nil {
+		return err
+	}
+	return e.emit(name, data)
+}
+
+// emit frames the event named name, whose JSON is data, sending the
+// headers before the first; it writes it at once unless events are held.
+func (e *Events) emit(name string, data []byte) error {
 	if !e.began {
 		h := e.w.Header()
 		h.Set("Content-Type", e.contentType)
@@ -1199,20 +1236,15 @@ func (e *Events) send(name string, v any) error {
 		e.w.WriteHeader(http.StatusOK)
 		e.began = true
 	}
-	data, err := marshal(v)
+	buf, err := e.frame(e.buf, name, data)
 	if err != nil {
 		return err
 	}
-	if e.buf, err = e.frame(e.buf[:0], name, data); err != nil {
-		return err
+	e.buf = buf
+	if e.held {
+		return nil
 	}
-	if _, err := e.w.Write(e.buf); err != nil {
-		return err
-	}
-	if err := e.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
-	}
-	return nil
+	return e.Flush()
 }
 
 func marshal(v any) ([]byte, error) {
@@ -1235,15 +1267,6 @@ type (
 		Type         string       `json:"type"`
 		Index        int          `json:"index"`
 		ContentBlock ContentBlock `json:"content_block"`
-	}
-	textDelta struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	blockDeltaEvent struct {
-		Type  string    `json:"type"`
-		Index int       `json:"index"`
-		Delta textDelta `json:"delta"`
 	}
 	jsonDelta struct {
 		Type        string `json:"type"`
@@ -1300,8 +1323,25 @@ func (e *Events) BlockStart(index int) error {
 
 // TextDelta appends text to block index.
 func (e *Events) TextDelta(index int, text string) error {
-	return e.send("content_block_delta", blockDeltaEvent{Type: "content_block_delta", Index: index,
-		Delta: textDelta{Type: "text_delta", Text: text}})
+	e.data = appendTextDelta(e.data[:0], index, text)
+	return e.emit("content_block_delta", e.data)
+}
+
+// textDelta is TextDelta for the stream's text, held in its buffer.
+func (e *Events) textDelta(index int, text []byte) error {
+	e.data = appendTextDelta(e.data[:0], index, text)
+	return e.emit("content_block_delta", e.data)
+}
+
+// appendTextDelta appends a text delta event's JSON, written by hand
+// (the event of every chunk of an answer) as encoding/json writes the
+// other events: "type" first, no HTML escaping.
+func appendTextDelta[T ~string | ~[]byte](dst []byte, index int, text T) []byte {
+	dst = append(dst, `{"type":"content_block_delta","index":`...)
+	dst = strconv.AppendInt(dst, int64(index), 10)
+	dst = append(dst, `,"delta":{"type":"text_delta","text":`...)
+	dst = stream.AppendMarshaledString(dst, text, false)
+	return append(dst, "}}"...)
 }
 
 // inputPiece is the most bytes of a tool call's input one

@@ -231,6 +231,7 @@ func (d *door) converse(w http.ResponseWriter, r *http.Request, t *gateway.Turn,
 // transcoded by eventSender.
 func (d *door) converseStream(w http.ResponseWriter, r *http.Request, t *gateway.Turn, start time.Time) {
 	es := &eventSender{w: w, ew: NewEventWriter(w)}
+	es.ew.Hold() // each frame's events leave in one write; the sender flushes them
 	headers := t.OnTraceparent
 	t.OnTraceparent = func(tp string) {
 		headers(tp)
@@ -245,15 +246,10 @@ func (d *door) converseStream(w http.ResponseWriter, r *http.Request, t *gateway
 	case err != nil:
 		if !es.failed {
 			e := exceptionFor(err)
-			_ = es.ew.Exception(streamException(e.Type), e.Message)
+			_ = es.flushed(es.ew.Exception(streamException(e.Type), e.Message))
 		}
 	default:
-		// Tool calls go out whole, after the text: the gateway has checked
-		// them before the client can act on them.
-		if es.begin() != nil || len(res.ToolCalls) > 0 && es.ew.ToolCalls(bedrockIDs(res.ToolCalls)) != nil {
-			return
-		}
-		_ = es.ew.Stop(stopReason(res.StopReason), res.Usage, d.now().Sub(start), res.GuardrailTrace)
+		_ = es.finish(res, d.now().Sub(start))
 	}
 }
 
@@ -303,10 +299,11 @@ func (o *tierOutput) Discard() {
 	}
 }
 
-// eventSender turns the pipeline's contract frames into Converse stream
-// events. Chunks become contentBlockDelta events; an error frame after the
-// first delta becomes an event-stream exception. The done frame is left to
-// converseStream, which knows the stop reason and the full usage.
+// eventSender is the stream's FrameSender: it turns the pipeline's frames
+// into Converse stream events, flushed once a frame. Chunks become
+// contentBlockDelta events; an error frame after the first delta becomes
+// an event-stream exception. The done frame is left to converseStream,
+// which knows the stop reason and the full usage (finish).
 type eventSender struct {
 	w       http.ResponseWriter
 	ew      *EventWriter
@@ -348,27 +345,56 @@ func (s *eventSender) begin() error {
 	return nil
 }
 
-// Send implements stream.Sender.
-func (s *eventSender) Send(ctx context.Context, b []byte) error {
-	if err := ctx.Err(); err != nil {
+// finish ends a successful answer, in one write: its tool calls, whole,
+// after the text (the gateway has checked them before the client can act
+// on them), then messageStop and the metadata event.
+func (s *eventSender) finish(res *gateway.Result, latency time.Duration) error {
+	return s.flushed(s.end(res, latency))
+}
+
+func (s *eventSender) end(res *gateway.Result, latency time.Duration) error {
+	if err := s.begin(); err != nil {
 		return err
 	}
-	f, err := stream.DecodeFrame(b)
-	if err != nil {
+	if len(res.ToolCalls) > 0 {
+		if err := s.ew.ToolCalls(bedrockIDs(res.ToolCalls)); err != nil {
+			return err
+		}
+	}
+	return s.ew.Stop(stopReason(res.StopReason), res.Usage, latency, res.GuardrailTrace)
+}
+
+// flushed writes the events held, those sent before a failure err
+// included, and returns the first error.
+func (s *eventSender) flushed(err error) error {
+	if ferr := s.ew.Flush(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+// Send implements stream.Sender for a frame in the contract's JSON.
+func (s *eventSender) Send(ctx context.Context, b []byte) error {
+	return stream.SendDecoded(ctx, s, b)
+}
+
+// SendFrame implements stream.FrameSender.
+func (s *eventSender) SendFrame(ctx context.Context, f *stream.Frame, text []byte) error {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	switch f.Type {
 	case stream.TypeChunk:
 		if err := s.begin(); err != nil {
-			return err
+			return s.flushed(err)
 		}
-		return s.ew.Delta(f.Chunk.Text)
+		return s.flushed(delta(s.ew, text))
 	case stream.TypeError:
 		if !s.ew.Started() {
 			return nil // converseStream sends the HTTP error
 		}
 		s.failed = true
-		return s.ew.Exception(streamException(exceptionForCode(f.Error.Code).Type), f.Error.Message)
+		return s.flushed(s.ew.Exception(streamException(exceptionForCode(f.Error.Code).Type), f.Error.Message))
 	}
 	return nil // heartbeats have no Bedrock event; done is sent by converseStream
 }

@@ -10,10 +10,12 @@ package bedrock
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"net/http"
@@ -25,9 +27,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
-
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/stream"
 	"github.com/fmgate/fmgate/internal/vision"
 )
 
@@ -750,14 +751,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // EventWriter writes a ConverseStream answer as AWS event-stream messages,
-// flushing each one. Start sends the 200 and the messageStart event; the
-// headers must be set before.
+// flushing each one, or after Hold, with the others held, at Flush. Start
+// sends the 200 and the messageStart event; the headers must be set
+// before.
 type EventWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
-	enc     *eventstream.Encoder
 	started bool
-	buf     bytes.Buffer
+	held    bool
+	buf     []byte // encoded messages not yet written
+	payload []byte // the JSON of a delta event
 	// block is the index of the content block being written; text says a
 	// text block is open at it, reasoning a reasoningContent block (the
 	// model's number thought), and tools that toolUse blocks went out.
@@ -769,7 +772,7 @@ type EventWriter struct {
 
 // NewEventWriter returns an EventWriter over w.
 func NewEventWriter(w http.ResponseWriter) *EventWriter {
-	return &EventWriter{w: w, rc: http.NewResponseController(w), enc: eventstream.NewEncoder()}
+	return &EventWriter{w: w, rc: http.NewResponseController(w)}
 }
 
 // Started reports whether the 200 and messageStart went out.
@@ -789,7 +792,13 @@ func (e *EventWriter) Start() error {
 }
 
 // Delta sends a contentBlockDelta event with text.
-func (e *EventWriter) Delta(text string) error {
+func (e *EventWriter) Delta(text string) error { return delta(e, text) }
+
+// delta is Delta for text held as a string or as bytes (the stream's
+// buffer, which the door encodes without copying). The event, one for
+// every chunk of an answer, is written by hand, in the bytes json.Marshal
+// writes for the other events.
+func delta[T ~string | ~[]byte](e *EventWriter, text T) error {
 	if err := e.Start(); err != nil {
 		return err
 	}
@@ -797,10 +806,12 @@ func (e *EventWriter) Delta(text string) error {
 		return err
 	}
 	e.text = true
-	return e.event("contentBlockDelta", struct {
-		Index int         `json:"contentBlockIndex"`
-		Delta textContent `json:"delta"`
-	}{e.block, textContent{Text: text}})
+	p := append(e.payload[:0], `{"contentBlockIndex":`...)
+	p = strconv.AppendInt(p, int64(e.block), 10)
+	p = append(p, `,"delta":{"text":`...)
+	p = stream.AppendMarshaledString(p, text, true)
+	e.payload = append(p, "}}"...)
+	return e.write(e.payload, ":message-type", "event", ":event-type", "contentBlockDelta", ":content-type", "application/json")
 }
 
 // stopText sends the contentBlockStop of an open text block, or
@@ -848,12 +859,8 @@ func (e *EventWriter) Exception(exType, msg string) error {
 	if err := e.Start(); err != nil {
 		return err
 	}
-	var m eventstream.Message
-	m.Headers.Set(":message-type", eventstream.StringValue("exception"))
-	m.Headers.Set(":exception-type", eventstream.StringValue(exType))
-	m.Headers.Set(":content-type", eventstream.StringValue("application/json"))
-	m.Payload, _ = json.Marshal(errorBody{Message: msg})
-	return e.write(m)
+	payload, _ := json.Marshal(errorBody{Message: msg})
+	return e.write(payload, ":message-type", "exception", ":exception-type", exType, ":content-type", "application/json")
 }
 
 // StreamExceptionType is the event-stream exception member for a failure
@@ -873,24 +880,61 @@ func StreamExceptionType(k provider.Kind) string {
 }
 
 func (e *EventWriter) event(eventType string, payload any) error {
-	var m eventstream.Message
-	m.Headers.Set(":message-type", eventstream.StringValue("event"))
-	m.Headers.Set(":event-type", eventstream.StringValue(eventType))
-	m.Headers.Set(":content-type", eventstream.StringValue("application/json"))
 	b, err := json.Marshal(payload)
 	if err != nil {
 		return fmt.Errorf("bedrock: encode %s: %w", eventType, err)
 	}
-	m.Payload = b
-	return e.write(m)
+	return e.write(b, ":message-type", "event", ":event-type", eventType, ":content-type", "application/json")
 }
 
-func (e *EventWriter) write(m eventstream.Message) error {
-	e.buf.Reset()
-	if err := e.enc.Encode(&e.buf, m); err != nil {
-		return fmt.Errorf("bedrock: encode event: %w", err)
+// write adds the message of payload and headers (name, value, …) and
+// writes it, unless messages are held.
+func (e *EventWriter) write(payload []byte, headers ...string) error {
+	e.buf = appendMessage(e.buf, payload, headers...)
+	if e.held {
+		return nil
 	}
-	if _, err := e.w.Write(e.buf.Bytes()); err != nil {
+	return e.Flush()
+}
+
+// appendMessage appends an AWS event-stream message: the prelude (total
+// and headers length) and its CRC, headers (name, value, … as strings, in
+// order), payload and the message's CRC, the bytes eventstream.Encoder
+// writes without its allocations. The headers here are constants, well
+// within the format's 255-byte names and 32 KB values.
+func appendMessage(dst, payload []byte, headers ...string) []byte {
+	const stringType = 7 // the event-stream type of a string header
+	start, hlen := len(dst), 0
+	for i := 0; i+1 < len(headers); i += 2 {
+		hlen += 1 + len(headers[i]) + 1 + 2 + len(headers[i+1])
+	}
+	dst = binary.BigEndian.AppendUint32(dst, uint32(4+4+4+hlen+len(payload)+4))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(hlen))
+	dst = binary.BigEndian.AppendUint32(dst, crc32.ChecksumIEEE(dst[start:]))
+	for i := 0; i+1 < len(headers); i += 2 {
+		dst = append(append(dst, byte(len(headers[i]))), headers[i]...)
+		dst = binary.BigEndian.AppendUint16(append(dst, stringType), uint16(len(headers[i+1])))
+		dst = append(dst, headers[i+1]...)
+	}
+	dst = append(dst, payload...)
+	return binary.BigEndian.AppendUint32(dst, crc32.ChecksumIEEE(dst[start:]))
+}
+
+// Hold keeps the messages sent from now on until Flush, which writes them
+// in one write and flushes once: the events one frame of the pipeline's
+// stream becomes (messageStart, the reasoning held and the first delta;
+// the tool calls, messageStop and metadata) leave together.
+func (e *EventWriter) Hold() { e.held = true }
+
+// Flush writes the messages held and flushes the connection; it does
+// nothing when none is held.
+func (e *EventWriter) Flush() error {
+	if len(e.buf) == 0 {
+		return nil
+	}
+	_, err := e.w.Write(e.buf)
+	e.buf = e.buf[:0]
+	if err != nil {
 		return err
 	}
 	if err := e.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {

@@ -166,7 +166,12 @@ type chatMessage struct {
 // DefaultMaxBodyBytes), its images bounded by images. Every error is an
 // *Error in OpenAI's shape.
 func ReadChat(r *http.Request, limit int64, images vision.Limits) (Chat, *Error) {
-	data, e := readBody(r, limit)
+	return readChat(r, limit, images, nil)
+}
+
+// readChat is ReadChat reading the body into buf's memory (see readBody).
+func readChat(r *http.Request, limit int64, images vision.Limits, buf *[]byte) (Chat, *Error) {
+	data, e := readBody(r, limit, buf)
 	if e != nil {
 		return Chat{}, e
 	}
@@ -174,12 +179,25 @@ func ReadChat(r *http.Request, limit int64, images vision.Limits) (Chat, *Error)
 }
 
 // readBody reads a request body of at most limit bytes (0:
-// DefaultMaxBodyBytes); a longer one is a 413.
-func readBody(r *http.Request, limit int64) ([]byte, *Error) {
+// DefaultMaxBodyBytes); a longer one is a 413. With buf it reads into
+// *buf's memory and leaves the buffer, however grown, in *buf for its pool:
+// what is decoded from the body must not keep its bytes (encoding/json
+// copies every string and raw value it decodes).
+func readBody(r *http.Request, limit int64, buf *[]byte) ([]byte, *Error) {
 	if limit <= 0 {
 		limit = DefaultMaxBodyBytes
 	}
-	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	var data []byte
+	if buf != nil {
+		data = (*buf)[:0]
+	}
+	if n := r.ContentLength; n > 0 && n <= limit {
+		data = slices.Grow(data, int(n)+1) // the read past the body sees its end without growing
+	}
+	data, err := appendAll(data, &io.LimitedReader{R: r.Body, N: limit + 1})
+	if buf != nil {
+		*buf = data
+	}
 	if err != nil {
 		return nil, invalidRequest("", "Could not read the request body: %v", err)
 	}
@@ -189,6 +207,26 @@ func readBody(r *http.Request, limit int64) ([]byte, *Error) {
 		return nil, e
 	}
 	return data, nil
+}
+
+// appendAll is io.ReadAll appending to b.
+func appendAll(b []byte, r *io.LimitedReader) ([]byte, error) {
+	if cap(b) == 0 {
+		b = make([]byte, 0, 512)
+	}
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // decodeBody decodes one JSON object of UTF-8 into v, refusing a member v

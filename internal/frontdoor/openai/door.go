@@ -143,10 +143,13 @@ type door struct {
 	store     ResponseStore
 	maxStored int64
 	log       *slog.Logger
+	bufs      bufPool // request bodies, JSON answers, event streams
 }
 
 func (d *door) chat(w http.ResponseWriter, r *http.Request) {
-	c, e := ReadChat(r, d.maxBody, d.images)
+	body := d.bufs.get()
+	c, e := readChat(r, d.maxBody, d.images, body)
+	d.bufs.put(body) // c keeps none of its bytes
 	if e != nil {
 		e.Write(w)
 		return
@@ -204,23 +207,38 @@ func (d *door) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	servedBy(w.Header(), res.Tier, res.Degraded, res.TraceID)
-	body := Completion{
+	answer := Completion{
 		ID: meta.id, Created: meta.created, Model: answeredBy(res.ModelID, res.Tier), Text: out.buf.String(),
 		ToolCalls: res.ToolCalls, FinishReason: FinishReason(res.StopReason), StopSequence: res.StopSequence, Usage: usageOf(res),
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write(append(body.AppendJSON(make([]byte, 0, 512+out.buf.Len())), '\n'))
+	d.writeJSON(w, answer.AppendJSON)
+}
+
+// writeJSON writes the JSON that appendJSON appends, and a newline, as the
+// response body, encoded in a pooled buffer.
+func (d *door) writeJSON(w http.ResponseWriter, appendJSON func([]byte) []byte) {
+	b := d.bufs.get()
+	*b = append(appendJSON(*b), '\n')
+	_, _ = w.Write(*b)
+	d.bufs.put(b)
 }
 
 // stream runs the turn into chat.completion.chunk events. A turn refused
 // before any text gets an HTTP error; a failure after text ends the stream
 // with an error event and no [DONE].
 func (d *door) stream(w http.ResponseWriter, r *http.Request, t *gateway.Turn, meta chunkMeta) {
+	buf := d.bufs.get()
 	tx := &transcoder{ev: newEvents(w, meta)}
+	tx.ev.buf = *buf
 	out := &streamOutput{tx: tx}
 	out.StreamOutput = d.g.NewStreamOutput(r.Context(), tx, t.RequestID)
-	defer out.Close()
+	defer func() {
+		out.Close() // no frame is sent after this: the buffer is free
+		*buf = tx.ev.buf
+		d.bufs.put(buf)
+	}()
 	if _, err := d.g.Run(r.Context(), t, out); err != nil {
 		tx.refuse(err)
 	}
@@ -254,8 +272,8 @@ func (o *streamOutput) Finish(res *gateway.Result) error {
 	return o.StreamOutput.Finish(res)
 }
 
-// transcoder is the stream's Sender: it turns the contract's frames into
-// OpenAI's events.
+// transcoder is the stream's FrameSender: it turns the stream's frames
+// into OpenAI's events, written and flushed once a frame.
 type transcoder struct {
 	mu       sync.Mutex
 	ev       *events
@@ -282,13 +300,14 @@ func (tx *transcoder) refuse(err error) {
 	fromGateway(err).Write(tx.ev.w)
 }
 
-// Send implements stream.Sender.
+// Send implements stream.Sender for a frame in the contract's JSON.
 func (tx *transcoder) Send(ctx context.Context, frame []byte) error {
+	return stream.SendDecoded(ctx, tx, frame)
+}
+
+// SendFrame implements stream.FrameSender.
+func (tx *transcoder) SendFrame(ctx context.Context, f *stream.Frame, text []byte) error {
 	if err := ctx.Err(); err != nil {
-		return err
-	}
-	f, err := stream.DecodeFrame(frame)
-	if err != nil {
 		return err
 	}
 	tx.mu.Lock()
@@ -310,25 +329,23 @@ func (tx *transcoder) Send(ctx context.Context, frame []byte) error {
 	}
 	switch f.Type {
 	case stream.TypeChunk:
-		return tx.ev.delta(f.Chunk.Text)
+		tx.ev.addDelta(text)
 	case stream.TypeDone:
 		u := tx.usage
 		if u == (Usage{}) {
 			u = Usage{PromptTokens: f.Done.Tokens.Input, CompletionTokens: f.Done.Tokens.Output, CostUSD: f.Done.CostUSD,
 				CachedTokens: f.Done.Tokens.CacheRead, CacheWriteTokens: f.Done.Tokens.CacheWrite}
 		}
-		if len(tx.toolCalls) > 0 {
-			if err := tx.ev.toolCalls(tx.toolCalls); err != nil {
-				return err
-			}
-		}
-		return tx.ev.finish(orElse(tx.finish, FinishStop), u)
+		tx.ev.addToolCalls(tx.toolCalls)
+		tx.ev.addFinish(orElse(tx.finish, FinishStop), u)
 	case stream.TypeError:
-		return tx.ev.fail(fromFrame(f.Error))
+		tx.ev.addFail(fromFrame(f.Error))
 	case stream.TypeHeartbeat:
-		return tx.ev.comment()
+		tx.ev.addComment()
+	default:
+		return nil
 	}
-	return nil
+	return tx.ev.flush()
 }
 
 // collector is the Output of a JSON answer.

@@ -156,13 +156,19 @@ func (m chunkMeta) appendEnd(dst []byte) []byte {
 
 // appendDelta appends a content chunk event; the first one carries the role.
 func (m chunkMeta) appendDelta(dst []byte, text string, first bool) []byte {
+	return appendContentDelta(m, dst, text, first)
+}
+
+// appendContentDelta is appendDelta for text held as a string or as bytes
+// (the stream's buffer, which a door encodes without copying).
+func appendContentDelta[T ~string | ~[]byte](m chunkMeta, dst []byte, text T, first bool) []byte {
 	dst = m.appendStart(dst)
 	dst = append(dst, `,"choices":[{"index":0,"delta":{`...)
 	if first {
 		dst = append(dst, `"role":"assistant",`...)
 	}
 	dst = append(dst, `"content":`...)
-	dst = appendString(dst, text)
+	dst = stream.AppendJSONString(dst, text)
 	dst = append(dst, `},"logprobs":null,"finish_reason":null}]`...)
 	return m.appendEnd(dst)
 }
@@ -295,7 +301,10 @@ func (e *Error) Write(w http.ResponseWriter) {
 
 // events writes a chat.completion.chunk stream. Headers go out with the
 // first event, so a request that fails before any text still gets an HTTP
-// error with its status.
+// error with its status. The add methods append events to buf; flush
+// writes them in one write and flushes the connection once, so the events
+// of one frame of the stream (a tool call's pieces, the finish, the usage
+// and [DONE]) leave together.
 type events struct {
 	w      http.ResponseWriter
 	rc     *http.ResponseController
@@ -308,7 +317,7 @@ type events struct {
 }
 
 func newEvents(w http.ResponseWriter, meta chunkMeta) *events {
-	return &events{w: w, rc: http.NewResponseController(w), meta: meta, buf: make([]byte, 0, 512)}
+	return &events{w: w, rc: http.NewResponseController(w), meta: meta}
 }
 
 // begin sends the stream's headers.
@@ -324,43 +333,61 @@ func (e *events) begin() {
 	e.wrote = true
 }
 
+// delta sends a content chunk.
 func (e *events) delta(text string) error {
-	e.buf = e.meta.appendDelta(e.buf[:0], text, e.deltas == 0)
+	e.buf = e.meta.appendDelta(e.buf, text, e.deltas == 0)
 	e.deltas++
 	return e.flush()
 }
 
+// addDelta adds a content chunk of the stream's text.
+func (e *events) addDelta(text []byte) {
+	e.buf = appendContentDelta(e.meta, e.buf, text, e.deltas == 0)
+	e.deltas++
+}
+
 // toolCalls sends the answer's tool calls.
 func (e *events) toolCalls(calls []provider.ToolCall) error {
-	e.buf = e.buf[:0]
+	e.addToolCalls(calls)
+	return e.flush()
+}
+
+func (e *events) addToolCalls(calls []provider.ToolCall) {
 	for i, c := range calls {
 		e.buf = e.meta.appendToolCall(e.buf, i, c, e.deltas == 0)
 		e.deltas++
 	}
-	return e.flush()
 }
 
+// finish sends the end of the stream: the finish reason, the usage when
+// asked for, and [DONE].
 func (e *events) finish(reason string, u Usage) error {
-	e.buf = e.meta.appendFinish(e.buf[:0], reason, e.stopSequence, u, e.deltas == 0)
+	e.addFinish(reason, u)
 	return e.flush()
 }
 
-// fail ends the stream with an error event, which the OpenAI SDKs raise as
-// an APIError; no [DONE] follows it.
-func (e *events) fail(err *Error) error {
-	e.buf = append(err.AppendJSON(append(e.buf[:0], "data: "...)), "\n\n"...)
-	return e.flush()
+func (e *events) addFinish(reason string, u Usage) {
+	e.buf = e.meta.appendFinish(e.buf, reason, e.stopSequence, u, e.deltas == 0)
 }
 
-// comment keeps an idle connection open; clients ignore it.
-func (e *events) comment() error {
-	e.buf = append(e.buf[:0], ": keep-alive\n\n"...)
-	return e.flush()
+// addFail ends the stream with an error event, which the OpenAI SDKs raise
+// as an APIError; no [DONE] follows it.
+func (e *events) addFail(err *Error) {
+	e.buf = append(err.AppendJSON(append(e.buf, "data: "...)), "\n\n"...)
 }
 
+// addComment keeps an idle connection open; clients ignore it.
+func (e *events) addComment() {
+	e.buf = append(e.buf, ": keep-alive\n\n"...)
+}
+
+// flush writes the events added, after the headers on the first call, and
+// flushes the connection.
 func (e *events) flush() error {
 	e.begin()
-	if _, err := e.w.Write(e.buf); err != nil {
+	_, err := e.w.Write(e.buf)
+	e.buf = e.buf[:0]
+	if err != nil {
 		return err
 	}
 	if err := e.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {

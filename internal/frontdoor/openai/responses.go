@@ -61,7 +61,9 @@ func itemsSize(items []json.RawMessage) int64 {
 // the answer is a response object, or its events with stream:true, and is
 // stored for its caller unless store is false.
 func (d *door) responses(w http.ResponseWriter, r *http.Request) {
-	q, e := ReadResponses(r, d.maxBody, d.images)
+	body := d.bufs.get()
+	q, e := readResponses(r, d.maxBody, d.images, body)
+	d.bufs.put(body) // q keeps none of its bytes
 	if e != nil {
 		e.Write(w)
 		return
@@ -160,7 +162,7 @@ func (d *door) responses(w http.ResponseWriter, r *http.Request) {
 	keep(resp)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write(append(resp.AppendJSON(make([]byte, 0, 1024+len(resp.Text))), '\n'))
+	d.writeJSON(w, resp.AppendJSON)
 }
 
 // load reads owner's stored response id; param names it in errors.
@@ -255,11 +257,15 @@ func (d *door) deleteResponse(w http.ResponseWriter, r *http.Request) {
 // refused before any event gets an HTTP error; a failure after them ends
 // the stream with an error event and response.failed.
 func (d *door) streamResponse(w http.ResponseWriter, r *http.Request, t *gateway.Turn, resp *Response, keep func(*Response)) {
-	tx := &respTranscoder{w: w, rc: http.NewResponseController(w), st: &ResponseStream{R: resp}, keep: keep, now: d.now,
-		buf: make([]byte, 0, 1024)}
+	buf := d.bufs.get()
+	tx := &respTranscoder{w: w, rc: http.NewResponseController(w), st: &ResponseStream{R: resp}, keep: keep, now: d.now, buf: *buf}
 	out := &respStreamOutput{tx: tx}
 	out.StreamOutput = d.g.NewStreamOutput(r.Context(), tx, t.RequestID)
-	defer out.Close()
+	defer func() {
+		out.Close() // no frame is sent after this: the buffer is free
+		*buf = tx.buf
+		d.bufs.put(buf)
+	}()
 	if _, err := d.g.Run(r.Context(), t, out); err != nil {
 		tx.refuse(err)
 	}
@@ -293,10 +299,10 @@ func (o *respStreamOutput) Finish(res *gateway.Result) error {
 	return o.StreamOutput.Finish(res)
 }
 
-// respTranscoder is the stream's Sender: it turns the contract's frames
-// into the Responses API's events. Headers go out with the first event,
-// so a turn refused before the answer begins still gets an HTTP error
-// with its status.
+// respTranscoder is the stream's FrameSender: it turns the stream's
+// frames into the Responses API's events, written and flushed once a
+// frame. Headers go out with the first event, so a turn refused before
+// the answer begins still gets an HTTP error with its status.
 type respTranscoder struct {
 	mu       sync.Mutex
 	w        http.ResponseWriter
@@ -343,13 +349,14 @@ func (tx *respTranscoder) begin(dst []byte) []byte {
 	return tx.st.Begin(dst)
 }
 
-// Send implements stream.Sender.
+// Send implements stream.Sender for a frame in the contract's JSON.
 func (tx *respTranscoder) Send(ctx context.Context, frame []byte) error {
+	return stream.SendDecoded(ctx, tx, frame)
+}
+
+// SendFrame implements stream.FrameSender.
+func (tx *respTranscoder) SendFrame(ctx context.Context, f *stream.Frame, text []byte) error {
 	if err := ctx.Err(); err != nil {
-		return err
-	}
-	f, err := stream.DecodeFrame(frame)
-	if err != nil {
 		return err
 	}
 	tx.mu.Lock()
@@ -366,7 +373,7 @@ func (tx *respTranscoder) Send(ctx context.Context, frame []byte) error {
 	buf := tx.buf[:0]
 	switch f.Type {
 	case stream.TypeChunk:
-		buf = tx.st.Delta(tx.begin(buf), f.Chunk.Text)
+		buf = appendOutputTextDelta(tx.st, tx.begin(buf), text)
 	case stream.TypeDone:
 		buf = tx.begin(buf)
 		r := tx.st.R

@@ -121,11 +121,12 @@ type responsesRequest struct {
 	AccessPrograms       json.RawMessage `json:"access_programs"`
 }
 
-// ReadResponses reads and decodes a Responses request body of at most
-// limit bytes (0: DefaultMaxBodyBytes), its images bounded by images.
-// Every error is an *Error in OpenAI's shape.
-func ReadResponses(r *http.Request, limit int64, images vision.Limits) (Responses, *Error) {
-	data, e := readBody(r, limit)
+// readResponses reads and decodes a Responses request body of at most
+// limit bytes (0: DefaultMaxBodyBytes), into buf's memory (see readBody),
+// its images bounded by images. Every error is an *Error in OpenAI's
+// shape.
+func readResponses(r *http.Request, limit int64, images vision.Limits, buf *[]byte) (Responses, *Error) {
+	data, e := readBody(r, limit, buf)
 	if e != nil {
 		return Responses{}, e
 	}

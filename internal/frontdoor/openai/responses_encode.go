@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fmgate/fmgate/internal/provider"
+	"github.com/fmgate/fmgate/internal/stream"
 )
 
 // Statuses of a response, as the Responses API names them.
@@ -399,15 +400,21 @@ func (s *ResponseStream) openMessage(dst []byte) []byte {
 
 // Delta appends a piece of the answer's text.
 func (s *ResponseStream) Delta(dst []byte, text string) []byte {
-	if text == "" {
+	return appendOutputTextDelta(s, dst, text)
+}
+
+// appendOutputTextDelta is s.Delta for text held as a string or as bytes
+// (the stream's buffer, which the door encodes without copying).
+func appendOutputTextDelta[T ~string | ~[]byte](s *ResponseStream, dst []byte, text T) []byte {
+	if len(text) == 0 {
 		return dst
 	}
 	dst = s.openMessage(dst)
-	s.R.Text += text
+	s.R.Text += string(text)
 	dst = s.event(dst, "response.output_text.delta")
 	dst = s.itemRef(dst)
 	dst = append(dst, `,"delta":`...)
-	dst = appendString(dst, text)
+	dst = stream.AppendJSONString(dst, text)
 	dst = append(dst, `,"logprobs":[]`...)
 	return endEvent(dst)
 }
