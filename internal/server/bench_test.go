@@ -291,6 +291,10 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func BenchmarkPipelineFleet(b *testing.B) {
 	cfg := benchConfig()
 	cfg.Judge.SampleRate = 0
+	// The catalog search, with its question embedding (a simulated model
+	// call of its own, its latency and its own breaker, quota and pressure
+	// in Redis), is measured apart (BenchmarkPipeline's catalog=true).
+	cfg.Catalog.Enabled = false
 	cfg.Fleet.Redis = "127.0.0.1:6379"
 	cfg.Fleet.KeyPrefix = fmt.Sprintf("fmgate-bench-%d:", time.Now().UnixNano())
 	s, err := New(context.Background(), isolate(b, cfg), Options{
