@@ -1206,15 +1206,9 @@ func (e *Events) Flush() error {
 	if len(e.buf) == 0 {
 		return nil
 	}
-	_, err := e.w.Write(e.buf)
+	err := stream.WriteFlush(e.w, e.rc, e.buf)
 	e.buf = e.buf[:0]
-	if err != nil {
-		return err
-	}
-	if err := e.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
-	}
-	return nil
+	return err
 }
 
 func (e *Events) send(name string, v any) error {

@@ -932,15 +932,9 @@ func (e *EventWriter) Flush() error {
 	if len(e.buf) == 0 {
 		return nil
 	}
-	_, err := e.w.Write(e.buf)
+	err := stream.WriteFlush(e.w, e.rc, e.buf)
 	e.buf = e.buf[:0]
-	if err != nil {
-		return err
-	}
-	if err := e.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
-	}
-	return nil
+	return err
 }
 
 // newRequestID is an x-amzn-RequestId: a random UUID.

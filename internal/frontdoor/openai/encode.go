@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -385,15 +384,9 @@ func (e *events) addComment() {
 // flushes the connection.
 func (e *events) flush() error {
 	e.begin()
-	_, err := e.w.Write(e.buf)
+	err := stream.WriteFlush(e.w, e.rc, e.buf)
 	e.buf = e.buf[:0]
-	if err != nil {
-		return err
-	}
-	if err := e.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
-	}
-	return nil
+	return err
 }
 
 func appendNullable(dst []byte, s string) []byte {
