@@ -70,8 +70,8 @@ type WALConfig struct {
 	// disables the WAL: must-persist events then go straight to the sinks
 	// and can be lost in a crash. Default "" (set it in production).
 	Dir string `yaml:"dir"`
-	// FsyncInterval is how often the log is fsync'd, acknowledgements are
-	// persisted and acknowledged segments deleted. A must-persist Emit
+	// FsyncInterval is how often the log is fsync'd and acknowledged
+	// segments deleted (the acknowledgements are persisted every second). A must-persist Emit
 	// returns once its record is written to the file (a killed process
 	// loses nothing); a power loss can lose the records of the last
 	// interval. Default 50ms.

@@ -133,7 +133,7 @@ func New(ctx context.Context, cfg Config, sinks []Sink, log *slog.Logger) (*Emit
 		e.walq = make(chan walItem, cfg.BufferSize)
 		e.walExit = make(chan struct{})
 		e.replay(ctx, recs)
-		if err := w.compact(e.minAck()); err != nil {
+		if err := w.compact(e.minAck(), time.Time{}); err != nil {
 			log.Warn("events: wal compaction", "err", err)
 		}
 		e.walSegs.Store(int64(w.segmentCount()))
@@ -394,7 +394,7 @@ func (e *Emitter) runWAL() {
 				e.wal.setAck(r.name, r.acked.Load())
 			}
 		}
-		if err := e.wal.compact(e.minAck()); err != nil {
+		if err := e.wal.compact(e.minAck(), time.Now()); err != nil {
 			e.log.Warn("events: wal compaction", "err", err)
 		}
 		e.walSegs.Store(int64(e.wal.segmentCount()))

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // The WAL is a directory of append-only JSONL segments
@@ -54,6 +55,7 @@ type wal struct {
 
 	acks      map[string]uint64
 	acksDirty bool
+	acksAt    time.Time // when the acknowledgements were last persisted
 	buf       []byte
 
 	lock *os.File // held while the log is open (lockDir)
@@ -217,16 +219,26 @@ func (w *wal) setAck(sink string, seq uint64) {
 	}
 }
 
-// compact persists the acks and deletes segments every durable sink has
-// acknowledged; minAck is the lowest ack among them. The active segment is
-// rotated once it exceeds segBytes.
-func (w *wal) compact(minAck uint64) error {
+// AckEvery is how often the acknowledgements are persisted while the log
+// runs: a crash replays at most this much of what the sinks already had
+// (they take a replayed record as the same record), and the log is spared
+// a file written and renamed at every fsync.
+const AckEvery = time.Second
+
+// compact persists the acks (at most every AckEvery, and always before a
+// segment is deleted or the log closes) and deletes segments every durable
+// sink has acknowledged; minAck is the lowest ack among them. The active
+// segment is rotated once it exceeds segBytes. now is the time, or zero to
+// persist the acks whatever their age.
+func (w *wal) compact(minAck uint64, now time.Time) error {
 	var errs []error
-	if w.acksDirty {
+	deletes := slices.ContainsFunc(w.closed, func(s walSegment) bool { return s.last <= minAck })
+	if w.acksDirty && (now.IsZero() || deletes || now.Sub(w.acksAt) >= AckEvery) {
 		if err := w.writeAcks(); err != nil {
 			errs = append(errs, err)
+			deletes = false // keep the segments the persisted acks do not cover
 		} else {
-			w.acksDirty = false
+			w.acksDirty, w.acksAt = false, now
 		}
 	}
 	if w.f != nil && w.size >= w.segBytes {
@@ -236,7 +248,7 @@ func (w *wal) compact(minAck uint64) error {
 	}
 	kept := w.closed[:0]
 	for _, s := range w.closed {
-		if s.last <= minAck {
+		if deletes && s.last <= minAck {
 			if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("events: wal: %w", err))
 				kept = append(kept, s)
@@ -277,7 +289,7 @@ func (w *wal) close(minAck uint64) error {
 	if err != nil {
 		return err
 	}
-	return w.compact(minAck)
+	return w.compact(minAck, time.Time{})
 }
 
 // unlock releases the log's directory for another process.

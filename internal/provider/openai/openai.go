@@ -118,6 +118,7 @@ func New(cfg Config) (*Provider, error) {
 		option.WithHeaderDel("OpenAI-Project"),
 		option.WithHTTPClient(cfg.HTTPClient),
 		option.WithMaxRetries(0),
+		option.WithMiddleware(sendWhole),
 	)
 	return &Provider{cfg: cfg, client: client, maxCompletion: u.Host == "api.openai.com", hints: provider.NewCacheHints(cfg.Now)}, nil
 }
@@ -417,6 +418,12 @@ func roughEstimate(req *provider.Request, output string) provider.Usage {
 		in += len(m.Content)/4 + 4
 	}
 	return provider.Usage{InputTokens: in, OutputTokens: (len(output) + 3) / 4}
+}
+
+// sendWhole writes each call's headers and body in one write.
+func sendWhole(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	provider.SendWhole(req)
+	return next(req)
 }
 
 // traced sends the model attempt's traceparent with a call.
