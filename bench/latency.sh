@@ -16,7 +16,8 @@
 # a fallback while a breaker is open) are counted and kept out of the figures.
 # The server processes' CPU seconds per run are read from /proc. With
 # PROFILE=1, a CPU profile of fmgate is taken during its last round of each
-# measurement (into the run's log folder). With PIN=1 the proxy under test
+# measurement (into the run's log folder; PROFILE_KIND=trace takes an
+# execution trace instead, heap the heap's growth over the round). With PIN=1 the proxy under test
 # (bare or fmgate) runs on CPU 1 and the mock and the load generator on
 # CPU 0 (taskset), so that the hop's tail is not the generator's share of
 # the same cores; each Go process then sees one CPU. The mock is restarted with the chunk delay between the
@@ -165,7 +166,7 @@ measure() { # phase system round out args...: one loadgen run, its RESULT line a
 	if [[ -n $PROFILE && $s == fmgate && $r == "$REPEAT" ]]; then
 		prof=$RUN/cpu-$ph.pprof
 		(sleep "$PROFILE_AFTER" && curl -fsS -H "Authorization: Bearer ${FMGATE_ADMIN_TOKEN:-bench-admin-token}" -o "$prof" \
-			"http://$LOOP:$FMGATE_BENCH_PORT/debug/pprof/profile?seconds=$((DURATION - 2))") &
+			"http://$LOOP:$FMGATE_BENCH_PORT/debug/pprof/${PROFILE_KIND:-profile}?seconds=$((DURATION - 2))") &
 		prof=$!
 	fi
 	loadgen "$s" "$s" "$@" >"$out"

@@ -323,18 +323,49 @@ func (e *Emitter) runWAL() {
 		e.walErrs.Add(1)
 		e.log.Error("events: wal fsync failed", "err", err)
 	}
+	// The syncer fsyncs the active segment when asked (syncs) and fsyncs
+	// and closes each segment rotated away (retired): a rotation's fsync,
+	// which can take a slow disk hundreds of milliseconds, never holds up
+	// the writes turns wait on. A full retired queue (a disk that far
+	// behind) makes the rotation wait.
 	syncs := make(chan *os.File, 1)
+	retired := make(chan *os.File, 4)
 	var syncer sync.WaitGroup
 	syncer.Go(func() {
-		for f := range syncs {
-			// A segment rotated away meanwhile was synced before it closed.
-			if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
-				syncFailed(err)
+		syncs, retired := syncs, retired
+		for syncs != nil || retired != nil {
+			select {
+			case f, ok := <-syncs:
+				if !ok {
+					syncs = nil
+					continue
+				}
+				// A segment rotated away meanwhile may be closed already:
+				// its own fsync came first.
+				if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+					syncFailed(err)
+				}
+			case f, ok := <-retired:
+				if !ok {
+					retired = nil
+					continue
+				}
+				if err := f.Sync(); err != nil {
+					syncFailed(err)
+				}
+				if err := f.Close(); err != nil {
+					syncFailed(err)
+				}
 			}
 		}
 	})
 	defer syncer.Wait()
-	defer close(syncs)
+	e.wal.retire = func(f *os.File) { retired <- f }
+	defer func() {
+		e.wal.retire = nil
+		close(syncs)
+		close(retired)
+	}()
 	unsynced := false
 	fsync := func() {
 		if !unsynced {

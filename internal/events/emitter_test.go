@@ -726,3 +726,42 @@ func TestWALRefusesASecondWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Segments rotated while the log runs are fsynced and closed off the
+// writer; every record in them is still there for the replay after a
+// crash.
+func TestWALRotatedSegmentsKeepEveryRecord(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.WAL.SegmentBytes = 1 << 10 // a rotation every few records
+	cfg.WAL.FsyncInterval = time.Millisecond
+	down := newMemSink("store", true)
+	down.fail = errors.New("disk full")
+	em, err := New(context.Background(), cfg, []Sink{down}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	for i := range n {
+		em.Emit(event(i, true))
+		if i%20 == 0 {
+			time.Sleep(3 * time.Millisecond) // let compaction rotate
+		}
+	}
+	if err := em.shutdown(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if segs := walSegments(t, cfg.WAL.Dir); len(segs) < 5 {
+		t.Fatalf("%d segments on disk, want the log rotated several times", len(segs))
+	}
+	up := newMemSink("store", true)
+	em2, err := New(context.Background(), cfg, []Sink{up}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := em2.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if acc, _ := up.count(); acc != n {
+		t.Errorf("replay gave the store %d events, want %d", acc, n)
+	}
+}

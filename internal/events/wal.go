@@ -56,6 +56,9 @@ type wal struct {
 	acks      map[string]uint64
 	acksDirty bool
 	acksAt    time.Time // when the acknowledgements were last persisted
+	// retire, when set, takes a rotated segment's file to fsync and close
+	// it; nil does both in rotate.
+	retire func(*os.File)
 	buf       []byte
 
 	lock *os.File // held while the log is open (lockDir)
@@ -152,11 +155,20 @@ func readSegment(name string) (walSegment, []walRecord, error) {
 // rotate closes the active segment (if any) and opens a new one.
 func (w *wal) rotate() error {
 	if w.f != nil {
-		if err := w.sync(); err != nil {
-			return err
-		}
-		if err := w.f.Close(); err != nil {
-			return fmt.Errorf("events: wal: %w", err)
+		if w.retire != nil {
+			// The segment's records go to the operating system now; its
+			// fsync and close happen off the writer, which turns wait on.
+			if err := w.write(); err != nil {
+				return err
+			}
+			w.retire(w.f)
+		} else {
+			if err := w.sync(); err != nil {
+				return err
+			}
+			if err := w.f.Close(); err != nil {
+				return fmt.Errorf("events: wal: %w", err)
+			}
 		}
 		w.closed = append(w.closed, w.active)
 	}
