@@ -59,7 +59,7 @@ type wal struct {
 	// retire, when set, takes a rotated segment's file to fsync and close
 	// it; nil does both in rotate.
 	retire func(*os.File)
-	buf       []byte
+	buf    []byte
 
 	lock *os.File // held while the log is open (lockDir)
 }
