@@ -231,13 +231,13 @@ func (w *wal) setAck(sink string, seq uint64) {
 	}
 }
 
-// AckEvery is how often the acknowledgements are persisted while the log
+// ackEvery is how often the acknowledgements are persisted while the log
 // runs: a crash replays at most this much of what the sinks already had
 // (they take a replayed record as the same record), and the log is spared
 // a file written and renamed at every fsync.
-const AckEvery = time.Second
+const ackEvery = time.Second
 
-// compact persists the acks (at most every AckEvery, and always before a
+// compact persists the acks (at most every ackEvery, and always before a
 // segment is deleted or the log closes) and deletes segments every durable
 // sink has acknowledged; minAck is the lowest ack among them. The active
 // segment is rotated once it exceeds segBytes. now is the time, or zero to
@@ -245,7 +245,7 @@ const AckEvery = time.Second
 func (w *wal) compact(minAck uint64, now time.Time) error {
 	var errs []error
 	deletes := slices.ContainsFunc(w.closed, func(s walSegment) bool { return s.last <= minAck })
-	if w.acksDirty && (now.IsZero() || deletes || now.Sub(w.acksAt) >= AckEvery) {
+	if w.acksDirty && (now.IsZero() || deletes || now.Sub(w.acksAt) >= ackEvery) {
 		if err := w.writeAcks(); err != nil {
 			errs = append(errs, err)
 			deletes = false // keep the segments the persisted acks do not cover

@@ -11,7 +11,8 @@ import (
 // body, so it flushes the headers first "in case the body blocks"; a
 // replayable body (GetBody, the SDKs set it for bytes) is swapped back for
 // the in-memory reader GetBody returns. Call it from an SDK middleware,
-// which owns the attempt's request.
+// which owns the attempt's request (openai-go needs it; anthropic-sdk-go
+// passes its body as is).
 func SendWhole(req *http.Request) {
 	if req.GetBody == nil || req.Body == nil || req.Body == http.NoBody || req.ContentLength <= 0 {
 		return

@@ -90,11 +90,6 @@ func New(m config.Model, getenv func(string) string, client *http.Client) (*Prov
 		option.WithAPIKey(key),
 		option.WithHTTPClient(client),
 		option.WithMaxRetries(0),
-		// Each call's headers and body in one write.
-		option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-			provider.SendWhole(req)
-			return next(req)
-		}),
 	}
 	if m.Endpoint != "" {
 		opts = append(opts, option.WithBaseURL(m.Endpoint))
