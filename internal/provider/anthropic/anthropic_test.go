@@ -5,11 +5,9 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unicode"
@@ -17,6 +15,7 @@ import (
 	"github.com/fmgate/fmgate/internal/config"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/anthropic"
+	"github.com/fmgate/fmgate/internal/provider/providertest"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/simserver"
 )
@@ -283,51 +282,17 @@ func TestRequestReachesTheWire(t *testing.T) {
 	}
 }
 
-// writeCounter counts the writes on every connection it dialled.
-type writeCounter struct {
-	net.Conn
-	writes *atomic.Int32
-}
-
-func (c writeCounter) Write(b []byte) (int, error) {
-	c.writes.Add(1)
-	return c.Conn.Write(b)
-}
-
 // A call's headers and its body leave in one write, streamed or whole (the
 // SDK hands net/http its in-memory body as is).
 func TestACallIsOneWrite(t *testing.T) {
 	_, endpoint := upstream(t)
-	var writes atomic.Int32
 	hc := anthropic.NewHTTPClient()
-	tr := hc.Transport.(*http.Transport)
-	dial := tr.DialContext
-	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return writeCounter{c, &writes}, nil
-	}
+	writes := providertest.CountWrites(hc)
 	p, err := anthropic.New(config.Model{Name: "haiku", Provider: "anthropic", ModelID: modelID,
 		APIKeyEnv: "TEST_ANTHROPIC_KEY", Endpoint: endpoint},
 		func(string) string { return "sk-test" }, hc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := request("Recommend a fantasy manga series")
-	for _, streamed := range []bool{false, true} {
-		writes.Store(0)
-		if streamed {
-			_, err = p.Stream(context.Background(), req, func(string) error { return nil })
-		} else {
-			_, err = p.Complete(context.Background(), req)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := writes.Load(); n != 1 {
-			t.Errorf("streamed=%v: the call took %d writes, want 1 (headers and body together)", streamed, n)
-		}
-	}
+	providertest.OneWritePerCall(t, p, request("Recommend a fantasy manga series"), writes)
 }

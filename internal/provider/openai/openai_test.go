@@ -18,6 +18,7 @@ import (
 
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/provider/openai"
+	"github.com/fmgate/fmgate/internal/provider/providertest"
 	"github.com/fmgate/fmgate/internal/provider/sim"
 	"github.com/fmgate/fmgate/internal/simserver"
 )
@@ -559,50 +560,15 @@ func TestStopSequenceThatEndedTheAnswer(t *testing.T) {
 	}
 }
 
-// writeCounter counts the writes on every connection it dialled.
-type writeCounter struct {
-	net.Conn
-	writes *atomic.Int32
-}
-
-func (c writeCounter) Write(b []byte) (int, error) {
-	c.writes.Add(1)
-	return c.Conn.Write(b)
-}
-
 // A call's headers and its body leave in one write (one system call and,
 // on a quiet link, one segment), streamed or whole.
 func TestACallIsOneWrite(t *testing.T) {
 	_, base := upstream(t, sim.Settings{})
-	var writes atomic.Int32
 	hc := openai.NewHTTPClient()
-	tr := hc.Transport.(*http.Transport)
-	dial := tr.DialContext
-	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return writeCounter{c, &writes}, nil
-	}
+	writes := providertest.CountWrites(hc)
 	p, err := openai.New(openai.Config{Name: "local", ModelID: modelID, BaseURL: base, APIKey: "sk-test", HTTPClient: hc})
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := request("Recommend a fantasy manga series")
-	for _, streamed := range []bool{false, true} {
-		writes.Store(0)
-		var err error
-		if streamed {
-			_, err = p.Stream(context.Background(), req, nil)
-		} else {
-			_, err = p.Complete(context.Background(), req)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := writes.Load(); n != 1 {
-			t.Errorf("streamed=%v: the call took %d writes, want 1 (headers and body together)", streamed, n)
-		}
-	}
+	providertest.OneWritePerCall(t, p, request("Recommend a fantasy manga series"), writes)
 }

@@ -4,7 +4,10 @@ package providertest
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,5 +72,56 @@ func SendsTheAttemptsTraceparent(t *testing.T, p provider.Provider, rec *simserv
 	}
 	if got := call(context.Background(), true); got != "" {
 		t.Errorf("a call outside any span sent traceparent %q", got)
+	}
+}
+
+// CountWrites counts the writes on every connection c dials from now on;
+// c's transport must be an *http.Transport.
+func CountWrites(c *http.Client) *atomic.Int32 {
+	var writes atomic.Int32
+	tr := c.Transport.(*http.Transport)
+	dial := tr.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{conn, &writes}, nil
+	}
+	return &writes
+}
+
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int32
+}
+
+func (c writeCounter) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// OneWritePerCall checks that a whole and a streamed call of p each leave
+// in one write (headers and body together), writes counting p's client's
+// writes (CountWrites).
+func OneWritePerCall(t *testing.T, p provider.Provider, req *provider.Request, writes *atomic.Int32) {
+	t.Helper()
+	for _, streamed := range []bool{false, true} {
+		writes.Store(0)
+		var err error
+		if streamed {
+			_, err = p.Stream(context.Background(), req, func(string) error { return nil })
+		} else {
+			_, err = p.Complete(context.Background(), req)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := writes.Load(); n != 1 {
+			t.Errorf("streamed=%v: the call took %d writes, want 1 (headers and body together)", streamed, n)
+		}
 	}
 }
