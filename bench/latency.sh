@@ -164,7 +164,7 @@ measure() { # phase system round out args...: one loadgen run, its RESULT line a
 	shift 4
 	c0=$(cpu_s "${SRV_PID[$s]}") m0=$(cpu_s "$MOCK_PID")
 	if [[ -n $PROFILE && $s == fmgate && $r == "$REPEAT" ]]; then
-		prof=$RUN/cpu-$ph.pprof
+		prof=$RUN/${PROFILE_KIND:-profile}-$ph.pprof
 		(sleep "$PROFILE_AFTER" && curl -fsS -H "Authorization: Bearer ${FMGATE_ADMIN_TOKEN:-bench-admin-token}" -o "$prof" \
 			"http://$LOOP:$FMGATE_BENCH_PORT/debug/pprof/${PROFILE_KIND:-profile}?seconds=$((DURATION - 2))") &
 		prof=$!
