@@ -67,3 +67,37 @@ func BenchmarkStream(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkComplete is one whole answer from a loopback server that costs
+// almost nothing: the adapter's request and answer, the SDK's request path
+// and the wire.
+//
+//	go test -run '^$' -bench BenchmarkComplete -benchmem ./internal/provider/openai
+func BenchmarkComplete(b *testing.B) {
+	const answer = `{"id":"chatcmpl-b","object":"chat.completion","created":1700000000,"model":"gpt-x",` +
+		`"choices":[{"index":0,"message":{"role":"assistant","content":"Try Frieren."},"finish_reason":"stop"}],` +
+		`"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, answer)
+	}))
+	b.Cleanup(srv.Close)
+	p, err := openai.New(openai.Config{Name: "local", ModelID: "gpt-x", BaseURL: srv.URL + "/v1", APIKey: "sk-test"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &provider.Request{Model: "local", System: "You are the store assistant.", MaxTokens: 400,
+		Messages: []provider.Message{{Role: provider.RoleUser, Content: "Which fantasy manga should I read next?"}}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := p.Complete(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if resp.Usage.OutputTokens != 3 {
+			b.Fatalf("usage %+v", resp.Usage)
+		}
+	}
+}

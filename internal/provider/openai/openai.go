@@ -111,15 +111,18 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	client := sdk.NewClient(
-		option.WithBaseURL(strings.TrimSuffix(base, "/")+"/"),
+	// The client carries these options only: NewClient would add the
+	// OPENAI_* environment (a key, an organization, a base URL, extra
+	// headers) under every model's own settings, and re-apply its defaults
+	// on every call.
+	client := sdk.Client{Options: []option.RequestOption{
+		option.WithBaseURL(strings.TrimSuffix(base, "/") + "/"),
 		option.WithAPIKey(cfg.APIKey),
-		option.WithHeaderDel("OpenAI-Organization"),
-		option.WithHeaderDel("OpenAI-Project"),
 		option.WithHTTPClient(cfg.HTTPClient),
 		option.WithMaxRetries(0),
 		option.WithMiddleware(sendWhole),
-	)
+	}}
+	client.Embeddings = sdk.NewEmbeddingService(client.Options...)
 	return &Provider{cfg: cfg, client: client, maxCompletion: u.Host == "api.openai.com", hints: provider.NewCacheHints(cfg.Now)}, nil
 }
 
