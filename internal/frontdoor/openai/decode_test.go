@@ -2,6 +2,7 @@ package openai
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -294,5 +295,28 @@ func TestDecodeRemoteImages(t *testing.T) {
 				t.Fatalf("error %+v; want a 400 naming %q and saying %q", e, tt.wantParam, tt.wantMsg)
 			}
 		})
+	}
+}
+
+// servedBy sets its headers without canonicalizing their names: they must
+// be canonical already, or Header.Get would not find them.
+func TestServedBy(t *testing.T) {
+	for _, h := range []string{HeaderTier, HeaderDegraded, HeaderTraceID} {
+		if c := http.CanonicalHeaderKey(h); c != h {
+			t.Errorf("%s is not canonical (%s)", h, c)
+		}
+	}
+	h := http.Header{}
+	servedBy(h, "haiku", true, "")
+	if h.Get(HeaderTier) != "haiku" || h.Get(HeaderDegraded) != "true" || h.Values(HeaderTraceID) != nil {
+		t.Fatalf("headers %v", h)
+	}
+	h.Add(HeaderTier, "second")
+	if h.Get(HeaderDegraded) != "true" {
+		t.Fatalf("adding to one header changed another: %v", h)
+	}
+	servedBy(h, "sonnet", false, "0af7651916cd43dd8448eb211c80319c")
+	if h.Get(HeaderTier) != "sonnet" || h.Get(HeaderDegraded) != "false" || h.Get(HeaderTraceID) != "0af7651916cd43dd8448eb211c80319c" {
+		t.Fatalf("headers %v", h)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -429,11 +430,19 @@ func appendModel(dst []byte, name string) []byte {
 }
 
 // servedBy sets the headers that say how an answer was served.
+// The header names are canonical, so the values go in directly, in one
+// allocation; each is capped at its length, so an Add copies it.
 func servedBy(h http.Header, tier string, degraded bool, traceID string) {
-	h.Set(HeaderTier, tier)
-	h.Set(HeaderDegraded, strconv.FormatBool(degraded))
+	v := [...]string{tier, strconv.FormatBool(degraded), traceID}
+	vals := v[:]
+	if traceID == "" {
+		vals = v[:2]
+	}
+	vals = slices.Clone(vals)
+	h[HeaderTier] = vals[0:1:1]
+	h[HeaderDegraded] = vals[1:2:2]
 	if traceID != "" {
-		h.Set(HeaderTraceID, traceID)
+		h[HeaderTraceID] = vals[2:3:3]
 	}
 }
 
