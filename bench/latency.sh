@@ -14,7 +14,9 @@
 # mode), then runs REPEAT interleaved rounds (bare, fmgate, bare, fmgate…) of
 # each measurement. fmgate's degraded answers (X-Fmgate-Degraded: true, e.g.
 # a fallback while a breaker is open) are counted and kept out of the figures.
-# The server processes' CPU seconds per run are read from /proc. With
+# The server processes' CPU seconds per run are read from /proc (and the
+# CPU per timed answer derived), with the proxy's resident memory at each
+# run's end and its peak (VmRSS, VmHWM). With
 # PROFILE=1, a CPU profile of fmgate is taken during its last round of each
 # measurement (into the run's log folder; PROFILE_KIND=trace takes an
 # execution trace instead, heap the heap's growth over the round). With PIN=1 the proxy under test
@@ -159,7 +161,10 @@ loadgen() { # system label args...
 cpu_s() { # pid: user + system CPU seconds so far
 	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$1/stat"
 }
-measure() { # phase system round out args...: one loadgen run, its RESULT line and the CPU it cost the servers
+rss_mib() { # pid field: VmRSS (now) or VmHWM (the peak so far) in MiB
+	awk -v f="$2:" '$1 == f { printf "%.1f", $2 / 1024 }' "/proc/$1/status"
+}
+measure() { # phase system round out args...: one loadgen run, its RESULT line, the CPU it cost the servers and the proxy's memory
 	local ph=$1 s=$2 r=$3 out=$4 c0 m0 c1 m1 prof=
 	shift 4
 	c0=$(cpu_s "${SRV_PID[$s]}") m0=$(cpu_s "$MOCK_PID")
@@ -174,8 +179,9 @@ measure() { # phase system round out args...: one loadgen run, its RESULT line a
 	c1=$(cpu_s "${SRV_PID[$s]}") m1=$(cpu_s "$MOCK_PID")
 	awk -v ph="$ph" -v s="$s" -v r="$r" -v cpu="$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')" \
 		-v mock="$(awk -v a="$m0" -v b="$m1" 'BEGIN { printf "%.2f", b - a }')" \
-		'/^RESULT / { $1 = ""; print "phase=" ph " system=" s " round=" r " cpu_s=" cpu " mock_cpu_s=" mock $0 }' "$out" >>"$RUN/rounds.txt"
-	echo "  round $r $(head -n 4 "$out" | grep -v '^RESULT' | tr '\n' ' ' | tr -s ' ') | CPU: $s $(tail -n 1 "$RUN/rounds.txt" | sed -E 's/.*cpu_s=([0-9.]+) mock_cpu_s=([0-9.]+).*/\1 s, mock \2 s/')"
+		-v rss="$(rss_mib "${SRV_PID[$s]}" VmRSS)" -v peak="$(rss_mib "${SRV_PID[$s]}" VmHWM)" \
+		'/^RESULT / { $1 = ""; print "phase=" ph " system=" s " round=" r " cpu_s=" cpu " mock_cpu_s=" mock " rss_mib=" rss " peak_mib=" peak $0 }' "$out" >>"$RUN/rounds.txt"
+	echo "  round $r $(head -n 4 "$out" | grep -v '^RESULT' | tr '\n' ' ' | tr -s ' ') | CPU: $s $(tail -n 1 "$RUN/rounds.txt" | sed -E 's/.*cpu_s=([0-9.]+) mock_cpu_s=([0-9.]+) rss_mib=([0-9.]+) peak_mib=([0-9.]+).*/\1 s, mock \2 s | RSS \3 MiB, peak \4 MiB/')"
 }
 
 echo "== machine: $(nproc) CPU(s), $(uptime | sed 's/.*load/load/')${PIN:+; pinned: proxies on CPU 1, mock and load generator on CPU 0}"
@@ -223,7 +229,9 @@ awk '
 	  if (f["ok"] + 0 == 0) { empty[k]++; next } # nothing timed in this run (e.g. every answer degraded)
 	  n[k]++; p = (ph == "streams") ? "ttfb_" : ""
 	  p50[k, n[k]] = f[p "p50"]; p99[k, n[k]] = f[p "p99"]; p999[k, n[k]] = f[p "p999"]
-	  rate[k, n[k]] = f["rate"]; cpu[k, n[k]] = f["cpu_s"]
+	  rate[k, n[k]] = f["rate"]; cpu[k, n[k]] = f["cpu_s"]; rss[k, n[k]] = f["rss_mib"]
+	  # CPU a timed answer: the run CPU over the answers it timed (warm-up and degraded answers aside).
+	  per[k, n[k]] = 1000 * f["cpu_s"] / f["ok"]; if (f["peak_mib"] + 0 > peak[k] + 0) peak[k] = f["peak_mib"]
 	  pr[ph, f["system"], f["round"]] = f[p "p99"]; rounds[ph, f["round"]] = 1 }
 	function med(arr, k, m,   i, j, t, a) {
 		if (m == 0) return "-"
@@ -233,7 +241,7 @@ awk '
 	}
 	function num(x, d) { return (x == "-") ? "-" : sprintf("%." d "f", x) }
 	END {
-		printf "%-10s %-7s %6s %8s %9s %9s %9s %6s %8s %8s   %s\n", "phase", "system", "timed", "req/s", "p50_ms", "p99_ms", "p99.9_ms", "cpu_s", "err+ovf", "degraded", "added p99 ms (fmgate - bare, per round: min / median / max)"
+		printf "%-10s %-7s %6s %8s %9s %9s %9s %6s %7s %7s %8s %8s %8s   %s\n", "phase", "system", "timed", "req/s", "p50_ms", "p99_ms", "p99.9_ms", "cpu_s", "cpu_ms", "rss_MiB", "peak_MiB", "err+ovf", "degraded", "added p99 ms (fmgate - bare, per round: min / median / max)"
 		for (o = 1; o <= nph; o++) {
 			ph = order[o]
 			for (s = 0; s < 2; s++) {
@@ -247,9 +255,10 @@ awk '
 					for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (d[j] < d[i]) { t = d[i]; d[i] = d[j]; d[j] = t }
 					added = (c == 0) ? "- (no round timed both)" : sprintf("%.3f / %.3f / %.3f (%d rounds)", d[1], (c % 2) ? d[(c + 1) / 2] : (d[c / 2] + d[c / 2 + 1]) / 2, d[c], c)
 				}
-				printf "%-10s %-7s %6s %8s %9s %9s %9s %6s %8d %8d   %s\n", ph, sys, m "/" (m + empty[k]), num(med(rate, k, m), 1), num(med(p50, k, m), 3), num(med(p99, k, m), 3), num(med(p999, k, m), 3), num(med(cpu, k, m), 2), bad[k], exc[k], added
+				printf "%-10s %-7s %6s %8s %9s %9s %9s %6s %7s %7s %8s %8d %8d   %s\n", ph, sys, m "/" (m + empty[k]), num(med(rate, k, m), 1), num(med(p50, k, m), 3), num(med(p99, k, m), 3), num(med(p999, k, m), 3), num(med(cpu, k, m), 2), num(med(per, k, m), 3), num(med(rss, k, m), 1), num(peak[k], 1), bad[k], exc[k], added
 			}
 		}
 	}' "$RUN/rounds.txt" | tee "$RUN/results.txt"
 echo "(medians over the rounds that timed any answer (timed: such rounds / all); streams: times to the body's first byte; cpu_s: the proxy's or gateway's CPU seconds per run;"
+echo " cpu_ms: those over the run's timed answers, in ms (for streams: a stream's); rss_MiB: the process's resident memory at a run's end; peak_MiB: its highest (VmHWM);"
 echo " err+ovf: errors, non-2xx and overflowing sends summed over the rounds; degraded: fmgate's degraded answers, not timed; rounds in $RUN/rounds.txt)"
