@@ -86,7 +86,12 @@ func New(m config.Model, getenv func(string) string, client *http.Client) (*Prov
 	if client == nil {
 		client = NewHTTPClient()
 	}
+	// The model's settings only: the SDK's defaults would add credentials
+	// and a base URL from the environment (ANTHROPIC_AUTH_TOKEN as a Bearer
+	// token beside the key, ANTHROPIC_BASE_URL, ANTHROPIC_PROFILE's files),
+	// sent to whatever endpoint the model names.
 	opts := []option.RequestOption{
+		option.WithoutEnvironmentDefaults(),
 		option.WithAPIKey(key),
 		option.WithHTTPClient(client),
 		option.WithMaxRetries(0),

@@ -296,3 +296,35 @@ func TestACallIsOneWrite(t *testing.T) {
 	}
 	providertest.OneWritePerCall(t, p, request("Recommend a fantasy manga series"), writes)
 }
+
+// The model's settings are the provider's only source: credentials and
+// addresses the SDK would pick up from the environment (a token, a
+// profile, a base URL) never reach the configured endpoint.
+func TestEnvironmentDoesNotReachTheCall(t *testing.T) {
+	for name, env := range map[string]map[string]string{
+		"api key":    {"ANTHROPIC_API_KEY": "sk-from-env", "ANTHROPIC_BASE_URL": "http://127.0.0.1:1"},
+		"auth token": {"ANTHROPIC_AUTH_TOKEN": "token-from-env"},
+		"profile":    {"ANTHROPIC_PROFILE": "nowhere", "ANTHROPIC_CONFIG_DIR": t.TempDir()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for k, v := range env {
+				t.Setenv(k, v)
+			}
+			var got http.Header
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got = r.Header.Clone()
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(`{"id":"m","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"ok"}],` +
+					`"stop_reason":"end_turn","usage":{"input_tokens":7,"output_tokens":1}}`))
+			}))
+			defer srv.Close()
+			if _, err := newProvider(t, srv.URL).Complete(context.Background(), request("hi")); err != nil {
+				t.Fatal(err)
+			}
+			if got.Get("X-Api-Key") != "sk-test" || got.Get("Authorization") != "" {
+				t.Errorf("x-api-key %q, authorization %q: want the model's key alone", got.Get("X-Api-Key"), got.Get("Authorization"))
+			}
+		})
+	}
+}
