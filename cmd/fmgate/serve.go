@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -52,6 +54,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := cfg.CheckSecrets(); err != nil {
 		return err
 	}
+	setGCPercent(cfg.Server, os.Getenv)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("-log-level: %w", err)
@@ -193,4 +196,15 @@ type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+}
+
+// setGCPercent applies server.gcPercent, unless a GOGC environment
+// variable chose the garbage collector's target already (the runtime read
+// it at start), and reports whether it did.
+func setGCPercent(c config.Server, getenv func(string) string) bool {
+	if getenv("GOGC") != "" {
+		return false
+	}
+	debug.SetGCPercent(cmp.Or(c.GCPercent, config.DefaultGCPercent))
+	return true
 }

@@ -6,8 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/fmgate/fmgate/internal/config"
 )
 
 func TestRedisClientMessagesAreJSONWarnings(t *testing.T) {
@@ -20,5 +24,40 @@ func TestRedisClientMessagesAreJSONWarnings(t *testing.T) {
 	}
 	if line.Level != "WARN" || line.Msg != "redis client" || !strings.Contains(line.Detail, "failed to dial after 5 attempts: connection refused") {
 		t.Fatalf("line = %+v", line)
+	}
+}
+
+// server.gcPercent sets the collector's target, its default 400, unless
+// GOGC chose one.
+func TestSetGCPercent(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "GOGC" {
+				return v
+			}
+			return ""
+		}
+	}
+	for _, tt := range []struct {
+		set, gogc string
+		want      int
+		applied   bool
+	}{
+		{"", "", config.DefaultGCPercent, true},
+		{"250", "", 250, true},
+		{"250", "150", 100, false}, // GOGC's own value stays (100 here, set above)
+	} {
+		debug.SetGCPercent(100)
+		c := config.Server{}
+		if tt.set != "" {
+			c.GCPercent, _ = strconv.Atoi(tt.set)
+		}
+		if got := setGCPercent(c, env(tt.gogc)); got != tt.applied {
+			t.Errorf("gcPercent %q, GOGC %q: applied %v, want %v", tt.set, tt.gogc, got, tt.applied)
+		}
+		if got := debug.SetGCPercent(100); got != tt.want {
+			t.Errorf("gcPercent %q, GOGC %q: the target is %d, want %d", tt.set, tt.gogc, got, tt.want)
+		}
 	}
 }
