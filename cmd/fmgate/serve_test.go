@@ -27,7 +27,7 @@ func TestRedisClientMessagesAreJSONWarnings(t *testing.T) {
 	}
 }
 
-// server.gcPercent sets the collector's target, its default 400, unless
+// server.gcPercent sets the collector's target, its default 100, unless
 // GOGC chose one.
 func TestSetGCPercent(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
@@ -45,10 +45,10 @@ func TestSetGCPercent(t *testing.T) {
 		applied   bool
 	}{
 		{"", "", config.DefaultGCPercent, true},
-		{"250", "", 250, true},
-		{"250", "150", 100, false}, // GOGC's own value stays (100 here, set above)
+		{"400", "", 400, true},
+		{"400", "150", 75, false}, // GOGC's own value stays (75 here, set below)
 	} {
-		debug.SetGCPercent(100)
+		debug.SetGCPercent(75)
 		c := config.Server{}
 		if tt.set != "" {
 			c.GCPercent, _ = strconv.Atoi(tt.set)

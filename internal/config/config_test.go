@@ -87,7 +87,7 @@ func TestParseNamesFieldPaths(t *testing.T) {
 		{"sim model that is no tier", "sim:\n  models:\n    opus: {ttftMs: 100}\n", "sim.models.opus: no model tier is named opus (models are sonnet, haiku; embedding tiers are titan-embed, cohere-embed)"},
 		{"idle outside the hierarchy", "deadline:\n  idle: 5m\n", "deadline.idle: must be > 0 and shorter than stream.maxDuration"},
 		{"batch bounds", "batch:\n  maxJobs: 0\n", "batch.maxJobs: must be > 0"},
-		{"collector target too low", "server:\n  gcPercent: 20\n", "server.gcPercent: must be at least 50 (Go's default is 100), or 0 for fmgate's 400"},
+		{"collector target too low", "server:\n  gcPercent: 20\n", "server.gcPercent: must be at least 50, or 0 for the default (100)"},
 		{"allowed host with a port", "server:\n  allowedHosts: [gw.example.com, \"localhost:8080\"]\n", `server.allowedHosts[1]: "localhost:8080": name the host without a port`},
 		{"allowed host that is no pattern", "server:\n  allowedHosts: [\"[a-\"]\n", `server.allowedHosts[0]: "[a-" is not a host name or pattern`},
 		{"empty allowed host", "server:\n  allowedHosts: [\"\"]\n", `server.allowedHosts[0]: "" is not a host name or pattern`},
