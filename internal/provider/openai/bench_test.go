@@ -48,13 +48,7 @@ func chunkedServer(b *testing.B, n int) string {
 //
 //	go test -run '^$' -bench BenchmarkStream -benchmem ./internal/provider/openai
 func BenchmarkStream(b *testing.B) {
-	base := chunkedServer(b, 20)
-	p, err := openai.New(openai.Config{Name: "local", ModelID: "gpt-x", BaseURL: base, APIKey: "sk-test"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	req := &provider.Request{Model: "local", System: "You are the store assistant.", MaxTokens: 400,
-		Messages: []provider.Message{{Role: provider.RoleUser, Content: "Which fantasy manga should I read next?"}}}
+	p, req := benchProvider(b, chunkedServer(b, 20))
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -83,12 +77,7 @@ func BenchmarkComplete(b *testing.B) {
 		_, _ = io.WriteString(w, answer)
 	}))
 	b.Cleanup(srv.Close)
-	p, err := openai.New(openai.Config{Name: "local", ModelID: "gpt-x", BaseURL: srv.URL + "/v1", APIKey: "sk-test"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	req := &provider.Request{Model: "local", System: "You are the store assistant.", MaxTokens: 400,
-		Messages: []provider.Message{{Role: provider.RoleUser, Content: "Which fantasy manga should I read next?"}}}
+	p, req := benchProvider(b, srv.URL+"/v1")
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -100,4 +89,16 @@ func BenchmarkComplete(b *testing.B) {
 			b.Fatalf("usage %+v", resp.Usage)
 		}
 	}
+}
+
+// benchProvider is the provider the benchmarks call at base, and the
+// request they send: a short system prompt and one question.
+func benchProvider(b *testing.B, base string) (*openai.Provider, *provider.Request) {
+	b.Helper()
+	p, err := openai.New(openai.Config{Name: "local", ModelID: "gpt-x", BaseURL: base, APIKey: "sk-test"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p, &provider.Request{Model: "local", System: "You are the store assistant.", MaxTokens: 400,
+		Messages: []provider.Message{{Role: provider.RoleUser, Content: "Which fantasy manga should I read next?"}}}
 }
