@@ -131,13 +131,17 @@ if op == 'allow' then
 elseif op == 'done' and pgen == gen then
   if st == 0 and pslot == -1 then
     local step = string.format('%d', math.floor(now / bucketUs))
-    redis.call('HINCRBY', KW, 'c:' .. step, 1)
+    local fresh = redis.call('HINCRBY', KW, 'c:' .. step, 1) == 1
     if not success then redis.call('HINCRBY', KW, 'f:' .. step, 1) end
     redis.call('PEXPIRE', KW, windowTtlMs)
-    local c, f = window()
-    if not success and (f >= threshold or (c >= minCalls and f / c >= rate)) then
-      move(1)
-      oa = now
+    -- A success never opens the breaker: the window is read on a failure,
+    -- and on the first call of a step, which deletes the stale steps.
+    if not success or fresh then
+      local c, f = window()
+      if not success and (f >= threshold or (c >= minCalls and f / c >= rate)) then
+        move(1)
+        oa = now
+      end
     end
   elseif st == 2 and probes[pslot] ~= nil then
     probes[pslot] = nil

@@ -106,23 +106,24 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local want = tonumber(ARGV[2])
 for i = 1, #KEYS do
-  local spent = tonumber(redis.call('HGET', KEYS[i], 'nusd') or '0')
-  local total = spent
+  local spent, held = 0, 0
   local fields = redis.call('HGETALL', KEYS[i])
   for j = 1, #fields, 2 do
     local f = fields[j]
-    if string.sub(f, 1, 2) == 'h:' then
+    if f == 'nusd' then
+      spent = tonumber(fields[j + 1])
+    elseif string.sub(f, 1, 2) == 'h:' then
       local v = fields[j + 1]
       local sep = string.find(v, ':', 1, true)
       if tonumber(string.sub(v, sep + 1)) <= now then
         redis.call('HDEL', KEYS[i], f)
       else
-        total = total + tonumber(string.sub(v, 1, sep - 1))
+        held = held + tonumber(string.sub(v, 1, sep - 1))
       end
     end
   end
   local limit = tonumber(ARGV[2 + 2 * i])
-  if limit > 0 and total + want > limit then
+  if limit > 0 and spent + held + want > limit then
     return {i, spent}
   end
 end

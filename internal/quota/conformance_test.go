@@ -240,6 +240,57 @@ func runConformance(t *testing.T, newLedger newLedgerFunc) {
 		}
 	})
 
+	t.Run("each second leaves the window on its own", func(t *testing.T) {
+		clk := newFakeClock()
+		l := newLedger(t, testConfig(), clk)
+		settle := func(tokens int) {
+			t.Helper()
+			r, err := l.Reserve(ctx, "m", P1, tokens)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Settle(ctx, tokens); err != nil {
+				t.Fatal(err)
+			}
+		}
+		used := func(when string, tokens, requests int) {
+			t.Helper()
+			s, err := l.Saturation(ctx, "m")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.TokensUsed != tokens || s.RequestsUsed != requests {
+				t.Fatalf("%s: used %d tokens in %d requests, want %d in %d", when, s.TokensUsed, s.RequestsUsed, tokens, requests)
+			}
+		}
+		settle(100) // second 0
+		clk.Advance(20 * time.Second)
+		settle(200) // second 20
+		settle(50)
+		clk.Advance(20 * time.Second)
+		settle(300) // second 40
+		used("at 40s", 650, 4)
+		clk.Advance(20 * time.Second) // 60: second 0 is out
+		used("at 60s", 550, 3)
+		clk.Advance(19 * time.Second) // 79: second 20 is still in
+		used("at 79s", 550, 3)
+		clk.Advance(time.Second) // 80
+		used("at 80s", 300, 1)
+		// A refusal says when the oldest second that makes room leaves.
+		settle(500) // second 80
+		_, err := l.Reserve(ctx, "m", P1, 300)
+		var se *SaturatedError
+		if !errors.As(err, &se) || se.RetryAfter != 20*time.Second {
+			t.Fatalf("err = %v, want saturated with RetryAfter 20s (second 40 leaving)", err)
+		}
+		// Idle for longer than a window: nothing is left, and the window
+		// fills again from empty.
+		clk.Advance(5 * time.Minute)
+		used("after 5 idle minutes", 0, 0)
+		settle(700)
+		used("after a new call", 700, 1)
+	})
+
 	t.Run("unsettled reservations expire after max hold", func(t *testing.T) {
 		clk := newFakeClock()
 		l := newLedger(t, testConfig(), clk)

@@ -1,11 +1,19 @@
 -- One quota decision, atomically. Mirrors policy.fits in quota.go.
 -- KEYS: 1 window hash (second -> "t0,t1,t2,t3,r0,r1,r2,r3"),
 --       2 held hash (id -> "class,tokens,second"), 3 held expiry zset,
---       4 held totals hash (t0..t3, r0..r3), 5 ceiling override hash.
+--       4 held totals hash (t0..t3, r0..r3), 5 ceiling override hash,
+--       6 window totals hash (t0..t3, r0..r3 of the seconds in KEYS[1],
+--         lo: every second before it has left KEYS[1]).
 -- ARGV: 1 op (reserve|settle|release|snap), 2 id, 3 class, 4 tokens,
 --       5 tpm, 6 rpm, 7 margin, 8..11 pauseAt P0..P3, 12..15 guaranteed P0..P3,
 --       16 maxHold ms, 17 clock override ms ("" = Redis TIME),
 --       18 concurrency cap (0 = none).
+--
+-- The window's totals are kept beside it, so a decision reads two small
+-- hashes rather than parsing the minute's sixty buckets: a bucket's figures
+-- are added when a call settles into it and taken off when its second
+-- leaves the window. Only a refusal, which needs the buckets one by one to
+-- say when it would fit, reads the whole window.
 local WIN = 60
 local op = ARGV[1]
 local nowms
@@ -26,6 +34,50 @@ end
 
 local function zero() return {0, 0, 0, 0, 0, 0, 0, 0} end
 
+local TTL = WIN * 1000 + 5000
+
+-- Bring the window's totals to nowsec: the seconds that left the window
+-- are taken off them and deleted. Totals that are missing, or older than
+-- a window, are summed again from the buckets (at most a window's worth).
+local function expireWindow()
+  local first = nowsec - WIN + 1
+  local s = redis.call('HMGET', KEYS[6], 'lo', 't0', 't1', 't2', 't3', 'r0', 'r1', 'r2', 'r3')
+  local lo = tonumber(s[1])
+  if lo and lo >= first then
+    local u = {}
+    for k = 1, 8 do u[k] = tonumber(s[k + 1]) or 0 end
+    return u
+  end
+  local u = zero()
+  if lo and first - lo <= WIN then
+    for k = 1, 8 do u[k] = tonumber(s[k + 1]) or 0 end
+    for sec = lo, first - 1 do
+      local f = tostring(sec)
+      local v = redis.call('HGET', KEYS[1], f)
+      if v then
+        local b = parse(v)
+        for k = 1, 8 do u[k] = u[k] - b[k] end
+        redis.call('HDEL', KEYS[1], f)
+      end
+    end
+  else
+    local all = redis.call('HGETALL', KEYS[1])
+    for i = 1, #all, 2 do
+      local sec = tonumber(all[i])
+      if sec >= first then
+        local b = parse(all[i + 1])
+        for k = 1, 8 do u[k] = u[k] + b[k] end
+      else
+        redis.call('HDEL', KEYS[1], all[i])
+      end
+    end
+  end
+  redis.call('HSET', KEYS[6], 'lo', first, 't0', u[1], 't1', u[2], 't2', u[3], 't3', u[4],
+    'r0', u[5], 'r1', u[6], 'r2', u[7], 'r3', u[8])
+  redis.call('PEXPIRE', KEYS[6], TTL)
+  return u
+end
+
 -- Return expired holds to the pool.
 local function unhold(id, v)
   local h = parse(v)
@@ -40,6 +92,7 @@ for _, id in ipairs(expired) do
   local v = redis.call('HGET', KEYS[2], id)
   if v then unhold(id, v) else redis.call('ZREM', KEYS[3], id) end
 end
+local win = expireWindow()
 
 if op == 'settle' or op == 'release' then
   local v = redis.call('HGET', KEYS[2], ARGV[2])
@@ -50,10 +103,14 @@ if op == 'settle' or op == 'release' then
     local f = tostring(sec)
     local cur = redis.call('HGET', KEYS[1], f)
     local b = cur and parse(cur) or zero()
-    b[h[1] + 1] = b[h[1] + 1] + tonumber(ARGV[4])
+    local tk = tonumber(ARGV[4])
+    b[h[1] + 1] = b[h[1] + 1] + tk
     b[h[1] + 5] = b[h[1] + 5] + 1
     redis.call('HSET', KEYS[1], f, table.concat(b, ','))
-    redis.call('PEXPIRE', KEYS[1], WIN * 1000 + 5000)
+    redis.call('HINCRBY', KEYS[6], 't' .. h[1], tk)
+    redis.call('HINCRBY', KEYS[6], 'r' .. h[1], 1)
+    redis.call('PEXPIRE', KEYS[1], TTL)
+    redis.call('PEXPIRE', KEYS[6], TTL)
   end
   return {1}
 end
@@ -67,20 +124,9 @@ local margin = tonumber(ARGV[7])
 local LT = math.max(math.floor(tpm * margin), 1)
 local LR = math.max(math.floor(rpm * margin), 1)
 
--- Usage: live window buckets plus outstanding holds.
+-- Usage: the window's totals plus the outstanding holds.
 local u = zero()
-local live = {}
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  local sec = tonumber(all[i])
-  if sec > nowsec - WIN and sec <= nowsec then
-    local b = parse(all[i + 1])
-    for k = 1, 8 do u[k] = u[k] + b[k] end
-    live[#live + 1] = {sec, b}
-  elseif sec <= nowsec - WIN then
-    redis.call('HDEL', KEYS[1], all[i])
-  end
-end
+for k = 1, 8 do u[k] = win[k] end
 local agg = redis.call('HMGET', KEYS[4], 't0', 't1', 't2', 't3', 'r0', 'r1', 'r2', 'r3')
 for k = 1, 8 do u[k] = u[k] + (tonumber(agg[k]) or 0) end
 
@@ -125,6 +171,13 @@ local function fits(x)
 end
 
 if not fits(u) then
+  -- When would it fit: take the window's seconds off, oldest first.
+  local live = {}
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    local sec = tonumber(all[i])
+    if sec > nowsec - WIN and sec <= nowsec then live[#live + 1] = {sec, parse(all[i + 1])} end
+  end
   table.sort(live, function(a, b) return a[1] < b[1] end)
   local retry = -1
   for _, e in ipairs(live) do

@@ -69,8 +69,12 @@ func (l *Redis) Configure(cfg Config) error {
 
 func (l *Redis) keys(model string) []string {
 	// The hash tag keeps one model's keys in one cluster slot.
+	// The window is "window" with its totals beside it; "win", the window
+	// before its totals were kept, is left to expire: an instance still on
+	// that layout keeps its own window for the minute a rolling upgrade
+	// takes, rather than corrupting the totals of the new one.
 	base := l.prefix + "quota:{" + model + "}:"
-	return []string{base + "win", base + "held", base + "exp", base + "agg", base + "ceil"}
+	return []string{base + "window", base + "held", base + "exp", base + "agg", base + "ceil", base + "window:sum"}
 }
 
 func (l *Redis) args(model, op, id string, p Priority, tokens int) []any {
