@@ -72,6 +72,22 @@ type Breaker interface {
 	Snapshot(ctx context.Context) (Snapshot, error)
 }
 
+// Stater is a Breaker that reads its state more cheaply than a Snapshot
+// when the rolling window's counts are not wanted.
+type Stater interface {
+	// State is Snapshot with Calls and Failures left 0.
+	State(ctx context.Context) (Snapshot, error)
+}
+
+// StateOf reports b's state and when it admits again: its Stater's State, or
+// its Snapshot.
+func StateOf(ctx context.Context, b Breaker) (Snapshot, error) {
+	if s, ok := b.(Stater); ok {
+		return s.State(ctx)
+	}
+	return b.Snapshot(ctx)
+}
+
 // Permit is the right to make one call, issued by Allow.
 type Permit interface {
 	// Done records the call's outcome against the generation the permit was

@@ -152,7 +152,17 @@ func (b *Redis) Allow(ctx context.Context) (Permit, error) {
 
 // Snapshot implements Breaker.
 func (b *Redis) Snapshot(ctx context.Context) (Snapshot, error) {
-	r, err := b.run(ctx, "snap", 0, -1, false)
+	return b.snapshot(ctx, "snap")
+}
+
+// State implements Stater: a snapshot without the rolling window's counts
+// (Calls and Failures stay 0), which the script then does not read.
+func (b *Redis) State(ctx context.Context) (Snapshot, error) {
+	return b.snapshot(ctx, "state")
+}
+
+func (b *Redis) snapshot(ctx context.Context, op string) (Snapshot, error) {
+	r, err := b.run(ctx, op, 0, -1, false)
 	if err != nil {
 		return Snapshot{Name: b.name}, err
 	}

@@ -1,7 +1,7 @@
 -- One breaker decision, atomically. The rules mirror machine.go exactly.
 -- KEYS: state hash, probes hash (slot -> deadline µs), window hash
 --       ("c:<step>"/"f:<step>" -> calls/failures per window step).
--- ARGV: op (allow|done|release|snap), gen, slot, success (1/0), ageUs, failureThreshold,
+-- ARGV: op (allow|done|release|snap|state), gen, slot, success (1/0), ageUs, failureThreshold,
 --       failureRate, minCalls, bucketUs, buckets, openUs, waitUs, ttlMs,
 --       windowTtlMs, stages...
 -- ageUs is how long ago the call was made (an outcome queued by a turn's
@@ -178,8 +178,9 @@ if dirty then
 end
 
 local calls, fails, inflight, stageProbes = 0, 0, 0, 0
-if op == 'snap' then
-  if st == 0 then calls, fails = window() end
+if op == 'snap' or op == 'state' then
+  -- 'state' is a snapshot without the window's counts, for the planner.
+  if st == 0 and op == 'snap' then calls, fails = window() end
   for _ in pairs(probes) do inflight = inflight + 1 end
   if st == 2 then
     stageProbes = stages[stg + 1]

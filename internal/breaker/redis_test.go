@@ -112,3 +112,49 @@ func (p batchedPermit) Done(ctx context.Context, ok bool) {
 func (p batchedPermit) Release(ctx context.Context) {
 	p.Permit.Release(redisbatch.With(ctx, p.b))
 }
+
+// TestRedisStateSkipsTheWindow: State answers the planner's question (the
+// state, when it admits again) like Snapshot, without the window's counts.
+func TestRedisStateSkipsTheWindow(t *testing.T) {
+	client, prefix := redistest.Client(t)
+	b := NewRedis(client, prefix, "sonnet", suiteConfig())
+	ctx := context.Background()
+	record(t, b, "SSF")
+	snap, err := b.Snapshot(ctx)
+	if err != nil || snap.State != Closed || snap.Calls != 3 || snap.Failures != 1 {
+		t.Fatalf("Snapshot = %+v, %v; want closed with 3 calls, 1 failure", snap, err)
+	}
+	st, err := StateOf(ctx, b)
+	if err != nil || st.State != Closed || st.Calls != 0 || st.Generation != snap.Generation {
+		t.Fatalf("State = %+v, %v; want closed, generation %d, no counts", st, err, snap.Generation)
+	}
+	record(t, b, "FFFF")
+	st, err = StateOf(ctx, b)
+	if err != nil || st.State != Open || st.RetryAfter <= 0 || st.RetryAfter > suiteConfig().OpenTimeout {
+		t.Fatalf("State after five failures = %+v, %v; want open, admitting again within %v", st, err, suiteConfig().OpenTimeout)
+	}
+}
+
+// TestRedisWindowStaysBounded: successes do not read the window, yet its
+// stale steps are still deleted (by the first call of each step), so a
+// breaker that never fails keeps at most a window's worth of steps.
+func TestRedisWindowStaysBounded(t *testing.T) {
+	client, prefix := redistest.Client(t)
+	cfg := suiteConfig()
+	cfg.Window = 200 * time.Millisecond // steps of 10ms
+	b := NewRedis(client, prefix, "sonnet", cfg)
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(3 * time.Millisecond) {
+		record(t, b, "S")
+	}
+	n, err := client.HLen(context.Background(), b.keys[2]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit := int64(windowBuckets + 2); n == 0 || n > limit {
+		t.Fatalf("the window holds %d steps after a second of successes, want 1..%d", n, limit)
+	}
+	snap, err := b.Snapshot(context.Background())
+	if err != nil || snap.Calls == 0 || snap.Failures != 0 {
+		t.Fatalf("Snapshot = %+v, %v; want the last window's calls", snap, err)
+	}
+}

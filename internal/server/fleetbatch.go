@@ -260,7 +260,7 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 	mu := &a.mu // the maps below are filled by concurrent calls
 	for i, m := range models {
 		calls = append(calls, func(ctx context.Context) {
-			if s, err := f.breakers.Get(m).Snapshot(ctx); err == nil {
+			if s, err := breaker.StateOf(ctx, f.breakers.Get(m)); err == nil {
 				mu.Lock()
 				a.snaps[m] = s
 				mu.Unlock()
@@ -279,7 +279,7 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 	}
 	if f.search != nil {
 		calls = append(calls, func(ctx context.Context) {
-			s, err := f.search.Snapshot(ctx)
+			s, err := breaker.StateOf(ctx, f.search)
 			f.searchClosed.Store(err == nil && s.State == breaker.Closed)
 		})
 		if f.searchClosed.Load() {
@@ -638,7 +638,7 @@ func breakerSnapshot(ctx context.Context, s *breaker.Set, model string) (breaker
 			return snap, nil
 		}
 	}
-	return s.Get(model).Snapshot(ctx)
+	return breaker.StateOf(ctx, s.Get(model))
 }
 
 // quotaSaturation is model's quota saturation for the planner.
