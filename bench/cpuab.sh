@@ -12,6 +12,8 @@
 # req/s for DURATION seconds of JSON chat completions with bench/loadgen
 # (open loop), and reads the gateway's user + system CPU from /proc. Prints
 # one line per run and the median CPU-µs per answered request per binary.
+# In fleet mode (FMGATE_BENCH_REDIS=HOST:PORT, a Redis on this machine) the
+# Redis server's CPU per request is read and reported beside it.
 # Knobs (env): RATE=400 DURATION=10 WARMUP=2 REPEAT=3 BODY (default: a short
 # JSON chat completion) MOCK_PORT=9300 FMGATE_BENCH_PORT=8380.
 set -euo pipefail
@@ -43,6 +45,11 @@ wait_up() { # url: until it answers 200, 10 s at most
 }
 cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.3f", ($12 + $13) / hz }' "/proc/$1/stat"; }
 
+redis_pid=
+if [[ -n ${FMGATE_BENCH_REDIS:-} ]]; then
+	redis_pid=$(redis-cli -h "${FMGATE_BENCH_REDIS%:*}" -p "${FMGATE_BENCH_REDIS##*:}" info server | tr -d '\r' | awk -F: '$1 == "process_id" { print $2 }')
+	[[ -r /proc/$redis_pid/stat ]] || { echo "bench/cpuab.sh: the Redis at $FMGATE_BENCH_REDIS is not a process of this machine" >&2; exit 2; }
+fi
 "$harness/.bin/mockup" -addr "127.0.0.1:$MOCK_PORT" >"$log/mock.log" 2>&1 &
 pids+=($!)
 wait_up "http://127.0.0.1:$MOCK_PORT/health"
@@ -56,21 +63,33 @@ for r in $(seq 1 "$REPEAT"); do
 		FMGATE_BIN=${bins[$i]} "$here/fmgate-target.sh" >"$log/fmgate-$i-$r.log" 2>&1 &
 		gw=$!
 		wait_up "http://127.0.0.1:$FMGATE_BENCH_PORT/readyz"
+		proc=$gw
+		if [[ -n $redis_pid ]]; then
+			proc=$(pgrep -P "$gw" | head -1) # fleet mode: the target script is the gateway's parent
+		fi
 		load -duration "${WARMUP}s" >/dev/null
-		c0=$(cpu_s "$gw")
+		c0=$(cpu_s "$proc")
+		r0=$([[ -z $redis_pid ]] || cpu_s "$redis_pid")
 		load -duration "${DURATION}s" >"$log/load-$i-$r.txt"
-		c1=$(cpu_s "$gw")
+		c1=$(cpu_s "$proc")
+		r1=$([[ -z $redis_pid ]] || cpu_s "$redis_pid")
 		kill "$gw"
 		wait "$gw" 2>/dev/null || true
 		field() { awk -v f="$1" '/^RESULT /{for(k=2;k<=NF;k++){split($k,a,"=");if(a[1]==f)print a[2]}}' "$log/load-$i-$r.txt"; }
 		ok=$(field ok)
 		[[ -n $ok && $ok -gt 0 ]] || { echo "bench/cpuab.sh: no answers from ${bins[$i]} (see $log)" >&2; exit 1; }
 		us=$(awk -v a="$c0" -v b="$c1" -v n="$ok" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }')
-		echo "round $r  ${bins[$i]}  cpu-µs/req $us  ok $ok  excluded $(field excluded)  p50 $(field p50) ms  p99 $(field p99) ms"
+		rus=
+		if [[ -n $redis_pid ]]; then
+			rus="  redis-cpu-µs/req $(awk -v a="$r0" -v b="$r1" -v n="$ok" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }')"
+			echo "$i $(awk -v a="$r0" -v b="$r1" -v n="$ok" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }')" >>"$log/redis"
+		fi
+		echo "round $r  ${bins[$i]}  cpu-µs/req $us$rus  ok $ok  excluded $(field excluded)  p50 $(field p50) ms  p99 $(field p99) ms"
 		echo "$i $us" >>"$log/results"
 	done
 done
 echo "== median CPU-µs per request"
+median() { awk -v i="$1" '$1 == i { print $2 }' "$2" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 for i in "${!bins[@]}"; do
-	printf '%-40s %s\n' "${bins[$i]}" "$(awk -v i="$i" '$1 == i { print $2 }' "$log/results" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')"
+	printf '%-40s %s%s\n' "${bins[$i]}" "$(median "$i" "$log/results")" "$([[ -z $redis_pid ]] || echo "  (Redis $(median "$i" "$log/redis"))")"
 done

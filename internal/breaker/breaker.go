@@ -88,6 +88,21 @@ func StateOf(ctx context.Context, b Breaker) (Snapshot, error) {
 	return b.Snapshot(ctx)
 }
 
+// AllowState is what an Allow's answer says of the breaker's state, when
+// it says it: that of an *OpenError (with when it admits again), or that
+// of a permit which knows the state it was issued in. The planner's read
+// of a breaker whose permit was just asked for is then no second call.
+func AllowState(p Permit, err error) (Snapshot, bool) {
+	var open *OpenError
+	if errors.As(err, &open) {
+		return Snapshot{Name: open.Name, State: open.State, RetryAfter: open.RetryAfter}, true
+	}
+	if sp, ok := p.(interface{ State() State }); ok && err == nil {
+		return Snapshot{State: sp.State()}, true
+	}
+	return Snapshot{}, false
+}
+
 // Permit is the right to make one call, issued by Allow.
 type Permit interface {
 	// Done records the call's outcome against the generation the permit was

@@ -147,7 +147,7 @@ func (b *Redis) Allow(ctx context.Context) (Permit, error) {
 			State:      r.state,
 		}
 	}
-	return &redisPermit{b: b, gen: r.gen, slot: r.slot}, nil
+	return &redisPermit{b: b, gen: r.gen, slot: r.slot, state: r.state}, nil
 }
 
 // Snapshot implements Breaker.
@@ -184,11 +184,15 @@ func (b *Redis) snapshot(ctx context.Context, op string) (Snapshot, error) {
 }
 
 type redisPermit struct {
-	b    *Redis
-	gen  int64
-	slot int
-	done atomic.Bool
+	b     *Redis
+	gen   int64
+	slot  int
+	state State // when the permit was issued
+	done  atomic.Bool
 }
+
+// State is the breaker's state when the permit was issued.
+func (p *redisPermit) State() State { return p.state }
 
 // Done records the outcome; if Redis fails the outcome is dropped (fail-open).
 // Within a turn's batch (redisbatch) the outcome is sent with the turn's

@@ -259,13 +259,18 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 	}
 	mu := &a.mu // the maps below are filled by concurrent calls
 	for i, m := range models {
-		calls = append(calls, func(ctx context.Context) {
-			if s, err := breaker.StateOf(ctx, f.breakers.Get(m)); err == nil {
-				mu.Lock()
-				a.snaps[m] = s
-				mu.Unlock()
-			}
-		})
+		if spec != nil && m == spec.model {
+			// The permit asked for ahead answers for its breaker's state
+			// (fromPermits, below).
+		} else {
+			calls = append(calls, func(ctx context.Context) {
+				if s, err := breaker.StateOf(ctx, f.breakers.Get(m)); err == nil {
+					mu.Lock()
+					a.snaps[m] = s
+					mu.Unlock()
+				}
+			})
+		}
 		// The reservation taken ahead answers the planner for its model.
 		if t.Priority == gateway.P0 && (spec == nil || m != spec.model) && (i < len(models)-1 || f.seenFull(m)) {
 			calls = append(calls, func(ctx context.Context) {
@@ -299,6 +304,9 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 		})
 	}
 	redisbatch.Gather(ctx, calls...)
+	if spec != nil {
+		a.stateFromPermit(spec.model)
+	}
 	f.remember(a)
 	return ctx, end
 }
@@ -559,6 +567,18 @@ func (a *ahead) putPermit(model string, p permitAnswer) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.permits[model] = p
+}
+
+// stateFromPermit notes model's breaker state as its permit taken ahead
+// says it. When it does not (Redis failed), the planner asks itself.
+func (a *ahead) stateFromPermit(model string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p, ok := a.permits[model]; ok {
+		if s, ok := breaker.AllowState(p.permit, p.err); ok {
+			a.snaps[model] = s
+		}
+	}
 }
 
 // takePermits removes and returns every permit no step took.
