@@ -47,20 +47,26 @@ local key = KEYS[1]
 local dep, reserve = tonumber(ARGV[3]), tonumber(ARGV[4])
 local slot, nslots, unit = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local cur = math.floor(now / slot)
-local sum = reserve
-local fields = redis.call('HGETALL', key)
-for i = 1, #fields, 2 do
-  local idx = tonumber(fields[i])
-  if idx <= cur - nslots then
-    redis.call('HDEL', key, fields[i])
-  else
-    sum = sum + tonumber(fields[i+1])
+-- The balance over the live slots; the stale ones are deleted.
+local function balance()
+  local sum = reserve
+  local fields = redis.call('HGETALL', key)
+  for i = 1, #fields, 2 do
+    local idx = tonumber(fields[i])
+    if idx <= cur - nslots then
+      redis.call('HDEL', key, fields[i])
+    else
+      sum = sum + tonumber(fields[i+1])
+    end
   end
+  return sum
 end
 local ok = 1
 if ARGV[2] == '1' then
-  redis.call('HINCRBY', key, cur, dep)
-elseif sum >= unit then
+  -- A deposit needs no balance: the slots are only swept when it opens
+  -- a new one, which bounds the hash all the same.
+  if redis.call('HINCRBY', key, cur, dep) == dep then balance() end
+elseif balance() >= unit then
   redis.call('HINCRBY', key, cur, -unit)
 else
   ok = 0
