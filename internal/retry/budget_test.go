@@ -222,3 +222,29 @@ func (x batchedBudget) Deposit(ctx context.Context) { x.Budget.Deposit(redisbatc
 func (x batchedBudget) Withdraw(ctx context.Context) bool {
 	return x.Budget.Withdraw(redisbatch.With(ctx, x.b))
 }
+
+// TestRedisBudgetDepositsKeepTheSlotsBounded: deposits alone (no retry
+// ever asks for the balance) still sweep the slots that left the window.
+func TestRedisBudgetDepositsKeepTheSlotsBounded(t *testing.T) {
+	rdb, prefix := redistest.Client(t)
+	c := BudgetConfig{Ratio: 0.1, Window: 10 * time.Second}
+	clk := newFakeClock()
+	b := NewRedisBudget(rdb, prefix, c)
+	b.clock = clk.Now
+	ctx := context.Background()
+	for range 200 { // 100 s of deposits, two a second
+		b.Deposit(ctx)
+		b.Deposit(ctx)
+		clk.Advance(500 * time.Millisecond)
+	}
+	n, err := rdb.HLen(ctx, b.key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 || n > budgetSlots+1 {
+		t.Fatalf("the budget holds %d slots after 100 s of deposits, want 1..%d", n, budgetSlots+1)
+	}
+	if got := withdrawAll(ctx, b, 1000); got == 0 || got > 2*10 {
+		t.Errorf("granted %d retries from the last window's 20 requests", got)
+	}
+}
