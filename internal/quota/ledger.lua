@@ -3,7 +3,8 @@
 --       2 held hash (id -> "class,tokens,second"), 3 held expiry zset,
 --       4 held totals hash (t0..t3, r0..r3), 5 ceiling override hash,
 --       6 window totals hash (t0..t3, r0..r3 of the seconds in KEYS[1],
---         lo: every second before it has left KEYS[1]).
+--         lo: every second before it has left KEYS[1]),
+--       7 the window of the layout before the totals (read, never written).
 -- ARGV: 1 op (reserve|settle|release|snap), 2 id, 3 class, 4 tokens,
 --       5 tpm, 6 rpm, 7 margin, 8..11 pauseAt P0..P3, 12..15 guaranteed P0..P3,
 --       16 maxHold ms, 17 clock override ms ("" = Redis TIME),
@@ -124,9 +125,28 @@ local margin = tonumber(ARGV[7])
 local LT = math.max(math.floor(tpm * margin), 1)
 local LR = math.max(math.floor(rpm * margin), 1)
 
--- Usage: the window's totals plus the outstanding holds.
+-- The live buckets of a hash of seconds.
+local function liveBuckets(key)
+  local live = {}
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local sec = tonumber(all[i])
+    if sec > nowsec - WIN and sec <= nowsec then live[#live + 1] = {sec, parse(all[i + 1])} end
+  end
+  return live
+end
+
+-- Usage: the window's totals plus the outstanding holds, and, while an
+-- instance of the layout before the totals settles into its window
+-- (KEYS[7], during a rolling upgrade), that window's live buckets.
 local u = zero()
 for k = 1, 8 do u[k] = win[k] end
+local legacy = redis.call('EXISTS', KEYS[7]) == 1
+if legacy then
+  for _, e in ipairs(liveBuckets(KEYS[7])) do
+    for k = 1, 8 do u[k] = u[k] + e[2][k] end
+  end
+end
 local agg = redis.call('HMGET', KEYS[4], 't0', 't1', 't2', 't3', 'r0', 'r1', 'r2', 'r3')
 for k = 1, 8 do u[k] = u[k] + (tonumber(agg[k]) or 0) end
 
@@ -172,11 +192,9 @@ end
 
 if not fits(u) then
   -- When would it fit: take the window's seconds off, oldest first.
-  local live = {}
-  local all = redis.call('HGETALL', KEYS[1])
-  for i = 1, #all, 2 do
-    local sec = tonumber(all[i])
-    if sec > nowsec - WIN and sec <= nowsec then live[#live + 1] = {sec, parse(all[i + 1])} end
+  local live = liveBuckets(KEYS[1])
+  if legacy then
+    for _, e in ipairs(liveBuckets(KEYS[7])) do live[#live + 1] = e end
   end
   table.sort(live, function(a, b) return a[1] < b[1] end)
   local retry = -1

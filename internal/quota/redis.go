@@ -69,12 +69,12 @@ func (l *Redis) Configure(cfg Config) error {
 
 func (l *Redis) keys(model string) []string {
 	// The hash tag keeps one model's keys in one cluster slot.
-	// The window is "window" with its totals beside it; "win", the window
-	// before its totals were kept, is left to expire: an instance still on
-	// that layout keeps its own window for the minute a rolling upgrade
-	// takes, rather than corrupting the totals of the new one.
+	// The window is "window" with its totals beside it. "win", the window
+	// of the layout before the totals, is read while it exists: an instance
+	// still on that layout (a rolling upgrade) settles there, and writing to
+	// it would leave the totals short.
 	base := l.prefix + "quota:{" + model + "}:"
-	return []string{base + "window", base + "held", base + "exp", base + "agg", base + "ceil", base + "window:sum"}
+	return []string{base + "window", base + "held", base + "exp", base + "agg", base + "ceil", base + "window:sum", base + "win"}
 }
 
 func (l *Redis) args(model, op, id string, p Priority, tokens int) []any {

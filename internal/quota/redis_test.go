@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -132,4 +133,49 @@ func (r batchedReservation) Settle(ctx context.Context, n int) error {
 
 func (r batchedReservation) Release(ctx context.Context) error {
 	return r.Reservation.Release(redisbatch.With(ctx, r.b))
+}
+
+// TestRedisCountsAnEarlierLayoutsWindow: during a rolling upgrade, the
+// tokens an instance of the layout before the window's totals settles (its
+// script, kept in testdata, writing quota:{model}:win) count against the
+// ceiling for the upgraded instances too.
+func TestRedisCountsAnEarlierLayoutsWindow(t *testing.T) {
+	ctx := context.Background()
+	c, prefix := redistest.Client(t)
+	src, err := os.ReadFile("testdata/ledger-before-totals.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := redis.NewScript(string(src))
+	l, err := NewRedis(c, prefix, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := prefix + "quota:{m}:" // the earlier layout's keys, as it named them
+	oldKeys := []string{base + "win", base + "held", base + "exp", base + "agg", base + "ceil"}
+	for _, op := range []string{"reserve", "settle"} {
+		res, err := before.Run(ctx, c, oldKeys, l.args("m", op, "old-instance-call", P0, 600)...).Slice()
+		if err != nil || len(res) == 0 || res[0] != int64(1) {
+			t.Fatalf("the earlier layout's %s: %v, %v", op, res, err)
+		}
+	}
+	s, err := l.Saturation(ctx, "m")
+	if err != nil || s.TokensUsed != 600 || s.RequestsUsed != 1 {
+		t.Fatalf("snapshot = %+v, %v; want the 600 tokens the earlier layout settled", s, err)
+	}
+	_, err = l.Reserve(ctx, "m", P0, 500)
+	var se *SaturatedError
+	if !errors.As(err, &se) || se.RetryAfter <= 0 || se.RetryAfter > Window {
+		t.Fatalf("err = %v, want saturated by the earlier layout's tokens, fitting again within the window", err)
+	}
+	r, err := l.Reserve(ctx, "m", P0, 300)
+	if err != nil {
+		t.Fatalf("300 more should fit beside the 600: %v", err)
+	}
+	if err := r.Settle(ctx, 300); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := l.Saturation(ctx, "m"); s.TokensUsed != 900 {
+		t.Fatalf("snapshot = %+v, want 900 tokens from both layouts", s)
+	}
 }
