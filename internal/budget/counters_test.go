@@ -250,3 +250,65 @@ func TestRedisCountersExpire(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisHoldsSumHeals: a meter's holds are summed beside them (held), and
+// a hold taken or ended by an instance that keeps no sum (one of a rolling
+// upgrade, writing and deleting the h: fields only) is in, or out of, that
+// sum within a second.
+func TestRedisHoldsSumHeals(t *testing.T) {
+	rdb, prefix := redistest.Client(t)
+	c := NewRedisCounters(rdb, prefix, time.Hour)
+	ctx := context.Background()
+	day := UserDayMeter("u", "d", 0)
+	day.Limit = 1_000
+	key := prefix + "budget:" + day.Key
+	if refused, _, err := c.Hold(ctx, "a", 300, []Meter{day}, time.Hour); err != nil || refused >= 0 {
+		t.Fatalf("first hold: refused %d, %v", refused, err)
+	}
+	if held, _ := rdb.HGet(ctx, key, "held").Int64(); held != 300 {
+		t.Fatalf("held = %d after a hold of 300", held)
+	}
+	// An earlier instance holds 600 without the sum.
+	expiry := time.Now().Add(time.Hour).UnixMilli()
+	if err := rdb.HSet(ctx, key, "h:earlier", fmt.Sprintf("600:%d", expiry)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		refused, _, err := c.Hold(ctx, "probe", 200, []Meter{day}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refused >= 0 {
+			break // 300 + 600 + 200 > 1,000: the earlier instance's hold counts
+		}
+		if err := c.Release(ctx, "probe", []Meter{day}); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the earlier instance's hold was not counted within 3 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// It ends its hold with a bare HDEL: out of the sum within a second.
+	if err := rdb.HDel(ctx, key, "h:earlier").Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(3 * time.Second)
+	for {
+		refused, _, err := c.Hold(ctx, "after", 600, []Meter{day}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refused < 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the earlier instance's ended hold still counted after 3 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if held, _ := rdb.HGet(ctx, key, "held").Int64(); held != 900 {
+		t.Fatalf("held = %d with holds of 300 and 600 in force", held)
+	}
+}

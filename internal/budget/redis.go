@@ -63,21 +63,46 @@ func (r *RedisCounters) Load(ctx context.Context, userID, sessionID, day string)
 	return t, nil
 }
 
+// A meter hash holds the spend (nusd), the holds in force (fields h:ID,
+// value "nano:expiry-ms") and their sum (held), which a hold reads instead
+// of every hold of the meter's turns in flight: a hold adds to it, its end
+// (settlement or release) takes it off. It is summed again from the holds,
+// dropping the lapsed ones, when the first of them lapses (lapse, ms) and at
+// least once a second (sync, when it last was): so a hold that lapses is out
+// of it at once, and one that an instance keeping no sum took or ended (a
+// rolling upgrade) within the second.
+
+// unholdLua ends hold h:ARGV[n] in meter hash K (a local of the script).
+const unholdLua = `
+local function unhold(K, id)
+  local v = redis.call('HGET', K, 'h:' .. id)
+  if v then
+    local sep = string.find(v, ':', 1, true)
+    redis.call('HINCRBY', K, 'held', -tonumber(string.sub(v, 1, sep - 1)))
+    redis.call('HDEL', K, 'h:' .. id)
+  end
+end
+`
+
 // addScript adds ARGV[1] input and ARGV[2] output tokens to the session
 // hash KEYS[1], renewing its expiry to ARGV[3] milliseconds, and ARGV[4]
 // nano-USD to each meter hash KEYS[2…], ending the hold ARGV[5] (none when
 // empty) and renewing the meter's expiry to ARGV[5+i] milliseconds.
-var addScript = redis.NewScript(`
+var addScript = redis.NewScript(unholdLua + `
 redis.call('HINCRBY', KEYS[1], 'in', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'out', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 for i = 2, #KEYS do
   redis.call('HINCRBY', KEYS[i], 'nusd', ARGV[4])
-  if ARGV[5] ~= '' then
-    redis.call('HDEL', KEYS[i], 'h:' .. ARGV[5])
-  end
+  if ARGV[5] ~= '' then unhold(KEYS[i], ARGV[5]) end
   redis.call('PEXPIRE', KEYS[i], ARGV[4 + i])
 end
+return 1
+`)
+
+// releaseScript ends hold ARGV[1] in each meter hash KEYS[…].
+var releaseScript = redis.NewScript(unholdLua + `
+for i = 1, #KEYS do unhold(KEYS[i], ARGV[1]) end
 return 1
 `)
 
@@ -95,41 +120,56 @@ func (r *RedisCounters) Add(ctx context.Context, userID, sessionID, hold string,
 }
 
 // holdScript holds ARGV[2] nano-USD for turn ARGV[1] in each meter hash
-// KEYS[i] when, in every one of them, the spend (nusd) and the unexpired
-// holds (fields h:ID, value "nano:expiry-ms") leave room under its limit
-// ARGV[2+2i] (0: no limit); else it holds nothing and returns {i, spend}.
-// A hold lapses ARGV[3] milliseconds from now, lapsed ones are dropped
-// here, and the meter expires ARGV[3+2i] milliseconds after the change.
-// The clock is Redis's own (TIME), so every instance agrees on it.
+// KEYS[i] when, in every one of them, the spend (nusd) and the holds in
+// force (held) leave room under its limit ARGV[2+2i] (0: no limit); else
+// it holds nothing and returns {i, spend}. A hold lapses ARGV[3]
+// milliseconds from now, and the meter expires ARGV[3+2i] milliseconds
+// after the change. The clock is Redis's own (TIME), so every instance
+// agrees on it.
 var holdScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local want = tonumber(ARGV[2])
-for i = 1, #KEYS do
-  local spent, held = 0, 0
-  local fields = redis.call('HGETALL', KEYS[i])
+local expiry = now + tonumber(ARGV[3])
+-- The holds' sum, from the holds themselves, and the first lapse among
+-- them; the lapsed ones are dropped.
+local function resum(K)
+  local held, lapse = 0, 0
+  local fields = redis.call('HGETALL', K)
   for j = 1, #fields, 2 do
     local f = fields[j]
-    if f == 'nusd' then
-      spent = tonumber(fields[j + 1])
-    elseif string.sub(f, 1, 2) == 'h:' then
+    if string.sub(f, 1, 2) == 'h:' then
       local v = fields[j + 1]
       local sep = string.find(v, ':', 1, true)
-      if tonumber(string.sub(v, sep + 1)) <= now then
-        redis.call('HDEL', KEYS[i], f)
+      local exp = tonumber(string.sub(v, sep + 1))
+      if exp <= now then
+        redis.call('HDEL', K, f)
       else
         held = held + tonumber(string.sub(v, 1, sep - 1))
+        if lapse == 0 or exp < lapse then lapse = exp end
       end
     end
+  end
+  redis.call('HSET', K, 'held', held, 'sync', now, 'lapse', lapse)
+  return held
+end
+for i = 1, #KEYS do
+  local v = redis.call('HMGET', KEYS[i], 'nusd', 'held', 'sync', 'lapse')
+  local spent, held, sync, lapse = tonumber(v[1]) or 0, tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
+  if held == nil or sync == nil or lapse == nil or now - sync >= 1000 or now < sync or (lapse > 0 and now >= lapse) then
+    held = resum(KEYS[i])
   end
   local limit = tonumber(ARGV[2 + 2 * i])
   if limit > 0 and spent + held + want > limit then
     return {i, spent}
   end
 end
-local value = ARGV[2] .. ':' .. (now + tonumber(ARGV[3]))
+local value = ARGV[2] .. ':' .. expiry
 for i = 1, #KEYS do
   redis.call('HSET', KEYS[i], 'h:' .. ARGV[1], value)
+  redis.call('HINCRBY', KEYS[i], 'held', want)
+  local lapse = tonumber(redis.call('HGET', KEYS[i], 'lapse')) or 0
+  if lapse == 0 or expiry < lapse then redis.call('HSET', KEYS[i], 'lapse', expiry) end
   redis.call('PEXPIRE', KEYS[i], ARGV[3 + 2 * i])
 end
 return {0, 0}
@@ -176,11 +216,7 @@ func (r *RedisCounters) Release(ctx context.Context, id string, meters []Meter) 
 	if len(meters) == 0 {
 		return nil
 	}
-	pipe := r.c.Pipeline()
-	for _, k := range r.meterKeys(meters) {
-		pipe.HDel(ctx, k, "h:"+id)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if err := releaseScript.Run(ctx, r.c, r.meterKeys(meters), id).Err(); err != nil {
 		return fmt.Errorf("redis release: %w", err)
 	}
 	return nil
