@@ -1,20 +1,21 @@
 -- One quota decision, atomically. Mirrors policy.fits in quota.go.
--- KEYS: 1 window hash (second -> "t0,t1,t2,t3,r0,r1,r2,r3"),
+-- KEYS: 1 window hash (second -> "t0,t1,t2,t3,r0,r1,r2,r3", and the
+--         totals of those seconds: t0..t3, r0..r3, with lo: every second
+--         before it has left the window),
 --       2 held hash (id -> "class,tokens,second"), 3 held expiry zset,
 --       4 held totals hash (t0..t3, r0..r3), 5 ceiling override hash,
---       6 window totals hash (t0..t3, r0..r3 of the seconds in KEYS[1],
---         lo: every second before it has left KEYS[1]),
---       7 the window of the layout before the totals (read, never written).
+--       6 the window of the layout before the totals (read, never written).
 -- ARGV: 1 op (reserve|settle|release|snap), 2 id, 3 class, 4 tokens,
 --       5 tpm, 6 rpm, 7 margin, 8..11 pauseAt P0..P3, 12..15 guaranteed P0..P3,
 --       16 maxHold ms, 17 clock override ms ("" = Redis TIME),
 --       18 concurrency cap (0 = none).
 --
--- The window's totals are kept beside it, so a decision reads two small
--- hashes rather than parsing the minute's sixty buckets: a bucket's figures
--- are added when a call settles into it and taken off when its second
--- leaves the window. Only a refusal, which needs the buckets one by one to
--- say when it would fit, reads the whole window.
+-- The window's totals are kept in it, so a decision reads nine fields
+-- rather than parsing the minute's sixty buckets: a bucket's figures are
+-- added when a call settles into it and taken off when its second leaves
+-- the window. Totals and buckets share the key, so they expire together.
+-- Only a refusal, which needs the buckets one by one to say when it would
+-- fit, reads the whole window.
 local WIN = 60
 local op = ARGV[1]
 local nowms
@@ -42,7 +43,7 @@ local TTL = WIN * 1000 + 5000
 -- a window, are summed again from the buckets (at most a window's worth).
 local function expireWindow()
   local first = nowsec - WIN + 1
-  local s = redis.call('HMGET', KEYS[6], 'lo', 't0', 't1', 't2', 't3', 'r0', 'r1', 'r2', 'r3')
+  local s = redis.call('HMGET', KEYS[1], 'lo', 't0', 't1', 't2', 't3', 'r0', 'r1', 'r2', 'r3')
   local lo = tonumber(s[1])
   if lo and lo >= first then
     local u = {}
@@ -64,18 +65,18 @@ local function expireWindow()
   else
     local all = redis.call('HGETALL', KEYS[1])
     for i = 1, #all, 2 do
-      local sec = tonumber(all[i])
-      if sec >= first then
+      local sec = tonumber(all[i]) -- nil for the totals' fields
+      if sec and sec >= first then
         local b = parse(all[i + 1])
         for k = 1, 8 do u[k] = u[k] + b[k] end
-      else
+      elseif sec then
         redis.call('HDEL', KEYS[1], all[i])
       end
     end
   end
-  redis.call('HSET', KEYS[6], 'lo', first, 't0', u[1], 't1', u[2], 't2', u[3], 't3', u[4],
+  redis.call('HSET', KEYS[1], 'lo', first, 't0', u[1], 't1', u[2], 't2', u[3], 't3', u[4],
     'r0', u[5], 'r1', u[6], 'r2', u[7], 'r3', u[8])
-  redis.call('PEXPIRE', KEYS[6], TTL)
+  redis.call('PEXPIRE', KEYS[1], TTL)
   return u
 end
 
@@ -108,10 +109,9 @@ if op == 'settle' or op == 'release' then
     b[h[1] + 1] = b[h[1] + 1] + tk
     b[h[1] + 5] = b[h[1] + 5] + 1
     redis.call('HSET', KEYS[1], f, table.concat(b, ','))
-    redis.call('HINCRBY', KEYS[6], 't' .. h[1], tk)
-    redis.call('HINCRBY', KEYS[6], 'r' .. h[1], 1)
+    redis.call('HINCRBY', KEYS[1], 't' .. h[1], tk)
+    redis.call('HINCRBY', KEYS[1], 'r' .. h[1], 1)
     redis.call('PEXPIRE', KEYS[1], TTL)
-    redis.call('PEXPIRE', KEYS[6], TTL)
   end
   return {1}
 end
@@ -130,20 +130,20 @@ local function liveBuckets(key)
   local live = {}
   local all = redis.call('HGETALL', key)
   for i = 1, #all, 2 do
-    local sec = tonumber(all[i])
-    if sec > nowsec - WIN and sec <= nowsec then live[#live + 1] = {sec, parse(all[i + 1])} end
+    local sec = tonumber(all[i]) -- nil for the totals' fields
+    if sec and sec > nowsec - WIN and sec <= nowsec then live[#live + 1] = {sec, parse(all[i + 1])} end
   end
   return live
 end
 
 -- Usage: the window's totals plus the outstanding holds, and, while an
 -- instance of the layout before the totals settles into its window
--- (KEYS[7], during a rolling upgrade), that window's live buckets.
+-- (KEYS[6], during a rolling upgrade), that window's live buckets.
 local u = zero()
 for k = 1, 8 do u[k] = win[k] end
-local legacy = redis.call('EXISTS', KEYS[7]) == 1
+local legacy = redis.call('EXISTS', KEYS[6]) == 1
 if legacy then
-  for _, e in ipairs(liveBuckets(KEYS[7])) do
+  for _, e in ipairs(liveBuckets(KEYS[6])) do
     for k = 1, 8 do u[k] = u[k] + e[2][k] end
   end
 end
@@ -194,7 +194,7 @@ if not fits(u) then
   -- When would it fit: take the window's seconds off, oldest first.
   local live = liveBuckets(KEYS[1])
   if legacy then
-    for _, e in ipairs(liveBuckets(KEYS[7])) do live[#live + 1] = e end
+    for _, e in ipairs(liveBuckets(KEYS[6])) do live[#live + 1] = e end
   end
   table.sort(live, function(a, b) return a[1] < b[1] end)
   local retry = -1

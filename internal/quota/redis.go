@@ -69,12 +69,11 @@ func (l *Redis) Configure(cfg Config) error {
 
 func (l *Redis) keys(model string) []string {
 	// The hash tag keeps one model's keys in one cluster slot.
-	// The window is "window" with its totals beside it. "win", the window
-	// of the layout before the totals, is read while it exists: an instance
-	// still on that layout (a rolling upgrade) settles there, and writing to
-	// it would leave the totals short.
+	// The window is "window", its totals in it. "win", the window of the
+	// layout before the totals, is read while it exists: an instance still
+	// on that layout (a rolling upgrade) settles there.
 	base := l.prefix + "quota:{" + model + "}:"
-	return []string{base + "window", base + "held", base + "exp", base + "agg", base + "ceil", base + "window:sum", base + "win"}
+	return []string{base + "window", base + "held", base + "exp", base + "agg", base + "ceil", base + "win"}
 }
 
 func (l *Redis) args(model, op, id string, p Priority, tokens int) []any {
