@@ -312,3 +312,19 @@ func TestRedisHoldsSumHeals(t *testing.T) {
 		t.Fatalf("held = %d with holds of 300 and 600 in force", held)
 	}
 }
+
+// TestRedisRefusedHoldLeavesNoKey: a hold refused on a meter never written
+// (larger than its limit) creates no key, which would have no expiry.
+func TestRedisRefusedHoldLeavesNoKey(t *testing.T) {
+	rdb, prefix := redistest.Client(t)
+	c := NewRedisCounters(rdb, prefix, time.Hour)
+	ctx := context.Background()
+	day := UserDayMeter("u", "d", 0)
+	day.Limit = 100
+	if refused, _, err := c.Hold(ctx, "big", 500, []Meter{day}, time.Hour); err != nil || refused != 0 {
+		t.Fatalf("refused %d, %v; want the hold refused on its only meter", refused, err)
+	}
+	if n, err := rdb.Exists(ctx, prefix+"budget:"+day.Key).Result(); err != nil || n != 0 {
+		t.Fatalf("the refused meter's key exists (%d, %v)", n, err)
+	}
+}

@@ -150,7 +150,9 @@ local function resum(K)
       end
     end
   end
-  redis.call('HSET', K, 'held', held, 'sync', now, 'lapse', lapse)
+  if #fields > 0 then -- a meter not yet written stays so (no key without its expiry)
+    redis.call('HSET', K, 'held', held, 'sync', now, 'lapse', lapse)
+  end
   return held
 end
 for i = 1, #KEYS do
