@@ -13,9 +13,9 @@ import (
 // RedisCounters keeps counters in Redis for a fleet: a hash per session
 // (in, out; expires SessionTTL after the last update) and a hash per meter
 // (spend in nano-USD and the holds in force; expires its TTL after the last
-// change). Load is one pipelined round trip, Add and Hold one Lua script
-// each over every meter of the turn (atomic, as a MULTI/EXEC would be, but
-// a command that a turn's batch can pipeline with others). The enforcer
+// change). Load is one pipelined round trip; Add, Hold and Release are one
+// Lua script each over every meter of the turn (atomic, as a MULTI/EXEC
+// would be, but a command a turn's batch can pipeline with others). The enforcer
 // bounds every call with Config.StoreTimeout; on error Check admits the
 // request and reports it, Record returns it.
 type RedisCounters struct {
@@ -72,7 +72,7 @@ func (r *RedisCounters) Load(ctx context.Context, userID, sessionID, day string)
 // of it at once, and one that an instance keeping no sum took or ended (a
 // rolling upgrade) within the second.
 
-// unholdLua ends hold h:ARGV[n] in meter hash K (a local of the script).
+// unholdLua defines unhold(K, id), which ends hold h:id in meter hash K.
 const unholdLua = `
 local function unhold(K, id)
   local v = redis.call('HGET', K, 'h:' .. id)

@@ -259,10 +259,9 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 	}
 	mu := &a.mu // the maps below are filled by concurrent calls
 	for i, m := range models {
-		if spec != nil && m == spec.model {
-			// The permit asked for ahead answers for its breaker's state
-			// (fromPermits, below).
-		} else {
+		// The permit asked for ahead answers for its own breaker's state
+		// (stateFromPermit, below).
+		if spec == nil || m != spec.model {
 			calls = append(calls, func(ctx context.Context) {
 				if s, err := breaker.StateOf(ctx, f.breakers.Get(m)); err == nil {
 					mu.Lock()
