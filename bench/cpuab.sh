@@ -81,8 +81,9 @@ for r in $(seq 1 "$REPEAT"); do
 		us=$(awk -v a="$c0" -v b="$c1" -v n="$ok" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }')
 		rus=
 		if [[ -n $redis_pid ]]; then
-			rus="  redis-cpu-µs/req $(awk -v a="$r0" -v b="$r1" -v n="$ok" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }')"
-			echo "$i $(awk -v a="$r0" -v b="$r1" -v n="$ok" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }')" >>"$log/redis"
+			rus=$(awk -v a="$r0" -v b="$r1" -v n="$ok" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }')
+			echo "$i $rus" >>"$log/redis"
+			rus="  redis-cpu-µs/req $rus"
 		fi
 		echo "round $r  ${bins[$i]}  cpu-µs/req $us$rus  ok $ok  excluded $(field excluded)  p50 $(field p50) ms  p99 $(field p99) ms"
 		echo "$i $us" >>"$log/results"

@@ -153,14 +153,16 @@ local function resum(K)
   if #fields > 0 then -- a meter not yet written stays so (no key without its expiry)
     redis.call('HSET', K, 'held', held, 'sync', now, 'lapse', lapse)
   end
-  return held
+  return held, lapse
 end
+local lapses = {}
 for i = 1, #KEYS do
   local v = redis.call('HMGET', KEYS[i], 'nusd', 'held', 'sync', 'lapse')
   local spent, held, sync, lapse = tonumber(v[1]) or 0, tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
   if held == nil or sync == nil or lapse == nil or now - sync >= 1000 or now < sync or (lapse > 0 and now >= lapse) then
-    held = resum(KEYS[i])
+    held, lapse = resum(KEYS[i])
   end
+  lapses[i] = lapse
   local limit = tonumber(ARGV[2 + 2 * i])
   if limit > 0 and spent + held + want > limit then
     return {i, spent}
@@ -170,8 +172,7 @@ local value = ARGV[2] .. ':' .. expiry
 for i = 1, #KEYS do
   redis.call('HSET', KEYS[i], 'h:' .. ARGV[1], value)
   redis.call('HINCRBY', KEYS[i], 'held', want)
-  local lapse = tonumber(redis.call('HGET', KEYS[i], 'lapse')) or 0
-  if lapse == 0 or expiry < lapse then redis.call('HSET', KEYS[i], 'lapse', expiry) end
+  if lapses[i] == 0 or expiry < lapses[i] then redis.call('HSET', KEYS[i], 'lapse', expiry) end
   redis.call('PEXPIRE', KEYS[i], ARGV[3 + 2 * i])
 end
 return {0, 0}
