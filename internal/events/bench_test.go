@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 type discardSink struct{}
@@ -98,4 +99,41 @@ func BenchmarkEmitMustPersist(b *testing.B) {
 	st := em.Stats().WAL
 	b.ReportMetric(float64(st.Appended)/float64(b.N), "logged/op")
 	b.ReportMetric(float64(st.Late+st.Overflow)/float64(b.N), "unguarded/op")
+}
+
+// BenchmarkTailSampler is what the embedded store's sampler costs a turn:
+// turns of four spans (a step, a must-persist model call, the turn span, a
+// late record) handed over 64 turns a write, as the emitter batches them.
+func BenchmarkTailSampler(b *testing.B) {
+	clock := time.Date(2026, 4, 29, 14, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clock }
+	c := &collect{}
+	tr := NewTracer(c, TracerOptions{HeadSampling: true, SampleRate: 0.05, Now: now})
+	// Twice as many turns as the sampler remembers decisions for: every
+	// batch is new to it, as in a run.
+	cfg := DefaultConfig().Sampling
+	cfg.MaxPendingTraces = 1024
+	const turns, batches = 64, 32
+	for range turns * batches {
+		turnSpans(tr, context.Background(), StatusOK, 100*time.Millisecond, &clock)
+	}
+	per := len(c.evs) / batches
+	for _, mode := range []struct {
+		name string
+		mode SampleMode
+	}{{"hold", HoldForDecision}, {"records", KeepRecords}} {
+		b.Run(mode.name, func(b *testing.B) {
+			s := NewTailSampler(discardSink{}, mode.mode, cfg, now)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				batch := c.evs[i*per : (i+1)*per]
+				i = (i + 1) % batches
+				if err := s.Write(context.Background(), batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*turns), "ns/turn")
+		})
+	}
 }

@@ -47,12 +47,26 @@ type TailSampler struct {
 	recent  []string // decided trace ids, oldest first, bounded like pending
 	kept    uint64
 	dropped uint64
+
+	// Reused between writes so that passing a batch on does not allocate:
+	// scratch is the last write's out slice (nil while a write holds it),
+	// free the emptied pendingTraces.
+	scratch []Event
+	free    []*pendingTrace
 }
 
 type pendingTrace struct {
 	first time.Time
 	spans []Event
 }
+
+// Bounds on what a TailSampler keeps for reuse: a burst of large batches or
+// long traces does not leave its buffers behind.
+const (
+	maxScratchEvents = 1024
+	maxFreeTraces    = 256
+	maxFreeSpans     = 16
+)
 
 // NewTailSampler wraps inner. now is the clock (time.Now when nil).
 func NewTailSampler(inner Sink, mode SampleMode, cfg SamplingConfig, now func() time.Time) *TailSampler {
@@ -115,10 +129,11 @@ func (s *TailSampler) Stats() (kept, dropped uint64) {
 // what the decision keeps.
 func (s *TailSampler) Write(ctx context.Context, batch []Event) error {
 	now := s.now()
-	var out []Event
 	s.mu.Lock()
+	out := s.scratch[:0]
+	s.scratch = nil
 	for i := range batch {
-		e := batch[i]
+		e := &batch[i]
 		if keep, ok := s.decided[e.TraceID]; ok {
 			out = s.pass(out, e, keep)
 			continue
@@ -132,29 +147,62 @@ func (s *TailSampler) Write(ctx context.Context, batch []Event) error {
 			}
 			p := s.pending[e.TraceID]
 			if p == nil {
-				p = &pendingTrace{first: now}
+				p = s.newPending(now)
 				s.pending[e.TraceID] = p
 				s.order = append(s.order, e.TraceID)
 			}
-			p.spans = append(p.spans, e)
+			p.spans = append(p.spans, *e)
 			continue
 		}
-		keep := s.sampled(&e)
+		keep := s.sampled(e)
 		s.remember(e.TraceID, keep)
 		if p := s.pending[e.TraceID]; p != nil {
 			delete(s.pending, e.TraceID)
-			for _, sp := range p.spans {
-				out = s.pass(out, sp, keep)
-			}
+			out = s.passAll(out, p, keep)
 		}
 		out = s.pass(out, e, keep)
 	}
 	out = s.expire(out, now)
 	s.mu.Unlock()
-	if len(out) == 0 {
-		return nil
+	var err error
+	if len(out) > 0 {
+		err = s.inner.Write(ctx, out) // the sink does not keep out
 	}
-	return s.inner.Write(ctx, out)
+	if cap(out) <= maxScratchEvents {
+		clear(out) // let go of the events' strings
+		s.mu.Lock()
+		if s.scratch == nil {
+			s.scratch = out[:0]
+		}
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// newPending is an empty pendingTrace, recycled when one is free.
+func (s *TailSampler) newPending(now time.Time) *pendingTrace {
+	if n := len(s.free); n > 0 {
+		p := s.free[n-1]
+		s.free[n-1] = nil
+		s.free = s.free[:n-1]
+		p.first = now
+		return p
+	}
+	return &pendingTrace{first: now}
+}
+
+// passAll passes on p's spans under one decision and recycles p, which
+// must no longer be in s.pending.
+func (s *TailSampler) passAll(out []Event, p *pendingTrace, keep bool) []Event {
+	for i := range p.spans {
+		out = s.pass(out, &p.spans[i], keep)
+	}
+	if len(s.free) < maxFreeTraces && cap(p.spans) <= maxFreeSpans {
+		clear(p.spans)
+		p.spans = p.spans[:0]
+		s.free = append(s.free, p)
+	}
+	return out
 }
 
 // sampled is the tail decision on a turn span.
@@ -172,10 +220,10 @@ func TailSampled(turn *Event, slow time.Duration) bool {
 		time.Duration(turn.DurationMS)*time.Millisecond >= slow
 }
 
-func (s *TailSampler) pass(out []Event, e Event, keep bool) []Event {
+func (s *TailSampler) pass(out []Event, e *Event, keep bool) []Event {
 	if keep || s.mode == HoldForDecision || (s.mode == KeepRecords && (e.MustPersist || e.Name == "turn")) {
 		s.kept++
-		return append(out, e)
+		return append(out, *e)
 	}
 	s.dropped++
 	return out
@@ -206,9 +254,7 @@ func (s *TailSampler) expire(out []Event, now time.Time) []Event {
 			break
 		}
 		delete(s.pending, id)
-		for _, sp := range p.spans {
-			out = s.pass(out, sp, true)
-		}
+		out = s.passAll(out, p, true)
 		n++
 	}
 	s.order = s.order[n:]

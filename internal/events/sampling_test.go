@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -288,4 +289,77 @@ func TestHoldForDecision(t *testing.T) {
 	if kept, dropped := s.Stats(); kept != uint64(len(c.evs)) || dropped != 0 {
 		t.Fatalf("stats kept %d dropped %d", kept, dropped)
 	}
+}
+
+// TestTailSamplerConcurrentWrites: writers sharing a sampler (its reused
+// buffers) each see exactly their own turns passed on, span for span, in
+// their own writes.
+func TestTailSamplerConcurrentWrites(t *testing.T) {
+	clock := time.Date(2026, 4, 29, 14, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clock }
+	const writers, turns = 4, 300
+	evs := make([][]Event, writers)
+	for w := range writers {
+		c := &collect{}
+		tr := NewTracer(c, TracerOptions{HeadSampling: true, SampleRate: 0, Now: func() time.Time { return clock }})
+		for range turns {
+			turnSpans(tr, context.Background(), StatusOK, 100*time.Millisecond, &clock)
+		}
+		for i := range c.evs {
+			c.evs[i].SessionID = fmt.Sprintf("writer-%d", w)
+		}
+		evs[w] = c.evs
+	}
+	out := &checkSink{spans: map[string]int{}}
+	s := NewTailSampler(out, HoldForDecision, DefaultConfig().Sampling, now)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for b := 0; b < len(evs[w]); b += 7 {
+				if err := s.Write(context.Background(), evs[w][b:min(b+7, len(evs[w]))]); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if out.mixed != 0 {
+		t.Fatalf("%d writes mixed two writers' spans", out.mixed)
+	}
+	for w := range writers {
+		want := map[string]int{}
+		for _, e := range evs[w] {
+			want[e.SpanID]++
+		}
+		for id, n := range want {
+			if out.spans[id] != n {
+				t.Fatalf("writer %d: span %s passed %d times, want %d", w, id, out.spans[id], n)
+			}
+		}
+	}
+	if len(out.spans) != writers*turns*4 {
+		t.Fatalf("passed %d distinct spans, want %d", len(out.spans), writers*turns*4)
+	}
+}
+
+// checkSink counts spans by id and the writes whose spans came from more
+// than one session.
+type checkSink struct {
+	mu    sync.Mutex
+	spans map[string]int
+	mixed int
+}
+
+func (c *checkSink) Name() string { return "check" }
+func (c *checkSink) Write(_ context.Context, b []Event) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range b {
+		c.spans[b[i].SpanID]++
+		if b[i].SessionID != b[0].SessionID {
+			c.mixed++
+			break
+		}
+	}
+	return nil
 }
