@@ -31,9 +31,11 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/fmgate/fmgate/internal/jsonscan"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/vision"
 )
@@ -252,8 +254,11 @@ func decodeBody(data []byte, v any) *Error {
 func DecodeChat(data []byte, images vision.Limits) (Chat, *Error) {
 	var c Chat
 	var req chatRequest
-	if e := decodeBody(data, &req); e != nil {
-		return c, e
+	if !req.decodeFast(data) {
+		req = chatRequest{}
+		if e := decodeBody(data, &req); e != nil {
+			return c, e
+		}
 	}
 	if e := req.refusals(); e != nil {
 		return c, e
@@ -433,7 +438,7 @@ func (c *Chat) decodeMessages(msgs []chatMessage, rd *vision.Reader) *Error {
 	}
 	var conv conversation
 	for i, m := range msgs {
-		param := fmt.Sprintf("messages[%d]", i)
+		param := "messages[" + strconv.Itoa(i) + "]"
 		for _, f := range []struct {
 			name, what string
 			v          json.RawMessage
@@ -599,6 +604,12 @@ func joinText(a, b string) string {
 // parts, joined, and of image_url parts when rd reads images (a user
 // message's).
 func decodeContent(raw json.RawMessage, param string, rd *vision.Reader) (string, []provider.Image, *Error) {
+	if len(raw) > 0 && raw[0] == '"' {
+		p := jsonscan.New(string(raw))
+		if s, err := p.Str(); err == nil && p.End() == nil {
+			return s, nil, nil
+		}
+	}
 	param += ".content"
 	if !isSet(raw) {
 		return "", nil, invalidRequest(param, "Missing required parameter: '%s'.", param)

@@ -3,7 +3,7 @@
 // fmgate's front door), through the official openai-go SDK's client: its
 // client.Post carries the base URL, the Bearer key, the headers and the
 // error statuses, while the request body and the streamed chunks are
-// written and read by hand (wire.go, scan.go) instead of through the SDK's
+// written and read by hand (wire.go, with internal/jsonscan) instead of through the SDK's
 // reflective types, which cost most of a streamed answer.
 //
 // Answers stream with stream_options.include_usage, so usage is the

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fmgate/fmgate/internal/jsonscan"
 	"github.com/fmgate/fmgate/internal/provider"
 	"github.com/fmgate/fmgate/internal/stream"
 )
@@ -332,34 +333,34 @@ func (cp *callParts) done() ([]provider.ToolCall, error) {
 }
 
 // readToolCalls reads a choice's tool_calls into cp.
-func readToolCalls(p *scanner, cp *callParts) error {
-	if p.null() {
+func readToolCalls(p *jsonscan.Scanner, cp *callParts) error {
+	if p.Null() {
 		return nil
 	}
 	n := int64(0)
-	return p.array(func() error {
+	return p.Array(func() error {
 		index, id, name, args := n, "", "", ""
 		n++
-		err := p.object(func(key string) (err error) {
+		err := p.Object(func(key string) (err error) {
 			switch key {
 			case "index":
-				index, err = p.int()
+				index, err = p.Int()
 			case "id":
-				id, err = p.text()
+				id, err = p.Text()
 			case "function":
-				err = p.object(func(key string) (err error) {
+				err = p.Object(func(key string) (err error) {
 					switch key {
 					case "name":
-						name, err = p.text()
+						name, err = p.Text()
 					case "arguments":
-						args, err = p.text()
+						args, err = p.Text()
 					default:
-						err = p.skip()
+						err = p.Skip()
 					}
 					return err
 				})
 			default:
-				err = p.skip()
+				err = p.Skip()
 			}
 			return err
 		})
@@ -461,15 +462,15 @@ func (e *streamError) Error() string { return "error event mid-stream: " + e.mes
 // decode reads data into c; an error event is a *streamError.
 func (c *chunk) decode(data string) error {
 	*c = chunk{calls: c.calls}
-	p := scanner{s: data}
+	p := jsonscan.New(data)
 	var failed *streamError
 	answered := false
-	err := p.object(func(key string) (err error) {
+	err := p.Object(func(key string) (err error) {
 		switch key {
 		case "model":
-			c.model, err = p.text()
+			c.model, err = p.Text()
 		case "choices":
-			err = p.array(func() error {
+			err = p.Array(func() error {
 				ch := choice{calls: c.calls}
 				if err := ch.read(&p, "delta"); err != nil {
 					return err
@@ -484,12 +485,12 @@ func (c *chunk) decode(data string) error {
 		case "error":
 			failed, err = readError(&p)
 		default:
-			err = p.skip()
+			err = p.Skip()
 		}
 		return err
 	})
 	if err == nil {
-		err = p.end()
+		err = p.End()
 	}
 	if err != nil {
 		return errMalformed
@@ -514,34 +515,34 @@ type choice struct {
 	calls *callParts
 }
 
-func (ch *choice) read(p *scanner, textKey string) error {
-	return p.object(func(key string) (err error) {
+func (ch *choice) read(p *jsonscan.Scanner, textKey string) error {
+	return p.Object(func(key string) (err error) {
 		switch key {
 		case "index":
-			ch.index, err = p.int()
+			ch.index, err = p.Int()
 		case "finish_reason":
-			ch.finish, err = p.text()
+			ch.finish, err = p.Text()
 		case "stop_reason":
-			if p.peek() != '"' {
-				return p.skip() // null, or the id of a stop token
+			if p.Peek() != '"' {
+				return p.Skip() // null, or the id of a stop token
 			}
-			ch.stopped, err = p.str()
+			ch.stopped, err = p.Str()
 		case textKey:
-			if p.null() {
+			if p.Null() {
 				return nil
 			}
-			err = p.object(func(key string) (err error) {
+			err = p.Object(func(key string) (err error) {
 				switch {
 				case key == "content":
-					ch.content, err = p.text()
+					ch.content, err = p.Text()
 					return err
 				case key == "tool_calls" && ch.calls != nil && ch.index == 0:
 					return readToolCalls(p, ch.calls)
 				}
-				return p.skip()
+				return p.Skip()
 			})
 		default:
-			err = p.skip()
+			err = p.Skip()
 		}
 		return err
 	})
@@ -558,13 +559,13 @@ type completion struct {
 
 func decodeCompletion(raw []byte) (*completion, error) {
 	c := &completion{}
-	p := scanner{s: string(raw)}
-	err := p.object(func(key string) (err error) {
+	p := jsonscan.New(string(raw))
+	err := p.Object(func(key string) (err error) {
 		switch key {
 		case "model":
-			c.model, err = p.text()
+			c.model, err = p.Text()
 		case "choices":
-			err = p.array(func() error {
+			err = p.Array(func() error {
 				ch := choice{calls: &c.calls}
 				if c.answered {
 					ch.calls = nil
@@ -580,12 +581,12 @@ func decodeCompletion(raw []byte) (*completion, error) {
 		case "usage":
 			c.usage, c.reported, err = readUsage(&p)
 		default:
-			err = p.skip()
+			err = p.Skip()
 		}
 		return err
 	})
 	if err == nil {
-		err = p.end()
+		err = p.End()
 	}
 	if err != nil {
 		return nil, errors.New("the answer is not JSON")
@@ -594,43 +595,43 @@ func decodeCompletion(raw []byte) (*completion, error) {
 }
 
 // readUsage reads a usage object; ok is false for null.
-func readUsage(p *scanner) (u provider.Usage, ok bool, err error) {
-	if p.null() {
+func readUsage(p *jsonscan.Scanner) (u provider.Usage, ok bool, err error) {
+	if p.Null() {
 		return u, false, nil
 	}
-	err = p.object(func(key string) error {
+	err = p.Object(func(key string) error {
 		var n int64
 		var err error
 		switch key {
 		case "prompt_tokens":
-			n, err = p.int()
+			n, err = p.Int()
 			u.InputTokens = int(n)
 		case "completion_tokens":
-			n, err = p.int()
+			n, err = p.Int()
 			u.OutputTokens = int(n)
 		case "prompt_tokens_details":
-			if p.null() {
+			if p.Null() {
 				return nil
 			}
-			err = p.object(func(key string) error {
+			err = p.Object(func(key string) error {
 				switch key {
 				case "cached_tokens":
-					n, err := p.int()
+					n, err := p.Int()
 					u.CachedInputTokens = int(n)
 					return err
 				case "cache_write_tokens": // an OpenAI-compatible server fronting a vendor that bills writes
-					n, err := p.int()
+					n, err := p.Int()
 					u.CacheWriteTokens = int(n)
 					return err
 				case "cache_write_1h_tokens": // the part of those written for one hour
-					n, err := p.int()
+					n, err := p.Int()
 					u.CacheWrite1hTokens = int(n)
 					return err
 				}
-				return p.skip()
+				return p.Skip()
 			})
 		default:
-			err = p.skip()
+			err = p.Skip()
 		}
 		return err
 	})
@@ -642,26 +643,26 @@ func readUsage(p *scanner) (u provider.Usage, ok bool, err error) {
 
 // readError reads an "error" member: nil for null; an object's message,
 // type and code; anything else as the message.
-func readError(p *scanner) (*streamError, error) {
-	if p.null() {
+func readError(p *jsonscan.Scanner) (*streamError, error) {
+	if p.Null() {
 		return nil, nil
 	}
 	e := &streamError{}
-	if p.peek() != '{' {
+	if p.Peek() != '{' {
 		var err error
-		e.message, err = p.text()
+		e.message, err = p.Text()
 		return e, err
 	}
-	err := p.object(func(key string) (err error) {
+	err := p.Object(func(key string) (err error) {
 		switch key {
 		case "message":
-			e.message, err = p.text()
+			e.message, err = p.Text()
 		case "type":
-			e.typ, err = p.text()
+			e.typ, err = p.Text()
 		case "code":
-			e.code, err = p.text()
+			e.code, err = p.Text()
 		default:
-			err = p.skip()
+			err = p.Skip()
 		}
 		return err
 	})
