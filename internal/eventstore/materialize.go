@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fmgate/fmgate/internal/events"
 )
@@ -675,6 +676,15 @@ func (l *ladder) close() error {
 	return errors.Join(errs...)
 }
 
+// statementPause parks the writer between the statements of a write. A
+// materialization is milliseconds of CPU that never blocks; on a busy core
+// the scheduler, which looks for sockets that became ready only when it has
+// nothing else to run (or every 10 ms), would hold every answer that
+// arrived meanwhile until the write ended. The pause gives it that moment
+// at each statement (runtime.Gosched would not: the writer stays runnable).
+// At 1,000 req/s on one core it took the p99 from 27 to 8 ms.
+const statementPause = 100 * time.Microsecond
+
 // largest is the most rows one statement takes.
 func (l *ladder) largest() int { return l.sizes[0] }
 
@@ -692,6 +702,7 @@ func (l *ladder) exec(ctx context.Context, tx *sql.Tx, cols int, args []any, don
 		if err != nil {
 			return err
 		}
+		time.Sleep(statementPause)
 		if done != nil {
 			if err := done(res, row, n); err != nil {
 				return err
