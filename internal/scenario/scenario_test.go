@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,6 +135,24 @@ func TestEvaluate(t *testing.T) {
 				}
 			}
 		}, "primary carries its share", Fail},
+		{"a short fault's few turns below the share are luck", func(r *Result) {
+			// Ten turns inside the marks, two of them the primary's: a
+			// primary at 35% answers two or fewer of ten one time in four.
+			r.PrimaryShare, r.Marks = 0.35, []Mark{{At: 2 * time.Second, Label: "on"}, {At: 3900 * time.Millisecond, Label: "off"}}
+			for i := range r.Turns {
+				if i >= 22 && i < 30 {
+					r.Turns[i].Tier = "haiku"
+				}
+			}
+		}, "primary carries its share", Pass},
+		{"none of a short fault's turns by the primary is a miss", func(r *Result) {
+			r.PrimaryShare, r.Marks = 0.35, []Mark{{At: 2 * time.Second, Label: "on"}, {At: 3900 * time.Millisecond, Label: "off"}}
+			for i := range r.Turns {
+				if i >= 20 && i < 30 {
+					r.Turns[i].Tier = "haiku"
+				}
+			}
+		}, "primary carries its share", Fail},
 		{"slow first bytes of P2 only", func(r *Result) {
 			for i := range 5 {
 				r.Turns[i].FirstByte, r.Turns[i].Priority = r.Turns[i].Start+4*time.Second, "P2"
@@ -191,6 +210,25 @@ func TestLabel(t *testing.T) {
 	for _, tt := range tests {
 		if got := label(tt.labels, tt.name); got != tt.want {
 			t.Errorf("label(%s, %s) = %q; want %q", tt.labels, tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestBinomialAtMost(t *testing.T) {
+	for _, tt := range []struct {
+		k, n int
+		p    float64
+		want float64
+	}{
+		{1, 4, 0.35, 0.5630},   // 0.65⁴ + 4·0.35·0.65³
+		{0, 10, 0.35, 0.01346}, // 0.65¹⁰
+		{2, 10, 0.35, 0.2616},
+		{147, 447, 0.35, 0.1877},
+		{4, 4, 0.35, 1},
+		{0, 3, 1, 0},
+	} {
+		if got := binomialAtMost(tt.k, tt.n, tt.p); math.Abs(got-tt.want) > 5e-4 {
+			t.Errorf("P(X ≤ %d | n=%d, p=%v) = %.4f, want %.4f", tt.k, tt.n, tt.p, got, tt.want)
 		}
 	}
 }
