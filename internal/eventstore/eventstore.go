@@ -176,6 +176,7 @@ type Store struct {
 	// Statements prepared once on w.
 	ins, upsertRollup, insTurn, insTurnInfo, insVer, upsertUsers *ladder
 	stmts                                                        map[string]*sql.Stmt // preparedSQL by text
+	pace                                                         pacer                // the ladders' pauses
 
 	dict     dicts
 	sampling *sampling    // guarded by mu
@@ -385,7 +386,7 @@ func (s *Store) init(ctx context.Context) error {
 		{&s.insVer, insertVersionSQL, []int{128, 16, 1}},
 		{&s.upsertUsers, userRollupSQL, []int{64, 8, 1}},
 	} {
-		l, err := prepareLadder(ctx, s.w, p.sqlFor, p.sizes...)
+		l, err := prepareLadder(ctx, s.w, &s.pace, p.sqlFor, p.sizes...)
 		if err != nil {
 			return err
 		}
@@ -562,6 +563,7 @@ func (s *Store) writeTx(ctx context.Context, batch []events.Event) (err error) {
 	if err != nil {
 		return fmt.Errorf("eventstore: begin: %w", err)
 	}
+	s.pace.start()
 	defer func() {
 		if err != nil {
 			tx.Rollback()

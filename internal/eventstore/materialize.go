@@ -425,6 +425,7 @@ func (s *Store) syncLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("eventstore: materialize: %w", err)
 	}
+	s.pace.start()
 	if err := s.flushTx(ctx, tx); err != nil {
 		tx.Rollback()
 		s.stale = true
@@ -650,10 +651,11 @@ func (s *Store) flushRollups(ctx context.Context, tx *sql.Tx) error {
 type ladder struct {
 	sizes []int
 	stmts []*sql.Stmt
+	pace  *pacer
 }
 
-func prepareLadder(ctx context.Context, db *sql.DB, sqlFor func(rows int) string, sizes ...int) (*ladder, error) {
-	l := &ladder{sizes: sizes}
+func prepareLadder(ctx context.Context, db *sql.DB, pace *pacer, sqlFor func(rows int) string, sizes ...int) (*ladder, error) {
+	l := &ladder{sizes: sizes, pace: pace}
 	for _, n := range sizes {
 		st, err := db.PrepareContext(ctx, sqlFor(n))
 		if err != nil {
@@ -676,14 +678,35 @@ func (l *ladder) close() error {
 	return errors.Join(errs...)
 }
 
-// statementPause parks the writer between the statements of a write. A
+// pacer parks the writer between the statements of a long write. A
 // materialization is milliseconds of CPU that never blocks; on a busy core
 // the scheduler, which looks for sockets that became ready only when it has
 // nothing else to run (or every 10 ms), would hold every answer that
-// arrived meanwhile until the write ended. The pause gives it that moment
-// at each statement (runtime.Gosched would not: the writer stays runnable).
-// At 1,000 req/s on one core it took the p99 from 27 to 8 ms.
-const statementPause = 100 * time.Microsecond
+// arrived meanwhile until the write ended. A pause gives it that moment
+// (runtime.Gosched would not: the writer stays runnable). A pause costs the
+// writer a millisecond when nothing else waits (the poller's resolution),
+// so it comes only after pauseEvery of a write's running: a write of a few
+// statements never pauses, and bulk ingest loses a fraction of its pace.
+type pacer struct {
+	since time.Time // the write's start or its last pause; guarded by Store.mu
+}
+
+const (
+	pauseEvery     = 2 * time.Millisecond
+	statementPause = 100 * time.Microsecond
+)
+
+// start notes that a write begins: the writer has just waited for it.
+func (p *pacer) start() { p.since = time.Now() }
+
+// statement is called after each statement of a write.
+func (p *pacer) statement() {
+	if time.Since(p.since) < pauseEvery {
+		return
+	}
+	time.Sleep(statementPause)
+	p.since = time.Now()
+}
 
 // largest is the most rows one statement takes.
 func (l *ladder) largest() int { return l.sizes[0] }
@@ -702,7 +725,7 @@ func (l *ladder) exec(ctx context.Context, tx *sql.Tx, cols int, args []any, don
 		if err != nil {
 			return err
 		}
-		time.Sleep(statementPause)
+		l.pace.statement()
 		if done != nil {
 			if err := done(res, row, n); err != nil {
 				return err
