@@ -688,7 +688,8 @@ func (l *ladder) close() error {
 // so it comes only after pauseEvery of a write's running: a write of a few
 // statements never pauses, and bulk ingest loses a fraction of its pace.
 type pacer struct {
-	since time.Time // the write's start or its last pause; guarded by Store.mu
+	now   func() time.Time // nil: time.Now
+	since time.Time        // the write's start or its last pause; guarded by Store.mu
 }
 
 const (
@@ -696,16 +697,23 @@ const (
 	statementPause = 100 * time.Microsecond
 )
 
+func (p *pacer) clock() time.Time {
+	if p.now == nil {
+		return time.Now()
+	}
+	return p.now()
+}
+
 // start notes that a write begins: the writer has just waited for it.
-func (p *pacer) start() { p.since = time.Now() }
+func (p *pacer) start() { p.since = p.clock() }
 
 // statement is called after each statement of a write.
 func (p *pacer) statement() {
-	if time.Since(p.since) < pauseEvery {
+	if p.clock().Sub(p.since) < pauseEvery {
 		return
 	}
 	time.Sleep(statementPause)
-	p.since = time.Now()
+	p.since = p.clock()
 }
 
 // largest is the most rows one statement takes.

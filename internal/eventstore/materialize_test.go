@@ -497,3 +497,26 @@ func TestWritesOfShrinkingBatches(t *testing.T) {
 		}
 	}
 }
+
+// TestPacerPausesLongWritesOnly: a write runs its statements without a
+// pause until it has run pauseEvery; then it pauses once and starts
+// counting again.
+func TestPacerPausesLongWritesOnly(t *testing.T) {
+	clock := time.Unix(1000, 0)
+	p := pacer{now: func() time.Time { return clock }}
+	p.start()
+	clock = clock.Add(pauseEvery - time.Microsecond)
+	p.statement()
+	if !p.since.Equal(time.Unix(1000, 0)) {
+		t.Fatal("a write that ran less than pauseEvery paused")
+	}
+	clock = clock.Add(time.Microsecond)
+	p.statement()
+	if !p.since.Equal(clock) {
+		t.Fatal("a write that ran pauseEvery did not pause")
+	}
+	p.statement()
+	if !p.since.Equal(clock) {
+		t.Fatal("the pause did not start the count again")
+	}
+}
