@@ -499,8 +499,8 @@ func TestWritesOfShrinkingBatches(t *testing.T) {
 }
 
 // TestPacerPausesLongWritesOnly: a write runs its statements without a
-// pause until it has run pauseEvery; then it pauses once and starts
-// counting again.
+// pause until it has run pauseEvery; then it pauses and counts again from
+// the pause.
 func TestPacerPausesLongWritesOnly(t *testing.T) {
 	clock := time.Unix(1000, 0)
 	p := pacer{now: func() time.Time { return clock }}
@@ -515,8 +515,9 @@ func TestPacerPausesLongWritesOnly(t *testing.T) {
 	if !p.since.Equal(clock) {
 		t.Fatal("a write that ran pauseEvery did not pause")
 	}
+	clock = clock.Add(pauseEvery - time.Microsecond)
 	p.statement()
-	if !p.since.Equal(clock) {
+	if p.since.Equal(clock) {
 		t.Fatal("the pause did not start the count again")
 	}
 }
