@@ -72,15 +72,24 @@ func (s *Set) transition(name string, from, to State) {
 
 // Get returns the named breaker, creating a DefaultConfig one if the name
 // was not configured.
-func (s *Set) Get(name string) Breaker { return s.GetOr(name, DefaultConfig()) }
+func (s *Set) Get(name string) Breaker {
+	if b, ok := s.lookup(name); ok {
+		return b // DefaultConfig allocates: only a new breaker needs it
+	}
+	return s.GetOr(name, DefaultConfig())
+}
+
+func (s *Set) lookup(name string) (Breaker, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	b, ok := s.breakers[name]
+	return b, ok
+}
 
 // GetOr returns the named breaker, creating one with cfg if there is none
 // yet (a model tier's deployment added while running takes its tier's).
 func (s *Set) GetOr(name string, cfg Config) Breaker {
-	s.mu.RLock()
-	b, ok := s.breakers[name]
-	s.mu.RUnlock()
-	if ok {
+	if b, ok := s.lookup(name); ok {
 		return b
 	}
 	s.mu.Lock()
@@ -88,7 +97,7 @@ func (s *Set) GetOr(name string, cfg Config) Breaker {
 	if b, ok := s.breakers[name]; ok {
 		return b
 	}
-	b = s.factory(name, cfg, s.transition)
+	b := s.factory(name, cfg, s.transition)
 	s.breakers[name] = b
 	return b
 }

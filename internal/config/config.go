@@ -1227,7 +1227,8 @@ func (c Config) ResolveModel(name string) (Model, bool) {
 	if name == "" {
 		return Model{}, false
 	}
-	for _, n := range bedrockForms(name) {
+	forms, k := bedrockForms(name)
+	for _, n := range forms[:k] {
 		for _, m := range c.Models {
 			if m.Name == n || m.ModelID == n || slices.Contains(m.Aliases, n) {
 				return m, true
@@ -1243,22 +1244,22 @@ var inferenceGeos = []string{"us.", "us-gov.", "eu.", "apac.", "global.", "ca.",
 
 // bedrockForms is name, then the model id inside it when it is a Bedrock
 // ARN (…:foundation-model/ID, …:inference-profile/ID) or an inference
-// profile id (us.ID).
-func bedrockForms(name string) []string {
-	forms := []string{name}
+// profile id (us.ID): forms[:n].
+func bedrockForms(name string) (forms [3]string, n int) {
+	forms[0], n = name, 1
 	if strings.HasPrefix(name, "arn:") {
 		if i := strings.LastIndexByte(name, '/'); i >= 0 && i+1 < len(name) {
 			name = name[i+1:]
-			forms = append(forms, name)
+			forms[n], n = name, n+1
 		}
 	}
 	for _, g := range inferenceGeos {
 		if rest, ok := strings.CutPrefix(name, g); ok && strings.Contains(rest, ".") {
-			forms = append(forms, rest)
+			forms[n], n = rest, n+1
 			break
 		}
 	}
-	return forms
+	return forms, n
 }
 
 // ModelNames are the model tiers' names, in cascade order.

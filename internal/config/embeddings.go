@@ -201,7 +201,8 @@ func (c Config) ResolveEmbedding(name string) (Embedding, bool) {
 	if name == "" {
 		return Embedding{}, false
 	}
-	for _, n := range bedrockForms(name) {
+	forms, k := bedrockForms(name)
+	for _, n := range forms[:k] {
 		for _, e := range c.Embeddings {
 			if e.Name == n || e.ModelID == n || slices.Contains(e.Aliases, n) {
 				return e, true
