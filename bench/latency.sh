@@ -143,7 +143,14 @@ BARE_PID=$SPID
 wait_http bareproxy "$SPID" "http://$LOOP:$BARE_PORT/health"
 start_server fmgate "${HOP[@]}" env MOCK_URL="$MOCK_URL" FMGATE_BIN="$here/.bin/fmgate" FMGATE_BENCH_PORT="$FMGATE_BENCH_PORT" "$here/fmgate-target.sh"
 wait_http fmgate "$SPID" "http://$LOOP:$FMGATE_BENCH_PORT/readyz"
-declare -A SRV_PID=([bare]=$BARE_PID [fmgate]=$SPID)
+# In fleet mode the target script stays as the gateway's parent (it cleans
+# the run's keys up after it): the CPU and memory read are the gateway's.
+GW_PID=$SPID
+if [[ -n ${FMGATE_BENCH_REDIS:-} ]]; then
+	GW_PID=$(pgrep -P "$SPID" | head -1)
+	[[ -n $GW_PID ]] || { echo "bench/latency.sh: fmgate-target.sh started no gateway" >&2; exit 1; }
+fi
+declare -A SRV_PID=([bare]=$BARE_PID [fmgate]=$GW_PID)
 
 declare -A URL=(
 	[bare]=http://$LOOP:$BARE_PORT/v1/chat/completions
