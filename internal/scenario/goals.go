@@ -291,18 +291,21 @@ const shareSignificance = 0.05
 // binomialAtMost is the chance of at most k successes in n trials of
 // chance p each.
 func binomialAtMost(k, n int, p float64) float64 {
-	if k >= n {
+	if k >= n || p <= 0 {
 		return 1
 	}
 	if p >= 1 {
 		return 0
 	}
-	// term is C(n,i) p^i (1-p)^(n-i), from i = 0 up.
-	term := math.Pow(1-p, float64(n))
-	sum := term
-	for i := 1; i <= k; i++ {
-		term *= float64(n-i+1) / float64(i) * p / (1 - p)
-		sum += term
+	// Each term C(n,i) p^i (1-p)^(n-i) in logarithms: (1-p)^n alone is
+	// below the smallest float64 for a few thousand turns.
+	lgn, _ := math.Lgamma(float64(n + 1))
+	lp, lq := math.Log(p), math.Log1p(-p)
+	sum := 0.0
+	for i := 0; i <= k; i++ {
+		lgi, _ := math.Lgamma(float64(i + 1))
+		lgr, _ := math.Lgamma(float64(n - i + 1))
+		sum += math.Exp(lgn - lgi - lgr + float64(i)*lp + float64(n-i)*lq)
 	}
 	return min(sum, 1)
 }

@@ -224,8 +224,11 @@ func TestBinomialAtMost(t *testing.T) {
 		{0, 10, 0.35, 0.01346}, // 0.65¹⁰
 		{2, 10, 0.35, 0.2616},
 		{147, 447, 0.35, 0.1877},
+		{1740, 5000, 0.35, 0.3896}, // (1-p)^n alone underflows
+		{1650, 5000, 0.35, 0.001528},
 		{4, 4, 0.35, 1},
 		{0, 3, 1, 0},
+		{0, 3, 0, 1},
 	} {
 		if got := binomialAtMost(tt.k, tt.n, tt.p); math.Abs(got-tt.want) > 5e-4 {
 			t.Errorf("P(X ≤ %d | n=%d, p=%v) = %.4f, want %.4f", tt.k, tt.n, tt.p, got, tt.want)
