@@ -135,24 +135,10 @@ func TestEvaluate(t *testing.T) {
 				}
 			}
 		}, "primary carries its share", Fail},
-		{"a short fault's few turns below the share are luck", func(r *Result) {
-			// Ten turns inside the marks, two of them the primary's: a
-			// primary at 35% answers two or fewer of ten one time in four.
-			r.PrimaryShare, r.Marks = 0.35, []Mark{{At: 2 * time.Second, Label: "on"}, {At: 3900 * time.Millisecond, Label: "off"}}
-			for i := range r.Turns {
-				if i >= 22 && i < 30 {
-					r.Turns[i].Tier = "haiku"
-				}
-			}
-		}, "primary carries its share", Pass},
-		{"none of a short fault's turns by the primary is a miss", func(r *Result) {
-			r.PrimaryShare, r.Marks = 0.35, []Mark{{At: 2 * time.Second, Label: "on"}, {At: 3900 * time.Millisecond, Label: "off"}}
-			for i := range r.Turns {
-				if i >= 20 && i < 30 {
-					r.Turns[i].Tier = "haiku"
-				}
-			}
-		}, "primary carries its share", Fail},
+		// Ten turns inside the marks (20 to 29): two of them the primary's,
+		// which a primary at 35% answers one time in four, then none.
+		{"a short fault's few turns below the share are luck", shortFault(22), "primary carries its share", Pass},
+		{"none of a short fault's turns by the primary is a miss", shortFault(20), "primary carries its share", Fail},
 		{"slow first bytes of P2 only", func(r *Result) {
 			for i := range 5 {
 				r.Turns[i].FirstByte, r.Turns[i].Priority = r.Turns[i].Start+4*time.Second, "P2"
@@ -210,6 +196,17 @@ func TestLabel(t *testing.T) {
 	for _, tt := range tests {
 		if got := label(tt.labels, tt.name); got != tt.want {
 			t.Errorf("label(%s, %s) = %q; want %q", tt.labels, tt.name, got, tt.want)
+		}
+	}
+}
+
+// shortFault marks a fault around turns 20 to 29 of TestEvaluate's run,
+// from turn handedOn on answered by the fallback tier.
+func shortFault(handedOn int) func(*Result) {
+	return func(r *Result) {
+		r.PrimaryShare, r.Marks = 0.35, []Mark{{At: 2 * time.Second, Label: "on"}, {At: 3900 * time.Millisecond, Label: "off"}}
+		for i := handedOn; i < 30; i++ {
+			r.Turns[i].Tier = "haiku"
 		}
 	}
 }
