@@ -30,6 +30,7 @@
 #   STREAMS=1000 RAMP=3 STREAM_DELAY=250ms MOCK_CHUNKS=20 PHASES="streams rate" PROFILE= PIN=
 # (streams first: an overloading rate opens fmgate's breakers for a while.)
 #   MOCK_PORT=9200 BARE_PORT=9201 FMGATE_BENCH_PORT=8280
+#   FMGATE_BIN: an fmgate binary to measure instead of one built from this tree
 #
 #   bench/latency.sh
 set -euo pipefail
@@ -125,7 +126,14 @@ echo "== build"
 for prog in mockup bareproxy; do
 	[[ -x $hbin/$prog ]] || (cd "$harness/$prog" && go build -buildvcs=false -trimpath -o "$hbin/$prog" .) || die "go build $prog failed"
 done
-(cd "$root" && go build -o "$here/.bin/fmgate" ./cmd/fmgate && go build -o "$here/.bin/loadgen" ./bench/loadgen) || die "go build failed"
+if [[ -n ${FMGATE_BIN:-} ]]; then
+	[[ -x $FMGATE_BIN ]] || die "FMGATE_BIN=$FMGATE_BIN is not an executable"
+	gateway=$(cd "$(dirname "$FMGATE_BIN")" && pwd)/$(basename "$FMGATE_BIN")
+else
+	gateway=$here/.bin/fmgate
+	(cd "$root" && go build -o "$gateway" ./cmd/fmgate) || die "go build failed"
+fi
+(cd "$root" && go build -o "$here/.bin/loadgen" ./bench/loadgen) || die "go build failed"
 
 # ---------------------------------------------------------------- start
 for p in "$MOCK_PORT" "$BARE_PORT" "$FMGATE_BENCH_PORT"; do port_free "$p" || die "port $p on $LOOP is in use"; done
@@ -141,7 +149,7 @@ start_mock 0s
 start_server bareproxy "${HOP[@]}" "$hbin/bareproxy" -addr "$LOOP:$BARE_PORT" -upstream "http://$LOOP:$MOCK_PORT"
 BARE_PID=$SPID
 wait_http bareproxy "$SPID" "http://$LOOP:$BARE_PORT/health"
-start_server fmgate "${HOP[@]}" env MOCK_URL="$MOCK_URL" FMGATE_BIN="$here/.bin/fmgate" FMGATE_BENCH_PORT="$FMGATE_BENCH_PORT" "$here/fmgate-target.sh"
+start_server fmgate "${HOP[@]}" env MOCK_URL="$MOCK_URL" FMGATE_BIN="$gateway" FMGATE_BENCH_PORT="$FMGATE_BENCH_PORT" "$here/fmgate-target.sh"
 wait_http fmgate "$SPID" "http://$LOOP:$FMGATE_BENCH_PORT/readyz"
 # In fleet mode the target script stays as the gateway's parent (it cleans
 # the run's keys up after it): the CPU and memory read are the gateway's.

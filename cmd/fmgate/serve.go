@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -54,7 +52,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := cfg.CheckSecrets(); err != nil {
 		return err
 	}
-	setGCPercent(cfg.Server, os.Getenv)
+	mem, err := setMemory(cfg.Server, os.Getenv, os.ReadFile)
+	if err != nil {
+		return err
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("-log-level: %w", err)
@@ -62,6 +63,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// JSON logs; a line written during a turn carries its trace_id and span_id.
 	log := slog.New(events.NewLogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})))
 	redis.SetLogger(redisLogger{log})
+	log.Info("memory", "gc_percent", mem.GCPercent, "gc_percent_from", mem.GCFrom,
+		"heap_limit_mib", mem.Limit>>20, "heap_limit_from", mem.LimitFrom, "cgroup_limit_mib", mem.CgroupLimit>>20)
 
 	token, generated := adminToken(cfg)
 	app, err := server.New(ctx, cfg, server.Options{Log: log, ConfigPath: *path, Override: override})
@@ -196,15 +199,4 @@ type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
-}
-
-// setGCPercent applies server.gcPercent, unless a GOGC environment
-// variable chose the garbage collector's target already (the runtime read
-// it at start), and reports whether it did.
-func setGCPercent(c config.Server, getenv func(string) string) bool {
-	if getenv("GOGC") != "" {
-		return false
-	}
-	debug.SetGCPercent(cmp.Or(c.GCPercent, config.DefaultGCPercent))
-	return true
 }

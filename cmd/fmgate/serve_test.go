@@ -5,9 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"log/slog"
+	"math"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -27,37 +28,79 @@ func TestRedisClientMessagesAreJSONWarnings(t *testing.T) {
 	}
 }
 
-// server.gcPercent sets the collector's target, its default 100, unless
-// GOGC chose one.
-func TestSetGCPercent(t *testing.T) {
+// server.gcPercent and server.memoryLimit set the collector's target and
+// the heap's soft limit, unless GOGC or GOMEMLIMIT chose them; "auto" is
+// three quarters of the cgroup's memory limit, or none without one.
+func TestSetMemory(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	env := func(v string) func(string) string {
-		return func(k string) string {
-			if k == "GOGC" {
-				return v
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
+	files := func(m map[string]string) func(string) ([]byte, error) {
+		return func(name string) ([]byte, error) {
+			if v, ok := m[name]; ok {
+				return []byte(v), nil
 			}
-			return ""
+			return nil, fs.ErrNotExist
 		}
 	}
+	v2 := map[string]string{"/sys/fs/cgroup/memory.max": "2147483648\n"}
+	v1 := map[string]string{"/sys/fs/cgroup/memory/memory.limit_in_bytes": "1073741824\n"}
+	v1None := map[string]string{"/sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n"}
+	v2None := map[string]string{"/sys/fs/cgroup/memory.max": "max\n", "/sys/fs/cgroup/memory/memory.limit_in_bytes": "1073741824"}
+	// A cgroup of its own, seen from the host's namespace: its file, not
+	// the root's.
+	v1Own := map[string]string{
+		"/proc/self/cgroup": "5:devices:/\n4:memory:/pods/gw\n0::/\n",
+		"/sys/fs/cgroup/memory/pods/gw/memory.limit_in_bytes": "1073741824\n",
+		"/sys/fs/cgroup/memory/memory.limit_in_bytes":         "9223372036854771712\n",
+	}
+	v2Own := map[string]string{
+		"/proc/self/cgroup": "0::/system.slice/gw.service\n",
+		"/sys/fs/cgroup/system.slice/gw.service/memory.max": "2147483648\n",
+		"/sys/fs/cgroup/memory.max":                         "max\n",
+	}
 	for _, tt := range []struct {
-		set, gogc string
-		want      int
-		applied   bool
+		name          string
+		gc            int
+		limit         string
+		env           map[string]string
+		cgroup        map[string]string
+		wantGC        int
+		wantLimit     int64
+		wantLimitFrom string
 	}{
-		{"", "", config.DefaultGCPercent, true},
-		{"400", "", 400, true},
-		{"400", "150", 75, false}, // GOGC's own value stays (75 here, set below)
+		{"defaults, no cgroup", 0, "", nil, nil, config.DefaultGCPercent, 0, "no cgroup limit"},
+		{"cgroup v2 limit", 0, "auto", nil, v2, config.DefaultGCPercent, 3 << 29, "cgroup"},
+		{"cgroup v1 limit", 0, "", nil, v1, config.DefaultGCPercent, 3 << 28, "cgroup"},
+		{"cgroup v1 without a limit", 0, "", nil, v1None, config.DefaultGCPercent, 0, "no cgroup limit"},
+		{"cgroup v2 without a limit", 0, "", nil, v2None, config.DefaultGCPercent, 0, "no cgroup limit"},
+		{"own cgroup v1", 0, "", nil, v1Own, config.DefaultGCPercent, 3 << 28, "cgroup"},
+		{"own cgroup v2", 0, "", nil, v2Own, config.DefaultGCPercent, 3 << 29, "cgroup"},
+		{"set in the config", 400, "1GiB", nil, v2, 400, 1 << 30, "config"},
+		{"off", 0, "off", nil, v2, config.DefaultGCPercent, 0, "off"},
+		{"environment wins", 400, "1GiB", map[string]string{"GOGC": "150", "GOMEMLIMIT": "300MiB"}, v2, 75, 300 << 20, "GOMEMLIMIT"},
 	} {
-		debug.SetGCPercent(75)
-		c := config.Server{}
-		if tt.set != "" {
-			c.GCPercent, _ = strconv.Atoi(tt.set)
-		}
-		if got := setGCPercent(c, env(tt.gogc)); got != tt.applied {
-			t.Errorf("gcPercent %q, GOGC %q: applied %v, want %v", tt.set, tt.gogc, got, tt.applied)
-		}
-		if got := debug.SetGCPercent(100); got != tt.want {
-			t.Errorf("gcPercent %q, GOGC %q: the target is %d, want %d", tt.set, tt.gogc, got, tt.want)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			// What the runtime would have read from the environment.
+			debug.SetGCPercent(75)
+			debug.SetMemoryLimit(300 << 20)
+			m, err := setMemory(config.Server{GCPercent: tt.gc, MemoryLimit: tt.limit},
+				func(k string) string { return tt.env[k] }, files(tt.cgroup))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := debug.SetGCPercent(100); got != tt.wantGC || m.GCPercent != tt.wantGC {
+				t.Errorf("collector target %d (reported %d), want %d", got, m.GCPercent, tt.wantGC)
+			}
+			got := debug.SetMemoryLimit(math.MaxInt64)
+			if tt.wantLimit == 0 && got != math.MaxInt64 || tt.wantLimit != 0 && got != tt.wantLimit {
+				t.Errorf("heap limit %d, want %d", got, tt.wantLimit)
+			}
+			if m.Limit != tt.wantLimit || m.LimitFrom != tt.wantLimitFrom {
+				t.Errorf("reported limit %d from %s, want %d from %s", m.Limit, m.LimitFrom, tt.wantLimit, tt.wantLimitFrom)
+			}
+		})
+	}
+	if _, err := setMemory(config.Server{MemoryLimit: "lots"}, func(string) string { return "" }, files(nil)); err == nil {
+		t.Error("a memory limit that is no size was accepted")
 	}
 }

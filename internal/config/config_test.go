@@ -88,6 +88,9 @@ func TestParseNamesFieldPaths(t *testing.T) {
 		{"idle outside the hierarchy", "deadline:\n  idle: 5m\n", "deadline.idle: must be > 0 and shorter than stream.maxDuration"},
 		{"batch bounds", "batch:\n  maxJobs: 0\n", "batch.maxJobs: must be > 0"},
 		{"collector target too low", "server:\n  gcPercent: 20\n", "server.gcPercent: must be at least 50, or 0 for the default (100)"},
+		{"memory limit that is no size", "server:\n  memoryLimit: lots\n", `server.memoryLimit: "lots" is not a size: give bytes or a number with KiB, MiB or GiB (e.g. 768MiB), "auto" or "off"`},
+		{"memory limit in the wrong unit", "server:\n  memoryLimit: 2GB\n", `server.memoryLimit: "2GB" is not a size`},
+		{"memory limit too small", "server:\n  memoryLimit: 8MiB\n", `server.memoryLimit: "8MiB" is below 64 MiB`},
 		{"allowed host with a port", "server:\n  allowedHosts: [gw.example.com, \"localhost:8080\"]\n", `server.allowedHosts[1]: "localhost:8080": name the host without a port`},
 		{"allowed host that is no pattern", "server:\n  allowedHosts: [\"[a-\"]\n", `server.allowedHosts[0]: "[a-" is not a host name or pattern`},
 		{"empty allowed host", "server:\n  allowedHosts: [\"\"]\n", `server.allowedHosts[0]: "" is not a host name or pattern`},
@@ -418,5 +421,34 @@ func TestAWSProfileIsBedrocks(t *testing.T) {
 	}
 	if got := c.Models[0].Deployment(c.Models[0].Deployments[1]); got.AWSProfile != "partner" || got.Region != "us-east-1" {
 		t.Fatalf("the deployment's tier: %+v", got)
+	}
+}
+
+// server.memoryLimit reads as bytes, "auto" or "off".
+func TestMemoryLimitBytes(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		n    int64
+		auto bool
+	}{
+		{"", 0, true},
+		{"auto", 0, true},
+		{"AUTO", 0, true},
+		{"off", 0, false},
+		{"768MiB", 768 << 20, false},
+		{"1.5GiB", 3 << 29, false},
+		{"65536 KiB", 64 << 20, false},
+		{"134217728", 128 << 20, false},
+		{"134217728B", 128 << 20, false},
+	} {
+		n, auto, err := Server{MemoryLimit: tt.in}.MemoryLimitBytes()
+		if err != nil || n != tt.n || auto != tt.auto {
+			t.Errorf("%q: %d, auto %v, %v; want %d, auto %v", tt.in, n, auto, err, tt.n, tt.auto)
+		}
+	}
+	for _, bad := range []string{"-1GiB", "0", "NaN", "1e30GiB", "512 mb", "GiB"} {
+		if _, _, err := (Server{MemoryLimit: bad}).MemoryLimitBytes(); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
 	}
 }
