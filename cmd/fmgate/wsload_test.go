@@ -102,6 +102,17 @@ eventStore: {path: "` + filepath.Join(dir, "events.db") + `"}
 	if streams > 0 {
 		var done, failed atomic.Int64
 		var wg sync.WaitGroup
+		// why the first failures failed, for the log
+		var whyMu sync.Mutex
+		var why []string
+		fail := func(reason string) {
+			failed.Add(1)
+			whyMu.Lock()
+			if len(why) < 5 {
+				why = append(why, reason)
+			}
+			whyMu.Unlock()
+		}
 		start := time.Now()
 		for i := range streams {
 			c := conns[i]
@@ -117,13 +128,13 @@ eventStore: {path: "` + filepath.Join(dir, "events.db") + `"}
 				msg, _ := json.Marshal(map[string]string{"action": "sendMessage", "requestId": "r" + strconv.Itoa(i),
 					"sessionId": "s" + strconv.Itoa(i), "message": "Which fantasy manga should I read next?", "locale": "en"})
 				if err := c.Write(sctx, websocket.MessageText, msg); err != nil {
-					failed.Add(1)
+					fail("send: " + err.Error())
 					return
 				}
 				for {
 					_, data, err := c.Read(sctx)
 					if err != nil {
-						failed.Add(1)
+						fail("read: " + err.Error())
 						return
 					}
 					var f struct{ Type string }
@@ -133,7 +144,7 @@ eventStore: {path: "` + filepath.Join(dir, "events.db") + `"}
 						done.Add(1)
 						return
 					case "error":
-						failed.Add(1)
+						fail("error frame: " + string(data))
 						return
 					}
 				}
@@ -143,7 +154,7 @@ eventStore: {path: "` + filepath.Join(dir, "events.db") + `"}
 		t.Logf("%d concurrent streams: %d done, %d failed in %v; gateway RSS %d KiB", streams, done.Load(), failed.Load(),
 			time.Since(start).Round(time.Millisecond), rssKiB(t, g.cmd.Process.Pid))
 		if failed.Load() > 0 {
-			t.Errorf("%d of %d streams did not end in a done frame", failed.Load(), streams)
+			t.Errorf("%d of %d streams did not end in a done frame; the first: %s", failed.Load(), streams, strings.Join(why, "; "))
 		}
 	}
 	for _, c := range conns {
