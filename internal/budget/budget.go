@@ -796,7 +796,7 @@ func (b *Enforcer) Record(ctx context.Context, userID, sessionID string, account
 		// The local hold ends with the cost, which stays counted here
 		// against this process's later local holds; the shared counters
 		// hold nothing under this id.
-		_ = b.local.Add(ctx, userID, sessionID, h.ID, charge, 0, 0, costUSD)
+		_ = b.local.Add(ctx, userID, "", h.ID, charge, 0, 0, costUSD) // no session: the shared counters count it
 		hold = ""
 	}
 	ctx, cancel := b.storeCtx(ctx)

@@ -37,7 +37,8 @@ type Meter struct {
 // its TTL (an instance that died mid-turn releases nothing).
 type Counters interface {
 	// Load reads userID's session and userID's spend on day (its
-	// UserDayMeter).
+	// UserDayMeter). An empty sessionID is no session: its totals are
+	// zero, and nothing is read for it.
 	Load(ctx context.Context, userID, sessionID, day string) (Totals, error)
 	// Hold holds nanoUSD on each of meters for turn id when each has room
 	// for it under its Limit. When one has not, it holds nothing and
@@ -46,6 +47,9 @@ type Counters interface {
 	Hold(ctx context.Context, id string, nanoUSD int64, meters []Meter, ttl time.Duration) (refused int, spentNano int64, err error)
 	// Add adds a turn's tokens to its session and its cost to each of
 	// meters; with a hold id it ends that hold on them in the same step.
+	// An empty sessionID counts no session (a stateless turn, which
+	// brought its whole conversation): only the meters are written, so
+	// that such turns leave no counter behind for the session TTL.
 	Add(ctx context.Context, userID, sessionID, hold string, meters []Meter, in, out int, costUSD float64) error
 	// Release ends hold id on meters without a cost.
 	Release(ctx context.Context, hold string, meters []Meter) error
@@ -122,7 +126,7 @@ func (m *MemoryCounters) Load(ctx context.Context, userID, sessionID, day string
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var t Totals
-	if s, ok := m.sessions[[2]string{userID, sessionID}]; ok && now.Before(s.expires) {
+	if s, ok := m.sessions[[2]string{userID, sessionID}]; ok && sessionID != "" && now.Before(s.expires) {
 		t.SessionInput, t.SessionOutput = s.in, s.out
 	}
 	if d, ok := m.meters[UserDayMeter(userID, day, 0).Key]; ok && now.Before(d.expires) {
@@ -190,15 +194,17 @@ func (m *MemoryCounters) Add(ctx context.Context, userID, sessionID, hold string
 	if now.Sub(m.lastSweep) > time.Minute {
 		m.sweep(now)
 	}
-	sk := [2]string{userID, sessionID}
-	s, ok := m.sessions[sk]
-	if !ok || !now.Before(s.expires) {
-		s = &sessionCount{}
-		m.sessions[sk] = s
+	if sessionID != "" {
+		sk := [2]string{userID, sessionID}
+		s, ok := m.sessions[sk]
+		if !ok || !now.Before(s.expires) {
+			s = &sessionCount{}
+			m.sessions[sk] = s
+		}
+		s.in += in
+		s.out += out
+		s.expires = now.Add(m.ttl)
 	}
-	s.in += in
-	s.out += out
-	s.expires = now.Add(m.ttl)
 	nano := toNano(costUSD)
 	for _, mt := range meters {
 		d := m.meterLocked(now, mt)

@@ -64,6 +64,26 @@ func runCountersConformance(t *testing.T, newCounters func(t *testing.T) Counter
 			user: "u", session: "s", day: "2026-01-02",
 			want: Totals{SessionInput: 100, SessionOutput: 20, DayCostUSD: 0.5},
 		},
+		{
+			name: "a turn without a session counts its cost, not its tokens",
+			adds: []struct {
+				user, session, day string
+				in, out            int
+				cost               float64
+			}{{"u", "", "2026-01-01", 100, 20, 1}, {"u", "s", "2026-01-01", 5, 5, 0.5}},
+			user: "u", session: "s", day: "2026-01-01",
+			want: Totals{SessionInput: 5, SessionOutput: 5, DayCostUSD: 1.5},
+		},
+		{
+			name: "no session reads as empty",
+			adds: []struct {
+				user, session, day string
+				in, out            int
+				cost               float64
+			}{{"u", "", "2026-01-01", 100, 20, 1}},
+			user: "u", session: "", day: "2026-01-01",
+			want: Totals{DayCostUSD: 1},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -323,5 +343,40 @@ func TestRedisRefusedHoldLeavesNoKey(t *testing.T) {
 	}
 	if n, err := rdb.Exists(ctx, prefix+"budget:"+day.Key).Result(); err != nil || n != 0 {
 		t.Fatalf("the refused meter's key exists (%d, %v)", n, err)
+	}
+}
+
+// A stateless turn (no session) leaves no session counter behind: one per
+// request of a vendor door would otherwise live for the session TTL (24 h
+// by default), in the process or in Redis.
+func TestCountersKeepNoStatelessSession(t *testing.T) {
+	ctx := context.Background()
+	day := []Meter{UserDayMeter("u", "2026-01-01", 0)}
+	m := NewMemoryCounters(time.Hour, nil)
+	for range 100 {
+		if err := m.Add(ctx, "u", "", "", day, 10, 10, 0.01); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(m.sessions) != 0 {
+		t.Errorf("memory counters keep %d sessions for stateless turns", len(m.sessions))
+	}
+	c, prefix := redistest.Client(t)
+	rc := NewRedisCounters(c, prefix, time.Hour)
+	if err := rc.Add(ctx, "u", "", "", day, 10, 10, 0.01); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := c.Keys(ctx, prefix+"budget:sess:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 0 {
+		t.Errorf("Redis holds session keys for a stateless turn: %v", keys)
+	}
+	if ttl, err := c.PTTL(ctx, rc.meterKeys(day)[0]).Result(); err != nil || ttl <= dayTTL-time.Minute || ttl > dayTTL {
+		t.Errorf("TTL of the day's meter = %s, %v; want about %s", ttl, err, dayTTL)
+	}
+	if got, err := rc.Load(ctx, "u", "", "2026-01-01"); err != nil || got != (Totals{DayCostUSD: 0.01}) {
+		t.Errorf("Load = %+v, %v; want the day's cost only", got, err)
 	}
 }

@@ -44,7 +44,10 @@ func (r *RedisCounters) meterKeys(meters []Meter) []string {
 // Load implements Counters.
 func (r *RedisCounters) Load(ctx context.Context, userID, sessionID, day string) (Totals, error) {
 	pipe := r.c.Pipeline()
-	s := pipe.HMGet(ctx, r.sessionKey(userID, sessionID), "in", "out")
+	var s *redis.SliceCmd
+	if sessionID != "" {
+		s = pipe.HMGet(ctx, r.sessionKey(userID, sessionID), "in", "out")
+	}
 	d := pipe.HGet(ctx, r.meterKeys([]Meter{UserDayMeter(userID, day, 0)})[0], "nusd")
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Totals{}, fmt.Errorf("redis load: %w", err)
@@ -54,8 +57,10 @@ func (r *RedisCounters) Load(ctx context.Context, userID, sessionID, day string)
 		return n
 	}
 	var t Totals
-	if v := s.Val(); len(v) == 2 {
-		t.SessionInput, t.SessionOutput = int(num(v[0])), int(num(v[1]))
+	if s != nil {
+		if v := s.Val(); len(v) == 2 {
+			t.SessionInput, t.SessionOutput = int(num(v[0])), int(num(v[1]))
+		}
 	}
 	if v, err := d.Int64(); err == nil {
 		t.DayCostUSD = float64(v) / nanoUSD
@@ -84,18 +89,24 @@ local function unhold(K, id)
 end
 `
 
-// addScript adds ARGV[1] input and ARGV[2] output tokens to the session
-// hash KEYS[1], renewing its expiry to ARGV[3] milliseconds, and ARGV[4]
-// nano-USD to each meter hash KEYS[2…], ending the hold ARGV[5] (none when
-// empty) and renewing the meter's expiry to ARGV[5+i] milliseconds.
+// addScript adds ARGV[4] nano-USD to each meter hash, ending the hold
+// ARGV[5] (none when empty) and renewing the meter's expiry to its
+// milliseconds in ARGV[7…]. With ARGV[6] "1" the first key is the session
+// hash, which gets ARGV[1] input and ARGV[2] output tokens and an expiry
+// ARGV[3] milliseconds away, and the meter hashes follow it; with "0" (a
+// stateless turn) every key is a meter hash.
 var addScript = redis.NewScript(unholdLua + `
-redis.call('HINCRBY', KEYS[1], 'in', ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'out', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-for i = 2, #KEYS do
+local first = 1
+if ARGV[6] == '1' then
+  redis.call('HINCRBY', KEYS[1], 'in', ARGV[1])
+  redis.call('HINCRBY', KEYS[1], 'out', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  first = 2
+end
+for i = first, #KEYS do
   redis.call('HINCRBY', KEYS[i], 'nusd', ARGV[4])
   if ARGV[5] ~= '' then unhold(KEYS[i], ARGV[5]) end
-  redis.call('PEXPIRE', KEYS[i], ARGV[4 + i])
+  redis.call('PEXPIRE', KEYS[i], ARGV[7 + i - first])
 end
 return 1
 `)
@@ -108,8 +119,12 @@ return 1
 
 // Add implements Counters.
 func (r *RedisCounters) Add(ctx context.Context, userID, sessionID, hold string, meters []Meter, in, out int, costUSD float64) error {
-	keys := append([]string{r.sessionKey(userID, sessionID)}, r.meterKeys(meters)...)
-	args := []any{in, out, max(r.ttl.Milliseconds(), 1), toNano(costUSD), hold}
+	keys := r.meterKeys(meters)
+	session := "0" // a stateless turn's: no session counted
+	if sessionID != "" {
+		keys, session = append([]string{r.sessionKey(userID, sessionID)}, keys...), "1"
+	}
+	args := []any{in, out, max(r.ttl.Milliseconds(), 1), toNano(costUSD), hold, session}
 	for _, m := range meters {
 		args = append(args, max(m.TTL.Milliseconds(), 1))
 	}

@@ -242,8 +242,8 @@ func (f *fleetBatcher) Begin(ctx context.Context, t *gateway.Turn) (context.Cont
 	calls = append(calls, func(ctx context.Context) {
 		tctx, cancel := context.WithTimeout(ctx, f.current().Budget.StoreTimeout)
 		defer cancel()
-		tot := &totalsAnswer{userID: t.UserID, sessionID: t.SessionID, day: day}
-		tot.tot, tot.err = f.counters.Load(tctx, t.UserID, t.SessionID, day)
+		tot := &totalsAnswer{userID: t.UserID, sessionID: budgetSession(t), day: day}
+		tot.tot, tot.err = f.counters.Load(tctx, t.UserID, tot.sessionID, day)
 		a.totals = tot
 	})
 	models := f.route(t.StartTier)

@@ -307,3 +307,41 @@ func TestFleetReserveAheadLearnsTheSize(t *testing.T) {
 	}
 	t.Logf("held ahead: turn 1 %d tokens, turn %d %d tokens (most %d)", probe.held[1], turns-1, last, most)
 }
+
+// TestFleetStatelessTurnsLeaveNoSessionCounter: a vendor door's turn is
+// stateless, its session id its request's own, so its tokens count against
+// no session: a counter per request would stay in Redis for the session
+// TTL (24 h by default), millions of keys a day. A turn of a session keeps
+// its counter, and both still take two round trips.
+func TestFleetStatelessTurnsLeaveNoSessionCounter(t *testing.T) {
+	s, rt := fleetTurns(t, nil)
+	ctx := context.Background()
+	if _, err := s.Gateway.Run(ctx, fleetTurn(0, "u"), discard{}); err != nil {
+		t.Fatal(err)
+	}
+	sessionKeys := func() []string {
+		keys, err := s.Redis.Keys(ctx, s.cfg.Fleet.KeyPrefix+"budget:budget:sess:*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	if keys := sessionKeys(); len(keys) != 1 {
+		t.Fatalf("a session's turn left session counters %v; want one", keys)
+	}
+	rt.n.Store(0)
+	const turns = 10
+	for i := 1; i <= turns; i++ {
+		turn := fleetTurn(i, "u")
+		turn.SessionID, turn.Stateless = turn.RequestID, true
+		if res, err := s.Gateway.Run(ctx, turn, discard{}); err != nil || res.Tier != "sonnet" {
+			t.Fatalf("turn %d: %+v, %v", i, res, err)
+		}
+	}
+	if keys := sessionKeys(); len(keys) != 1 {
+		t.Errorf("after %d stateless turns the session counters are %v; want the session's one only", turns, keys)
+	}
+	if got := rt.n.Load(); got != 2*turns {
+		t.Errorf("%d stateless turns made %d round trips; want 2 each", turns, got)
+	}
+}

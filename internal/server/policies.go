@@ -57,10 +57,21 @@ type budgeter struct {
 	hints   *provider.CacheHints
 }
 
+// budgetSession is the session t's tokens count against: none for a
+// stateless turn, whose session id is its request's own (a vendor door's
+// request carries its whole conversation), so that each such request does
+// not leave a counter behind for the session TTL.
+func budgetSession(t *gateway.Turn) string {
+	if t.Stateless {
+		return ""
+	}
+	return t.SessionID
+}
+
 func (b budgeter) Check(ctx context.Context, t *gateway.Turn, model string) error {
 	cfg := configOf(t, b.current)
 	plan, err := b.enf.Check(ctx, budget.Request{
-		UserID: t.UserID, SessionID: t.SessionID, Model: model, MaxOutput: t.MaxOutput,
+		UserID: t.UserID, SessionID: budgetSession(t), Model: model, MaxOutput: t.MaxOutput,
 		Parts: budget.Parts{System: t.System + provider.ToolsText(t.Tools), History: t.History,
 			User: t.Message + (&provider.Message{ToolResults: t.ToolResults}).ToolText(), ImageTokens: provider.ImagesTokens(t.Images)},
 		ExpectCached: b.hints.Expect(model, t.System),
@@ -123,7 +134,7 @@ func (b budgeter) Record(ctx context.Context, t *gateway.Turn, res *gateway.Resu
 		b.hints.Observe(res.Tier, t.System, res.Usage)
 	}
 	hold, _ := t.BudgetHold.(budget.Hold)
-	err := b.enf.Record(ctx, t.UserID, t.SessionID, accounts(configOf(t, b.current), t), hold, res.Usage.Input(), res.Usage.OutputTokens, res.CostUSD+t.RetrievalCostUSD)
+	err := b.enf.Record(ctx, t.UserID, budgetSession(t), accounts(configOf(t, b.current), t), hold, res.Usage.Input(), res.Usage.OutputTokens, res.CostUSD+t.RetrievalCostUSD)
 	if err == nil {
 		t.BudgetHold = nil // settled
 	}
