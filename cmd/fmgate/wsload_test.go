@@ -154,7 +154,8 @@ eventStore: {path: "` + filepath.Join(dir, "events.db") + `"}
 		t.Logf("%d concurrent streams: %d done, %d failed in %v; gateway RSS %d KiB", streams, done.Load(), failed.Load(),
 			time.Since(start).Round(time.Millisecond), rssKiB(t, g.cmd.Process.Pid))
 		if failed.Load() > 0 {
-			t.Errorf("%d of %d streams did not end in a done frame; the first: %s", failed.Load(), streams, strings.Join(why, "; "))
+			t.Errorf("%d of %d streams did not end in a done frame; the first: %s\nthe gateway's warnings:\n%s", failed.Load(), streams,
+				strings.Join(why, "; "), tail(warnings(readFile(g.stderr)), 4000))
 		}
 	}
 	for _, c := range conns {
@@ -181,4 +182,15 @@ func rssKiB(t *testing.T, pid int) int64 {
 	}
 	t.Fatal("no VmRSS in /proc status")
 	return 0
+}
+
+// warnings are the lines of a gateway's log above INFO.
+func warnings(log string) string {
+	var b strings.Builder
+	for line := range strings.Lines(log) {
+		if !strings.Contains(line, `"level":"INFO"`) && !strings.Contains(line, `"level":"DEBUG"`) {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }
