@@ -53,7 +53,8 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(-1)
 	frameLimit := int64(max(64<<10, 4*g.Config().Server.MaxMessageBytes))
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	conn := &wsConn{c: c, g: g, r: r, key: wsKey(r), turns: make(map[string]context.CancelFunc)}
+	conn := &wsConn{c: c, g: g, r: r, key: wsKey(r), turns: make(map[string]context.CancelFunc),
+		ctx: ctx, writeLimit: g.streamCfg.WriteLimit()}
 	defer func() {
 		cancel()
 		conn.wg.Wait()
@@ -147,6 +148,10 @@ type wsConn struct {
 	g   *Gateway
 	r   *http.Request
 	key string // the API key of the upgrade: Authorization: Bearer, or a page's subprotocol
+	// ctx ends with the connection; writeLimit bounds one write
+	// (stream.Config.WriteLimit).
+	ctx        context.Context
+	writeLimit time.Duration
 
 	mu    sync.Mutex
 	turns map[string]context.CancelFunc
@@ -211,9 +216,19 @@ func (cn *wsConn) cancelTurn(id string) {
 	}
 }
 
-// Send implements stream.Sender.
+// Send implements stream.Sender. The library closes the connection when a
+// write's context ends, so the send's own deadline (stream.sendTimeout)
+// would cut a client at its first slow send, where the stream means to
+// pause and carry on: a send that has begun is bounded by the stream's
+// whole allowance for a slow client instead, and the stream, timing it,
+// counts it slow.
 func (cn *wsConn) Send(ctx context.Context, frame []byte) error {
-	return cn.c.Write(ctx, websocket.MessageText, frame)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(cn.ctx, cn.writeLimit)
+	defer cancel()
+	return cn.c.Write(wctx, websocket.MessageText, frame)
 }
 
 // refuse counts a frame refused before it became a turn (Refuse), with

@@ -93,6 +93,18 @@ func (c Config) Validate() error {
 }
 
 // withDefaults fills zero fields, so a partly written Config still streams.
+// WriteLimit bounds one write of a Sender whose transport cannot abandon a
+// write without closing the connection (a WebSocket): the time the stream
+// gives a slow client in all, its SendTimeout for each of its
+// MaxBackpressurePauses slow sends. Such a Sender ignores the send's own
+// context deadline, which would cut the client at its first slow send; the
+// stream counts a send that took longer than SendTimeout as slow (a
+// pause, no resend) all the same.
+func (c Config) WriteLimit() time.Duration {
+	d := c.withDefaults()
+	return d.SendTimeout * time.Duration(d.MaxBackpressurePauses)
+}
+
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	setDur := func(v *time.Duration, def time.Duration) {
