@@ -126,7 +126,7 @@ func (m *MemoryCounters) Load(ctx context.Context, userID, sessionID, day string
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var t Totals
-	if s, ok := m.sessions[[2]string{userID, sessionID}]; ok && sessionID != "" && now.Before(s.expires) {
+	if s, ok := m.sessions[[2]string{userID, sessionID}]; sessionID != "" && ok && now.Before(s.expires) {
 		t.SessionInput, t.SessionOutput = s.in, s.out
 	}
 	if d, ok := m.meters[UserDayMeter(userID, day, 0).Key]; ok && now.Before(d.expires) {

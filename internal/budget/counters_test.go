@@ -27,36 +27,31 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
+// counterAdd is one Add of a conformance case.
+type counterAdd struct {
+	user, session, day string
+	in, out            int
+	cost               float64
+}
+
 func runCountersConformance(t *testing.T, newCounters func(t *testing.T) Counters) {
 	ctx := context.Background()
 	tests := []struct {
-		name string
-		adds []struct {
-			user, session, day string
-			in, out            int
-			cost               float64
-		}
+		name               string
+		adds               []counterAdd
 		user, session, day string
 		want               Totals
 	}{
 		{name: "empty", user: "u", session: "s", day: "2026-01-01"},
 		{
 			name: "sums",
-			adds: []struct {
-				user, session, day string
-				in, out            int
-				cost               float64
-			}{{"u", "s", "2026-01-01", 100, 20, 0.0006}, {"u", "s", "2026-01-01", 50, 10, 0.0000125}},
+			adds: []counterAdd{{"u", "s", "2026-01-01", 100, 20, 0.0006}, {"u", "s", "2026-01-01", 50, 10, 0.0000125}},
 			user: "u", session: "s", day: "2026-01-01",
 			want: Totals{SessionInput: 150, SessionOutput: 30, DayCostUSD: 0.0006125},
 		},
 		{
 			name: "day is per user and per day, session is per user",
-			adds: []struct {
-				user, session, day string
-				in, out            int
-				cost               float64
-			}{
+			adds: []counterAdd{
 				{"u", "s", "2026-01-01", 100, 20, 1},
 				{"other", "s", "2026-01-02", 7, 3, 2},
 				{"u", "s2", "2026-01-02", 5, 5, 0.5},
@@ -66,21 +61,13 @@ func runCountersConformance(t *testing.T, newCounters func(t *testing.T) Counter
 		},
 		{
 			name: "a turn without a session counts its cost, not its tokens",
-			adds: []struct {
-				user, session, day string
-				in, out            int
-				cost               float64
-			}{{"u", "", "2026-01-01", 100, 20, 1}, {"u", "s", "2026-01-01", 5, 5, 0.5}},
+			adds: []counterAdd{{"u", "", "2026-01-01", 100, 20, 1}, {"u", "s", "2026-01-01", 5, 5, 0.5}},
 			user: "u", session: "s", day: "2026-01-01",
 			want: Totals{SessionInput: 5, SessionOutput: 5, DayCostUSD: 1.5},
 		},
 		{
 			name: "no session reads as empty",
-			adds: []struct {
-				user, session, day string
-				in, out            int
-				cost               float64
-			}{{"u", "", "2026-01-01", 100, 20, 1}},
+			adds: []counterAdd{{"u", "", "2026-01-01", 100, 20, 1}},
 			user: "u", session: "", day: "2026-01-01",
 			want: Totals{DayCostUSD: 1},
 		},
