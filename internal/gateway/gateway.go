@@ -73,6 +73,7 @@ type Gateway struct {
 	batches  *batchJobs
 	connsMu  sync.Mutex
 	conns    map[*wsConn]struct{}
+	wsPing   wsKeepAlive
 	admin    http.Handler // extra admin routes (e.g. the simulator's)
 	throttle func(scope string)
 	estimate func(*provider.Request) int
@@ -181,6 +182,7 @@ func New(cfg config.Config, d Deps) (*Gateway, error) {
 		slots:      d.Slots,
 		proxies:    cfg.Server.Proxies(),
 		streamCfg:  cfg.Stream,
+		wsPing:     wsKeepAlive{every: wsPingInterval, pongWait: wsPongWait},
 		admit:      d.Admitter,
 		budget:     d.Budgeter,
 		retrieve:   d.Retriever,

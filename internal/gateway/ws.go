@@ -22,8 +22,13 @@ const maxInFlightPerConn = 4
 // (rateLimit.routes.connect) is the connection rate, checked alone.
 const RouteConnect = "connect"
 
-// wsPingInterval is how often an idle connection is pinged to find dead peers.
-const wsPingInterval = 30 * time.Second
+// Keep-alive of a chat WebSocket: an idle connection is pinged every
+// wsPingInterval, and one whose peer does not answer within wsPongWait is
+// closed, so a dead peer is noticed and its turns stop.
+const (
+	wsPingInterval = 30 * time.Second
+	wsPongWait     = 10 * time.Second
+)
 
 // serveWS is GET /ws: the chat WebSocket of DESIGN.md's contract.
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
@@ -55,12 +60,13 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	conn := &wsConn{c: c, g: g, r: r, key: wsKey(r), turns: make(map[string]context.CancelFunc),
 		ctx: ctx, writeLimit: g.streamCfg.WriteLimit()}
+	stopPings := conn.keepAlive(g.wsPing)
 	defer func() {
+		stopPings()
 		cancel()
 		conn.wg.Wait()
 		c.CloseNow()
 	}()
-	go conn.keepAlive(ctx)
 	g.trackConn(conn)
 	defer g.untrackConn(conn)
 
@@ -251,25 +257,51 @@ func (cn *wsConn) sendError(ctx context.Context, requestID string, err error) {
 	_ = cn.Send(wctx, b)
 }
 
-// keepAlive pings the peer so a dead connection is noticed and its turns stop.
-func (cn *wsConn) keepAlive(ctx context.Context) {
-	t := time.NewTicker(wsPingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+// keepAlive pings the peer every ka.every until the connection ends, and
+// closes a connection whose peer leaves a ping unanswered for ka.pongWait.
+// It runs on a timer rather than a goroutine of its own: an idle connection
+// then holds one goroutine (its reader), not two, and a goroutine's stack
+// is most of an idle connection's memory. The ping runs on the timer's
+// goroutine only while it is under way. It returns the pings' stop.
+func (cn *wsConn) keepAlive(ka wsKeepAlive) (stop func()) {
+	var (
+		mu      sync.Mutex
+		t       *time.Timer
+		stopped bool
+	)
+	ping := func() {
+		if cn.ctx.Err() != nil {
 			return
-		case <-t.C:
-			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := cn.c.Ping(pctx)
-			cancel()
-			if err != nil && !errors.Is(err, context.Canceled) {
-				cn.c.CloseNow()
-				return
-			}
 		}
+		pctx, cancel := context.WithTimeout(cn.ctx, ka.pongWait)
+		err := cn.c.Ping(pctx)
+		cancel()
+		if err != nil {
+			if cn.ctx.Err() == nil {
+				cn.c.CloseNow() // unanswered: the reader's error ends the connection
+			}
+			return
+		}
+		mu.Lock()
+		if !stopped {
+			t.Reset(ka.every)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	t = time.AfterFunc(ka.every, ping)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
 	}
 }
+
+// wsKeepAlive is how a chat WebSocket is kept alive (wsPingInterval,
+// wsPongWait; tests shorten them).
+type wsKeepAlive struct{ every, pongWait time.Duration }
 
 // closeGoingAway tells the client the server is restarting.
 func (cn *wsConn) closeGoingAway() {
