@@ -57,6 +57,12 @@ type sinkRunner struct {
 	name    string
 	durable bool
 	q       chan item
+	// full wakes the runner waiting out BatchWait once its batch would be
+	// whole: room events queued (what its batch lacks while it waits, a
+	// whole batch otherwise). While it waits, events are queued without
+	// waking it.
+	full chan struct{}
+	room atomic.Int64
 
 	written, dropped, failed atomic.Uint64
 	// acked is the highest WAL seq this durable sink has acknowledged with
@@ -118,7 +124,8 @@ func New(ctx context.Context, cfg Config, sinks []Sink, log *slog.Logger) (*Emit
 			return nil, fmt.Errorf("events: two sinks named %q", s.Name())
 		}
 		seen[s.Name()] = true
-		r := &sinkRunner{sink: s, name: s.Name(), q: make(chan item, cfg.BufferSize)}
+		r := &sinkRunner{sink: s, name: s.Name(), q: make(chan item, cfg.BufferSize), full: make(chan struct{}, 1)}
+		r.room.Store(int64(cfg.BatchSize))
 		if d, ok := s.(durabler); ok && d.Durable() {
 			r.durable = true
 		}
@@ -293,6 +300,12 @@ func (e *Emitter) fanout(p *Event, seq uint64) {
 	for _, r := range e.sinks {
 		select {
 		case r.q <- item{ev: p, seq: seq}:
+			if int64(len(r.q)) >= r.room.Load() {
+				select {
+				case r.full <- struct{}{}:
+				default: // already woken
+				}
+			}
 		default:
 			r.dropped.Add(1)
 			if seq != 0 && r.durable {
@@ -470,18 +483,24 @@ func (e *Emitter) runSink(r *sinkRunner) {
 		batch, maxSeq = batch[:0], 0
 	}
 	// gather takes what is queued, then waits BatchWait at most for more,
-	// up to a full batch; it reports false once Close began.
+	// up to a full batch; it reports false once Close began. It waits on
+	// its timer alone, not on the queue: an event arriving meanwhile is
+	// queued without waking the runner (a wake per event and sink was a
+	// few per cent of a busy gateway's CPU), and a full batch queued wakes
+	// it early (full).
 	var timer *time.Timer
-	gather := func() bool {
-	drain:
+	drain := func() {
 		for len(batch) < e.cfg.BatchSize {
 			select {
 			case it := <-r.q:
 				take(it)
 			default:
-				break drain
+				return
 			}
 		}
+	}
+	gather := func() bool {
+		drain()
 		if e.cfg.BatchWait <= 0 || len(batch) >= e.cfg.BatchSize {
 			return true
 		}
@@ -491,16 +510,22 @@ func (e *Emitter) runSink(r *sinkRunner) {
 			timer.Reset(e.cfg.BatchWait)
 		}
 		defer timer.Stop()
-		for len(batch) < e.cfg.BatchSize {
+		need := e.cfg.BatchSize - len(batch)
+		r.room.Store(int64(need))
+		defer r.room.Store(int64(e.cfg.BatchSize))
+	wait:
+		for len(r.q) < need {
 			select {
-			case it := <-r.q:
-				take(it)
+			case <-r.full:
+				// A wake meant for an earlier wait (its room) is ignored
+				// by the loop's test.
 			case <-timer.C:
-				return true
+				break wait
 			case <-e.sinkDone:
 				return false
 			}
 		}
+		drain()
 		return true
 	}
 	for {

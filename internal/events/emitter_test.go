@@ -610,6 +610,7 @@ func TestConfigValidate(t *testing.T) {
 type batchSink struct {
 	mu             sync.Mutex
 	writes, events int
+	sizes          []int
 }
 
 func (*batchSink) Name() string { return "batches" }
@@ -618,6 +619,7 @@ func (b *batchSink) Write(_ context.Context, batch []Event) error {
 	defer b.mu.Unlock()
 	b.writes++
 	b.events += len(batch)
+	b.sizes = append(b.sizes, len(batch))
 	return nil
 }
 
@@ -675,6 +677,37 @@ func TestBatchWaitGathersOneWrite(t *testing.T) {
 				t.Fatalf("%d writes for 10 events, want %d", w, tt.want)
 			}
 		})
+	}
+}
+
+// A whole batch queued is written at once, not after BatchWait: the runner
+// waiting for more is woken when the batch is full.
+func TestFullBatchIsNotHeldForBatchWait(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.BatchWait = time.Second
+	cfg.BatchSize = 8
+	sink := &batchSink{}
+	em, err := New(context.Background(), cfg, []Sink{sink}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer em.Close(context.Background())
+	start := time.Now()
+	for i := range 3 * cfg.BatchSize {
+		em.Emit(event(i, false))
+	}
+	for deadline := start.Add(cfg.BatchWait / 2); ; time.Sleep(time.Millisecond) {
+		if _, n := sink.counts(); n == 3*cfg.BatchSize {
+			break
+		}
+		if time.Now().After(deadline) {
+			w, n := sink.counts()
+			sink.mu.Lock()
+			sizes := sink.sizes
+			sink.mu.Unlock()
+			t.Fatalf("%d of %d events written (%d writes: %v) after %v: full batches waited for BatchWait (%v)",
+				n, 3*cfg.BatchSize, w, sizes, time.Since(start), cfg.BatchWait)
+		}
 	}
 }
 
