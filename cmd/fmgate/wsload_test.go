@@ -98,6 +98,11 @@ eventStore: {path: "` + filepath.Join(dir, "events.db") + `"}
 	if dialErr.Load() > 0 {
 		t.Errorf("%d of %d connections failed to open", dialErr.Load(), idle)
 	}
+	// The gateway's goal for an idle chat WebSocket.
+	const maxIdleKiB = 32
+	if idle-warm >= 1000 && per > maxIdleKiB {
+		t.Errorf("%.1f KiB of RSS per idle connection, over the %d KiB goal", per, maxIdleKiB)
+	}
 
 	if streams > 0 {
 		var done, failed atomic.Int64
