@@ -485,9 +485,9 @@ func (e *Emitter) runSink(r *sinkRunner) {
 	// gather takes what is queued, then waits BatchWait at most for more,
 	// up to a full batch; it reports false once Close began. It waits on
 	// its timer alone, not on the queue: an event arriving meanwhile is
-	// queued without waking the runner (a wake per event and sink was a
-	// few per cent of a busy gateway's CPU), and a full batch queued wakes
-	// it early (full).
+	// queued without waking the runner (which cost a goroutine wake per
+	// event and sink), and a batch that would be whole wakes it early
+	// (full).
 	var timer *time.Timer
 	drain := func() {
 		for len(batch) < e.cfg.BatchSize {
