@@ -505,11 +505,11 @@ func (s *Store) SetEvalScore(ctx context.Context, id string, score float64) erro
 		if _, err := tx.ExecContext(ctx, `UPDATE turn_info SET eval_score = ? WHERE minute = ? AND th = ?`, score, turn.minute(), turn.th); err != nil {
 			return fmt.Errorf("eventstore: eval: %w", err)
 		}
-		for i := range turn.vers {
-			if _, err := tx.ExecContext(ctx, `UPDATE turn_versions SET data = ? WHERE vid = ? AND ts_start = ? AND th = ?`,
-				turn.appendVersionRow(nil, &turn.vers[i]), turn.vers[i].vid, turn.ts, turn.th); err != nil {
-				return fmt.Errorf("eventstore: eval: %w", err)
-			}
+		err := rewriteVersions(ctx, tx, turn, func(v *verSums, _ []byte) ([]byte, bool) {
+			return turn.appendVersionRow(nil, v), true
+		})
+		if err != nil {
+			return fmt.Errorf("eventstore: eval: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {

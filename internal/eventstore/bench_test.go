@@ -413,3 +413,80 @@ func BenchmarkWriteSplitTurns(b *testing.B) {
 		})
 	}
 }
+
+// gatewayTurn appends turn n as a gateway at the defaults emits it, in the
+// order its spans end: four steps, the model call (a must-persist cost
+// record), the turn span (sampled out unless sampled) and the record step
+// (must-persist, after the turn span). One user, one model, one prompt
+// and one graph version, as in bench/latency.sh's traffic.
+func gatewayTurn(dst []events.Event, n int, at time.Time, sampled bool) []events.Event {
+	trace := fmt.Sprintf("%016x%016x", uint64(n)*0x9e3779b97f4a7c15, uint64(n))
+	root := fmt.Sprintf("%016x", uint64(n)<<8|1)
+	attr := events.Attribution{Feature: "chat", Surface: "openai", Locale: "en-US", UserTier: "standard"}
+	span := func(i int, name string, kind events.ArtifactKind) events.Event {
+		e := events.Event{
+			SchemaVersion: 3, TraceID: trace, SpanID: fmt.Sprintf("%016x", uint64(n)<<8|uint64(i)), ParentSpanID: root,
+			WorkflowID: trace, UserIDHash: "u0123456789abcdef", SessionID: "s0123456789abcdef",
+			TSStart: at.Add(time.Duration(i) * 50 * time.Microsecond), Name: name,
+			Node:        events.Node{GraphVersion: "v1", NodeID: name, InvocationMode: events.ModeSyncStreaming},
+			Attribution: attr, Artifact: events.Artifact{ArtifactKind: kind}, Outcome: events.Outcome{Status: events.StatusOK},
+		}
+		e.TSEnd = e.TSStart.Add(100 * time.Microsecond)
+		return e
+	}
+	for i, name := range []string{"validate", "identify", "admit", "plan"} {
+		dst = append(dst, span(i+2, name, events.KindInternal))
+	}
+	call := span(6, "model_attempt", events.KindLLMCall)
+	call.MustPersist = true
+	call.Artifact.ModelID, call.Artifact.PromptVersion = "gpt-x", "mangaassist-system@d38ea2dbaf1a"
+	call.Resource = events.Resource{TokensIn: 12, TokensOut: 20, CostUSD: 0.000336}
+	turn := span(1, "turn", events.KindInternal)
+	turn.SpanID, turn.ParentSpanID = root, ""
+	turn.TSStart, turn.TSEnd, turn.DurationMS = at, at.Add(time.Millisecond), 1
+	turn.Sampled, turn.SampledOut = sampled, !sampled
+	record := span(8, "record", events.KindInternal)
+	record.MustPersist = true
+	return append(dst, call, turn, record)
+}
+
+// BenchmarkWriteGatewayTurns feeds the embedded store a gateway's turns at
+// 1,000 turns/s as its sink does: through the tail sampler holding spans
+// for their turn's decision (5% of turns sampled), 20 turns a write (the
+// emitter's 20 ms batchWait), materialized every 250 turns (250 ms). It
+// reports the store's CPU per turn. Run:
+// go test -run '^$' -bench WriteGatewayTurns -benchtime 3000x ./internal/eventstore
+func BenchmarkWriteGatewayTurns(b *testing.B) {
+	const perWrite = 20
+	cfg := DefaultConfig()
+	cfg.Path = filepath.Join(b.TempDir(), "events.db")
+	cfg.Retention = 0
+	cfg.MaterializeSpans = 250 * 7
+	s, err := Open(context.Background(), cfg, func() time.Time { return t0.Add(time.Hour) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	sink := events.NewTailSampler(s, events.HoldForDecision, events.DefaultConfig().Sampling, nil)
+	writes := (b.N + perWrite - 1) / perWrite
+	batches := make([][]events.Event, writes)
+	for w := range batches {
+		for i := range perWrite {
+			n := w*perWrite + i
+			batches[w] = gatewayTurn(batches[w], n, t0.Add(time.Duration(n)*time.Millisecond), n%20 == 0)
+		}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cpuTime()
+	for _, batch := range batches {
+		if err := sink.Write(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.sync(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(writes*perWrite)/1e3, "cpu-µs/turn")
+}

@@ -2,7 +2,6 @@ package eventstore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -96,27 +95,17 @@ func (s *Store) compareSide(ctx context.Context, dim, version string, q Query) (
 	if !ok {
 		return side, nil
 	}
-	rs, err := s.r.QueryContext(ctx, `SELECT data FROM turn_versions WHERE vid = ? AND ts_start >= ? AND ts_start < ?`,
-		vid, q.From.UnixMilli(), q.To.UnixMilli())
-	if err != nil {
-		return side, fmt.Errorf("eventstore: compare: %w", err)
-	}
-	defer rs.Close()
 	var (
 		durations []int64
 		evalSum   float64
-		data      sql.RawBytes
 		f         turnFigures
 	)
-	for rs.Next() {
-		if err := rs.Scan(&data); err != nil {
-			return side, fmt.Errorf("eventstore: compare: %w", err)
-		}
-		if _, err := decodeFigures(data, &f); err != nil {
-			return side, fmt.Errorf("eventstore: compare: %w", err)
+	err := s.versionRecords(ctx, vid, q.From.UnixMilli(), q.To.UnixMilli(), func(_, _ int64, rec []byte) error {
+		if _, err := decodeFigures(rec, &f); err != nil {
+			return err
 		}
 		if !f.hasRoot {
-			continue
+			return nil
 		}
 		side.Turns++
 		side.CostUSD += f.cost
@@ -131,8 +120,9 @@ func (s *Store) compareSide(ctx context.Context, dim, version string, q Query) (
 			side.EvalCount++
 			evalSum += f.eval
 		}
-	}
-	if err := rs.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return side, fmt.Errorf("eventstore: compare: %w", err)
 	}
 	side.finish(durations, evalSum)

@@ -1,8 +1,10 @@
 package eventstore_test
 
 import (
+	"context"
 	"testing"
 
+	"github.com/fmgate/fmgate/internal/events"
 	"github.com/fmgate/fmgate/internal/eventstore"
 	"github.com/fmgate/fmgate/internal/eventstore/storetest"
 )
@@ -18,5 +20,31 @@ func TestConformance(t *testing.T) {
 		}
 		t.Cleanup(func() { s.Close() })
 		return s
+	})
+}
+
+// legacyBackend is a store whose turns' versions are turn_versions rows,
+// as in a file written before version chunks, after every write: the
+// turns a write continues move into chunks, the rest stay rows.
+type legacyBackend struct{ *eventstore.Store }
+
+func (b legacyBackend) Write(ctx context.Context, batch []events.Event) error {
+	if err := b.Store.Write(ctx, batch); err != nil {
+		return err
+	}
+	return b.Store.LegacyVersions(ctx)
+}
+
+func TestConformanceLegacyVersionRows(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Backend {
+		cfg := eventstore.DefaultConfig()
+		cfg.Path = ":memory:"
+		cfg.Retention = 0
+		s, err := eventstore.Open(t.Context(), cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return legacyBackend{s}
 	})
 }

@@ -174,9 +174,9 @@ type Store struct {
 	ckpt *sql.DB // checkpoints; nil for ":memory:"
 
 	// Statements prepared once on w.
-	ins, upsertRollup, insTurn, insTurnInfo, insVer, upsertUsers *ladder
-	stmts                                                        map[string]*sql.Stmt // preparedSQL by text
-	pace                                                         pacer                // the ladders' pauses
+	ins, upsertRollup, insTurn, insTurnInfo, insChunk, upsertUsers *ladder
+	stmts                                                          map[string]*sql.Stmt // preparedSQL by text
+	pace                                                           pacer                // the ladders' pauses
 
 	dict     dicts
 	sampling *sampling    // guarded by mu
@@ -383,7 +383,7 @@ func (s *Store) init(ctx context.Context) error {
 		{&s.upsertRollup, rollupSQL, []int{64, 8, 1}},
 		{&s.insTurn, insertTurnSQL, []int{64, 8, 1}},
 		{&s.insTurnInfo, insertTurnInfoSQL, []int{64, 8, 1}},
-		{&s.insVer, insertVersionSQL, []int{128, 16, 1}},
+		{&s.insChunk, insertChunkSQL, []int{8, 1}},
 		{&s.upsertUsers, userRollupSQL, []int{64, 8, 1}},
 	} {
 		l, err := prepareLadder(ctx, s.w, &s.pace, p.sqlFor, p.sizes...)
@@ -881,7 +881,9 @@ func (s *Store) Prune(ctx context.Context, before time.Time) error {
 	_, vers := s.dict.sizes()
 	for vid := 1; vid <= vers; vid++ {
 		steps = append(steps, step{`DELETE FROM turn_versions WHERE (vid, ts_start, th) IN
-			(SELECT vid, ts_start, th FROM turn_versions WHERE vid = ? AND ts_start < ? LIMIT 20000)`, []any{vid, b}, true})
+			(SELECT vid, ts_start, th FROM turn_versions WHERE vid = ? AND ts_start < ? LIMIT 20000)`, []any{vid, b}, true},
+			step{`DELETE FROM version_turns WHERE (vid, minute, seq) IN
+			(SELECT vid, minute, seq FROM version_turns WHERE vid = ? AND minute < ? LIMIT 1000)`, []any{vid, minute}, true})
 	}
 	for _, ls := range [][]level{coarseLevels, fineLevels} {
 		for _, l := range ls {
@@ -902,7 +904,32 @@ func (s *Store) Prune(ctx context.Context, before time.Time) error {
 			}
 		}
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.pruneChunks(ctx, vers, minute, b)
+}
+
+// pruneChunks drops the entries of turns that started before b from the
+// version chunks of b's minute (the earlier minutes' are deleted whole).
+func (s *Store) pruneChunks(ctx context.Context, vers int, minute, b int64) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("eventstore: prune: %w", err)
+	}
+	defer tx.Rollback()
+	for vid := 1; vid <= vers; vid++ {
+		err := rewriteChunks(ctx, tx, `vid = ? AND minute = ?`, []any{vid, minute}, func(ts, _ int64, rec []byte) ([]byte, bool, error) {
+			return rec, ts >= b, nil
+		})
+		if err != nil {
+			return fmt.Errorf("eventstore: prune: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("eventstore: prune: %w", err)
+	}
+	return nil
 }
 
 func (s *Store) retentionLoop(ctx context.Context) {
@@ -937,7 +964,7 @@ func (s *Store) Close() error {
 
 func (s *Store) closeDBs() error {
 	var errs []error
-	for _, l := range []*ladder{s.ins, s.upsertRollup, s.insTurn, s.insTurnInfo, s.insVer, s.upsertUsers} {
+	for _, l := range []*ladder{s.ins, s.upsertRollup, s.insTurn, s.insTurnInfo, s.insChunk, s.upsertUsers} {
 		errs = append(errs, l.close())
 	}
 	for _, st := range s.stmts {

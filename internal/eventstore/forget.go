@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/fmgate/fmgate/internal/events"
 )
@@ -77,18 +79,32 @@ func (s *Store) ForgetUser(ctx context.Context, user, pseudonym string) (int64, 
 		return 0, fmt.Errorf("eventstore: forget: %w", err)
 	}
 	defer tx.Rollback()
-	type turnKey struct{ minute, th, from, to int64 }
+	type turnKey struct{ minute, th, from, to, vseq int64 }
 	var turns []turnKey
-	rs, err := tx.QueryContext(ctx, `SELECT t.minute, t.th, t.ts_start, i.last_ts FROM turns t
+	chunks := map[chunkKey]bool{} // the version chunks holding the user's turns
+	rs, err := tx.QueryContext(ctx, `SELECT t.minute, t.th, t.ts_start, i.last_ts, i.vseq, i.vers FROM turns t
 		JOIN turn_info i ON i.minute = t.minute AND i.th = t.th WHERE t.user_id_hash = ?`, user)
 	if err != nil {
 		return 0, fmt.Errorf("eventstore: forget: %w", err)
 	}
 	for rs.Next() {
-		var k turnKey
-		if err := rs.Scan(&k.minute, &k.th, &k.from, &k.to); err != nil {
+		var (
+			k    turnKey
+			vers []byte
+		)
+		if err := rs.Scan(&k.minute, &k.th, &k.from, &k.to, &k.vseq, &vers); err != nil {
 			rs.Close()
 			return 0, fmt.Errorf("eventstore: forget: %w", err)
+		}
+		vs, err := decodeVers(vers)
+		if err != nil {
+			rs.Close()
+			return 0, fmt.Errorf("eventstore: forget: turn versions: %w", err)
+		}
+		if k.vseq != 0 {
+			for _, v := range vs {
+				chunks[chunkKey{v.vid, k.minute, k.vseq}] = true
+			}
 		}
 		turns = append(turns, k)
 	}
@@ -145,9 +161,14 @@ func (s *Store) ForgetUser(ctx context.Context, user, pseudonym string) (int64, 
 		if _, err := tx.ExecContext(ctx, `UPDATE turn_info SET session_id = ? WHERE minute = ? AND th = ?`, pseudonym, k.minute, k.th); err != nil {
 			return 0, fmt.Errorf("eventstore: forget: %w", err)
 		}
-		if err := forgetVersions(ctx, tx, k.from, k.th, user, pseudonym); err != nil {
-			return 0, err
+		if k.vseq == 0 {
+			if err := forgetVersions(ctx, tx, k.from, k.th, user, pseudonym); err != nil {
+				return 0, err
+			}
 		}
+	}
+	if err := forgetChunks(ctx, tx, chunks, user, pseudonym); err != nil {
+		return 0, err
 	}
 	for _, q := range []string{
 		`UPDATE turns SET user_id_hash = ? WHERE user_id_hash = ?`,
@@ -197,6 +218,22 @@ func forgetVersions(ctx context.Context, tx *sql.Tx, ts, th int64, user, pseudon
 	}
 	for _, r := range out {
 		if _, err := tx.ExecContext(ctx, `UPDATE turn_versions SET data = ? WHERE vid = ? AND ts_start = ? AND th = ?`, r.data, r.vid, ts, th); err != nil {
+			return fmt.Errorf("eventstore: forget: %w", err)
+		}
+	}
+	return nil
+}
+
+// forgetChunks rewrites the user's entries in the version chunks.
+func forgetChunks(ctx context.Context, tx *sql.Tx, chunks map[chunkKey]bool, user, pseudonym string) error {
+	keys := slices.SortedFunc(maps.Keys(chunks), compareChunkKeys)
+	for _, k := range keys {
+		err := rewriteChunks(ctx, tx, `vid = ? AND minute = ? AND seq = ?`, []any{k.vid, k.minute, k.seq},
+			func(_, _ int64, rec []byte) ([]byte, bool, error) {
+				out, _, err := pseudonymizeVersion(rec, user, pseudonym)
+				return out, true, err
+			})
+		if err != nil {
 			return fmt.Errorf("eventstore: forget: %w", err)
 		}
 	}

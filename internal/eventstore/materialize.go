@@ -81,6 +81,7 @@ type turnState struct {
 	status                          string
 	eval                            *float64
 	vers                            []verSums // sorted by vid
+	vseq                            int64     // where its version entries are (versionturns.go)
 }
 
 // verSums are the sums over a turn's spans that carried one version.
@@ -183,7 +184,7 @@ const (
 	turnCols = `t.minute, t.th, t.ts_start, t.user_id_hash, t.feature, t.cost_usd, t.has_root, t.spans,
 	t.tokens_in, t.tokens_out, t.errors, t.fallbacks, t.latency_ms, t.graph_version, i.trace_id,
 	i.root_span_id, i.session_id, i.surface, i.locale, i.user_tier, i.duration_ms, i.status, i.eval_score,
-	i.last_ts, i.vers`
+	i.last_ts, i.vers, i.vseq`
 	turnFrom = `turns t JOIN turn_info i ON i.minute = t.minute AND i.th = t.th`
 )
 
@@ -199,7 +200,7 @@ func (t *turnState) infoArgs(args []any) []any {
 		eval = *t.eval
 	}
 	return append(args, t.minute(), t.th, t.trace, t.root, t.session, t.surface, t.locale, t.tier,
-		t.duration, t.status, eval, t.last, t.encodeVers())
+		t.duration, t.status, eval, t.last, t.encodeVers(), t.vseq)
 }
 
 type scanner interface{ Scan(...any) error }
@@ -215,7 +216,7 @@ func scanTurnState(rs scanner) (*turnState, error) {
 	if err := rs.Scan(&minute, &t.th, &t.ts, &t.user, &t.feature, &t.sums.cost, &hasRoot, &t.sums.spans,
 		&t.sums.tokensIn, &t.sums.tokensOut, &t.sums.errors, &t.sums.fallbacks, &t.sums.latency, &t.graph,
 		&t.trace, &t.root, &t.session, &t.surface, &t.locale, &t.tier, &t.duration, &t.status, &eval,
-		&t.last, &vers); err != nil {
+		&t.last, &vers, &t.vseq); err != nil {
 		return nil, err
 	}
 	if eval.Valid {
@@ -783,13 +784,12 @@ func (m *multiExec) flush(ctx context.Context) error {
 func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 	turns := newMultiExec(tx, s.insTurn, turnHotCols)
 	infos := newMultiExec(tx, s.insTurnInfo, turnInfoCols)
-	vers := newMultiExec(tx, s.insVer, 4)
 	// A turn lasts less than TurnWindow, so a stored turn that a pending
 	// one continues started at most TurnWindow before it: from floor on,
 	// the known map has it if it exists.
 	floor := s.knownLo*minuteMS + s.cfg.TurnWindow.Milliseconds()
-	// Turns and their version rows are written in key order, so that each
-	// statement writes neighbouring rows.
+	// Turns are written in key order, so that each statement writes
+	// neighbouring rows.
 	pend := make([]*turnState, 0, len(s.pend.turns))
 	for _, d := range s.pend.turns {
 		pend = append(pend, d)
@@ -797,14 +797,10 @@ func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 	slices.SortFunc(pend, func(a, b *turnState) int {
 		return cmp.Or(cmp.Compare(a.minute(), b.minute()), cmp.Compare(a.th, b.th))
 	})
-	type verRow struct {
-		vid, ts, th int64
-		data        []byte
-	}
-	var (
-		verRows []verRow
-		verBuf  []byte // the rows' records, one after the other
-	)
+	// This materialization's seq is the last span id it covers, above
+	// every earlier one's.
+	chunks := versionChunks{seq: s.pend.lastID}
+	moved := map[chunkKey][]int64{}
 	users := userDeltas{}
 	for _, d := range pend {
 		th := d.th
@@ -819,29 +815,27 @@ func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 					s.log.Warn("eventstore: two traces hash alike; the later one's turn is not stored", "trace", d.trace, "stored", old.trace)
 					continue
 				}
-				oldMinute, oldTS, oldVers := old.minute(), old.ts, old.vers
+				if err := s.leave(ctx, tx, old, moved); err != nil {
+					return fmt.Errorf("eventstore: materialize turns: %w", err)
+				}
+				oldMinute := old.minute()
 				users.add(old, -1)
 				old.merge(d)
 				t = old
-				// A turn that now starts earlier moves: its rows under the
-				// old keys go (same keys are replaced).
-				if t.ts != oldTS {
-					if t.minute() != oldMinute {
-						if err := s.txExec(ctx, tx, sqlDeleteTurn, oldMinute, th); err != nil {
-							return fmt.Errorf("eventstore: materialize turns: %w", err)
-						}
-						if err := s.txExec(ctx, tx, sqlDeleteTurnInfo, oldMinute, th); err != nil {
-							return fmt.Errorf("eventstore: materialize turns: %w", err)
-						}
+				// A turn that now starts in an earlier minute moves: its
+				// rows under the old keys go (same keys are replaced).
+				if t.minute() != oldMinute {
+					if err := s.txExec(ctx, tx, sqlDeleteTurn, oldMinute, th); err != nil {
+						return fmt.Errorf("eventstore: materialize turns: %w", err)
 					}
-					for _, v := range oldVers {
-						if err := s.txExec(ctx, tx, sqlDeleteTurnVersion, v.vid, oldTS, th); err != nil {
-							return fmt.Errorf("eventstore: materialize turns: %w", err)
-						}
+					if err := s.txExec(ctx, tx, sqlDeleteTurnInfo, oldMinute, th); err != nil {
+						return fmt.Errorf("eventstore: materialize turns: %w", err)
 					}
 				}
 			}
 		}
+		t.vseq = chunks.seq
+		chunks.add(t)
 		users.add(t, 1)
 		turns.args = t.hotArgs(turns.args)
 		if err := turns.added(ctx); err != nil {
@@ -851,11 +845,6 @@ func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 		if err := infos.added(ctx); err != nil {
 			return fmt.Errorf("eventstore: materialize turns: %w", err)
 		}
-		for i := range t.vers {
-			start := len(verBuf)
-			verBuf = t.appendVersionRow(verBuf, &t.vers[i])
-			verRows = append(verRows, verRow{t.vers[i].vid, t.ts, th, verBuf[start:len(verBuf):len(verBuf)]})
-		}
 		s.known[th] = t.minute()
 	}
 	if err := turns.flush(ctx); err != nil {
@@ -864,23 +853,18 @@ func (s *Store) flushTurns(ctx context.Context, tx *sql.Tx) error {
 	if err := infos.flush(ctx); err != nil {
 		return fmt.Errorf("eventstore: materialize turns: %w", err)
 	}
-	slices.SortFunc(verRows, func(a, b verRow) int {
-		return cmp.Or(cmp.Compare(a.vid, b.vid), cmp.Compare(a.ts, b.ts), cmp.Compare(a.th, b.th))
-	})
-	for _, v := range verRows {
-		if err := vers.add(ctx, v.vid, v.ts, v.th, v.data); err != nil {
-			return fmt.Errorf("eventstore: materialize turns: %w", err)
-		}
+	if err := leaveChunks(ctx, tx, moved); err != nil {
+		return fmt.Errorf("eventstore: materialize turns: %w", err)
 	}
-	if err := vers.flush(ctx); err != nil {
+	if err := chunks.write(ctx, tx, s.insChunk); err != nil {
 		return fmt.Errorf("eventstore: materialize turns: %w", err)
 	}
 	return s.flushUserRollup(ctx, tx, users)
 }
 
 // readTurn reads a stored turn: at its known minute, or else searching the
-// TurnWindow before the span that started at ts. It returns nil when there
-// is none.
+// TurnWindow either side of the span that started at ts. It returns nil
+// when there is none.
 func (s *Store) readTurn(ctx context.Context, q querier, th int64, trace string, minute int64, known bool, ts int64) (*turnState, error) {
 	var row *sql.Row
 	if tx, ok := q.(*sql.Tx); ok && known {
@@ -888,8 +872,11 @@ func (s *Store) readTurn(ctx context.Context, q querier, th int64, trace string,
 	} else if known {
 		row = q.QueryRowContext(ctx, sqlReadTurn, minute, th)
 	} else {
-		hi := floorTo(ts, minuteMS) / minuteMS
-		lo := hi - s.cfg.TurnWindow.Milliseconds()/minuteMS - 1
+		// The stored part of the turn started within a TurnWindow of
+		// this one, before or after it (its earlier spans may be the
+		// late ones).
+		at, w := floorTo(ts, minuteMS)/minuteMS, s.cfg.TurnWindow.Milliseconds()/minuteMS+1
+		lo, hi := at-w, at+w
 		row = q.QueryRowContext(ctx, `WITH RECURSIVE m(x) AS (SELECT ? UNION ALL SELECT x + 1 FROM m WHERE x < ?)
 			SELECT `+turnCols+` FROM m JOIN turns t ON t.minute = m.x AND t.th = ?
 			JOIN turn_info i ON i.minute = t.minute AND i.th = t.th LIMIT 1`, lo, hi, th)
@@ -934,8 +921,4 @@ func insertTurnSQL(rows int) string {
 func insertTurnInfoSQL(rows int) string {
 	one := "(" + strings.Repeat("?,", turnInfoCols-1) + "?)"
 	return `INSERT OR REPLACE INTO turn_info VALUES ` + strings.Repeat(one+",", rows-1) + one
-}
-
-func insertVersionSQL(rows int) string {
-	return `INSERT OR REPLACE INTO turn_versions VALUES ` + strings.Repeat("(?,?,?,?),", rows-1) + "(?,?,?,?)"
 }

@@ -194,10 +194,36 @@ func TestTurnAcrossMaterializations(t *testing.T) {
 			t.Errorf("compare %s = %+v / %+v", v.dim, cmp.A, cmp.B)
 		}
 	}
-	var n int
-	if err := s.r.QueryRow(`SELECT COUNT(*) FROM turn_versions`).Scan(&n); err != nil || n != 5 {
-		t.Errorf("turn_versions rows = %d (%v), want 5 (g2, p1, p2, sonnet, haiku)", n, err)
+	if n, err := versionEntries(s); err != nil || n != 5 {
+		t.Errorf("version entries = %d (%v), want 5 (g2, p1, p2, sonnet, haiku)", n, err)
 	}
+}
+
+// versionEntries counts the turns' version entries: in chunks and in
+// turn_versions rows.
+func versionEntries(s *Store) (int, error) {
+	var n int
+	if err := s.r.QueryRow(`SELECT COUNT(*) FROM turn_versions`).Scan(&n); err != nil {
+		return 0, err
+	}
+	rs, err := s.r.Query(`SELECT minute, data FROM version_turns`)
+	if err != nil {
+		return 0, err
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var (
+			minute int64
+			data   []byte
+		)
+		if err := rs.Scan(&minute, &data); err != nil {
+			return 0, err
+		}
+		if err := eachEntry(data, minute, func(_, _ int64, _ []byte) error { n++; return nil }); err != nil {
+			return 0, err
+		}
+	}
+	return n, rs.Err()
 }
 
 func TestLateSpanBeyondWindow(t *testing.T) {
@@ -229,6 +255,45 @@ func TestLateSpanBeyondWindow(t *testing.T) {
 	tr, err := s.Trace(ctx, traceID(0))
 	if err != nil || len(tr.Spans) != 2 {
 		t.Errorf("trace of turn 0: %d spans, %v", len(tr.Spans), err)
+	}
+}
+
+// TestLateEarlierPartBeyondWindow: a turn's later span is stored first;
+// its earlier spans (the root among them, in the minute before) arrive
+// once the known window has moved on. The search finds the stored part
+// after them, and the turn stays one row.
+func TestLateEarlierPartBeyondWindow(t *testing.T) {
+	cfg := testConfig(":memory:")
+	cfg.MaterializeSpans = 1
+	cfg.TurnWindow = time.Minute
+	s := openCfg(t, cfg, func() time.Time { return t0.Add(24 * time.Hour) })
+	ctx := context.Background()
+	turn := turnSpec{n: 0, user: "alice", feature: "recommend", graph: "v17.4", at: 59 * time.Second, spans: []span{
+		{name: "plan", model: "sonnet", prompt: "planner-prompt-v23", cost: 0.004},
+		{name: "tool", tool: "search", cost: 0.001}}}.build()
+	turn[1].TSStart = turn[1].TSStart.Add(2 * time.Second) // the tool span starts in the next minute
+	if err := s.Write(ctx, turn[1:2]); err != nil {
+		t.Fatal(err)
+	}
+	write(t, s, turnSpec{n: 50, user: "zed", feature: "faq", graph: "v17.4", at: time.Hour,
+		spans: []span{{name: "answer", model: "haiku", prompt: "faq-v1", cost: 0.1}}})
+	if err := s.Write(ctx, []events.Event{turn[0], turn[2]}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Cost(ctx, Query{By: ByTurn, From: t0, To: t0.Add(10 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 1 || rep.Rows[0].Spans != 3 || rep.Rows[0].Turns != 1 || !near(rep.Rows[0].CostUSD, 0.005) {
+		t.Errorf("turns = %+v, want one row of 3 spans, $0.005", rep.Rows)
+	}
+	an, err := s.AnomalousTurns(ctx, t0, t0.Add(10*time.Minute))
+	if err != nil || an.Turns != 1 {
+		t.Errorf("anomaly statistics over %d turns (%v), want 1", an.Turns, err)
+	}
+	cmp, err := s.Compare(ctx, "model", "sonnet", "haiku", t0, t0.Add(10*time.Minute))
+	if err != nil || cmp.A.Turns != 1 || !near(cmp.A.CostUSD, 0.005) {
+		t.Errorf("compare sonnet = %+v (%v), want one turn of $0.005", cmp.A, err)
 	}
 }
 

@@ -994,26 +994,15 @@ func (s *Store) fromTurnVersions(ctx context.Context, q Query) ([]CostRow, CostR
 // turnVersions calls fn for every turn that started in [from, to) and
 // carried version vid.
 func (s *Store) turnVersions(ctx context.Context, vid, from, to int64, fn func(*turnVersion)) error {
-	rs, err := s.r.QueryContext(ctx, `SELECT ts_start, th, data FROM turn_versions
-		WHERE vid = ? AND ts_start >= ? AND ts_start < ?`, vid, from, to)
-	if err != nil {
-		return err
-	}
-	defer rs.Close()
-	var (
-		tv   turnVersion
-		data sql.RawBytes
-	)
-	for rs.Next() {
-		if err := rs.Scan(&tv.ts, &tv.th, &data); err != nil {
-			return err
-		}
-		if err := decodeTurnVersion(data, &tv); err != nil {
+	var tv turnVersion
+	return s.versionRecords(ctx, vid, from, to, func(ts, th int64, rec []byte) error {
+		tv.ts, tv.th = ts, th
+		if err := decodeTurnVersion(rec, &tv); err != nil {
 			return err
 		}
 		fn(&tv)
-	}
-	return rs.Err()
+		return nil
+	})
 }
 
 // fromSpans groups the spans of one trace, of one user's turns, or (with

@@ -14,10 +14,12 @@ package eventstore
 //     coarse buckets.
 //   - turns and turn_info: one row each per trace, keyed by the minute it
 //     started and th.
-//   - turn_versions: per turn, one row per artifact version its spans
-//     carried, with the turn's figures and the sums of the spans carrying
-//     that version; the version comparison and span-filtered per-user
-//     views read it.
+//   - version_turns: per version, minute and materialization, the turns
+//     that carried the version, each with its figures and the sums of its
+//     spans carrying that version (versionturns.go); the version
+//     comparison and span-filtered per-user views read it.
+//   - turn_versions: the same per turn and version, as files written
+//     before version_turns have it; read beside it, never written again.
 //   - user_rollup: turns' sums per (feature, user) by hour and by day of
 //     their start (userrollup.go), for a feature's costliest users.
 //   - dims, vers: dictionaries of dimension tuples and of versions.
@@ -111,6 +113,7 @@ var schema = []string{
 		eval_score REAL,
 		last_ts INTEGER NOT NULL,
 		vers BLOB NOT NULL,
+		vseq INTEGER NOT NULL DEFAULT 0,
 		PRIMARY KEY (minute, th)
 	) WITHOUT ROWID`,
 	`CREATE INDEX IF NOT EXISTS turn_info_eval ON turn_info(minute) WHERE eval_score IS NOT NULL`,
@@ -124,6 +127,13 @@ var schema = []string{
 		th INTEGER NOT NULL,
 		data BLOB NOT NULL,
 		PRIMARY KEY (vid, ts_start, th)
+	) WITHOUT ROWID`,
+	`CREATE TABLE IF NOT EXISTS version_turns (
+		vid INTEGER NOT NULL,
+		minute INTEGER NOT NULL,
+		seq INTEGER NOT NULL,
+		data BLOB NOT NULL,
+		PRIMARY KEY (vid, minute, seq)
 	) WITHOUT ROWID`,
 
 	`CREATE TABLE IF NOT EXISTS meta (
@@ -142,13 +152,15 @@ var addedColumns = []struct{ table, name, def string }{
 	{"rollup", "cache_read", "INTEGER NOT NULL DEFAULT 0"},
 	{"rollup", "cache_write", "INTEGER NOT NULL DEFAULT 0"},
 	{"rollup", "cache_saved_usd", "REAL NOT NULL DEFAULT 0"},
+	// 0: the turn's versions are turn_versions rows (versionturns.go).
+	{"turn_info", "vseq", "INTEGER NOT NULL DEFAULT 0"},
 }
 
 // knownTables are every table any layout of the store created.
-var knownTables = []string{"events", "cost_minute", "turns", "turn_info", "turn_versions", "rollup", "dims", "vers", "meta", "user_rollup"}
+var knownTables = []string{"events", "cost_minute", "turns", "turn_info", "turn_versions", "version_turns", "rollup", "dims", "vers", "meta", "user_rollup"}
 
 const (
 	rollupCols   = 16
 	turnHotCols  = 14
-	turnInfoCols = 13
+	turnInfoCols = 14
 )
