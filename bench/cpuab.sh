@@ -63,10 +63,7 @@ for r in $(seq 1 "$REPEAT"); do
 		FMGATE_BIN=${bins[$i]} "$here/fmgate-target.sh" >"$log/fmgate-$i-$r.log" 2>&1 &
 		gw=$!
 		wait_up "http://127.0.0.1:$FMGATE_BENCH_PORT/readyz"
-		proc=$gw
-		if [[ -n $redis_pid ]]; then
-			proc=$(pgrep -P "$gw" | head -1) # fleet mode: the target script is the gateway's parent
-		fi
+		proc=$(pgrep -P "$gw" | head -1) # the target script is the gateway's parent
 		load -duration "${WARMUP}s" >/dev/null
 		c0=$(cpu_s "$proc")
 		r0=$([[ -z $redis_pid ]] || cpu_s "$redis_pid")

@@ -31,16 +31,18 @@ export FMGATE_ADMIN_TOKEN=${FMGATE_ADMIN_TOKEN:-bench-admin-token}
 export BENCH_UPSTREAM_KEY=sk-mock
 cd "$work"
 serve=("$bin" serve -config "$work/fmgate.yaml" -addr "127.0.0.1:${FMGATE_BENCH_PORT:-8080}" -log-level warn)
-[ -n "${FMGATE_BENCH_REDIS:-}" ] || exec "${serve[@]}"
-# Fleet mode: the run's keys (sessions, counters, windows) go with it
-# rather than wait for their expiry in the shared Redis.
 "${serve[@]}" &
 gw=$!
+# The run's files (its event store, keys, write-ahead log) and, in fleet
+# mode, its Redis keys (sessions, counters, windows) go with it.
 forget() {
 	kill -TERM "$gw" 2>/dev/null || true
 	wait "$gw" 2>/dev/null || true
-	redis-cli -h "${FMGATE_BENCH_REDIS%:*}" -p "${FMGATE_BENCH_REDIS##*:}" --scan --pattern "fmgate-bench-$$:*" |
-		xargs -r -n 1000 redis-cli -h "${FMGATE_BENCH_REDIS%:*}" -p "${FMGATE_BENCH_REDIS##*:}" del >/dev/null || true
+	if [ -n "${FMGATE_BENCH_REDIS:-}" ]; then
+		redis-cli -h "${FMGATE_BENCH_REDIS%:*}" -p "${FMGATE_BENCH_REDIS##*:}" --scan --pattern "fmgate-bench-$$:*" |
+			xargs -r -n 1000 redis-cli -h "${FMGATE_BENCH_REDIS%:*}" -p "${FMGATE_BENCH_REDIS##*:}" del >/dev/null || true
+	fi
+	cd / && rm -rf "$work"
 }
 trap 'forget; exit 0' TERM INT
 wait "$gw" || true

@@ -83,7 +83,7 @@ mkdir -p "$here/.bin" "$hbin" "$RUN"
 
 # ---------------------------------------------------------------- processes
 # Servers run under setsid, so each PID is also its process group's id;
-# stopping the group also stops what fmgate-target.sh's exec chain forked.
+# stopping the group also stops the gateway fmgate-target.sh started.
 declare -A PIDS=()
 alive() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]; }
 stop_pid() {
@@ -151,13 +151,10 @@ BARE_PID=$SPID
 wait_http bareproxy "$SPID" "http://$LOOP:$BARE_PORT/health"
 start_server fmgate "${HOP[@]}" env MOCK_URL="$MOCK_URL" FMGATE_BIN="$gateway" FMGATE_BENCH_PORT="$FMGATE_BENCH_PORT" "$here/fmgate-target.sh"
 wait_http fmgate "$SPID" "http://$LOOP:$FMGATE_BENCH_PORT/readyz"
-# In fleet mode the target script stays as the gateway's parent (it cleans
-# the run's keys up after it): the CPU and memory read are the gateway's.
-GW_PID=$SPID
-if [[ -n ${FMGATE_BENCH_REDIS:-} ]]; then
-	GW_PID=$(pgrep -P "$SPID" | head -1)
-	[[ -n $GW_PID ]] || { echo "bench/latency.sh: fmgate-target.sh started no gateway" >&2; exit 1; }
-fi
+# The target script stays as the gateway's parent (it cleans the run's
+# files and keys up after it): the CPU and memory read are the gateway's.
+GW_PID=$(pgrep -P "$SPID" | head -1)
+[[ -n $GW_PID ]] || { echo "bench/latency.sh: fmgate-target.sh started no gateway" >&2; exit 1; }
 declare -A SRV_PID=([bare]=$BARE_PID [fmgate]=$GW_PID)
 
 declare -A URL=(
