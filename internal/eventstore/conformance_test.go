@@ -9,18 +9,21 @@ import (
 	"github.com/fmgate/fmgate/internal/eventstore/storetest"
 )
 
+// openMemory opens an empty store in memory, closed with the test.
+func openMemory(t *testing.T) *eventstore.Store {
+	cfg := eventstore.DefaultConfig()
+	cfg.Path = ":memory:"
+	cfg.Retention = 0
+	s, err := eventstore.Open(t.Context(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Backend {
-		cfg := eventstore.DefaultConfig()
-		cfg.Path = ":memory:"
-		cfg.Retention = 0
-		s, err := eventstore.Open(t.Context(), cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	})
+	storetest.Run(t, func(t *testing.T) storetest.Backend { return openMemory(t) })
 }
 
 // legacyBackend is a store whose turns' versions are turn_versions rows,
@@ -36,15 +39,5 @@ func (b legacyBackend) Write(ctx context.Context, batch []events.Event) error {
 }
 
 func TestConformanceLegacyVersionRows(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Backend {
-		cfg := eventstore.DefaultConfig()
-		cfg.Path = ":memory:"
-		cfg.Retention = 0
-		s, err := eventstore.Open(t.Context(), cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return legacyBackend{s}
-	})
+	storetest.Run(t, func(t *testing.T) storetest.Backend { return legacyBackend{openMemory(t)} })
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,9 +16,9 @@ import (
 // record appendVersionRow writes) is an entry of a chunk: one row of
 // version_turns per version, minute and materialization (vid, minute,
 // seq), holding every turn of that minute the materialization wrote with
-// that version. A materialization of a few hundred turns of three versions
-// writes three rows where a row per turn and version was a thousand, and a
-// version's turns in a time range are still one index range.
+// that version. A materialization of 250 turns of three versions writes
+// three rows where a row per turn and version was 750, and a version's
+// turns in a time range are still one index range.
 //
 // A turn's entries are found from its turn_info row: vseq is the seq of
 // the materialization that wrote them (the id of the last span it covered,
@@ -218,7 +219,7 @@ func rewriteVersions(ctx context.Context, tx *sql.Tx, t *turnState, fn func(v *v
 		if t.vseq == 0 {
 			var rec []byte
 			err := tx.QueryRowContext(ctx, `SELECT data FROM turn_versions WHERE vid = ? AND ts_start = ? AND th = ?`, v.vid, t.ts, t.th).Scan(&rec)
-			if err == sql.ErrNoRows {
+			if errors.Is(err, sql.ErrNoRows) {
 				continue
 			}
 			if err != nil {
