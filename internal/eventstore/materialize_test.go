@@ -206,24 +206,76 @@ func versionEntries(s *Store) (int, error) {
 	if err := s.r.QueryRow(`SELECT COUNT(*) FROM turn_versions`).Scan(&n); err != nil {
 		return 0, err
 	}
+	starts, err := chunkStarts(s)
+	return n + len(starts), err
+}
+
+// chunkStarts lists the start of the turn of every entry of the version
+// chunks.
+func chunkStarts(s *Store) ([]int64, error) {
 	rs, err := s.r.Query(`SELECT minute, data FROM version_turns`)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer rs.Close()
+	var out []int64
 	for rs.Next() {
 		var (
 			minute int64
 			data   []byte
 		)
 		if err := rs.Scan(&minute, &data); err != nil {
-			return 0, err
+			return nil, err
 		}
-		if err := eachEntry(data, minute, func(_, _ int64, _ []byte) error { n++; return nil }); err != nil {
-			return 0, err
+		if err := eachEntry(data, minute, func(ts, _ int64, _ []byte) error { out = append(out, ts); return nil }); err != nil {
+			return nil, err
 		}
 	}
-	return n, rs.Err()
+	return out, rs.Err()
+}
+
+// TestPruneTrimsChunks: a prune within a minute drops the entries of the
+// turns started before it from that minute's chunks and keeps the others.
+func TestPruneTrimsChunks(t *testing.T) {
+	s := openTest(t, ":memory:")
+	write(t, s, dataset...)
+	ctx := context.Background()
+	if err := s.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := t0.Add(1500 * time.Millisecond).UnixMilli() // after turns 0 and 1, before turn 2
+	before, err := chunkStarts(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	for _, ts := range before {
+		if ts >= b {
+			kept++
+		}
+	}
+	if kept == len(before) || kept == 0 {
+		t.Fatalf("%d of %d entries start after the prune: the test needs both", kept, len(before))
+	}
+	if err := s.Prune(ctx, time.UnixMilli(b)); err != nil {
+		t.Fatal(err)
+	}
+	after, err := chunkStarts(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range after {
+		if ts < b {
+			t.Errorf("an entry of a turn started at %d is left after pruning before %d", ts, b)
+		}
+	}
+	if len(after) != kept {
+		t.Errorf("%d entries left, want %d", len(after), kept)
+	}
+	cmp, err := s.Compare(ctx, "prompt", "planner-prompt-v24", "faq-v1", t0.Add(-time.Hour), t0.Add(time.Hour))
+	if err != nil || cmp.A.Turns != 1 || cmp.B.Turns != 2 {
+		t.Errorf("compare after prune = %+v / %+v (%v), want turn 2 / turns 3 and 4", cmp.A, cmp.B, err)
+	}
 }
 
 func TestLateSpanBeyondWindow(t *testing.T) {
