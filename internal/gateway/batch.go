@@ -216,20 +216,22 @@ func (b *batchJobs) drop(id string) {
 	delete(b.jobs, id)
 }
 
-// get returns owner's job id, nil when there is none or it is another
-// caller's (the two are not told apart).
-func (b *batchJobs) get(id, owner string, now time.Time) *batchJob {
+// get returns owner's job id, nil when this instance does not hold it or
+// it is another caller's (the two are not told apart). expired says the
+// instance held it and its ResultTTL is over: it is gone, whatever the
+// store still has (its final state's save may not have landed yet).
+func (b *batchJobs) get(id, owner string, now time.Time) (j *batchJob, expired bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	j := b.jobs[id]
+	j = b.jobs[id]
 	if j == nil || j.owner != owner {
-		return nil
+		return nil, false
 	}
 	if end := j.finished(); end != nil && now.Sub(*end) >= b.cfg.ResultTTL {
 		delete(b.jobs, id)
-		return nil
+		return nil, true
 	}
-	return j
+	return j, false
 }
 
 // serveBatch is POST /v1/batch: it accepts the job and answers 202 with its id.
@@ -324,13 +326,17 @@ func (g *Gateway) serveBatchStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if job := g.batches.get(id, caller.UserID, g.now()); job != nil {
+	job, expired := g.batches.get(id, caller.UserID, g.now())
+	if job != nil {
 		job.mu.Lock()
 		defer job.mu.Unlock()
 		writeJSON(w, http.StatusOK, job)
 		return
 	}
-	job, err := g.batches.load(r.Context(), id, caller.UserID)
+	var err error
+	if !expired {
+		job, err = g.batches.load(r.Context(), id, caller.UserID)
+	}
 	switch {
 	case err != nil:
 		g.log.Warn("batch status unreadable", "job", id, "err", err)

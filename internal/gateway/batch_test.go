@@ -206,6 +206,52 @@ func TestBatchResultsExpire(t *testing.T) {
 	}
 }
 
+// heldFinalSave is a job store whose save of a finished job waits until
+// release is closed: the job's final save still on its way.
+type heldFinalSave struct {
+	*jobstore.Memory
+	release chan struct{}
+}
+
+func (s heldFinalSave) Put(ctx context.Context, id, owner string, state []byte, ttl time.Duration) error {
+	if strings.Contains(string(state), `"finishedAt"`) {
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+		}
+	}
+	return s.Memory.Put(ctx, id, owner, state, ttl)
+}
+
+// TestExpiredJobIsGoneBeforeItsFinalSave: once batch.resultTtl has passed,
+// the instance that ran a job answers 404 for it even while its final
+// state is not saved yet, instead of reading the store's earlier state as
+// a job whose instance died (shown canceled).
+func TestExpiredJobIsGoneBeforeItsFinalSave(t *testing.T) {
+	clock := &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	store := heldFinalSave{jobstore.NewMemory(10, clock.Now), make(chan struct{})}
+	cfg := config.Default()
+	g, err := New(cfg, Deps{Providers: both(&scriptProvider{answer: "ok "}), Now: clock.Now, Jobs: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler("admin-secret", nil))
+	t.Cleanup(srv.Close)
+	t.Cleanup(g.stopBatches)
+	t.Cleanup(func() { close(store.release) }) // first: the held save ends
+	job := batchDo(t, srv, "POST", "/v1/batch", "alice", batchBodyOf(2, 10))
+	for st := batchDo(t, srv, "GET", "/v1/batch/"+job.JobID, "alice", ""); st.Status != "done"; st = batchDo(t, srv, "GET", "/v1/batch/"+job.JobID, "alice", "") {
+		if st.status != http.StatusOK {
+			t.Fatalf("GET: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	clock.Advance(cfg.Batch.ResultTTL)
+	if st := batchDo(t, srv, "GET", "/v1/batch/"+job.JobID, "alice", ""); st.status != http.StatusNotFound {
+		t.Fatalf("after the TTL, the final save held: %+v", st)
+	}
+}
+
 // TestDrainCancelsBatchWork: SIGTERM's drain does not wait for batch work:
 // items in flight are cancelled upstream, the rest are never started, and
 // the job says which items were canceled.
