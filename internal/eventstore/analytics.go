@@ -505,10 +505,7 @@ func (s *Store) SetEvalScore(ctx context.Context, id string, score float64) erro
 		if _, err := tx.ExecContext(ctx, `UPDATE turn_info SET eval_score = ? WHERE minute = ? AND th = ?`, score, turn.minute(), turn.th); err != nil {
 			return fmt.Errorf("eventstore: eval: %w", err)
 		}
-		err := rewriteVersions(ctx, tx, turn, func(v *verSums, _ []byte) ([]byte, bool) {
-			return turn.appendVersionRow(nil, v), true
-		})
-		if err != nil {
+		if err := rewriteVersions(ctx, tx, turn); err != nil {
 			return fmt.Errorf("eventstore: eval: %w", err)
 		}
 	}

@@ -23,35 +23,16 @@ func (s *Store) LegacyVersions(ctx context.Context) error {
 		return err
 	}
 	defer tx.Rollback()
-	rs, err := tx.QueryContext(ctx, `SELECT vid, minute, data FROM version_turns`)
-	if err != nil {
-		return err
-	}
 	type row struct {
 		vid, ts, th int64
 		rec         []byte
 	}
 	var rows []row
-	for rs.Next() {
-		var (
-			vid, minute int64
-			data        []byte
-		)
-		if err := rs.Scan(&vid, &minute, &data); err != nil {
-			rs.Close()
-			return err
-		}
-		err := eachEntry(data, minute, func(ts, th int64, rec []byte) error {
-			rows = append(rows, row{vid, ts, th, append([]byte(nil), rec...)})
-			return nil
-		})
-		if err != nil {
-			rs.Close()
-			return err
-		}
-	}
-	rs.Close()
-	if err := rs.Err(); err != nil {
+	err = eachChunkEntry(ctx, tx, func(vid, ts, th int64, rec []byte) error {
+		rows = append(rows, row{vid, ts, th, append([]byte(nil), rec...)})
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	for _, r := range rows {
@@ -65,4 +46,28 @@ func (s *Store) LegacyVersions(ctx context.Context) error {
 		}
 	}
 	return tx.Commit()
+}
+
+// eachChunkEntry calls fn with every entry of every version chunk: its
+// version, its turn's start and hash, and its record (valid during fn).
+func eachChunkEntry(ctx context.Context, q querier, fn func(vid, ts, th int64, rec []byte) error) error {
+	rs, err := q.QueryContext(ctx, `SELECT vid, minute, data FROM version_turns`)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var (
+			vid, minute int64
+			data        []byte
+		)
+		if err := rs.Scan(&vid, &minute, &data); err != nil {
+			return err
+		}
+		err := eachEntry(data, minute, func(ts, th int64, rec []byte) error { return fn(vid, ts, th, rec) })
+		if err != nil {
+			return err
+		}
+	}
+	return rs.Err()
 }

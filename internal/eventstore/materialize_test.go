@@ -213,25 +213,12 @@ func versionEntries(s *Store) (int, error) {
 // chunkStarts lists the start of the turn of every entry of the version
 // chunks.
 func chunkStarts(s *Store) ([]int64, error) {
-	rs, err := s.r.Query(`SELECT minute, data FROM version_turns`)
-	if err != nil {
-		return nil, err
-	}
-	defer rs.Close()
 	var out []int64
-	for rs.Next() {
-		var (
-			minute int64
-			data   []byte
-		)
-		if err := rs.Scan(&minute, &data); err != nil {
-			return nil, err
-		}
-		if err := eachEntry(data, minute, func(ts, _ int64, _ []byte) error { out = append(out, ts); return nil }); err != nil {
-			return nil, err
-		}
-	}
-	return out, rs.Err()
+	err := eachChunkEntry(context.Background(), s.r, func(_, ts, _ int64, _ []byte) error {
+		out = append(out, ts)
+		return nil
+	})
+	return out, err
 }
 
 // TestPruneTrimsChunks: a prune within a minute drops the entries of the

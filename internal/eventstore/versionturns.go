@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -211,24 +210,16 @@ func rewriteChunks(ctx context.Context, tx *sql.Tx, where string, args []any, fn
 	return nil
 }
 
-// rewriteVersions rewrites the version records of the stored turn t, each
-// through fn, wherever they are (chunks or turn_versions rows).
-func rewriteVersions(ctx context.Context, tx *sql.Tx, t *turnState, fn func(v *verSums, rec []byte) ([]byte, bool)) error {
+// rewriteVersions writes the version records of the stored turn t again
+// from t (after its eval score changed), wherever they are: in its chunks
+// or its turn_versions rows.
+func rewriteVersions(ctx context.Context, tx *sql.Tx, t *turnState) error {
 	for i := range t.vers {
 		v := &t.vers[i]
 		if t.vseq == 0 {
-			var rec []byte
-			err := tx.QueryRowContext(ctx, `SELECT data FROM turn_versions WHERE vid = ? AND ts_start = ? AND th = ?`, v.vid, t.ts, t.th).Scan(&rec)
-			if errors.Is(err, sql.ErrNoRows) {
-				continue
-			}
-			if err != nil {
+			if _, err := tx.ExecContext(ctx, `UPDATE turn_versions SET data = ? WHERE vid = ? AND ts_start = ? AND th = ?`,
+				t.appendVersionRow(nil, v), v.vid, t.ts, t.th); err != nil {
 				return fmt.Errorf("eventstore: turn versions: %w", err)
-			}
-			if got, ok := fn(v, rec); ok {
-				if _, err := tx.ExecContext(ctx, `UPDATE turn_versions SET data = ? WHERE vid = ? AND ts_start = ? AND th = ?`, got, v.vid, t.ts, t.th); err != nil {
-					return fmt.Errorf("eventstore: turn versions: %w", err)
-				}
 			}
 			continue
 		}
@@ -237,10 +228,7 @@ func rewriteVersions(ctx context.Context, tx *sql.Tx, t *turnState, fn func(v *v
 				if th != t.th || ts != t.ts {
 					return rec, true, nil
 				}
-				if got, ok := fn(v, rec); ok {
-					return got, true, nil
-				}
-				return rec, true, nil
+				return t.appendVersionRow(nil, v), true, nil
 			})
 		if err != nil {
 			return err
